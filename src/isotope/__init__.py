@@ -1,0 +1,59 @@
+"""isotope: a question-indexed retrieval database ("reverse RAG").
+
+Each chunk of your documents is split into atomic statements, a language model writes the
+questions each statement answers, and those questions are indexed. A query is matched
+against the questions (question to question) and returns the source chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+
+__version__ = "0.1.0"  # before the imports below: isotope.index reads it
+
+from isotope.errors import (
+    InvalidIndex,
+    IsotopeError,
+    LoaderError,
+    MissingDependency,
+    ModelMismatch,
+    SourceNotFound,
+    UnsupportedFile,
+)
+from isotope.index import IndexStatus, Isotope
+from isotope.ingest import IngestReport, Progress
+from isotope.models import (
+    Atom,
+    Chunk,
+    MatchedQuestion,
+    QueryResponse,
+    Question,
+    SearchResult,
+    Source,
+)
+from isotope.settings import Settings
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+__all__ = [
+    "Atom",
+    "Chunk",
+    "IndexStatus",
+    "IngestReport",
+    "InvalidIndex",
+    "Isotope",
+    "IsotopeError",
+    "LoaderError",
+    "MatchedQuestion",
+    "MissingDependency",
+    "ModelMismatch",
+    "Progress",
+    "QueryResponse",
+    "Question",
+    "SearchResult",
+    "Settings",
+    "Source",
+    "SourceNotFound",
+    "UnsupportedFile",
+    "__version__",
+]

@@ -1,0 +1,133 @@
+"""Chunking: pack sentences into chunks of at most ``size`` tokens.
+
+A chunk ends, by preference, at a paragraph boundary (when that keeps it at least half
+full), else at a sentence boundary; a sentence longer than a chunk is cut between words.
+Consecutive chunks of one paragraph share up to ``overlap`` tokens of whole sentences.
+A heading is never left at the end of a chunk: it goes with the text after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from isotope.loaders import Section
+from isotope.sentences import Span, split_sentences
+
+TokenCounter = Callable[[str], int]
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """Words and punctuation marks: the default token count."""
+    return len(_TOKEN.findall(text))
+
+
+@dataclass(frozen=True)
+class ChunkSpan:
+    start: int
+    end: int
+    tokens: int
+
+
+def _split_long(text: str, span: Span, size: int, counter: TokenCounter) -> list[Span]:
+    """Cut a span of more than ``size`` tokens between words."""
+    words = list(re.finditer(r"\S+", text[span.start : span.end]))
+    pieces: list[Span] = []
+    first, total = 0, 0
+    for n, word in enumerate(words):
+        cost = counter(word.group(0))
+        if total and total + cost > size:
+            pieces.append(_piece(span, words[first].start(), words[n - 1].end(), False))
+            first, total = n, 0
+        total += cost
+    pieces.append(_piece(span, words[first].start(), words[-1].end(), span.block_end))
+    return pieces
+
+
+def _piece(span: Span, start: int, end: int, block_end: bool) -> Span:
+    return Span(span.start + start, span.start + end, span.kind, block_end=block_end)
+
+
+def chunk_text(
+    text: str,
+    *,
+    size: int = 256,
+    overlap: int = 32,
+    counter: TokenCounter = count_tokens,
+) -> list[ChunkSpan]:
+    """Chunk boundaries of ``text``, as offsets into it."""
+    if overlap >= size:
+        raise ValueError(f"chunk overlap ({overlap}) must be smaller than chunk size ({size})")
+    units: list[Span] = []
+    for span in split_sentences(text):
+        if counter(text[span.start : span.end]) > size:
+            units.extend(_split_long(text, span, size, counter))
+        else:
+            units.append(span)
+    tokens = [counter(text[u.start : u.end]) for u in units]
+
+    chunks: list[ChunkSpan] = []
+    i = 0
+    while i < len(units):
+        total, j = 0, i
+        while j < len(units) and total + tokens[j] <= size:
+            total += tokens[j]
+            j += 1
+        j = max(j, i + 1)
+        if j < len(units):
+            # Prefer to end at a paragraph boundary that keeps the chunk half full.
+            filled = 0
+            best = None
+            for k in range(i, j):
+                filled += tokens[k]
+                if units[k].block_end and filled >= size // 2:
+                    best = k + 1
+            if best is not None:
+                j = best
+            # A heading goes with what follows it.
+            while j - 1 > i and units[j - 1].kind == "heading":
+                j -= 1
+        chunk_tokens = sum(tokens[i:j])
+        chunks.append(ChunkSpan(units[i].start, units[j - 1].end, chunk_tokens))
+        if j >= len(units):
+            break
+        # Overlap: whole sentences of the same paragraph, within ``overlap`` tokens.
+        back, k = 0, j
+        while (
+            k - 1 > i
+            and not units[k - 1].block_end
+            and units[k - 1].kind not in ("heading", "code", "table")
+            and back + tokens[k - 1] <= overlap
+        ):
+            back += tokens[k - 1]
+            k -= 1
+        i = k
+    return chunks
+
+
+def section_metadata(sections: list[Section], start: int, end: int) -> dict[str, object]:
+    """Metadata for a chunk ``[start, end)`` from the sections it overlaps: the heading path
+    where it starts, and the pages it covers."""
+    metadata: dict[str, object] = {}
+    pages: list[int] = []
+    for section in sections:
+        if section.end <= start or section.start >= end:
+            if "headings" in section.metadata and section.start <= start:
+                metadata["headings"] = section.metadata["headings"]
+            continue
+        if "page" in section.metadata:
+            pages.append(int(section.metadata["page"]))
+        if "headings" in section.metadata and section.start <= start:
+            metadata["headings"] = section.metadata["headings"]
+    if "headings" not in metadata:
+        # A chunk that starts before the first heading but runs into one.
+        for section in sections:
+            if "headings" in section.metadata and section.start < end:
+                metadata["headings"] = section.metadata["headings"]
+                break
+    if pages:
+        metadata["page"] = pages[0]
+        metadata["pages"] = pages
+    return metadata

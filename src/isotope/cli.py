@@ -1,0 +1,273 @@
+"""The ``isotope`` command: a thin shell over :class:`isotope.Isotope`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from isotope.errors import IsotopeError
+
+app = typer.Typer(
+    name="isotope",
+    help="A question-indexed retrieval database: ingest documents, then ask questions.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+IndexOpt = Annotated[
+    Path | None,
+    typer.Option("--index", "-i", help="Index directory (default: the ISOTOPE_INDEX setting, "
+                 "else ./.isotope).", show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", markup=True, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    try:
+        yield
+    except IsotopeError as exc:
+        _fail(str(exc))
+
+
+def _open(index: Path | None, *, create: bool = False, **settings: Any) -> Any:
+    from isotope.index import Isotope
+
+    return Isotope.open(index, create=create, **settings)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n")
+
+
+@app.callback()
+def _main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what happens.")] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files and directories to ingest.")],
+    index: IndexOpt = None,
+    include: Annotated[list[str] | None, typer.Option(
+        "--include", help="Only files matching this glob (repeatable).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(
+        "--exclude", help="Skip files matching this glob (repeatable).")] = None,
+    questions_per_atom: Annotated[int | None, typer.Option(
+        "--questions", "-n", help="Questions per atom.")] = None,
+    plain: Annotated[bool, typer.Option(
+        "--plain", help="Print one line per file instead of a progress bar.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest files and directories: chunk, atomize, generate questions, embed, store."""
+    from isotope.ingest import Progress
+
+    with _errors():
+        iso = _open(index, create=True, questions_per_atom=questions_per_atom)
+        with iso:
+            progress_cb: Callable[[Progress], None] | None = None
+            if plain and not as_json:
+                def progress_cb(p: Progress) -> None:
+                    if p.stage in ("load", "store") and p.source:
+                        err.print(f"[{p.sources_done}/{p.sources_total}] {p.stage} {p.source} "
+                                  f"chunks={p.chunks} atoms={p.atoms} questions={p.questions}")
+                report = iso.ingest(paths, include=include, exclude=exclude, progress=progress_cb)
+            elif as_json or not err.is_terminal:
+                report = iso.ingest(paths, include=include, exclude=exclude)
+            else:
+                report = _ingest_with_bar(iso, paths, include, exclude)
+    if as_json:
+        from dataclasses import asdict
+
+        _print_json({**asdict(report), "ok": report.ok})
+    else:
+        _print_report(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _ingest_with_bar(iso: Any, paths: list[Path], include: Any, exclude: Any) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from isotope.ingest import Progress as Event
+
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=err, transient=True,
+    ) as bar:
+        task = bar.add_task("ingesting", total=None, counts="")
+
+        def update(p: Event) -> None:
+            name = Path(p.source).name if p.source else ""
+            bar.update(
+                task, total=p.sources_total or None, completed=p.sources_done,
+                description=f"{p.stage} {name}"[:40],
+                counts=f"chunks {p.chunks} · atoms {p.atoms} · questions {p.questions}",
+            )
+
+        return iso.ingest(paths, include=include, exclude=exclude, progress=update)
+
+
+def _print_report(report: Any) -> None:
+    for problem in report.errors:
+        err.print(f"[red]error:[/red] {problem.path}: {problem.message}", soft_wrap=True)
+    for skipped in report.skipped:
+        err.print(f"[yellow]skipped:[/yellow] {skipped.path}: {skipped.message}", soft_wrap=True)
+    total = sum(report.timings.values())
+    out.print(
+        f"ingested {len(report.added)} new, {len(report.replaced)} changed, "
+        f"{len(report.unchanged)} unchanged source(s); {len(report.errors)} error(s), "
+        f"{len(report.skipped)} skipped"
+    )
+    out.print(
+        f"{report.chunks} chunks, {report.atoms} atoms, {report.questions} questions stored "
+        f"({report.questions_dropped} dropped by the filters), {report.llm_calls} LLM calls, "
+        f"{total:.1f} s"
+    )
+
+
+@app.command()
+def query(
+    text: Annotated[str, typer.Argument(help="Your question.")],
+    index: IndexOpt = None,
+    k: Annotated[int | None, typer.Option("-k", help="Number of chunks to return.")] = None,
+    raw: Annotated[bool, typer.Option(
+        "--raw", help="Only the chunks found; no synthesised answer.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a question from the index, citing the chunks it used."""
+    with _errors(), _open(index) as iso:
+        response = iso.search(text, k) if raw else iso.ask(text, k)
+    if as_json:
+        _print_json(response.model_dump(mode="json"))
+        return
+    if response.answer is not None:
+        out.print(response.answer, soft_wrap=True)
+        out.print()
+    if not response.results:
+        out.print("no results")
+    for r in response.results:
+        where = r.chunk.source
+        if "page" in r.chunk.metadata:
+            where += f" (page {r.chunk.metadata['page']})"
+        elif r.chunk.metadata.get("headings"):
+            where += " > " + " > ".join(r.chunk.metadata["headings"])
+        out.print(f"[bold][{r.rank}][/bold] {r.score:.3f}  {where}", soft_wrap=True)
+        if r.matched_questions:
+            out.print(f"    matched: {r.matched_questions[0].text}", soft_wrap=True)
+        if raw or response.answer is None:
+            snippet = " ".join(r.chunk.text.split())
+            out.print(f"    {snippet[:300]}{'…' if len(snippet) > 300 else ''}", soft_wrap=True)
+
+
+@app.command("list")
+def list_sources(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
+    """List the ingested sources with their chunk, atom and question counts."""
+    with _errors(), _open(index) as iso:
+        infos = iso.sources()
+    if as_json:
+        _print_json([
+            {**i.source.model_dump(mode="json"), "chunks": i.chunks, "atoms": i.atoms,
+             "questions": i.questions} for i in infos
+        ])
+        return
+    if not infos:
+        out.print("the index has no sources")
+        return
+    table = Table("source", "type", "chunks", "atoms", "questions", "ingested")
+    for i in infos:
+        table.add_row(i.source.uri, i.source.loader, str(i.chunks), str(i.atoms),
+                      str(i.questions),
+                      i.source.ingested_at.strftime("%Y-%m-%d %H:%M") if i.source.ingested_at
+                      else "")
+    out.print(table)
+
+
+@app.command()
+def delete(
+    source: Annotated[str, typer.Argument(help="The source's path or identifier.")],
+    index: IndexOpt = None,
+) -> None:
+    """Delete a source and its chunks, atoms and questions."""
+    with _errors(), _open(index) as iso:
+        iso.delete(source)
+    out.print(f"deleted {source}")
+
+
+@app.command()
+def status(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
+    """Counts, disk size, models and settings of an index."""
+    with _errors(), _open(index) as iso:
+        info = iso.status()
+    if as_json:
+        _print_json(info.model_dump(mode="json"))
+        return
+    table = Table(show_header=False, box=None)
+    table.add_row("index", info.index)
+    table.add_row("schema", f"{info.schema_version} (created by isotope {info.isotope_version}"
+                  f" on {info.created_at})")
+    for name, count in info.counts.items():
+        table.add_row(name, str(count))
+    if info.disk_bytes is not None:
+        table.add_row("disk", f"{info.disk_bytes / 1e6:.1f} MB")
+    for role, model in info.models.items():
+        table.add_row(f"{role} model", model)
+    table.add_row("embedding", f"{info.embedding.get('model_id')} ({info.embedding.get('dim')}-d)")
+    for name in ("chunk_size", "chunk_overlap", "questions_per_atom", "dedup_threshold"):
+        table.add_row(name, str(info.settings[name]))
+    out.print(table)
+
+
+@app.command()
+def config(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
+    """Show the resolved settings and where each value came from."""
+    from isotope.settings import Settings, resolve
+    from isotope.stores.sqlite import DB_NAME, SQLiteStore
+
+    with _errors():
+        base, _ = resolve(None, index=index)
+        saved = None
+        if (base.index / DB_NAME).exists():
+            store = SQLiteStore(base.index, create=False)
+            saved = store.get_meta("settings")
+            store.close()
+        settings, origins = resolve(saved, index=index)
+    values = settings.model_dump(mode="json")
+    if as_json:
+        _print_json({name: {"value": values[name], "from": origins[name]} for name in values})
+        return
+    table = Table("setting", "value", "from", "environment variable")
+    for name, field in Settings.model_fields.items():
+        table.add_row(name, json.dumps(values[name]), origins[name], f"ISOTOPE_{name.upper()}")
+        del field
+    out.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Named exceptions. Each message says what went wrong, where, and how to fix it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class IsotopeError(Exception):
+    """Base class of every error isotope raises on purpose."""
+
+
+class SourceNotFound(IsotopeError):
+    """A path given to ingest, or a source given to delete, does not exist."""
+
+
+class LoaderError(IsotopeError):
+    """One file could not be turned into text. Ingest reports it and goes on with the rest."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class UnsupportedFile(LoaderError):
+    """No loader is registered for the file's extension."""
+
+
+class ModelMismatch(IsotopeError):
+    """The index was built with a different embedding model than the one asked for."""
+
+
+class InvalidIndex(IsotopeError):
+    """The index directory is missing, unreadable, or of an unknown schema."""
+
+
+class IndexLocked(IsotopeError):
+    """Another process is writing to the index."""
+
+
+class MissingDependency(IsotopeError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    def __init__(self, what: str, extra: str) -> None:
+        self.extra = extra
+        super().__init__(f"{what} needs an optional dependency: pip install 'isotopedb[{extra}]'")
+
+
+class ModelFileError(IsotopeError):
+    """A model's weights are missing, incomplete or fail their checksum."""
+
+
+class ProviderError(IsotopeError):
+    """A language model or embedding provider failed."""

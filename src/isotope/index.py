@@ -1,0 +1,263 @@
+"""The ``Isotope`` class: one object for most users."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from isotope import __version__, embedders, providers, retrieval
+from isotope.answer import ANSWER_PROMPT_VERSION, answer_prompt, citations
+from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
+from isotope.embedders import Embedder
+from isotope.errors import ModelMismatch, SourceNotFound
+from isotope.ingest import IngestReport, Pipeline, ProgressCallback
+from isotope.models import Chunk, QueryResponse, SearchResult
+from isotope.providers import LLM
+from isotope.questions import PROMPT_VERSION
+from isotope.settings import Settings, index_settings, resolve
+from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
+from isotope.stores.sqlite import SQLiteStore
+
+
+class IndexStatus(BaseModel):
+    """What ``Isotope.status()`` returns."""
+
+    index: str
+    schema_version: int
+    isotope_version: str
+    created_at: str | None
+    counts: dict[str, int]
+    disk_bytes: int | None
+    embedding: dict[str, Any]
+    models: dict[str, str]
+    prompt_versions: dict[str, str]
+    settings: dict[str, Any]
+
+
+class Isotope:
+    """A question-indexed store of documents.
+
+    >>> iso = Isotope.open("./my_index")
+    >>> iso.ingest(["docs/"])
+    >>> iso.search("How do I rotate an API key?").results[0].chunk.text
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        embedder: Embedder,
+        *,
+        llm: LLM | None = None,
+        answer_llm: LLM | None = None,
+        origins: dict[str, str] | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.embedder = embedder
+        self.origins = origins or {}
+        self._llms: dict[str, LLM] = {}
+        if llm is not None:
+            self._llms[settings.question_model] = llm
+            self._llms.setdefault(settings.atomizer_model, llm)
+        if answer_llm is not None or llm is not None:
+            self._llms.setdefault(settings.answer_model, answer_llm or llm)  # type: ignore[arg-type]
+        self._check_embedder()
+
+    # -- construction ------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: str | Path | None = None,
+        *,
+        create: bool = True,
+        store: Store | None = None,
+        embedder: Embedder | None = None,
+        llm: LLM | None = None,
+        answer_llm: LLM | None = None,
+        **settings: Any,
+    ) -> Isotope:
+        """Open (or create) the index at ``path`` (default: the ``index`` setting).
+
+        Keyword arguments override settings (``questions_per_atom=3``). ``llm`` replaces
+        the question, atomizer and answer models; ``answer_llm`` only the answer model.
+        Raises :class:`ModelMismatch` if ``embedder`` (or the ``embedding_model`` setting)
+        differs from the model the index was built with.
+        """
+        if path is not None:
+            settings["index"] = Path(path)
+        base, _ = resolve(None, **settings)
+        if store is None:
+            store = SQLiteStore(base.index, create=create)
+        resolved, origins = resolve(store.get_meta("settings"), **settings)
+        if embedder is None:
+            embedder = embeddings_for(resolved)
+        return cls(store, resolved, embedder, llm=llm, answer_llm=answer_llm, origins=origins)
+
+    def _check_embedder(self) -> None:
+        saved = self.store.get_meta("embedding")
+        if saved is None:
+            if self.store.get_meta("settings") is None:
+                self.store.set_meta("settings", index_settings(self.settings))
+                self.store.set_meta("created_at", datetime.now(UTC).isoformat())
+                self.store.set_meta("isotope_version", __version__)
+            self.store.set_meta(
+                "embedding",
+                {"model": self.settings.embedding_model, "model_id": self.embedder.model_id,
+                 "dim": self.embedder.dim},
+            )
+            return
+        if saved["model_id"] != self.embedder.model_id or saved["dim"] != self.embedder.dim:
+            raise ModelMismatch(
+                f"the index at {self.settings.index} was built with embedding model "
+                f"{saved['model']!r} ({saved['model_id']}, {saved['dim']}-d), not "
+                f"{self.embedder.model_id!r} ({self.embedder.dim}-d). Use the same model "
+                f"(ISOTOPE_EMBEDDING_MODEL={saved['model']}) or ingest into a new index"
+            )
+
+    def __enter__(self) -> Isotope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for llm in self._llms.values():
+            closer = getattr(llm, "close", None)
+            if callable(closer):
+                closer()
+        self.store.close()
+
+    # -- models ------------------------------------------------------------------------
+    def llm(self, model: str | None = None) -> LLM:
+        """The language model named ``model`` (default: the question model), loaded once."""
+        model = model or self.settings.question_model
+        if model not in self._llms:
+            self._llms[model] = providers.create(
+                model,
+                {"threads": self.settings.threads, "context": self.settings.llm_context,
+                 "seed": self.settings.seed, "cache_dir": self.settings.cache_dir},
+            )
+        return self._llms[model]
+
+    def atomizer(self) -> Atomizer:
+        if self.settings.atomizer == "llm":
+            return LLMAtomizer(
+                self.llm(self.settings.atomizer_model), min_words=self.settings.min_atom_words
+            )
+        return SentenceAtomizer(min_words=self.settings.min_atom_words)
+
+    def _pipeline(self) -> Pipeline:
+        return Pipeline(self.settings, self.store, self.embedder, self.atomizer(),
+                        lambda: self.llm(self.settings.question_model))
+
+    # -- ingest ------------------------------------------------------------------------
+    def ingest(
+        self,
+        paths: str | Path | Iterable[str | Path],
+        *,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """Ingest files and directories. Files that cannot be read are listed in the
+        report's ``errors``; the rest are ingested. An unchanged file is skipped; a changed
+        one replaces its old chunks, atoms and questions in one transaction."""
+        if isinstance(paths, str | Path):
+            paths = [paths]
+        return self._pipeline().ingest_paths(
+            paths, include=include, exclude=exclude, progress=progress
+        )
+
+    def ingest_chunks(
+        self,
+        chunks: Iterable[Chunk | str],
+        *,
+        source: str = "chunks",
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """Ingest ready-made chunks (strings, or :class:`Chunk` objects with a ``source``)."""
+        return self._pipeline().ingest_chunks(chunks, source=source, progress=progress)
+
+    async def aingest_chunks(
+        self,
+        chunks: Iterable[Chunk | str],
+        *,
+        source: str = "chunks",
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """:meth:`ingest_chunks` without blocking the event loop (runs in a worker thread)."""
+        items = list(chunks)
+        return await asyncio.to_thread(self.ingest_chunks, items, source=source,
+                                       progress=progress)
+
+    # -- query -------------------------------------------------------------------------
+    def search(self, query: str, k: int | None = None) -> QueryResponse:
+        """The ``k`` chunks whose generated questions best match ``query``."""
+        return retrieval.search(self.store, self.embedder, query, k or self.settings.top_k)
+
+    def ask(self, query: str, k: int | None = None) -> QueryResponse:
+        """Search, then have the answer model answer from the chunks found, citing them."""
+        response = self.search(query, k or self.settings.answer_k)
+        if not response.results:
+            response.answer = "The index is empty or nothing matched."
+            return response
+        started = time.perf_counter()
+        text = self.llm(self.settings.answer_model).complete(
+            answer_prompt(query, response.results), max_tokens=256, temperature=0.0
+        ).strip()
+        response.timings["answer"] = time.perf_counter() - started
+        response.answer = text
+        response.citations = citations(text, len(response.results))
+        return response
+
+    def as_retriever(self, k: int | None = None) -> Callable[[str], list[SearchResult]]:
+        """A plain callable ``query -> list[SearchResult]`` for agent frameworks."""
+        return lambda query: self.search(query, k).results
+
+    # -- bookkeeping -------------------------------------------------------------------
+    def delete(self, source: str | Path) -> None:
+        """Remove a source (its path or identifier) and everything derived from it."""
+        uri = str(source)
+        if self.store.get_source(uri) is None:
+            resolved = str(Path(source).expanduser().resolve())
+            if self.store.get_source(resolved) is None:
+                raise SourceNotFound(
+                    f"no source {uri!r} in the index; `isotope list` shows what is there"
+                )
+            uri = resolved
+        self.store.delete_source(uri)
+
+    def sources(self) -> list[SourceInfo]:
+        return self.store.sources()
+
+    def status(self) -> IndexStatus:
+        disk = getattr(self.store, "disk_size", None)
+        return IndexStatus(
+            index=str(self.settings.index),
+            schema_version=int(self.store.get_meta("schema_version") or SCHEMA_VERSION),
+            isotope_version=str(self.store.get_meta("isotope_version") or __version__),
+            created_at=self.store.get_meta("created_at"),
+            counts=self.store.counts(),
+            disk_bytes=disk() if callable(disk) else None,
+            embedding=self.store.get_meta("embedding") or {},
+            models={
+                "embedding": self.settings.embedding_model,
+                "questions": self.settings.question_model,
+                "answers": self.settings.answer_model,
+                "atomizer": self.settings.atomizer
+                + (f" ({self.settings.atomizer_model})" if self.settings.atomizer == "llm" else ""),
+            },
+            prompt_versions={"questions": PROMPT_VERSION, "answers": ANSWER_PROMPT_VERSION},
+            settings=self.settings.model_dump(mode="json"),
+        )
+
+
+def embeddings_for(settings: Settings) -> Embedder:
+    return embedders.create(settings.embedding_model, threads=settings.threads)

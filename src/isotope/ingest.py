@@ -1,0 +1,372 @@
+"""The ingest pipeline: load -> chunk -> atomize -> generate questions -> embed ->
+filter and dedup -> store, one source at a time, each stored in one transaction."""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from isotope import loaders
+from isotope.atomizers import Atomizer
+from isotope.chunking import chunk_text, section_metadata
+from isotope.embedders import Embedder
+from isotope.errors import IsotopeError, LoaderError
+from isotope.models import Atom, Chunk, Question, Source, content_hash, stable_id
+from isotope.providers import LLM
+from isotope.questions import (
+    PROMPT_VERSION,
+    diverse_mask,
+    keep_mask,
+    parse_questions,
+    question_prompt,
+)
+from isotope.settings import Settings, index_settings
+from isotope.stores import SourceBatch, Store
+
+log = logging.getLogger(__name__)
+STAGES = ("load", "chunk", "atomize", "generate", "embed", "store")
+
+
+@dataclass
+class FileError:
+    path: str
+    message: str
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did."""
+
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    skipped: list[FileError] = field(default_factory=list)
+    """Files left out on purpose (unsupported type)."""
+    errors: list[FileError] = field(default_factory=list)
+    """Files that could not be ingested; everything else was."""
+    chunks: int = 0
+    atoms: int = 0
+    questions: int = 0
+    """Questions stored (kept by the filters)."""
+    questions_generated: int = 0
+    questions_dropped: int = 0
+    llm_calls: int = 0
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass
+class Progress:
+    """Passed to a progress callback as work goes on."""
+
+    stage: str
+    source: str
+    sources_done: int
+    sources_total: int
+    chunks: int
+    atoms: int
+    questions: int
+    """Questions generated so far."""
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+class _Timer:
+    def __init__(self, report: IngestReport, stage: str) -> None:
+        self.report, self.stage = report, stage
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.report.timings[self.stage] += time.perf_counter() - self.started
+
+
+def discover(
+    paths: Iterable[str | Path], include: Sequence[str], exclude: Sequence[str]
+) -> tuple[list[Path], list[FileError], list[FileError]]:
+    """Files to ingest under ``paths`` (directories are walked), files skipped, and paths
+    that do not exist."""
+    files: list[Path] = []
+    skipped: list[FileError] = []
+    missing: list[FileError] = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.exists():
+            missing.append(FileError(str(path), "no such file or directory"))
+        elif path.is_dir():
+            for file in _walk(path, include, exclude):
+                if loaders.loader_for(file) is None:
+                    skipped.append(FileError(str(file), f"unsupported file type {file.suffix!r}"))
+                else:
+                    files.append(file)
+        else:
+            files.append(path)  # named explicitly: an unsupported type is an error, not a skip
+    return list(dict.fromkeys(files)), skipped, missing
+
+
+def _walk(root: Path, include: Sequence[str], exclude: Sequence[str]) -> Iterator[Path]:
+    seen: set[tuple[int, int]] = set()
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        stat = os.stat(folder)
+        if (stat.st_dev, stat.st_ino) in seen:  # a symlink loop
+            dirs[:] = []
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
+        rel_folder = Path(folder).relative_to(root)
+        dirs[:] = sorted(
+            d for d in dirs if not _matches((rel_folder / d).as_posix() + "/", exclude)
+        )
+        for name in sorted(names):
+            rel = (rel_folder / name).as_posix()
+            if _matches(rel, exclude) or (include and not _matches(rel, include)):
+                continue
+            yield Path(folder) / name
+
+
+def _matches(rel: str, patterns: Sequence[str]) -> bool:
+    name = rel.rstrip("/").rsplit("/", 1)[-1]
+    return any(
+        fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(rel.rstrip("/"), p) or fnmatch.fnmatch(name, p)
+        for p in patterns
+    )
+
+
+class Pipeline:
+    """Runs ingestion into a store with the given models."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: Embedder,
+        atomizer: Atomizer,
+        llm: Callable[[], LLM],
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.atomizer = atomizer
+        self._llm = llm
+        self.fingerprint = stable_id(
+            sorted(index_settings(settings).items()), PROMPT_VERSION, embedder.model_id
+        )
+
+    # -- entry points ------------------------------------------------------------------
+    def ingest_paths(
+        self,
+        paths: Iterable[str | Path],
+        *,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        report = IngestReport()
+        files, report.skipped, report.errors = discover(
+            paths,
+            self.settings.include if include is None else include,
+            self.settings.exclude if exclude is None else exclude,
+        )
+        for done, path in enumerate(files):
+            self._notify(progress, "load", str(path), done, len(files), report)
+            try:
+                self._ingest_file(path, report, progress, done, len(files))
+            except LoaderError as exc:
+                report.errors.append(FileError(exc.path, exc.reason))
+                log.warning("%s", exc)
+        self._notify(progress, "done", "", len(files), len(files), report)
+        return report
+
+    def ingest_chunks(
+        self,
+        chunks: Iterable[Chunk | str],
+        *,
+        source: str = "chunks",
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """Ingest ready-made chunks. Strings become chunks of ``source``; Chunk objects keep
+        their own ``source`` (or get ``source`` when theirs is empty). Each source is
+        stored as a whole, replacing what it had before."""
+        grouped: dict[str, list[Chunk]] = {}
+        for item in chunks:
+            if isinstance(item, str):
+                item = Chunk(text=item, source=source)
+            elif not item.source:
+                item = item.model_copy(update={"source": source, "id": ""})
+                item.model_post_init(None)
+            grouped.setdefault(item.source, []).append(item)
+        report = IngestReport()
+        for done, (uri, items) in enumerate(grouped.items()):
+            text = "\n\n".join(c.text for c in items)
+            src = Source(uri=uri, content_hash=content_hash(text), size=len(text.encode()),
+                         loader="chunks")
+            self._process(src, items, report, progress, done, len(grouped))
+        self._notify(progress, "done", "", len(grouped), len(grouped), report)
+        return report
+
+    # -- work --------------------------------------------------------------------------
+    def _ingest_file(
+        self, path: Path, report: IngestReport, progress: ProgressCallback | None,
+        done: int, total: int,
+    ) -> None:
+        with _Timer(report, "load"):
+            try:
+                stat = path.stat()
+                data = path.read_bytes()
+            except OSError as exc:
+                raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
+            uri = str(path.resolve())
+            digest = content_hash(data)
+            existing = self.store.get_source(uri)
+            if (
+                existing is not None
+                and existing.content_hash == digest
+                and existing.metadata.get("pipeline") == self.fingerprint
+            ):
+                report.unchanged.append(uri)
+                return
+            document, loader = loaders.load(path, data)
+        with _Timer(report, "chunk"):
+            spans = chunk_text(
+                document.text,
+                size=self.settings.chunk_size,
+                overlap=self.settings.chunk_overlap,
+                counter=self._counter(),
+            )
+            chunks = [
+                Chunk(
+                    text=document.text[s.start : s.end], source=uri, index=i, start=s.start,
+                    end=s.end, metadata=section_metadata(document.sections, s.start, s.end),
+                )
+                for i, s in enumerate(spans)
+            ]
+        source = Source(
+            uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
+            loader=loader.name, metadata={**document.metadata},
+        )
+        self._process(source, chunks, report, progress, done, total, existing is not None)
+
+    def _counter(self) -> Callable[[str], int]:
+        from isotope.chunking import count_tokens
+
+        probe = self.embedder.count_tokens("probe")
+        if probe is None:
+            return count_tokens
+        return lambda text: self.embedder.count_tokens(text) or 0
+
+    def _process(
+        self, source: Source, chunks: list[Chunk], report: IngestReport,
+        progress: ProgressCallback | None, done: int, total: int, replacing: bool | None = None,
+    ) -> None:
+        if replacing is None:
+            existing = self.store.get_source(source.uri)
+            if (
+                existing is not None
+                and existing.content_hash == source.content_hash
+                and existing.metadata.get("pipeline") == self.fingerprint
+            ):
+                report.unchanged.append(source.uri)
+                return
+            replacing = existing is not None
+        source.metadata["pipeline"] = self.fingerprint
+        report.chunks += len(chunks)
+        with _Timer(report, "atomize"):
+            atoms_per_chunk = self.atomizer.atomize_batch(chunks)
+        self._notify(progress, "generate", source.uri, done, total, report)
+        n = self.settings.questions_per_atom
+        generated: list[list[list[str]]] = []
+        for chunk, atoms in zip(chunks, atoms_per_chunk, strict=True):
+            with _Timer(report, "generate"):
+                replies = self._llm().complete_batch(
+                    [question_prompt(chunk.text, a.text, n) for a in atoms],
+                    max_tokens=40 * n + 40,
+                    temperature=self.settings.temperature,
+                ) if atoms else []
+            report.llm_calls += len(atoms)
+            generated.append([parse_questions(r, n) for r in replies])
+            report.atoms += len(atoms)
+            report.questions_generated += sum(len(q) for q in generated[-1])
+            self._notify(progress, "generate", source.uri, done, total, report)
+
+        atoms = [a for atoms in atoms_per_chunk for a in atoms]
+        candidates = [
+            Question(text=q, atom_id=atom.id, chunk_id=atom.chunk_id)
+            for atoms, per_atom in zip(atoms_per_chunk, generated, strict=True)
+            for atom, questions in zip(atoms, per_atom, strict=True)
+            for q in questions
+        ]
+        with _Timer(report, "embed"):
+            vectors = self.embedder.embed(
+                [c.text for c in chunks] + [a.text for a in atoms] + [q.text for q in candidates]
+            )
+        chunk_vectors = vectors[: len(chunks)]
+        atom_vectors = vectors[len(chunks) : len(chunks) + len(atoms)]
+        question_vectors = vectors[len(chunks) + len(atoms) :]
+        keep = self._filter(atoms, atom_vectors, candidates, question_vectors)
+        questions = [q for q, k in zip(candidates, keep, strict=True) if k]
+        report.questions_dropped += len(candidates) - len(questions)
+        report.questions += len(questions)
+        source.ingested_at = datetime.now(UTC)
+        with _Timer(report, "store"):
+            self.store.add(
+                SourceBatch(
+                    source=source, chunks=chunks, atoms=atoms, questions=questions,
+                    chunk_vectors=chunk_vectors, atom_vectors=atom_vectors,
+                    question_vectors=question_vectors[np.array(keep, dtype=bool)]
+                    if candidates else question_vectors,
+                )
+            )
+        (report.replaced if replacing else report.added).append(source.uri)
+        self._notify(progress, "store", source.uri, done + 1, total, report)
+
+    def _filter(
+        self, atoms: list[Atom], atom_vectors: np.ndarray, questions: list[Question],
+        question_vectors: np.ndarray,
+    ) -> list[bool]:
+        """The relevance filter per atom, then the diversity filter per chunk."""
+        position = {a.id: i for i, a in enumerate(atoms)}
+        keep = [False] * len(questions)
+        by_atom: dict[str, list[int]] = {}
+        for i, q in enumerate(questions):
+            by_atom.setdefault(q.atom_id, []).append(i)
+        for atom_id, idx in by_atom.items():
+            mask = keep_mask(
+                [questions[i].text for i in idx], question_vectors[idx],
+                atom_vectors[position[atom_id]],
+                min_similarity=self.settings.min_question_similarity,
+            )
+            for i, ok in zip(idx, mask, strict=True):
+                keep[i] = ok
+        by_chunk: dict[str, list[int]] = {}
+        for i, q in enumerate(questions):
+            if keep[i]:
+                by_chunk.setdefault(q.chunk_id, []).append(i)
+        for idx in by_chunk.values():
+            mask = diverse_mask(question_vectors[idx], self.settings.dedup_threshold)
+            for i, ok in zip(idx, mask, strict=True):
+                keep[i] = ok
+        return keep
+
+    @staticmethod
+    def _notify(
+        progress: ProgressCallback | None, stage: str, source: str, done: int, total: int,
+        report: IngestReport,
+    ) -> None:
+        if progress is not None:
+            progress(Progress(stage, source, done, total, report.chunks, report.atoms,
+                              report.questions_generated))
+
+
+__all__ = ["FileError", "IngestReport", "IsotopeError", "Pipeline", "Progress"]

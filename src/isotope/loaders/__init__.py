@@ -1,0 +1,98 @@
+"""Loaders turn a file into text, chosen by extension from one registry.
+
+A loader is a function ``(path, data) -> Document``. Register more with :func:`register`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from isotope.errors import LoaderError, UnsupportedFile
+
+
+@dataclass
+class Section:
+    """A span ``[start, end)`` of a document's text with metadata for the chunks in it
+    (a Markdown heading path, a PDF page)."""
+
+    start: int
+    end: int
+    metadata: dict[str, Any]
+
+
+@dataclass
+class Document:
+    """A loaded file: its text, document metadata, and sections."""
+
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    sections: list[Section] = field(default_factory=list)
+
+
+LoaderFunc = Callable[[Path, bytes], Document]
+
+
+@dataclass(frozen=True)
+class Loader:
+    name: str
+    extensions: tuple[str, ...]
+    func: LoaderFunc
+
+
+_REGISTRY: dict[str, Loader] = {}
+
+
+def register(name: str, extensions: tuple[str, ...], func: LoaderFunc) -> None:
+    """Register ``func`` as the loader for files ending in any of ``extensions``."""
+    loader = Loader(name, tuple(e.lower() for e in extensions), func)
+    for ext in loader.extensions:
+        _REGISTRY[ext] = loader
+
+
+def supported_extensions() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def loader_for(path: Path) -> Loader | None:
+    return _REGISTRY.get(path.suffix.lower())
+
+
+def load(path: Path, data: bytes | None = None) -> tuple[Document, Loader]:
+    """Load one file. Raises :class:`LoaderError` (naming the file) when it cannot."""
+    loader = loader_for(path)
+    if loader is None:
+        raise UnsupportedFile(
+            path,
+            f"unsupported file type {path.suffix or '(no extension)'!r}; "
+            f"supported: {', '.join(supported_extensions())}",
+        )
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
+    if not data.strip():
+        raise LoaderError(path, "file is empty; nothing to index")
+    document = loader.func(path, data)
+    if not document.text.strip():
+        raise LoaderError(path, "no text found in the file; nothing to index")
+    return document, loader
+
+
+def _register_builtins() -> None:
+    from isotope.loaders import html, pdf, text
+
+    register("text", (".txt", ".text"), text.load_text)
+    register("markdown", (".md", ".markdown"), text.load_markdown)
+    register("html", (".html", ".htm"), html.load_html)
+    register("pdf", (".pdf",), pdf.load_pdf)
+
+
+_register_builtins()
+
+__all__ = [
+    "Document", "Loader", "Section", "load", "loader_for", "register", "supported_extensions",
+]

@@ -1,0 +1,92 @@
+"""Plain text and Markdown."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from isotope.errors import LoaderError
+from isotope.loaders import Document, Section
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
+
+
+def decode_text(path: Path, data: bytes) -> str:
+    """Decode a text file strictly: UTF-8 (BOM allowed) or UTF-16 with a BOM.
+
+    Binary data and invalid UTF-8 raise :class:`LoaderError` with the fix in the message.
+    """
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise LoaderError(path, f"invalid UTF-16 at byte {exc.start}") from exc
+    head = data[:8192]
+    if b"\x00" in head or len(_CONTROL.findall(head)) > max(8, len(head) // 100):
+        raise LoaderError(
+            path, "looks like a binary file, not text; check its extension or exclude it"
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise LoaderError(
+            path,
+            f"not valid UTF-8 (byte {exc.start}); re-save it as UTF-8, "
+            "e.g. iconv -f LATIN1 -t UTF-8",
+        ) from exc
+
+
+def load_text(path: Path, data: bytes) -> Document:
+    return Document(decode_text(path, data), {"type": "text", "title": path.stem})
+
+
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_ATX = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
+_FRONT = re.compile(r"\A---\r?\n(.*?)\r?\n(?:---|\.\.\.)\r?\n", re.S)
+
+
+def load_markdown(path: Path, data: bytes) -> Document:
+    """Markdown: text kept as written (offsets are the file's); each section carries its
+    heading path (``headings``); YAML front matter becomes metadata and is blanked out."""
+    text = decode_text(path, data)
+    metadata: dict[str, object] = {"type": "markdown", "title": path.stem}
+    front = _FRONT.match(text)
+    has_front_title = False
+    if front:
+        for line in front.group(1).splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() and not key.startswith((" ", "\t")):
+                metadata[key.strip()] = value.strip().strip("\"'")
+                has_front_title = has_front_title or key.strip() == "title"
+        # Same length, so offsets still point into the file.
+        text = re.sub(r"[^\n]", " ", front.group(0)) + text[front.end() :]
+
+    headings: list[tuple[int, int, str]] = []  # (offset, level, title)
+    offset, in_fence, previous = 0, "", ""
+    for line in text.splitlines(keepends=True):
+        fence = _FENCE.match(line)
+        if fence and (not in_fence or fence.group(1)[0] == in_fence[0]):
+            in_fence = "" if in_fence else fence.group(1)
+        elif not in_fence:
+            atx = _ATX.match(line)
+            setext = _SETEXT.match(line)
+            if atx:
+                headings.append((offset, len(atx.group(1)), atx.group(2)))
+            elif setext and previous.strip() and not _ATX.match(previous):
+                level = 1 if setext.group(1)[0] == "=" else 2
+                headings.append((offset - len(previous), level, previous.strip()))
+        previous = line
+        offset += len(line)
+
+    sections: list[Section] = []
+    path_stack: list[tuple[int, str]] = []
+    for i, (start, level, title) in enumerate(headings):
+        while path_stack and path_stack[-1][0] >= level:
+            path_stack.pop()
+        path_stack.append((level, title))
+        end = headings[i + 1][0] if i + 1 < len(headings) else len(text)
+        sections.append(Section(start, end, {"headings": [t for _, t in path_stack]}))
+    if headings and not has_front_title and headings[0][1] == 1:
+        metadata["title"] = headings[0][2]
+    return Document(text, metadata, sections)

