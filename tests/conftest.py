@@ -1,0 +1,111 @@
+"""Shared fixtures. Everything is real (SQLite store, MiniLM embedder, loaders) except the
+language model's reply, which the fake below writes deterministically."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from isotope import Isotope, providers
+from isotope.embedders.minilm import MiniLMEmbedder
+from isotope.providers import LLM, Prompt
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+class FakeLLM(LLM):
+    """Replies like a well-behaved model, at the provider boundary only.
+
+    Question prompts get numbered questions built from the statement (with an answer line
+    mixed in, as small models write); answer prompts get the first passage's first
+    sentence with a citation, or the refusal when no passage shares a word with the
+    question.
+    """
+
+    model_id = "fake/echo"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.prompts: list[Prompt] = []
+
+    def complete_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0
+    ) -> list[str]:
+        self.calls += len(prompts)
+        self.prompts.extend(prompts)
+        return [self._reply(p[-1]["content"]) for p in prompts]
+
+    @staticmethod
+    def _reply(user: str) -> str:
+        statement = re.search(r"Statement: (.*)\n", user)
+        if statement:
+            fact = statement.group(1).strip().rstrip(".")
+            words = fact.split()
+            return "\n".join(
+                [
+                    f"1. Is it true that {fact[0].lower() + fact[1:]}?",
+                    f"2. What is said about {' '.join(words[:4])}?",
+                    "   - Answer: see the passage",
+                    f"3) Which statement mentions {' '.join(words[-3:])}?",
+                    "4. What did it do?",
+                ]
+            )
+        if "Passages:" in user:
+            from isotope.answer import NOT_FOUND
+
+            question = user.rsplit("Question:", 1)[-1].lower()
+            first = user.split("[1] ", 1)[1].split("\n\n[", 1)[0]
+            shared = set(re.findall(r"\w{4,}", question)) & set(re.findall(r"\w{4,}", first.lower()))
+            if not shared:
+                return NOT_FOUND
+            return first.split(". ")[0].strip() + ". [1]"
+        return "A fact about the passage.\nAnother fact about the passage."
+
+
+def _fake_factory(model: str, options: providers.ProviderOptions) -> LLM:
+    return FakeLLM()
+
+
+providers.register("fake", _fake_factory)
+providers.register("fake/echo", _fake_factory)
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No ISOTOPE_* variable or .env of the developer's leaks into a test."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("ISOTOPE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def embedder() -> MiniLMEmbedder:
+    return MiniLMEmbedder(threads=1)
+
+
+@pytest.fixture
+def fake_llm() -> FakeLLM:
+    return FakeLLM()
+
+
+@pytest.fixture
+def iso(tmp_path: Path, embedder: MiniLMEmbedder, fake_llm: FakeLLM) -> Iterator[Isotope]:
+    index = Isotope.open(tmp_path / "index", embedder=embedder, llm=fake_llm)
+    yield index
+    index.close()
+
+
+@pytest.fixture
+def examples(tmp_path: Path) -> Path:
+    """A copy of the bundled examples that a test may change."""
+    target = tmp_path / "docs"
+    shutil.copytree(EXAMPLES, target)
+    return target

@@ -1,0 +1,51 @@
+import numpy as np
+
+from isotope.questions import diverse_mask, is_pronoun_only, keep_mask, parse_questions
+
+
+def test_parse_strips_numbering_bullets_answers_and_duplicates() -> None:
+    reply = """Here are the questions:
+1. Which team finished the regular season with a 15-1 record?
+   - The Broncos
+2) Who was named the NFL Most Valuable Player?
+Q3: Who was named the NFL Most Valuable Player?
+- **When was the franchise founded?** (answer: 1995)
+* What?
+Question 5: How many games did the Panthers win in 2015?
+6. Which city hosted the game?
+"""
+    assert parse_questions(reply, 5) == [
+        "Which team finished the regular season with a 15-1 record?",
+        "Who was named the NFL Most Valuable Player?",
+        "When was the franchise founded?",
+        "How many games did the Panthers win in 2015?",
+        "Which city hosted the game?",
+    ]
+    assert len(parse_questions(reply, 2)) == 2
+    assert parse_questions("", 5) == []
+    assert parse_questions("No questions here. Just text.", 5) == []
+
+
+def test_pronoun_only_questions_are_detected() -> None:
+    assert is_pronoun_only("What did he do?")
+    assert is_pronoun_only("When was it built?")
+    assert not is_pronoun_only("When was the Eiffel Tower built?")
+    assert not is_pronoun_only("What did Marie Curie discover in her lab?")
+
+
+def test_filters_drop_off_topic_and_near_duplicate_questions(embedder) -> None:  # type: ignore[no-untyped-def]
+    atom = "The Orbit R2 battery lasts about 140 minutes on a full charge."
+    questions = [
+        "How long does the Orbit R2 battery last on a full charge?",
+        "How long does the battery of the Orbit R2 last when fully charged?",
+        "What is the capital city of Mongolia?",
+        "What did it do?",
+    ]
+    vectors = embedder.embed(questions)
+    atom_vector = embedder.embed_one(atom)
+    assert keep_mask(questions, vectors, atom_vector, min_similarity=0.3) == [
+        True, True, False, False
+    ]
+    assert diverse_mask(vectors[:2], 0.85) == [True, False]
+    assert diverse_mask(vectors[:2], None) == [True, True]
+    assert diverse_mask(np.zeros((0, 384), dtype=np.float32), 0.85) == []
