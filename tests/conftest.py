@@ -60,7 +60,8 @@ class FakeLLM(LLM):
 
             question = user.rsplit("Question:", 1)[-1].lower()
             first = user.split("[1] ", 1)[1].split("\n\n[", 1)[0]
-            shared = set(re.findall(r"\w{4,}", question)) & set(re.findall(r"\w{4,}", first.lower()))
+            words = set(re.findall(r"\w{4,}", first.lower()))
+            shared = set(re.findall(r"\w{4,}", question)) & words
             if not shared:
                 return NOT_FOUND
             return first.split(". ")[0].strip() + ". [1]"

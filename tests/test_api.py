@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FakeLLM
 
+from conftest import FakeLLM
 from isotope import Chunk, Isotope, ModelMismatch, Progress, SourceNotFound
 from isotope.embedders import Embedder
 from isotope.errors import InvalidIndex

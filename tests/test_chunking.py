@@ -1,3 +1,4 @@
+import itertools
 import re
 
 from isotope.chunking import chunk_text, count_tokens
@@ -38,7 +39,7 @@ def test_long_paragraph_chunks_overlap_by_whole_sentences() -> None:
     text = " ".join(f"This is sentence number {i} of a long paragraph." for i in range(40))
     chunks = chunk_text(text, size=60, overlap=15)
     assert len(chunks) > 4
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         assert b.start < a.end, "consecutive chunks of one paragraph overlap"
         assert text[b.start : b.start + 4] == "This"
         assert count_tokens(text[b.start : a.end]) <= 15

@@ -1,10 +1,10 @@
 from pathlib import Path
 
 import pytest
-from pdfmaker import make_pdf
 
 from isotope.errors import LoaderError, UnsupportedFile
 from isotope.loaders import load, supported_extensions
+from pdfmaker import make_pdf
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

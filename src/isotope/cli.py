@@ -12,7 +12,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from isotope.errors import IsotopeError
 
@@ -51,6 +51,14 @@ def _open(index: Path | None, *, create: bool = False, **settings: Any) -> Any:
     from isotope.index import Isotope
 
     return Isotope.open(index, create=create, **settings)
+
+
+def _display(uri: str) -> str:
+    """A source as a user would type it: relative to the working directory when inside it."""
+    try:
+        return str(Path(uri).relative_to(Path.cwd()))
+    except ValueError:
+        return uri
 
 
 def _print_json(data: Any) -> None:
@@ -169,7 +177,7 @@ def query(
     if not response.results:
         out.print("no results")
     for r in response.results:
-        where = r.chunk.source
+        where = _display(r.chunk.source)
         if "page" in r.chunk.metadata:
             where += f" (page {r.chunk.metadata['page']})"
         elif r.chunk.metadata.get("headings"):
@@ -196,9 +204,10 @@ def list_sources(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
     if not infos:
         out.print("the index has no sources")
         return
-    table = Table("source", "type", "chunks", "atoms", "questions", "ingested")
+    table = Table("type", "chunks", "atoms", "questions", "ingested")
+    table.columns.insert(0, Column("source", overflow="fold"))
     for i in infos:
-        table.add_row(i.source.uri, i.source.loader, str(i.chunks), str(i.atoms),
+        table.add_row(_display(i.source.uri), i.source.loader, str(i.chunks), str(i.atoms),
                       str(i.questions),
                       i.source.ingested_at.strftime("%Y-%m-%d %H:%M") if i.source.ingested_at
                       else "")
@@ -258,10 +267,9 @@ def config(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         _print_json({name: {"value": values[name], "from": origins[name]} for name in values})
         return
-    table = Table("setting", "value", "from", "environment variable")
-    for name, field in Settings.model_fields.items():
-        table.add_row(name, json.dumps(values[name]), origins[name], f"ISOTOPE_{name.upper()}")
-        del field
+    table = Table("setting (env ISOTOPE_<NAME>)", Column("value", overflow="fold"), "from")
+    for name in Settings.model_fields:
+        table.add_row(name, json.dumps(values[name]), origins[name])
     out.print(table)
 
 

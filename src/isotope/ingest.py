@@ -32,6 +32,8 @@ from isotope.settings import Settings, index_settings
 from isotope.stores import SourceBatch, Store
 
 log = logging.getLogger(__name__)
+REATTRIBUTE_MARGIN = 0.05
+"""A question moves to another atom of its chunk when it is this much closer to it."""
 STAGES = ("load", "chunk", "atomize", "generate", "embed", "store")
 
 
@@ -314,7 +316,7 @@ class Pipeline:
         chunk_vectors = vectors[: len(chunks)]
         atom_vectors = vectors[len(chunks) : len(chunks) + len(atoms)]
         question_vectors = vectors[len(chunks) + len(atoms) :]
-        keep = self._filter(atoms, atom_vectors, candidates, question_vectors)
+        candidates, keep = self._filter(atoms, atom_vectors, candidates, question_vectors)
         questions = [q for q, k in zip(candidates, keep, strict=True) if k]
         report.questions_dropped += len(candidates) - len(questions)
         report.questions += len(questions)
@@ -334,17 +336,34 @@ class Pipeline:
     def _filter(
         self, atoms: list[Atom], atom_vectors: np.ndarray, questions: list[Question],
         question_vectors: np.ndarray,
-    ) -> list[bool]:
-        """The relevance filter per atom, then the diversity filter per chunk."""
+    ) -> tuple[list[Question], list[bool]]:
+        """Attribute each question to the atom of its chunk that it is closest to (a model
+        given the whole chunk sometimes asks about a neighbouring statement), apply the
+        relevance filter against that atom, then the diversity filter per chunk."""
+        atoms_of_chunk: dict[str, list[int]] = {}
+        for i, atom in enumerate(atoms):
+            atoms_of_chunk.setdefault(atom.chunk_id, []).append(i)
         position = {a.id: i for i, a in enumerate(atoms)}
+        attributed: list[Question] = []
+        by_atom: dict[int, list[int]] = {}
+        for i, question in enumerate(questions):
+            candidates = atoms_of_chunk[question.chunk_id]
+            similarity = atom_vectors[candidates] @ question_vectors[i]
+            best = candidates[int(np.argmax(similarity))]
+            own = position[question.atom_id]
+            if best != own and float(np.max(similarity)) > float(
+                atom_vectors[own] @ question_vectors[i]
+            ) + REATTRIBUTE_MARGIN:
+                question = Question(text=question.text, atom_id=atoms[best].id,
+                                    chunk_id=question.chunk_id)
+                own = best
+            attributed.append(question)
+            by_atom.setdefault(own, []).append(i)
         keep = [False] * len(questions)
-        by_atom: dict[str, list[int]] = {}
-        for i, q in enumerate(questions):
-            by_atom.setdefault(q.atom_id, []).append(i)
-        for atom_id, idx in by_atom.items():
+        for atom_index, idx in by_atom.items():
             mask = keep_mask(
                 [questions[i].text for i in idx], question_vectors[idx],
-                atom_vectors[position[atom_id]],
+                atom_vectors[atom_index],
                 min_similarity=self.settings.min_question_similarity,
             )
             for i, ok in zip(idx, mask, strict=True):
@@ -357,7 +376,7 @@ class Pipeline:
             mask = diverse_mask(question_vectors[idx], self.settings.dedup_threshold)
             for i, ok in zip(idx, mask, strict=True):
                 keep[i] = ok
-        return keep
+        return attributed, keep
 
     @staticmethod
     def _notify(

@@ -1,0 +1,3 @@
+from isotope.cli import main
+
+main()

@@ -1,0 +1,137 @@
+"""The CLI as a user runs it. The language model is the fake provider registered in
+conftest (``fake/echo``), selected through the environment like any model."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from isotope.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMANDS = ["ingest", "query", "list", "delete", "status", "config"]
+runner = CliRunner()
+
+
+@pytest.fixture
+def fake_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    monkeypatch.setenv("ISOTOPE_ANSWER_MODEL", "fake/echo")
+
+
+@pytest.fixture
+def index(tmp_path: Path, examples: Path, fake_models: None) -> Path:
+    path = tmp_path / "idx"
+    result = runner.invoke(app, ["ingest", str(examples), "--index", str(path), "--plain"])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_and_is_documented_in_the_readme(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0
+    assert "--index" in result.output
+    readme = (ROOT / "README.md").read_text()
+    assert f"isotope {command}" in readme
+
+
+def test_ingest_json_reports_counts(tmp_path: Path, examples: Path, fake_models: None) -> None:
+    result = runner.invoke(app, ["ingest", str(examples), "--index", str(tmp_path / "i"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] and len(report["added"]) == 4
+    assert report["questions"] > 0 and report["llm_calls"] == report["atoms"]
+    assert set(report["timings"]) == {"load", "chunk", "atomize", "generate", "embed", "store"}
+
+
+def test_plain_ingest_prints_a_line_per_file_and_a_summary(
+    tmp_path: Path, examples: Path, fake_models: None
+) -> None:
+    result = runner.invoke(
+        app, ["ingest", str(examples), "--index", str(tmp_path / "i"), "--plain"]
+    )
+    assert result.exit_code == 0
+    assert result.stderr.count("store ") == 4
+    assert re.search(r"ingested 4 new, 0 changed, 0 unchanged", result.stdout)
+
+
+def test_query_raw_json_and_answer(index: Path) -> None:
+    result = runner.invoke(
+        app, ["query", "How many vacation days do new employees get?", "--index", str(index),
+              "--raw", "--json", "-k", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["answer"] is None and len(data["results"]) == 2
+    assert data["results"][0]["chunk"]["source"].endswith("handbook.md")
+    assert data["results"][0]["matched_questions"]
+
+    result = runner.invoke(app, ["query", "How many vacation days do new employees get?",
+                                 "--index", str(index)])
+    assert result.exit_code == 0
+    assert "25 days" in result.stdout and "[1]" in result.stdout
+    assert "handbook.md" in result.stdout
+
+
+def test_list_status_delete_config(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listed = json.loads(runner.invoke(app, ["list", "--index", str(index), "--json"]).stdout)
+    assert sorted(Path(s["uri"]).name for s in listed) == [
+        "battery-safety.pdf", "faq.html", "handbook.md", "release-notes.txt"]
+    assert all(s["questions"] > 0 for s in listed)
+    table = runner.invoke(app, ["list", "--index", str(index)]).stdout
+    assert "faq.html" in table
+
+    status = json.loads(runner.invoke(app, ["status", "--index", str(index), "--json"]).stdout)
+    assert status["counts"]["sources"] == 4 and status["embedding"]["dim"] == 384
+    assert "questions" in runner.invoke(app, ["status", "--index", str(index)]).stdout
+
+    faq = next(s["uri"] for s in listed if s["uri"].endswith("faq.html"))
+    result = runner.invoke(app, ["delete", faq, "--index", str(index)])
+    assert result.exit_code == 0 and "deleted" in result.stdout
+    result = runner.invoke(app, ["delete", faq, "--index", str(index)])
+    assert result.exit_code == 1 and "no source" in result.stderr
+
+    monkeypatch.setenv("ISOTOPE_TOP_K", "9")
+    config = json.loads(runner.invoke(app, ["config", "--index", str(index), "--json"]).stdout)
+    assert config["top_k"] == {"value": 9, "from": "env"}
+    assert config["question_model"]["from"] == "env"
+    assert config["chunk_size"] == {"value": 256, "from": "index"}
+    assert config["index"]["from"] == "argument"
+
+
+def test_errors_are_one_clear_line_and_exit_nonzero(
+    tmp_path: Path, examples: Path, fake_models: None
+) -> None:
+    result = runner.invoke(app, ["query", "anything", "--index", str(tmp_path / "none")])
+    assert result.exit_code == 1
+    assert "no index at" in result.stderr
+
+    (examples / "empty.txt").write_bytes(b"")
+    result = runner.invoke(app, ["ingest", str(examples), "--index", str(tmp_path / "i")])
+    assert result.exit_code == 1
+    assert f"error: {examples / 'empty.txt'}: file is empty" in " ".join(result.stderr.split())
+    assert "ingested 4 new" in result.stdout
+
+
+def test_query_raw_runs_as_a_fresh_process(index: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "isotope", "query", "What does firmware 3.2 add?", "--raw",
+         "--index", str(index)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert "release-notes.txt" in done.stdout.splitlines()[0]
+
+
+def test_readme_opens_with_the_two_commands_and_they_exist() -> None:
+    first = [line.strip() for line in (ROOT / "README.md").read_text().splitlines()[:4]]
+    assert first[2].startswith("make demo") and first[3].startswith("make test")
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\ndemo: setup" in makefile and "\ntest: lint" in makefile
+    assert "make test" in (ROOT / ".ci" / "run").read_text()

