@@ -65,7 +65,11 @@ class FakeLLM(LLM):
             if not shared:
                 return NOT_FOUND
             return first.split(". ")[0].strip() + ". [1]"
-        return "A fact about the passage.\nAnother fact about the passage."
+        # The atomizer prompt: one fact per line, pronouns resolved, with the bullets and
+        # the preamble small models add.
+        passage = user.split("Passage:\n", 1)[-1]
+        facts = [re.sub(r"^It ", "The robot ", s) for s in re.split(r"(?<=\.)\s+", passage)]
+        return "Here are the facts:\n" + "\n".join(f"- {f.strip()}" for f in facts if f.strip())
 
 
 def _fake_factory(model: str, options: providers.ProviderOptions) -> LLM:

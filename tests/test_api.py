@@ -228,3 +228,66 @@ def test_chunk_size_setting_is_used(tmp_path: Path, embedder: Embedder, examples
         assert all(embedder.count_tokens(r.chunk.text) <= 64
                    for r in iso.search("fact number 150", k=5).results)
     shutil.rmtree(tmp_path / "idx")
+
+
+def test_llm_atomizer_writes_the_atoms(tmp_path: Path, embedder: Embedder) -> None:
+    llm = FakeLLM()
+    with Isotope.open(tmp_path / "idx", embedder=embedder, llm=llm, atomizer="llm") as iso:
+        report = iso.ingest_chunks(
+            ["The Orbit R2 is a vacuum robot. It maps up to five floors."], source="robot"
+        )
+        assert report.atoms == 2
+        assert "list of atomic facts" in llm.prompts[0][0]["content"]
+        hit = iso.search("How many floors can the robot map?", k=1).results[0]
+        atom = hit.matched_questions[0].atom
+        assert atom == "The robot maps up to five floors."  # the model's atom, not the sentence
+        assert iso.status().models["atomizer"].startswith("llm")
+
+
+def test_folders_are_walked_recursively_and_hidden_files_skipped(
+    iso: Isotope, tmp_path: Path
+) -> None:
+    root = tmp_path / "tree"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "a" / "b" / "deep.md").write_text("The deep file explains the cooling system.")
+    (root / ".git" / "config.txt").write_text("This hidden file must not be ingested at all.")
+    (root / ".hidden.txt").write_text("This hidden file must not be ingested either.")
+    (root / "a" / "loop").symlink_to(root)  # a symlink loop ends, it does not recurse
+    report = iso.ingest(root)
+    assert [Path(p).name for p in report.added] == ["deep.md"]
+    assert report.ok
+
+
+def test_equal_chunks_and_repeated_questions_are_stored_once_each(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    class Repeating(FakeLLM):
+        def _reply(self, user: str) -> str:  # type: ignore[override]
+            return "What is the boiling point of water at sea level?"
+
+    with Isotope.open(tmp_path / "idx", embedder=embedder, llm=Repeating(),
+                      dedup_threshold=None) as iso:
+        text = "Water boils at 100 degrees Celsius at sea level. Water is wet at room temperature."
+        report = iso.ingest_chunks([text, text], source="water")
+        assert report.chunks == 2 and report.ok
+        # one question per chunk: the second atom asked the same question
+        assert iso.status().counts["questions"] == 2
+
+
+def test_a_language_model_failure_skips_that_file_only(
+    tmp_path: Path, embedder: Embedder, examples: Path
+) -> None:
+    from isotope.errors import ProviderError
+
+    class Failing(FakeLLM):
+        def _reply(self, user: str) -> str:  # type: ignore[override]
+            if "Orbit R2 FAQ" in user:
+                raise ProviderError("fake/echo: the prompt does not fit the context window")
+            return FakeLLM._reply(user)
+
+    with Isotope.open(tmp_path / "idx", embedder=embedder, llm=Failing()) as iso:
+        report = iso.ingest(examples)
+        assert [Path(e.path).name for e in report.errors] == ["faq.html"]
+        assert "language model failed" in report.errors[0].message
+        assert len(report.added) == 3

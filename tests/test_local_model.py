@@ -5,6 +5,7 @@ Slow: loads 1.1 GB and generates for a few sentences (about a minute in all)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,15 @@ def test_real_answer_cites_the_passage(local_index: Isotope) -> None:
     response = local_index.ask("At what temperature are the tomato plants kept during the day?")
     assert response.answer is not None and "24" in response.answer
     assert response.citations == [1]
+
+
+def test_real_llm_atomizer_resolves_pronouns(tmp_path: Path, embedder: Embedder) -> None:
+    with Isotope.open(tmp_path / "idx", embedder=embedder, atomizer="llm",
+                      questions_per_atom=2) as iso:
+        report = iso.ingest_chunks(
+            ["Marie Curie was born in Warsaw in 1867. She won two Nobel Prizes."], source="bio"
+        )
+        assert report.ok and report.atoms >= 2
+        atoms = [h.text for h in iso.store.keyword_search("atoms", "Nobel Prizes", 5)]
+        assert atoms and all("Curie" in a for a in atoms), atoms
+        assert iso.search("Where was Marie Curie born?", k=1).results[0].chunk.source == "bio"

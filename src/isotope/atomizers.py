@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from isotope.models import Atom, Chunk
-from isotope.providers import LLM, Prompt, messages
+from isotope.providers import LLM, Prompt
 from isotope.sentences import split_sentences
 
 
@@ -48,16 +48,28 @@ class SentenceAtomizer(Atomizer):
         return out
 
 
-ATOMIZER_PROMPT_VERSION = "a1"
+ATOMIZER_PROMPT_VERSION = "a2"
 _ATOM_SYSTEM = (
-    "Split the passage into atomic facts. Each fact is one short, self-contained sentence "
-    "that is true according to the passage. Replace every pronoun (he, she, it, they, this) "
-    "with the name it refers to. Write one fact per line, with no numbering and nothing else."
+    "Rewrite the passage as a list of atomic facts. One fact per line. Each fact is a short, "
+    "complete sentence that can be understood alone: replace every pronoun (he, she, it, "
+    "they, his, her, its, their, this) with the name of the person or thing it refers to. "
+    "Keep names and numbers exactly as written. Write nothing else."
+)
+_EXAMPLE_PASSAGE = "The Acme X1 is a drone. It weighs 900 grams and its battery lasts 30 minutes."
+_EXAMPLE_FACTS = (
+    "The Acme X1 is a drone.\nThe Acme X1 weighs 900 grams.\n"
+    "The battery of the Acme X1 lasts 30 minutes."
 )
 
 
 def atomizer_prompt(chunk: str) -> Prompt:
-    return messages(_ATOM_SYSTEM, f"Passage:\n{chunk}")
+    """One worked example (pronouns resolved), then the chunk."""
+    return [
+        {"role": "system", "content": _ATOM_SYSTEM},
+        {"role": "user", "content": f"Passage:\n{_EXAMPLE_PASSAGE}"},
+        {"role": "assistant", "content": _EXAMPLE_FACTS},
+        {"role": "user", "content": f"Passage:\n{chunk}"},
+    ]
 
 
 def parse_atoms(reply: str, min_words: int) -> list[str]:

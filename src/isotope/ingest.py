@@ -18,13 +18,14 @@ from isotope import loaders
 from isotope.atomizers import Atomizer
 from isotope.chunking import chunk_text, section_metadata
 from isotope.embedders import Embedder
-from isotope.errors import IsotopeError, LoaderError
+from isotope.errors import IsotopeError, LoaderError, ProviderError
 from isotope.models import Atom, Chunk, Question, Source, content_hash, stable_id
 from isotope.providers import LLM
 from isotope.questions import (
     PROMPT_VERSION,
     diverse_mask,
     keep_mask,
+    normalize_question,
     parse_questions,
     question_prompt,
 )
@@ -188,6 +189,9 @@ class Pipeline:
             except LoaderError as exc:
                 report.errors.append(FileError(exc.path, exc.reason))
                 log.warning("%s", exc)
+            except ProviderError as exc:  # this file is left out; the others go on
+                report.errors.append(FileError(str(path), f"language model failed: {exc}"))
+                log.warning("%s: %s", path, exc)
         self._notify(progress, "done", "", len(files), len(files), report)
         return report
 
@@ -205,10 +209,10 @@ class Pipeline:
         for item in chunks:
             if isinstance(item, str):
                 item = Chunk(text=item, source=source)
-            elif not item.source:
-                item = item.model_copy(update={"source": source, "id": ""})
-                item.model_post_init(None)
-            grouped.setdefault(item.source, []).append(item)
+            group = grouped.setdefault(item.source or source, [])
+            # Numbered by position in their source, so equal texts get distinct ids.
+            group.append(Chunk(text=item.text, source=item.source or source, index=len(group),
+                               start=item.start, end=item.end, metadata=item.metadata))
         report = IngestReport()
         for done, (uri, items) in enumerate(grouped.items()):
             text = "\n\n".join(c.text for c in items)
@@ -368,9 +372,14 @@ class Pipeline:
             )
             for i, ok in zip(idx, mask, strict=True):
                 keep[i] = ok
+        seen: set[tuple[str, str]] = set()
         by_chunk: dict[str, list[int]] = {}
         for i, q in enumerate(questions):
-            if keep[i]:
+            key = (q.chunk_id, normalize_question(q.text))
+            if keep[i] and key in seen:
+                keep[i] = False  # the same question, asked for two atoms of the chunk
+            elif keep[i]:
+                seen.add(key)
                 by_chunk.setdefault(q.chunk_id, []).append(i)
         for idx in by_chunk.values():
             mask = diverse_mask(question_vectors[idx], self.settings.dedup_threshold)
