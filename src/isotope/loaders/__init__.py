@@ -32,6 +32,20 @@ class Document:
     sections: list[Section] = field(default_factory=list)
 
 
+def heading_sections(headings: list[tuple[int, int, str]], length: int) -> list[Section]:
+    """Sections from headings given as (offset, level, title), in order: each runs to the
+    next heading and carries its heading path (``headings``: titles from level 1 down)."""
+    sections: list[Section] = []
+    stack: list[tuple[int, str]] = []
+    for i, (start, level, title) in enumerate(headings):
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, title))
+        end = headings[i + 1][0] if i + 1 < len(headings) else length
+        sections.append(Section(start, end, {"headings": [t for _, t in stack]}))
+    return sections
+
+
 LoaderFunc = Callable[[Path, bytes], Document]
 
 

@@ -11,7 +11,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-from isotope.loaders import Document, Section
+from isotope.loaders import Document, heading_sections
 from isotope.loaders.text import decode_text
 
 _SKIP = {"script", "style", "noscript", "template", "svg", "nav", "header", "footer", "aside",
@@ -141,12 +141,4 @@ def load_html(path: Path, data: bytes) -> Document:
     text = chosen.text()
     headings = chosen.headings
     title = " ".join(parser.title.split()) or (headings[0][2] if headings else path.stem)
-    sections: list[Section] = []
-    stack: list[tuple[int, str]] = []
-    for i, (start, level, heading) in enumerate(headings):
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, heading))
-        end = headings[i + 1][0] if i + 1 < len(headings) else len(text)
-        sections.append(Section(start, end, {"headings": [t for _, t in stack]}))
-    return Document(text, {"type": "html", "title": title}, sections)
+    return Document(text, {"type": "html", "title": title}, heading_sections(headings, len(text)))

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from isotope.errors import LoaderError
-from isotope.loaders import Document, Section
+from isotope.loaders import Document, heading_sections
 
 _CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
 
@@ -79,14 +79,6 @@ def load_markdown(path: Path, data: bytes) -> Document:
         previous = line
         offset += len(line)
 
-    sections: list[Section] = []
-    path_stack: list[tuple[int, str]] = []
-    for i, (start, level, title) in enumerate(headings):
-        while path_stack and path_stack[-1][0] >= level:
-            path_stack.pop()
-        path_stack.append((level, title))
-        end = headings[i + 1][0] if i + 1 < len(headings) else len(text)
-        sections.append(Section(start, end, {"headings": [t for _, t in path_stack]}))
     if headings and not has_front_title and headings[0][1] == 1:
         metadata["title"] = headings[0][2]
-    return Document(text, metadata, sections)
+    return Document(text, metadata, heading_sections(headings, len(text)))
