@@ -7,6 +7,7 @@ import re
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,8 @@ class FakeLLM(LLM):
         self.prompts: list[Prompt] = []
 
     def complete_batch(
-        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
+        json_schema: dict[str, Any] | None = None,
     ) -> list[str]:
         self.calls += len(prompts)
         self.prompts.extend(prompts)
@@ -72,7 +74,7 @@ class FakeLLM(LLM):
         return "Here are the facts:\n" + "\n".join(f"- {f.strip()}" for f in facts if f.strip())
 
 
-def _fake_factory(model: str, options: providers.ProviderOptions) -> LLM:
+def _fake_factory(model: str, settings: object) -> LLM:
     return FakeLLM()
 
 
@@ -89,6 +91,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if key.startswith("ISOTOPE_"):
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ISOTOPE_CACHE_DIR", str(tmp_path / "cache"))
 
 
 @pytest.fixture(scope="session")

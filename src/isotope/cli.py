@@ -85,16 +85,31 @@ def ingest(
         "--exclude", help="Skip files matching this glob (repeatable).")] = None,
     questions_per_atom: Annotated[int | None, typer.Option(
         "--questions", "-n", help="Questions per atom.")] = None,
+    generation: Annotated[str | None, typer.Option(
+        "--generation", help="atom (one model call per atom), chunk (one per chunk) or "
+        "batched (local model, parallel sequences).")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only count chunks, atoms and model calls (and cache hits).")] = False,
     plain: Annotated[bool, typer.Option(
         "--plain", help="Print one line per file instead of a progress bar.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest files and directories: chunk, atomize, generate questions, embed, store."""
+    from dataclasses import asdict
+
     from isotope.ingest import Progress
 
     with _errors():
-        iso = _open(index, create=True, questions_per_atom=questions_per_atom)
+        iso = _open(index, create=True, questions_per_atom=questions_per_atom,
+                    generation=generation)
         with iso:
+            if dry_run:
+                plan = iso.plan(paths, include=include, exclude=exclude)
+                if as_json:
+                    _print_json(asdict(plan))
+                else:
+                    _print_plan(plan)
+                return
             progress_cb: Callable[[Progress], None] | None = None
             if plain and not as_json:
                 def progress_cb(p: Progress) -> None:
@@ -107,8 +122,6 @@ def ingest(
             else:
                 report = _ingest_with_bar(iso, paths, include, exclude)
     if as_json:
-        from dataclasses import asdict
-
         _print_json({**asdict(report), "ok": report.ok})
     else:
         _print_report(report)
@@ -138,6 +151,20 @@ def _ingest_with_bar(iso: Any, paths: list[Path], include: Any, exclude: Any) ->
         return iso.ingest(paths, include=include, exclude=exclude, progress=update)
 
 
+def _print_plan(plan: Any) -> None:
+    for problem in plan.errors:
+        err.print(f"[red]error:[/red] {problem.path}: {problem.message}", soft_wrap=True)
+    out.print(
+        f"would ingest {plan.sources} source(s) ({plan.unchanged} unchanged): {plan.chunks} "
+        f"chunks, {plan.atoms} atoms"
+    )
+    out.print(
+        f"model calls: {plan.llm_calls} needed, {plan.cached_calls} already in the cache; "
+        f"about {plan.estimated_prompt_tokens} prompt + {plan.estimated_completion_tokens} "
+        "completion tokens for the rest"
+    )
+
+
 def _print_report(report: Any) -> None:
     for problem in report.errors:
         err.print(f"[red]error:[/red] {problem.path}: {problem.message}", soft_wrap=True)
@@ -151,9 +178,19 @@ def _print_report(report: Any) -> None:
     )
     out.print(
         f"{report.chunks} chunks, {report.atoms} atoms, {report.questions} questions stored "
-        f"({report.questions_dropped} dropped by the filters), {report.llm_calls} LLM calls, "
-        f"{total:.1f} s"
+        f"({report.questions_dropped} dropped by the filters) in {total:.1f} s"
     )
+    out.print(
+        f"model: {report.llm_calls} calls, {report.llm_cache_hits} answered by the cache, "
+        f"{report.prompt_tokens} prompt + {report.completion_tokens} completion tokens; "
+        f"embeddings: {report.embedded} computed, {report.embedding_cache_hits} from the cache"
+    )
+    for failed in report.failed_atoms[:10]:
+        err.print(f"[yellow]no questions:[/yellow] {failed.path}: {failed.message}",
+                  soft_wrap=True)
+    if report.failed_atoms:
+        err.print(f"{len(report.failed_atoms)} atom(s) got no questions; run the same ingest "
+                  "again to retry only those")
 
 
 @app.command()

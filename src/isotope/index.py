@@ -14,9 +14,10 @@ from pydantic import BaseModel
 from isotope import __version__, embedders, providers, retrieval
 from isotope.answer import ANSWER_PROMPT_VERSION, answer_prompt, citations
 from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
+from isotope.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.embedders import Embedder
 from isotope.errors import ModelMismatch, SourceNotFound
-from isotope.ingest import IngestReport, Pipeline, ProgressCallback
+from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback
 from isotope.models import Chunk, QueryResponse, SearchResult
 from isotope.providers import LLM
 from isotope.questions import PROMPT_VERSION
@@ -62,13 +63,22 @@ class Isotope:
         self.settings = settings
         self.embedder = embedder
         self.origins = origins or {}
-        self._llms: dict[str, LLM] = {}
+        self.cache = Cache(settings.cache_dir / "cache.db") if settings.cache else None
+        self._llms: dict[str, CachedLLM] = {}
         if llm is not None:
-            self._llms[settings.question_model] = llm
-            self._llms.setdefault(settings.atomizer_model, llm)
-        if answer_llm is not None or llm is not None:
-            self._llms.setdefault(settings.answer_model, answer_llm or llm)  # type: ignore[arg-type]
+            self._llms[settings.question_model] = self._wrap(llm)
+            self._llms.setdefault(settings.atomizer_model, self._llms[settings.question_model])
+        if answer_llm is not None:
+            self._llms[settings.answer_model] = self._wrap(answer_llm)
+        elif llm is not None:
+            self._llms.setdefault(settings.answer_model, self._llms[settings.question_model])
         self._check_embedder()
+        if self.cache is not None:
+            self.embedder = CachedEmbedder(embedder, self.cache)
+
+    def _wrap(self, llm: LLM) -> CachedLLM:
+        return llm if isinstance(llm, CachedLLM) else CachedLLM(llm, self.cache,
+                                                                  seed=self.settings.seed)
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -128,22 +138,19 @@ class Isotope:
         self.close()
 
     def close(self) -> None:
-        for llm in self._llms.values():
-            closer = getattr(llm, "close", None)
-            if callable(closer):
-                closer()
+        for llm in {id(v): v for v in self._llms.values()}.values():
+            llm.close()
         self.store.close()
+        if self.cache is not None:
+            self.cache.close()
 
     # -- models ------------------------------------------------------------------------
-    def llm(self, model: str | None = None) -> LLM:
-        """The language model named ``model`` (default: the question model), loaded once."""
+    def llm(self, model: str | None = None) -> CachedLLM:
+        """The language model named ``model`` (default: the question model), loaded once,
+        behind the reply cache."""
         model = model or self.settings.question_model
         if model not in self._llms:
-            self._llms[model] = providers.create(
-                model,
-                {"threads": self.settings.threads, "context": self.settings.llm_context,
-                 "seed": self.settings.seed, "cache_dir": self.settings.cache_dir},
-            )
+            self._llms[model] = self._wrap(providers.create(model, self.settings))
         return self._llms[model]
 
     def atomizer(self) -> Atomizer:
@@ -184,6 +191,19 @@ class Isotope:
     ) -> IngestReport:
         """Ingest ready-made chunks (strings, or :class:`Chunk` objects with a ``source``)."""
         return self._pipeline().ingest_chunks(chunks, source=source, progress=progress)
+
+    def plan(
+        self,
+        paths: str | Path | Iterable[str | Path],
+        *,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+    ) -> IngestPlan:
+        """What :meth:`ingest` would do, without calling a model: chunks, atoms, model
+        calls needed and how many the cache covers, estimated tokens."""
+        if isinstance(paths, str | Path):
+            paths = [paths]
+        return self._pipeline().plan(paths, include=include, exclude=exclude)
 
     async def aingest_chunks(
         self,

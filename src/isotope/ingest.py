@@ -15,20 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from isotope import loaders
-from isotope.atomizers import Atomizer
+from isotope.atomizers import Atomizer, SentenceAtomizer
 from isotope.chunking import chunk_text, section_metadata
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, LoaderError, ProviderError
+from isotope.generation import CHUNK_PROMPT_VERSION, QuestionGenerator
 from isotope.models import Atom, Chunk, Question, Source, content_hash, stable_id
 from isotope.providers import LLM
-from isotope.questions import (
-    PROMPT_VERSION,
-    diverse_mask,
-    keep_mask,
-    normalize_question,
-    parse_questions,
-    question_prompt,
-)
+from isotope.questions import PROMPT_VERSION, diverse_mask, keep_mask, normalize_question
 from isotope.settings import Settings, index_settings
 from isotope.stores import SourceBatch, Store
 
@@ -55,6 +49,9 @@ class IngestReport:
     """Files left out on purpose (unsupported type)."""
     errors: list[FileError] = field(default_factory=list)
     """Files that could not be ingested; everything else was."""
+    failed_atoms: list[FileError] = field(default_factory=list)
+    """Atoms whose questions could not be generated (their source is stored without them
+    and is completed by the next ingest)."""
     chunks: int = 0
     atoms: int = 0
     questions: int = 0
@@ -62,6 +59,13 @@ class IngestReport:
     questions_generated: int = 0
     questions_dropped: int = 0
     llm_calls: int = 0
+    """Calls the language model answered (cache hits are not calls)."""
+    llm_cache_hits: int = 0
+    embedding_cache_hits: int = 0
+    embedded: int = 0
+    """Texts the embedding model embedded (cache hits excluded; 0 when the cache is off)."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
 
     @property
@@ -84,6 +88,23 @@ class Progress:
 
 
 ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass
+class IngestPlan:
+    """What an ingest would do (``isotope ingest --dry-run``): nothing is generated or
+    stored. Token counts are estimates for the calls the cache does not answer."""
+
+    sources: int = 0
+    unchanged: int = 0
+    chunks: int = 0
+    atoms: int = 0
+    llm_calls: int = 0
+    cached_calls: int = 0
+    estimated_prompt_tokens: int = 0
+    estimated_completion_tokens: int = 0
+    skipped: list[FileError] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
 
 
 class _Timer:
@@ -164,7 +185,8 @@ class Pipeline:
         self.atomizer = atomizer
         self._llm = llm
         self.fingerprint = stable_id(
-            sorted(index_settings(settings).items()), PROMPT_VERSION, embedder.model_id
+            sorted(index_settings(settings).items()), PROMPT_VERSION, CHUNK_PROMPT_VERSION,
+            embedder.model_id
         )
 
     # -- entry points ------------------------------------------------------------------
@@ -177,6 +199,7 @@ class Pipeline:
         progress: ProgressCallback | None = None,
     ) -> IngestReport:
         report = IngestReport()
+        meter = self._meter()
         files, report.skipped, report.errors = discover(
             paths,
             self.settings.include if include is None else include,
@@ -192,6 +215,7 @@ class Pipeline:
             except ProviderError as exc:  # this file is left out; the others go on
                 report.errors.append(FileError(str(path), f"language model failed: {exc}"))
                 log.warning("%s: %s", path, exc)
+        meter(report)
         self._notify(progress, "done", "", len(files), len(files), report)
         return report
 
@@ -214,11 +238,13 @@ class Pipeline:
             group.append(Chunk(text=item.text, source=item.source or source, index=len(group),
                                start=item.start, end=item.end, metadata=item.metadata))
         report = IngestReport()
+        meter = self._meter()
         for done, (uri, items) in enumerate(grouped.items()):
             text = "\n\n".join(c.text for c in items)
             src = Source(uri=uri, content_hash=content_hash(text), size=len(text.encode()),
                          loader="chunks")
             self._process(src, items, report, progress, done, len(grouped))
+        meter(report)
         self._notify(progress, "done", "", len(grouped), len(grouped), report)
         return report
 
@@ -236,11 +262,7 @@ class Pipeline:
             uri = str(path.resolve())
             digest = content_hash(data)
             existing = self.store.get_source(uri)
-            if (
-                existing is not None
-                and existing.content_hash == digest
-                and existing.metadata.get("pipeline") == self.fingerprint
-            ):
+            if self._is_current(existing, digest):
                 report.unchanged.append(uri)
                 return
             document, loader = loaders.load(path, data)
@@ -264,6 +286,101 @@ class Pipeline:
         )
         self._process(source, chunks, report, progress, done, total, existing is not None)
 
+    def plan(
+        self,
+        paths: Iterable[str | Path],
+        *,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+    ) -> IngestPlan:
+        """Count the chunks, atoms and model calls an ingest of ``paths`` needs, and how
+        many calls the cache already covers. With the ``llm`` atomizer, atoms are
+        estimated by sentences and its calls are counted as one per chunk."""
+        plan = IngestPlan()
+        files, plan.skipped, plan.errors = discover(
+            paths,
+            self.settings.include if include is None else include,
+            self.settings.exclude if exclude is None else exclude,
+        )
+        generator = self.generator()
+        estimate_atoms = SentenceAtomizer(min_words=self.settings.min_atom_words)
+        counter = self._counter()
+        for path in files:
+            try:
+                data = path.read_bytes()
+                if self._is_current(self.store.get_source(str(path.resolve())),
+                                    content_hash(data)):
+                    plan.unchanged += 1
+                    continue
+                document, _ = loaders.load(path, data)
+            except OSError as exc:
+                plan.errors.append(FileError(str(path), f"cannot read: {exc.strerror or exc}"))
+                continue
+            except LoaderError as exc:
+                plan.errors.append(FileError(exc.path, exc.reason))
+                continue
+            plan.sources += 1
+            spans = chunk_text(document.text, size=self.settings.chunk_size,
+                               overlap=self.settings.chunk_overlap, counter=counter)
+            chunks = [Chunk(text=document.text[s.start : s.end], start=s.start, index=i)
+                      for i, s in enumerate(spans)]
+            plan.chunks += len(chunks)
+            if self.settings.atomizer == "llm":
+                plan.llm_calls += len(chunks)
+            for chunk, atoms in zip(chunks, estimate_atoms.atomize_batch(chunks), strict=True):
+                plan.atoms += len(atoms)
+                prompts, cached = generator.plan(chunk, atoms)
+                plan.llm_calls += len(prompts)
+                plan.cached_calls += cached
+                share = (len(prompts) - cached) / max(1, len(prompts))
+                plan.estimated_prompt_tokens += int(share * sum(
+                    counter(m["content"]) + 8 for p in prompts for m in p))
+                plan.estimated_completion_tokens += int(
+                    share * len(atoms) * self.settings.questions_per_atom * 16)
+        return plan
+
+    def _meter(self) -> Callable[[IngestReport], None]:
+        """Snapshot the model counters; the returned function writes what was spent since
+        into a report."""
+        llm, embedder = self._llm(), self.embedder
+
+        def read() -> tuple[int, int, int, int, int, int]:
+            stats = getattr(llm, "stats", None)
+            embed_stats = getattr(embedder, "stats", None)
+            return (
+                stats.misses if stats else llm.usage.calls,
+                stats.hits if stats else 0,
+                embed_stats.hits if embed_stats else 0,
+                embed_stats.misses if embed_stats else 0,
+                llm.usage.prompt_tokens,
+                llm.usage.completion_tokens,
+            )
+
+        start = read()
+
+        def write(report: IngestReport) -> None:
+            end = read()
+            (report.llm_calls, report.llm_cache_hits, report.embedding_cache_hits,
+             report.embedded, report.prompt_tokens, report.completion_tokens) = (
+                b - a for a, b in zip(start, end, strict=True))
+
+        return write
+
+    def _is_current(self, existing: Source | None, digest: str) -> bool:
+        """The stored source is of this content, made by this pipeline, and complete."""
+        return (
+            existing is not None
+            and existing.content_hash == digest
+            and existing.metadata.get("pipeline") == self.fingerprint
+            and not existing.metadata.get("incomplete_atoms")
+        )
+
+    def generator(self) -> QuestionGenerator:
+        return QuestionGenerator(
+            self._llm(), n=self.settings.questions_per_atom, mode=self.settings.generation,
+            temperature=self.settings.temperature, max_repairs=self.settings.max_repairs,
+        )
+
     def _counter(self) -> Callable[[str], int]:
         from isotope.chunking import count_tokens
 
@@ -278,11 +395,7 @@ class Pipeline:
     ) -> None:
         if replacing is None:
             existing = self.store.get_source(source.uri)
-            if (
-                existing is not None
-                and existing.content_hash == source.content_hash
-                and existing.metadata.get("pipeline") == self.fingerprint
-            ):
+            if self._is_current(existing, source.content_hash):
                 report.unchanged.append(source.uri)
                 return
             replacing = existing is not None
@@ -291,20 +404,25 @@ class Pipeline:
         with _Timer(report, "atomize"):
             atoms_per_chunk = self.atomizer.atomize_batch(chunks)
         self._notify(progress, "generate", source.uri, done, total, report)
-        n = self.settings.questions_per_atom
+        generator = self.generator()
         generated: list[list[list[str]]] = []
+        failed = 0
         for chunk, atoms in zip(chunks, atoms_per_chunk, strict=True):
             with _Timer(report, "generate"):
-                replies = self._llm().complete_batch(
-                    [question_prompt(chunk.text, a.text, n) for a in atoms],
-                    max_tokens=40 * n + 40,
-                    temperature=self.settings.temperature,
-                ) if atoms else []
-            report.llm_calls += len(atoms)
-            generated.append([parse_questions(r, n) for r in replies])
+                result = generator.generate(chunk, atoms)
+            generated.append(result.questions)
+            for i, why in sorted(result.failed.items()):
+                failed += 1
+                report.failed_atoms.append(
+                    FileError(source.uri, f"atom {atoms[i].text[:60]!r}: {why}")
+                )
             report.atoms += len(atoms)
-            report.questions_generated += sum(len(q) for q in generated[-1])
+            report.questions_generated += sum(len(q) for q in result.questions)
             self._notify(progress, "generate", source.uri, done, total, report)
+        if failed:
+            # Stored with what succeeded; marked so that the next ingest asks again for the
+            # rest (the cache answers for the atoms that succeeded).
+            source.metadata["incomplete_atoms"] = failed
 
         atoms = [a for atoms in atoms_per_chunk for a in atoms]
         candidates = [

@@ -54,12 +54,12 @@ def package_dir(module: str) -> Path | None:
 
 def assemble(
     model: SplitModel,
-    cache_dir: Path,
+    model_dir: Path,
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> Path:
-    """The path of ``model``'s file in ``cache_dir``, assembling and verifying it once."""
-    target = cache_dir / "models" / model.filename
+    """The path of ``model``'s file in ``model_dir``, assembling and verifying it once."""
+    target = model_dir / model.filename
     if target.is_file() and target.stat().st_size == model.size:
         return target
     sources: list[Path] = []

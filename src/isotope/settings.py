@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_LLM = "local/qwen2.5-coder-1.5b"
@@ -35,7 +35,12 @@ class Settings(BaseSettings):
     index: Path = Field(Path(".isotope"), description="Index directory used when none is given")
     cache_dir: Path = Field(
         default_factory=_default_cache_dir,
-        description="Where assembled model files are kept (default ~/.cache/isotope)",
+        description="Where the cache of model replies and embeddings lives",
+    )
+    cache: bool = Field(True, description="Reuse cached model replies and embeddings")
+    model_dir: Path = Field(
+        default_factory=lambda: _default_cache_dir() / "models",
+        description="Where model files assembled from packages are kept",
     )
 
     embedding_model: str = Field(DEFAULT_EMBEDDER, description="Embedding model")
@@ -46,6 +51,10 @@ class Settings(BaseSettings):
     atomizer: Literal["sentence", "llm"] = Field("sentence", description="How chunks are split")
     min_atom_words: int = Field(3, ge=1, description="Shorter atoms get no questions")
     questions_per_atom: int = Field(5, ge=1, le=30, description="Questions asked per atom")
+    generation: Literal["atom", "chunk", "batched"] = Field(
+        "atom", description="One model call per atom, one per chunk, or batched decoding"
+    )
+    max_repairs: int = Field(2, ge=0, description="Retries of a reply in the wrong format")
     min_question_similarity: float = Field(
         0.3, ge=-1, le=1, description="Drop questions less similar (cosine) to their atom"
     )
@@ -63,6 +72,20 @@ class Settings(BaseSettings):
     llm_context: int = Field(4096, ge=512, description="Context window of the local model")
     temperature: float = Field(0.5, ge=0, description="Sampling temperature for questions")
     seed: int = Field(0, description="Sampling seed of the local model")
+
+    openai_base_url: str | None = Field(
+        None, description="Base URL of an OpenAI-compatible API (default: OpenAI's)"
+    )
+    openai_api_key: SecretStr | None = Field(
+        default_factory=lambda: SecretStr(os.environ["OPENAI_API_KEY"])
+        if os.environ.get("OPENAI_API_KEY") else None,
+        description="API key for openai/ models (default: $OPENAI_API_KEY)",
+    )
+    llm_concurrency: int = Field(8, ge=1, description="Remote model calls in flight at once")
+    requests_per_minute: float | None = Field(None, description="Remote request budget")
+    tokens_per_minute: float | None = Field(None, description="Remote token budget")
+    llm_timeout: float = Field(120.0, gt=0, description="Seconds before a remote call times out")
+    llm_max_retries: int = Field(5, ge=0, description="Retries of a failed remote call")
 
     include: list[str] = Field(
         default_factory=list, description="Globs a file in a directory must match"
@@ -87,6 +110,7 @@ INDEX_FIELDS: tuple[str, ...] = (
     "atomizer_model",
     "min_atom_words",
     "questions_per_atom",
+    "generation",
     "min_question_similarity",
     "dedup_threshold",
     "chunk_size",

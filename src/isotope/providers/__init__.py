@@ -11,8 +11,41 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TypedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from isotope.errors import ProviderError
+
+if TYPE_CHECKING:
+    from isotope.settings import Settings
+
+
+@dataclass
+class Usage:
+    """Tokens a provider has used so far."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+    def add(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        self.calls += 1
+
+
+class BatchGenerationError(ProviderError):
+    """Some prompts of a batch failed. ``results`` holds the replies that succeeded (None
+    where a prompt failed); ``failures`` maps the index of each failed prompt to why."""
+
+    def __init__(self, results: Sequence[str | None], failures: dict[int, str]) -> None:
+        self.results = list(results)
+        self.failures = dict(failures)
+        listed = "; ".join(f"#{i}: {why}" for i, why in sorted(failures.items())[:5])
+        more = f" (and {len(failures) - 5} more)" if len(failures) > 5 else ""
+        super().__init__(
+            f"{len(failures)} of {len(self.results)} generations failed: {listed}{more}"
+        )
 
 
 class Message(TypedDict):
@@ -28,22 +61,34 @@ class LLM(ABC):
 
     model_id: str = ""
     """Identifies the model (and its weights); recorded with what it generated."""
+    _usage: Usage | None = None
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens used so far (providers that know them keep it up to date)."""
+        if self._usage is None:
+            self._usage = Usage()
+        return self._usage
 
     @abstractmethod
     def complete_batch(
-        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
+        json_schema: dict[str, Any] | None = None,
     ) -> list[str]:
-        """One reply text per prompt, in order."""
+        """One reply text per prompt, in order. With ``json_schema``, the reply should be a
+        JSON object of that schema (constrained where the provider can, else asked for)."""
 
     def complete(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0) -> str:
         return self.complete_batch([prompt], max_tokens=max_tokens, temperature=temperature)[0]
 
     async def acomplete_batch(
-        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
+        json_schema: dict[str, Any] | None = None,
     ) -> list[str]:
         """Async version; by default runs :meth:`complete_batch` in a worker thread."""
         return await asyncio.to_thread(
-            self.complete_batch, prompts, max_tokens=max_tokens, temperature=temperature
+            self.complete_batch, prompts, max_tokens=max_tokens, temperature=temperature,
+            json_schema=json_schema,
         )
 
 
@@ -51,21 +96,12 @@ def messages(system: str, user: str) -> Prompt:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-LLMFactory = Callable[[str, "ProviderOptions"], LLM]
-
-
-class ProviderOptions(TypedDict):
-    threads: int
-    context: int
-    seed: int
-    cache_dir: Path
-
-
+LLMFactory = Callable[[str, "Settings"], LLM]
 _REGISTRY: dict[str, LLMFactory] = {}
 
 
 def register(name: str, factory: LLMFactory) -> None:
-    """Register ``factory(model, options)`` for model strings equal to ``name`` or
+    """Register ``factory(model, settings)`` for model strings equal to ``name`` or
     starting with ``name/``."""
     _REGISTRY[name] = factory
 
@@ -74,28 +110,54 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create(model: str, options: ProviderOptions) -> LLM:
-    """Build the provider a model string names."""
+def create(model: str, settings: Settings) -> LLM:
+    """Build the provider a model string names: ``local/qwen2.5-coder-1.5b``,
+    ``local/PATH.gguf``, ``openai/NAME``, ``openai/NAME@BASE_URL``, ``litellm/...``."""
     from isotope.errors import IsotopeError
 
-    factory = _REGISTRY.get(model)
-    if factory is None and model.startswith("local/") and model.endswith(".gguf"):
-        factory = _REGISTRY.get("local")
-    if factory is None:
+    factory = _REGISTRY.get(model) or _REGISTRY.get(model.split("/", 1)[0])
+    if factory is None or (model.startswith("local/") and model not in _REGISTRY
+                           and not model.endswith(".gguf")):
         raise IsotopeError(
             f"unknown language model {model!r}; choose from: {', '.join(available())} "
-            "(or local/PATH/TO/MODEL.gguf)"
+            "(prefixes take a model name: openai/NAME[@BASE_URL], litellm/PROVIDER/NAME, "
+            "local/PATH/TO/MODEL.gguf)"
         )
-    return factory(model, options)
+    return factory(model, settings)
 
 
-def _local(model: str, options: ProviderOptions) -> LLM:
+def _local(model: str, settings: Settings) -> LLM:
     from isotope.providers.llama import LocalLlama
 
-    return LocalLlama.for_model(model, options)
+    return LocalLlama.for_model(model, settings)
+
+
+def _openai(model: str, settings: Settings) -> LLM:
+    from isotope.providers.openai import OpenAIChat, parse_model
+    from isotope.ratelimit import RateLimiter
+
+    name, base_url = parse_model(model)
+    return OpenAIChat(
+        name, base_url=base_url or settings.openai_base_url,
+        api_key=settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
+        concurrency=settings.llm_concurrency,
+        limiter=RateLimiter(settings.requests_per_minute, settings.tokens_per_minute),
+        timeout=settings.llm_timeout, max_retries=settings.llm_max_retries,
+    )
+
+
+def _litellm(model: str, settings: Settings) -> LLM:
+    from isotope.providers.litellm import LiteLLMChat
+
+    return LiteLLMChat(model.split("/", 1)[1], settings)
 
 
 for _name in ("local", "local/qwen2.5-coder-1.5b", "local/smollm2-135m"):
     register(_name, _local)
+register("openai", _openai)
+register("litellm", _litellm)
 
-__all__ = ["LLM", "Message", "Prompt", "ProviderOptions", "available", "create", "register"]
+__all__ = [
+    "LLM", "BatchGenerationError", "Message", "Prompt", "Usage", "available",
+    "create", "register",
+]

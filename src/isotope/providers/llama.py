@@ -14,7 +14,8 @@ from typing import Any
 
 from isotope.errors import MissingDependency, ProviderError
 from isotope.model_files import QWEN_CODER_15B, assemble, package_dir
-from isotope.providers import LLM, Prompt, ProviderOptions
+from isotope.providers import LLM, Prompt
+from isotope.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,13 @@ class LocalLlama(LLM):
         self._lock = threading.Lock()
 
     @classmethod
-    def for_model(cls, model: str, options: ProviderOptions) -> LocalLlama:
+    def for_model(cls, model: str, settings: Settings) -> LocalLlama:
         locate: Callable[[], Path]
         if model == "local/qwen2.5-coder-1.5b":
             model_id = "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:q4_k_m"
 
             def locate() -> Path:
-                return assemble(QWEN_CODER_15B, options["cache_dir"])
+                return assemble(QWEN_CODER_15B, settings.model_dir)
         elif model == "local/smollm2-135m":
             model_id = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:q4_1"
             locate = _smollm_path
@@ -68,9 +69,9 @@ class LocalLlama(LLM):
         return cls(
             model_id,
             locate,
-            threads=options["threads"],
-            context=options["context"],
-            seed=options["seed"],
+            threads=settings.threads,
+            context=settings.llm_context,
+            seed=settings.seed,
         )
 
     def _load(self) -> Any:
@@ -95,8 +96,12 @@ class LocalLlama(LLM):
         return self._llama
 
     def complete_batch(
-        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
+        json_schema: dict[str, Any] | None = None,
     ) -> list[str]:
+        response_format = (
+            {"type": "json_object", "schema": json_schema} if json_schema is not None else None
+        )
         replies: list[str] = []
         with self._lock:
             llama = self._load()
@@ -109,9 +114,12 @@ class LocalLlama(LLM):
                         top_p=0.9,
                         repeat_penalty=1.1,
                         seed=self.seed,
+                        response_format=response_format,
                     )
                 except ValueError as exc:  # e.g. the prompt exceeds the context window
                     raise ProviderError(f"{self.model_id}: {exc}") from exc
+                usage = result.get("usage") or {}
+                self.usage.add(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
                 replies.append(result["choices"][0]["message"]["content"] or "")
         return replies
 

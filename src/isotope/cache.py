@@ -1,0 +1,226 @@
+"""A content-addressed cache of language model replies and embeddings, so unchanged
+content is never paid for twice.
+
+A reply is keyed by the sha256 of (model id, the whole prompt, generation parameters):
+the prompt carries the prompt version and the input text, so changing the question prompt
+misses the cache for questions but still hits it for atoms. An embedding is keyed by
+(embedding model id, text), so changing the embedding model re-embeds but regenerates
+nothing. The cache is one SQLite file (``cache_dir/cache.db``) shared by every index of
+the user; it is safe to delete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from isotope.embedders import Embedder, Vectors
+from isotope.providers import LLM, BatchGenerationError, Prompt, Usage
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, text TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
+"""
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+
+
+class Cache:
+    """The cache file. Thread-safe; several processes may share it (SQLite WAL)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._conn().executescript(_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    @staticmethod
+    def reply_key(model_id: str, prompt: Prompt, params: dict[str, Any]) -> str:
+        blob = json.dumps([model_id, prompt, params], sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @staticmethod
+    def embedding_key(model_id: str, text: str) -> str:
+        return hashlib.sha256(f"{model_id}\x1f{text}".encode()).hexdigest()
+
+    def get_replies(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]:
+        found: dict[str, tuple[str, int, int]] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start : start + 500]
+            rows = self._conn().execute(
+                f"SELECT key, text, prompt_tokens, completion_tokens FROM replies "
+                f"WHERE key IN ({','.join('?' * len(part))})", list(part),
+            )
+            found.update({r[0]: (r[1], r[2], r[3]) for r in rows})
+        return found
+
+    def put_replies(self, rows: Sequence[tuple[str, str, int, int]]) -> None:
+        if rows:
+            self._conn().executemany(
+                "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", list(rows)
+            )
+
+    def get_embeddings(self, keys: Sequence[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start : start + 500]
+            rows = self._conn().execute(
+                f"SELECT key, vector FROM embeddings WHERE key IN ({','.join('?' * len(part))})",
+                list(part),
+            )
+            found.update({r[0]: r[1] for r in rows})
+        return found
+
+    def put_embeddings(self, rows: Sequence[tuple[str, bytes]]) -> None:
+        if rows:
+            self._conn().executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?)", list(rows))
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class CachedLLM(LLM):
+    """Answers from the cache what it can, and asks the wrapped model for the rest (in one
+    batch). Replies are stored as they arrive, so a batch that fails half way keeps what
+    succeeded and a re-run asks only for the missing ones. With ``cache=None`` it only
+    counts the calls (``stats.misses``)."""
+
+    def __init__(self, inner: LLM, cache: Cache | None, *, seed: int = 0) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.model_id = inner.model_id
+        self.seed = seed
+        self.stats = CacheStats()
+
+    @property
+    def usage(self) -> Usage:
+        return self.inner.usage
+
+    def _keys(self, prompts: Sequence[Prompt], max_tokens: int, temperature: float,
+              json_schema: dict[str, Any] | None = None) -> list[str]:
+        params = {"max_tokens": max_tokens, "temperature": temperature, "seed": self.seed,
+                  "json_schema": json_schema}
+        return [Cache.reply_key(self.model_id, p, params) for p in prompts]
+
+    def cached(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
+               temperature: float = 0.0, json_schema: dict[str, Any] | None = None) -> list[bool]:
+        """Which prompts the cache already answers (for dry runs)."""
+        if self.cache is None:
+            return [False] * len(prompts)
+        keys = self._keys(prompts, max_tokens, temperature, json_schema)
+        found = self.cache.get_replies(keys)
+        return [k in found for k in keys]
+
+    def complete_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
+        json_schema: dict[str, Any] | None = None,
+    ) -> list[str]:
+        if self.cache is None:
+            self.stats.misses += len(prompts)
+            return self.inner.complete_batch(prompts, max_tokens=max_tokens,
+                                             temperature=temperature, json_schema=json_schema)
+        keys = self._keys(prompts, max_tokens, temperature, json_schema)
+        found = self.cache.get_replies(keys)
+        replies: list[str | None] = [found[k][0] if k in found else None for k in keys]
+        missing = [i for i, r in enumerate(replies) if r is None]
+        self.stats.hits += len(prompts) - len(missing)
+        self.stats.misses += len(missing)
+        if not missing:
+            return [r or "" for r in replies]
+        before = Usage(self.inner.usage.prompt_tokens, self.inner.usage.completion_tokens)
+        try:
+            fresh: Sequence[str | None] = self.inner.complete_batch(
+                [prompts[i] for i in missing], max_tokens=max_tokens, temperature=temperature,
+                json_schema=json_schema,
+            )
+            error: BatchGenerationError | None = None
+        except BatchGenerationError as exc:
+            fresh, error = exc.results, exc
+        spent = self.inner.usage.completion_tokens - before.completion_tokens
+        per_call = spent // max(1, len(missing))
+        self.cache.put_replies([
+            (keys[i], text, 0, per_call) for i, text in zip(missing, fresh, strict=True)
+            if text is not None
+        ])
+        for i, text in zip(missing, fresh, strict=True):
+            replies[i] = text
+        if error is not None:
+            raise BatchGenerationError(
+                replies, {missing[i]: message for i, message in error.failures.items()}
+            ) from error
+        return [r or "" for r in replies]
+
+    def __getattr__(self, name: str) -> Any:
+        # Capabilities of the wrapped model (e.g. sample_questions), uncached.
+        return getattr(self.inner, name)
+
+    def close(self) -> None:
+        closer = getattr(self.inner, "close", None)
+        if callable(closer):
+            closer()
+
+
+class CachedEmbedder(Embedder):
+    """Embeds only texts the cache has not seen with this model."""
+
+    def __init__(self, inner: Embedder, cache: Cache) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.batch_size = inner.batch_size
+        self.stats = CacheStats()
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors:
+        return self.embed(texts)
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        keys = [self.cache.embedding_key(self.model_id, t) for t in texts]
+        found = self.cache.get_embeddings(keys)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        missing = [i for i, k in enumerate(keys) if k not in found]
+        for i, k in enumerate(keys):
+            if k in found:
+                out[i] = np.frombuffer(found[k], dtype=np.float32)
+        self.stats.hits += len(texts) - len(missing)
+        self.stats.misses += len(missing)
+        if missing:
+            vectors = self.inner.embed([texts[i] for i in missing])
+            out[missing] = vectors
+            self.cache.put_embeddings(
+                [(keys[i], vectors[j].tobytes()) for j, i in enumerate(missing)]
+            )
+        return out
+
+    def embed_one(self, text: str) -> Vectors:
+        # Queries are not cached: one lookup costs about what embedding costs.
+        return self.inner.embed_one(text)
+
+    def count_tokens(self, text: str) -> int | None:
+        return self.inner.count_tokens(text)

@@ -1,0 +1,202 @@
+"""Question generation: which calls to make and how to read their replies.
+
+Modes (setting ``generation``):
+- ``atom``: one call per atom; the chunk comes first in every prompt, so a local model's
+  cache reuses it between the atoms of one chunk.
+- ``chunk``: one structured call per chunk: the statements are numbered and the model
+  returns a JSON object of questions per statement number (constrained to that schema
+  where the provider supports it), so the chunk is sent once; the questions keep their
+  atom. Statements the reply leaves out are asked again one by one.
+- ``batched``: the local model samples the questions of one atom as parallel sequences
+  from one shared prompt (batched decoding); other providers fall back to ``atom``.
+
+A reply with no usable question (empty, not in the format, cut off) is retried with a
+repair message at most ``max_repairs`` times; after that the atom is reported and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from isotope.models import Atom, Chunk
+from isotope.providers import LLM, BatchGenerationError, Prompt, messages
+from isotope.questions import SYSTEM, parse_questions, question_prompt
+
+log = logging.getLogger(__name__)
+Mode = Literal["atom", "chunk", "batched"]
+CHUNK_PROMPT_VERSION = "qc1"
+QUESTION_TOKENS = 40
+REPAIR = (
+    "Your reply was not in the requested format. Reply again with only the questions, "
+    "one per line, each a complete question ending with a question mark."
+)
+CHUNK_SYSTEM = (
+    "You write search questions for a document index. You get a passage and its statements, "
+    "numbered. For every statement, write questions that the statement answers. Every "
+    "question must make sense on its own: name people, places and things explicitly; never "
+    "use pronouns such as he, she, it, they or this. Reply with a JSON object that maps each "
+    "statement number to a list of questions."
+)
+
+
+@dataclass
+class Generated:
+    """Questions per atom for one chunk, and the atoms that failed."""
+
+    questions: list[list[str]]
+    failed: dict[int, str] = field(default_factory=dict)
+    calls: int = 0
+
+
+def chunk_prompt(chunk: str, atoms: Sequence[str], n: int) -> Prompt:
+    listing = "\n".join(f"{i}. {a}" for i, a in enumerate(atoms, start=1))
+    user = (
+        f"Passage:\n{chunk}\n\nStatements:\n{listing}\n\n"
+        f"Write {n} questions for each of the {len(atoms)} statements."
+    )
+    return messages(CHUNK_SYSTEM, user)
+
+
+def chunk_schema(count: int, n: int) -> dict[str, Any]:
+    """JSON schema of a per-chunk reply: ``{"1": [n questions], ..., "count": [...]}``."""
+    items = {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": n}
+    keys = [str(i) for i in range(1, count + 1)]
+    return {"type": "object", "properties": dict.fromkeys(keys, items), "required": keys}
+
+
+def parse_chunk_reply(reply: str, count: int, n: int) -> list[list[str]]:
+    """Questions per statement from a per-chunk reply: the JSON object asked for, or
+    lines of the form ``3: question?`` when the model ignored the format."""
+    out: list[list[str]] = [[] for _ in range(count)]
+    data: Any = None
+    match = re.search(r"\{.*\}", reply, re.S)
+    if match:
+        try:
+            data = json.loads(match.group(0))
+        except json.JSONDecodeError:
+            data = None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            number = re.sub(r"\D", "", str(key))
+            if number and 1 <= int(number) <= count:
+                texts = value if isinstance(value, list) else [value]
+                out[int(number) - 1] = parse_questions("\n".join(map(str, texts)), n)
+        return out
+    for line in reply.splitlines():
+        found = re.match(r"^\s*(?:statement\s*)?(\d{1,3})\s*[:.)-]\s*(.+)$", line, re.I)
+        if found and 1 <= int(found.group(1)) <= count:
+            out[int(found.group(1)) - 1].extend(parse_questions(found.group(2), 1))
+    return [qs[:n] for qs in out]
+
+
+class QuestionGenerator:
+    """Writes ``n`` questions per atom with ``llm`` in the given mode."""
+
+    def __init__(self, llm: LLM, *, n: int, mode: Mode = "atom", temperature: float = 0.5,
+                 max_repairs: int = 2) -> None:
+        self.llm = llm
+        self.n = n
+        self.mode = mode
+        self.temperature = temperature
+        self.max_repairs = max_repairs
+        self.max_tokens = QUESTION_TOKENS * n + 40
+
+    def plan(self, chunk: Chunk, atoms: Sequence[Atom]) -> tuple[list[Prompt], int]:
+        """The first-round prompts this chunk needs, and how many of them the cache
+        already answers (for dry runs)."""
+        if not atoms:
+            return [], 0
+        if self.mode == "chunk":
+            prompts = [chunk_prompt(chunk.text, [a.text for a in atoms], self.n)]
+            kwargs: dict[str, Any] = {"max_tokens": self.max_tokens * len(atoms),
+                                      "json_schema": chunk_schema(len(atoms), self.n)}
+        else:
+            prompts = [question_prompt(chunk.text, a.text, self.n) for a in atoms]
+            kwargs = {"max_tokens": self.max_tokens}
+        cached = getattr(self.llm, "cached", None)
+        if cached is None or self.mode == "batched":
+            return prompts, 0
+        hits = cached(prompts, temperature=self.temperature, **kwargs)
+        return prompts, sum(hits)
+
+    def generate(self, chunk: Chunk, atoms: Sequence[Atom]) -> Generated:
+        if not atoms:
+            return Generated([])
+        if self.mode == "chunk":
+            return self._per_chunk(chunk, atoms)
+        if self.mode == "batched" and hasattr(self.llm, "sample_questions"):
+            return self._batched(chunk, atoms)
+        return self._per_atom(chunk, atoms, list(range(len(atoms))))
+
+    def _complete(self, prompts: list[Prompt], max_tokens: int, result: Generated,
+                  **kwargs: Any) -> tuple[list[str | None], dict[int, str]]:
+        """Replies (None where a call failed) and why each failed call failed."""
+        result.calls += len(prompts)
+        try:
+            return list(self.llm.complete_batch(prompts, max_tokens=max_tokens,
+                                                temperature=self.temperature, **kwargs)), {}
+        except BatchGenerationError as exc:
+            return exc.results, exc.failures
+
+    def _per_atom(self, chunk: Chunk, atoms: Sequence[Atom], todo: list[int],
+                  result: Generated | None = None) -> Generated:
+        result = result or Generated([[] for _ in atoms])
+        prompts = {i: question_prompt(chunk.text, atoms[i].text, self.n) for i in todo}
+        for attempt in range(self.max_repairs + 1):
+            if not todo:
+                break
+            replies, why = self._complete([prompts[i] for i in todo], self.max_tokens, result)
+            retry: list[int] = []
+            for k, (i, reply) in enumerate(zip(todo, replies, strict=True)):
+                if reply is None:
+                    result.failed[i] = f"the model call failed: {why.get(k, 'no reply')}"
+                    continue
+                questions = parse_questions(reply, self.n)
+                if questions:
+                    result.questions[i] = questions
+                    result.failed.pop(i, None)
+                elif attempt < self.max_repairs:
+                    prompts[i] = [*prompts[i], {"role": "assistant", "content": reply},
+                                  {"role": "user", "content": REPAIR}]
+                    retry.append(i)
+                else:
+                    result.failed[i] = f"no question in the reply after {attempt + 1} tries"
+            todo = retry
+        return result
+
+    def _per_chunk(self, chunk: Chunk, atoms: Sequence[Atom]) -> Generated:
+        result = Generated([[] for _ in atoms])
+        prompt = chunk_prompt(chunk.text, [a.text for a in atoms], self.n)
+        (reply,), _ = self._complete(
+            [prompt], self.max_tokens * len(atoms), result,
+            json_schema=chunk_schema(len(atoms), self.n),
+        )
+        if reply is not None:
+            result.questions = parse_chunk_reply(reply, len(atoms), self.n)
+        missing = [i for i, qs in enumerate(result.questions) if not qs]
+        if missing:
+            log.info("chunk %s: %d statements left out of the reply; asking one by one",
+                     chunk.id, len(missing))
+            self._per_atom(chunk, atoms, missing, result)
+        return result
+
+    def _batched(self, chunk: Chunk, atoms: Sequence[Atom]) -> Generated:
+        result = Generated([[] for _ in atoms])
+        sampler = self.llm.sample_questions  # type: ignore[attr-defined]
+        for i, atom in enumerate(atoms):
+            result.calls += 1
+            replies: list[str] = sampler(chunk.text, atom.text, self.n,
+                                         temperature=max(self.temperature, 0.7))
+            result.questions[i] = parse_questions("\n".join(replies), self.n)
+        missing = [i for i, qs in enumerate(result.questions) if not qs]
+        if missing:
+            self._per_atom(chunk, atoms, missing, result)
+        return result
+
+
+__all__ = ["SYSTEM", "Generated", "Mode", "QuestionGenerator"]

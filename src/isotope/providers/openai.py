@@ -1,0 +1,227 @@
+"""Any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp's server, gateways)
+through the ``openai`` SDK, for chat and for embeddings.
+
+Prompts of a batch run concurrently (``llm_concurrency``, default 8) under a rate limiter
+(``requests_per_minute``, ``tokens_per_minute``). Timeouts, connection errors, HTTP 429
+and 5xx are retried with exponential backoff and jitter, honouring ``Retry-After``;
+authentication errors fail at once with the setting to fix. A batch in which some prompts
+fail keeps the replies that succeeded and raises :class:`BatchGenerationError` listing the
+others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from isotope.embedders import Embedder, Vectors, normalize
+from isotope.errors import MissingDependency, ProviderError
+from isotope.providers import LLM, BatchGenerationError, Prompt
+from isotope.ratelimit import RateLimiter
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ProviderAuthError(ProviderError):
+    """The endpoint refused the credentials: retrying cannot help."""
+
+
+def parse_model(model: str) -> tuple[str, str | None]:
+    """``openai/NAME`` or ``openai/NAME@BASE_URL`` -> (NAME, BASE_URL or None)."""
+    name = model.split("/", 1)[1] if "/" in model else model
+    if "@" in name:
+        name, base_url = name.split("@", 1)
+        return name, base_url
+    return name, None
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, even inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(coro))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+class _Client:
+    """The SDK client plus the retry policy shared by chat and embeddings."""
+
+    def __init__(self, base_url: str | None, api_key: str | None, *, timeout: float,
+                 max_retries: int, limiter: RateLimiter, key_setting: str) -> None:
+        try:
+            import openai
+        except ImportError as exc:
+            raise MissingDependency("OpenAI-compatible providers", "openai") from exc
+        self.openai = openai
+        self.base_url = base_url
+        self.api_key = api_key or "not-needed"
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.limiter = limiter
+        self.key_setting = key_setting
+
+    def make(self) -> Any:
+        # A fresh async client per event loop (asyncio.run creates a loop per batch).
+        return self.openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key,
+                                       timeout=self.timeout, max_retries=0)
+
+    async def call(self, what: str, tokens: int, request: Callable[[], Awaitable[T]]) -> T:
+        openai = self.openai
+        attempt = 0
+        while True:
+            await self.limiter.acquire(tokens)
+            try:
+                return await request()
+            except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+                raise ProviderAuthError(
+                    f"{what}: the endpoint {self.base_url or 'api.openai.com'} refused the "
+                    f"credentials (HTTP {exc.status_code}); set {self.key_setting} or "
+                    "OPENAI_API_KEY"
+                ) from exc
+            except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
+                    openai.APIConnectionError) as exc:
+                if attempt >= self.max_retries:
+                    raise ProviderError(f"{what}: gave up after {attempt + 1} attempts: "
+                                        f"{_describe(exc)}") from exc
+                delay = _retry_after(exc) or min(30.0, 0.5 * 2**attempt)
+                delay += random.uniform(0, delay / 4)
+                log.info("%s: %s; retrying in %.1f s", what, _describe(exc), delay)
+                await asyncio.sleep(delay)
+                attempt += 1
+            except openai.APIStatusError as exc:
+                raise ProviderError(f"{what}: HTTP {exc.status_code}: {_describe(exc)}") from exc
+
+
+def _describe(exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    return f"HTTP {status}" if status else type(exc).__name__
+
+
+def _retry_after(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    value = response.headers.get("retry-after")
+    try:
+        return min(60.0, max(0.0, float(value))) if value is not None else None
+    except ValueError:
+        return None
+
+
+class OpenAIChat(LLM):
+    """Chat completions from an OpenAI-compatible endpoint."""
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 concurrency: int = 8, limiter: RateLimiter | None = None,
+                 timeout: float = 120.0, max_retries: int = 5) -> None:
+        self.model = model
+        self.model_id = f"openai:{model}" + (f"@{base_url}" if base_url else "")
+        self.concurrency = concurrency
+        self._client = _Client(base_url, api_key, timeout=timeout, max_retries=max_retries,
+                               limiter=limiter or RateLimiter(),
+                               key_setting="ISOTOPE_OPENAI_API_KEY")
+
+    def complete_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
+        json_schema: dict[str, Any] | None = None,
+    ) -> list[str]:
+        return run_sync(self.acomplete_batch(prompts, max_tokens=max_tokens,
+                                             temperature=temperature, json_schema=json_schema))
+
+    async def acomplete_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
+        json_schema: dict[str, Any] | None = None,
+    ) -> list[str]:
+        client = self._client.make()
+        extra: dict[str, Any] = {}
+        if json_schema is not None:  # JSON mode is the widely supported subset
+            extra["response_format"] = {"type": "json_object"}
+        semaphore = asyncio.Semaphore(self.concurrency)
+
+        async def one(prompt: Prompt) -> str:
+            async with semaphore:
+                estimate = sum(len(m["content"]) for m in prompt) // 4 + max_tokens
+                response = await self._client.call(
+                    self.model_id, estimate,
+                    lambda: client.chat.completions.create(
+                        model=self.model, messages=prompt, max_tokens=max_tokens,
+                        temperature=temperature, **extra,
+                    ),
+                )
+                if response.usage is not None:
+                    self.usage.add(response.usage.prompt_tokens,
+                                   response.usage.completion_tokens)
+                if not response.choices:
+                    return ""
+                return str(response.choices[0].message.content or "")
+
+        try:
+            outcomes = await asyncio.gather(*(one(p) for p in prompts), return_exceptions=True)
+        finally:
+            await client.close()
+        for outcome in outcomes:
+            if isinstance(outcome, ProviderAuthError):
+                raise outcome
+        failures = {i: str(o) for i, o in enumerate(outcomes) if isinstance(o, BaseException)}
+        if failures:
+            raise BatchGenerationError(
+                [None if isinstance(o, BaseException) else o for o in outcomes], failures
+            )
+        return [str(o) for o in outcomes]
+
+
+class OpenAIEmbedder(Embedder):
+    """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint."""
+
+    def __init__(self, model: str, *, dim: int, base_url: str | None = None,
+                 api_key: str | None = None, timeout: float = 60.0, max_retries: int = 5,
+                 batch_size: int = 64) -> None:
+        self.model = model
+        self.model_id = f"openai:{model}"
+        self.dim = dim
+        self.batch_size = batch_size
+        self._client = _Client(base_url, api_key, timeout=timeout, max_retries=max_retries,
+                               limiter=RateLimiter(), key_setting="ISOTOPE_OPENAI_API_KEY")
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors:
+        async def run() -> Vectors:
+            client = self._client.make()
+            try:
+                response = await self._client.call(
+                    self.model_id, sum(len(t) for t in texts) // 4,
+                    lambda: client.embeddings.create(model=self.model, input=list(texts)),
+                )
+            finally:
+                await client.close()
+            data = sorted(response.data, key=lambda d: d.index)
+            vectors = np.array([d.embedding for d in data], dtype=np.float32)
+            if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+                raise ProviderError(
+                    f"{self.model_id} returned vectors of shape {vectors.shape}, expected "
+                    f"(n, {self.dim}); set ISOTOPE_EMBEDDING_DIM to the model's dimension"
+                )
+            return normalize(vectors)
+
+        return run_sync(run())

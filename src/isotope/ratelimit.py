@@ -1,0 +1,52 @@
+"""A rate limiter for remote providers: requests per minute and tokens per minute, as
+token buckets that refill continuously."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+
+class RateLimiter:
+    """``await limiter.acquire(tokens)`` waits until one more request of ``tokens``
+    tokens fits both budgets. None disables a budget."""
+
+    def __init__(self, requests_per_minute: float | None = None,
+                 tokens_per_minute: float | None = None) -> None:
+        self.rpm = requests_per_minute
+        self.tpm = tokens_per_minute
+        self._requests = float(requests_per_minute or 0)
+        self._tokens = float(tokens_per_minute or 0)
+        self._stamp = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        elapsed = now - self._stamp
+        self._stamp = now
+        if self.rpm:
+            self._requests = min(self.rpm, self._requests + elapsed * self.rpm / 60)
+        if self.tpm:
+            self._tokens = min(self.tpm, self._tokens + elapsed * self.tpm / 60)
+
+    async def acquire(self, tokens: int = 0) -> None:
+        if not self.rpm and not self.tpm:
+            return
+        async with self._lock:
+            while True:
+                self._refill()
+                need_requests = 1 - self._requests if self.rpm else 0
+                cost = min(tokens, self.tpm) if self.tpm else 0
+                need_tokens = cost - self._tokens if self.tpm else 0
+                if need_requests <= 0 and need_tokens <= 0:
+                    if self.rpm:
+                        self._requests -= 1
+                    if self.tpm:
+                        self._tokens -= cost
+                    return
+                wait = 0.0
+                if self.rpm and need_requests > 0:
+                    wait = max(wait, need_requests * 60 / self.rpm)
+                if self.tpm and need_tokens > 0:
+                    wait = max(wait, need_tokens * 60 / self.tpm)
+                await asyncio.sleep(wait)
