@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeLLM
 from isotope import Chunk, Isotope, ModelMismatch, Progress, SourceNotFound
 from isotope.embedders import Embedder
 from isotope.errors import InvalidIndex
 from isotope.settings import Settings
+
+from conftest import FakeLLM
 
 
 def test_ingest_examples_then_the_right_passage_comes_first(iso: Isotope, examples: Path) -> None:

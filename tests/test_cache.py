@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FakeLLM
 
 import isotope.questions
 from isotope import Isotope
 from isotope.embedders import Embedder
 from isotope.providers import BatchGenerationError, Prompt
+
+from conftest import FakeLLM
 
 
 class RenamedEmbedder(Embedder):

@@ -4,6 +4,7 @@ import pytest
 
 from isotope.errors import LoaderError, UnsupportedFile
 from isotope.loaders import load, supported_extensions
+
 from pdfmaker import make_pdf
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
