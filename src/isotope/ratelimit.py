@@ -1,5 +1,6 @@
 """A rate limiter for remote providers: requests per minute and tokens per minute, as
-token buckets that refill continuously."""
+token buckets that refill continuously and hold at most one second's worth, so requests
+are paced evenly instead of bursting a minute's budget at once."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ class RateLimiter:
                  tokens_per_minute: float | None = None) -> None:
         self.rpm = requests_per_minute
         self.tpm = tokens_per_minute
-        self._requests = float(requests_per_minute or 0)
-        self._tokens = float(tokens_per_minute or 0)
+        # Bucket sizes: one second's worth (at least one request / one call's tokens).
+        self._request_cap = max(1.0, (requests_per_minute or 0) / 60)
+        self._token_cap = float(tokens_per_minute or 0) / 60
+        self._requests = self._request_cap
+        self._tokens = self._token_cap
         self._stamp = time.monotonic()
         self._lock = asyncio.Lock()
 
@@ -25,9 +29,9 @@ class RateLimiter:
         elapsed = now - self._stamp
         self._stamp = now
         if self.rpm:
-            self._requests = min(self.rpm, self._requests + elapsed * self.rpm / 60)
+            self._requests = min(self._request_cap, self._requests + elapsed * self.rpm / 60)
         if self.tpm:
-            self._tokens = min(self.tpm, self._tokens + elapsed * self.tpm / 60)
+            self._tokens = min(self._token_cap, self._tokens + elapsed * self.tpm / 60)
 
     async def acquire(self, tokens: int = 0) -> None:
         if not self.rpm and not self.tpm:
@@ -36,7 +40,7 @@ class RateLimiter:
             while True:
                 self._refill()
                 need_requests = 1 - self._requests if self.rpm else 0
-                cost = min(tokens, self.tpm) if self.tpm else 0
+                cost = min(tokens, self._token_cap) if self.tpm else 0
                 need_tokens = cost - self._tokens if self.tpm else 0
                 if need_requests <= 0 and need_tokens <= 0:
                     if self.rpm:

@@ -159,17 +159,24 @@ class OpenAIChat(LLM):
         if json_schema is not None:  # JSON mode is the widely supported subset
             extra["response_format"] = {"type": "json_object"}
         semaphore = asyncio.Semaphore(self.concurrency)
+        refused: list[ProviderAuthError] = []
 
         async def one(prompt: Prompt) -> str:
             async with semaphore:
+                if refused:  # fail fast: no more calls once the credentials are refused
+                    raise refused[0]
                 estimate = sum(len(m["content"]) for m in prompt) // 4 + max_tokens
-                response = await self._client.call(
-                    self.model_id, estimate,
-                    lambda: client.chat.completions.create(
-                        model=self.model, messages=prompt, max_tokens=max_tokens,
-                        temperature=temperature, **extra,
-                    ),
-                )
+                try:
+                    response = await self._client.call(
+                        self.model_id, estimate,
+                        lambda: client.chat.completions.create(
+                            model=self.model, messages=prompt, max_tokens=max_tokens,
+                            temperature=temperature, **extra,
+                        ),
+                    )
+                except ProviderAuthError as exc:
+                    refused.append(exc)
+                    raise
                 if response.usage is not None:
                     self.usage.add(response.usage.prompt_tokens,
                                    response.usage.completion_tokens)

@@ -1,0 +1,116 @@
+"""A small server speaking the OpenAI chat-completions protocol on 127.0.0.1, for tests of
+the OpenAI-compatible provider. It answers like the FakeLLM, and injects faults from a
+script: each request pops the next fault (or none) for the statement it is about."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from conftest import FakeLLM
+
+Fault = str | None
+"""None (answer), "429", "429-retry-after", "500", "503", "401", "slow", "malformed"."""
+
+
+@dataclass
+class Script:
+    faults: list[Fault] = field(default_factory=list)
+    """Faults for the next requests, in order; then every request is answered."""
+    fault_for: Callable[[str], Fault] | None = None
+    """A fault decided by the statement the request is about (after the scripted ones)."""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    delay: float = 0.0
+
+
+def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+                  ) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            request = json.loads(self.rfile.read(length))
+            with script.lock:
+                script.requests.append(request)
+                script.in_flight += 1
+                script.max_in_flight = max(script.max_in_flight, script.in_flight)
+                fault = script.faults.pop(0) if script.faults else None
+            try:
+                user = request["messages"][1]["content"]  # the task, also under a repair
+                if fault is None and script.fault_for is not None:
+                    fault = script.fault_for(_statement(request))
+                time.sleep(script.delay)
+                self._answer(fault, request, user)
+            finally:
+                with script.lock:
+                    script.in_flight -= 1
+
+        def _answer(self, fault: Fault, request: dict[str, Any], user: str) -> None:
+            error = {"error": {"message": f"injected {fault}", "type": "test"}}
+            if fault == "429":
+                self._send(429, error)
+            elif fault == "429-retry-after":
+                self._send(429, error, {"Retry-After": "1"})
+            elif fault in ("500", "503"):
+                self._send(int(fault), error)
+            elif fault == "401":
+                self._send(401, error)
+            elif fault == "slow":
+                time.sleep(3)
+                self._send(200, _completion("too late"))
+            elif fault == "malformed":
+                self._send(200, _completion("Sure! Here is what you asked for."))
+            else:
+                self._send(200, _completion(FakeLLM._reply(user)))
+
+    return Handler
+
+
+def _statement(request: dict[str, Any]) -> str:
+    """The statement a question prompt is about (the whole first user message otherwise)."""
+    first = request["messages"][1]["content"]
+    return first.split("Statement:", 1)[-1].split("\n", 1)[0].strip()
+
+
+def _completion(text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
+        "model": "test-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+    }
+
+
+@contextmanager
+def serve(script: Script) -> Iterator[str]:
+    """Serve on a free port of 127.0.0.1; yields the base URL (``.../v1``)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,150 @@
+"""The OpenAI-compatible provider against a real HTTP server on 127.0.0.1 that speaks the
+OpenAI protocol and injects faults (tests/openai_server.py); the client is not mocked."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from isotope import Isotope
+from isotope.embedders import Embedder
+from isotope.providers import create, messages
+from isotope.providers.openai import ProviderAuthError
+from isotope.ratelimit import RateLimiter
+from isotope.settings import Settings
+
+from openai_server import Script, serve
+
+DOC = "The cafeteria opens at eight in the morning. The gym closes at ten in the evening."
+
+
+def _open(tmp_path: Path, embedder: Embedder, url: str, **settings: object) -> Isotope:
+    return Isotope.open(tmp_path / "idx", embedder=embedder,
+                        question_model=f"openai/test-model@{url}", llm_timeout=1,
+                        llm_max_retries=3, cache=False, **settings)
+
+
+@pytest.mark.parametrize("fault", ["429", "500", "503", "slow"])
+def test_transient_faults_are_retried(tmp_path: Path, embedder: Embedder, fault: str) -> None:
+    script = Script(faults=[fault, fault])
+    with serve(script) as url, _open(tmp_path, embedder, url) as iso:
+        report = iso.ingest_chunks([DOC], source="campus")
+        assert report.ok and not report.failed_atoms
+        assert report.questions > 0
+        assert len(script.requests) == report.atoms + 2  # two failed attempts, then success
+        assert report.prompt_tokens == 50 * report.llm_calls
+
+
+def test_retry_after_is_honoured(tmp_path: Path, embedder: Embedder) -> None:
+    script = Script(faults=["429-retry-after"])
+    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=1) as iso:
+        started = time.monotonic()
+        report = iso.ingest_chunks([DOC], source="campus")
+        assert time.monotonic() - started >= 1.0
+        assert report.ok and not report.failed_atoms
+
+
+def test_authentication_errors_fail_fast_naming_the_setting(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    script = Script(faults=["401"] * 10)
+    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=1) as iso:
+        with pytest.raises(ProviderAuthError, match="ISOTOPE_OPENAI_API_KEY"):
+            iso.ingest_chunks([DOC], source="campus")
+        assert len(script.requests) == 1
+        assert iso.status().counts["sources"] == 0
+
+
+def test_a_malformed_reply_is_repaired_then_given_up(tmp_path: Path, embedder: Embedder) -> None:
+    script = Script(faults=["malformed"])
+    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=1) as iso:
+        report = iso.ingest_chunks([DOC], source="campus")
+        assert not report.failed_atoms
+        repair = script.requests[-1]["messages"]
+        assert repair[-2] == {"role": "assistant", "content": "Sure! Here is what you asked for."}
+        assert "not in the requested format" in repair[-1]["content"]
+
+    script = Script(fault_for=lambda user: "malformed" if "gym" in user else None)
+    with serve(script) as url, _open(tmp_path / "b", embedder, url, max_repairs=2) as iso:
+        report = iso.ingest_chunks([DOC], source="campus")
+        assert len(report.failed_atoms) == 1 and "gym" in report.failed_atoms[0].message
+        assert "after 3 tries" in report.failed_atoms[0].message
+        gym = [r for r in script.requests if "gym" in r["messages"][1]["content"].split(
+            "Statement:")[1]]
+        assert len(gym) == 3  # the first try and two repairs
+        assert report.questions > 0  # the cafeteria atom's questions are kept
+
+
+def test_a_persistent_failure_lists_the_item_and_a_rerun_generates_only_it(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    broken = {"on": True}
+    script = Script(fault_for=lambda user: "503" if broken["on"] and "gym" in user else None)
+    with serve(script) as url:
+        iso = Isotope.open(tmp_path / "idx", embedder=embedder, llm_timeout=1,
+                           question_model=f"openai/test-model@{url}", llm_max_retries=1)
+        with iso:
+            report = iso.ingest_chunks([DOC], source="campus")
+            assert [f.message for f in report.failed_atoms] == [
+                "atom 'The gym closes at ten in the evening.': the model call failed: "
+                "openai:test-model@" + url + ": gave up after 2 attempts: HTTP 503"
+            ]
+            broken["on"] = False
+            script.requests.clear()
+            again = iso.ingest_chunks([DOC], source="campus")
+            assert again.llm_calls == 1 and again.llm_cache_hits == 1
+            assert len(script.requests) == 1
+            assert "Statement: The gym" in script.requests[0]["messages"][1]["content"]
+            assert not again.failed_atoms
+
+
+def test_calls_run_concurrently_up_to_the_limit(tmp_path: Path, embedder: Embedder) -> None:
+    script = Script(delay=0.3)
+    text = " ".join(f"Room {i} of the library has {i + 2} desks." for i in range(12))
+    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=4) as iso:
+        started = time.monotonic()
+        report = iso.ingest_chunks([text], source="library")
+        elapsed = time.monotonic() - started
+    assert report.llm_calls == 12
+    assert script.max_in_flight == 4
+    assert elapsed < 12 * 0.3  # faster than one at a time
+
+
+def test_rate_limiter_paces_requests() -> None:
+    limiter = RateLimiter(requests_per_minute=600)  # 10 per second
+
+    async def run() -> float:
+        started = time.monotonic()
+        for _ in range(21):
+            await limiter.acquire()
+        return time.monotonic() - started
+
+    # a second's worth (10) at once, then 11 more at 10 per second
+    assert 1.0 <= asyncio.run(run()) < 3
+
+
+def test_model_strings_pick_the_provider(tmp_path: Path) -> None:
+    settings = Settings(openai_base_url="http://127.0.0.1:9/v1")
+    chat = create("openai/gpt-4o-mini", settings)
+    assert chat.model_id == "openai:gpt-4o-mini@http://127.0.0.1:9/v1"
+    chat = create("openai/my-model@http://127.0.0.1:8000/v1", settings)
+    assert chat.model_id == "openai:my-model@http://127.0.0.1:8000/v1"
+    with pytest.raises(Exception, match="unknown language model"):
+        create("nosuch/model", settings)
+
+
+def test_the_async_api_works_inside_a_running_loop(tmp_path: Path) -> None:
+    script = Script()
+    with serve(script) as url:
+        chat = create(f"openai/test-model@{url}", Settings())
+
+        async def run() -> list[str]:
+            sync_inside_loop = chat.complete(messages("s", "Statement: Sky is blue.\n"))
+            return [sync_inside_loop, *await chat.acomplete_batch(
+                [messages("s", "Statement: Grass is green.\n")])]
+
+        replies = asyncio.run(run())
+    assert "sky is blue" in replies[0].lower() and "grass is green" in replies[1].lower()
