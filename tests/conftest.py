@@ -3,6 +3,7 @@ language model's reply, which the fake below writes deterministically."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Iterator, Sequence
@@ -44,6 +45,14 @@ class FakeLLM(LLM):
 
     @staticmethod
     def _reply(user: str) -> str:
+        listing = re.search(r"Statements:\n(.*?)\n\n", user, re.S)
+        if listing:  # one call per chunk: a JSON object of questions per statement
+            facts = re.findall(r"^(\d+)\. (.*)$", listing.group(1), re.M)
+            return json.dumps({
+                number: [f"Is it true that {fact.rstrip('.')[0].lower()}{fact.rstrip('.')[1:]}?",
+                         f"What is said about {' '.join(fact.split()[:4])}?"]
+                for number, fact in facts
+            })
         statement = re.search(r"Statement: (.*)\n", user)
         if statement:
             fact = statement.group(1).strip().rstrip(".")

@@ -139,3 +139,30 @@ def test_a_partly_failed_batch_keeps_its_successes_and_a_rerun_asks_only_for_the
         assert atoms == report.atoms
         top = iso.search("How often is the HEPA filter replaced?", k=1).results[0]
         assert "HEPA" in top.matched_questions[0].atom
+
+
+def test_one_call_per_chunk_keeps_each_question_with_its_atom(
+    tmp_path: Path, embedder: Embedder, examples: Path
+) -> None:
+    llm = FakeLLM()
+    with Isotope.open(tmp_path / "idx", embedder=embedder, llm=llm, generation="chunk") as iso:
+        report = iso.ingest(examples)
+        assert report.llm_calls == report.chunks == 4 < report.atoms
+        assert report.questions > report.atoms
+        assert all("Statements:" in p[-1]["content"] for p in llm.prompts)
+        hit = iso.search("How often should the HEPA filter be replaced?", k=1).results[0]
+        assert "HEPA" in hit.matched_questions[0].atom
+        assert "HEPA" in hit.matched_questions[0].text
+
+
+def test_chunk_reply_parsing_accepts_json_or_numbered_lines() -> None:
+    from isotope.generation import chunk_schema, parse_chunk_reply
+
+    assert parse_chunk_reply('{"1": ["Who won the game?"], "2": ["When was it played?", '
+                             '"Where was the game played?"]}', 2, 5) == [
+        ["Who won the game?"], ["When was it played?", "Where was the game played?"]]
+    assert parse_chunk_reply("1: Who won the game?\n2: Where was the game played?\n"
+                             "3: out of range question?", 2, 5) == [
+        ["Who won the game?"], ["Where was the game played?"]]
+    assert parse_chunk_reply("nothing useful", 2, 5) == [[], []]
+    assert chunk_schema(2, 3)["required"] == ["1", "2"]

@@ -64,3 +64,14 @@ def test_real_llm_atomizer_resolves_pronouns(tmp_path: Path, embedder: Embedder)
         atoms = [h.text for h in iso.store.keyword_search("atoms", "Nobel Prizes", 5)]
         assert atoms and all("Curie" in a for a in atoms), atoms
         assert iso.search("Where was Marie Curie born?", k=1).results[0].chunk.source == "bio"
+
+
+def test_batched_decoding_samples_several_questions_from_one_prompt(local_index: Isotope) -> None:
+    llm = local_index.llm()
+    chunk = DOCUMENT
+    atom = "The irrigation pumps of the greenhouse run every six hours and deliver 2 litres."
+    replies = llm.sample_questions(chunk, atom, 4, temperature=0.8)
+    assert len(replies) == 4
+    questions = [r for r in replies if r.endswith("?")]
+    assert len(questions) >= 2 and len(set(questions)) >= 2
+    assert llm.sample_questions(chunk, atom, 4, temperature=0.8) == replies  # cached

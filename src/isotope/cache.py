@@ -176,6 +176,23 @@ class CachedLLM(LLM):
             ) from error
         return [r or "" for r in replies]
 
+    def sample_questions(self, chunk: str, atom: str, n: int, *,
+                         temperature: float = 0.8) -> list[str]:
+        """Batched sampling of the wrapped local model, cached like a reply."""
+        sampler = self.inner.sample_questions  # type: ignore[attr-defined]
+        prompt: Prompt = [{"role": "sample_questions", "content": f"{chunk}\x1f{atom}"}]
+        key = self._keys([prompt], n, temperature)[0]
+        found = self.cache.get_replies([key]) if self.cache is not None else {}
+        if key in found:
+            self.stats.hits += 1
+            return found[key][0].split("\n")
+        self.stats.misses += 1
+        replies: list[str] = sampler(chunk, atom, n, temperature=temperature)
+        if self.cache is not None:
+            self.cache.put_replies([(key, "\n".join(r.replace("\n", " ") for r in replies),
+                                     0, 0)])
+        return replies
+
     def __getattr__(self, name: str) -> Any:
         # Capabilities of the wrapped model (e.g. sample_questions), uncached.
         return getattr(self.inner, name)

@@ -129,7 +129,7 @@ class QuestionGenerator:
             return Generated([])
         if self.mode == "chunk":
             return self._per_chunk(chunk, atoms)
-        if self.mode == "batched" and hasattr(self.llm, "sample_questions"):
+        if self.mode == "batched" and _can_sample(self.llm):
             return self._batched(chunk, atoms)
         return self._per_atom(chunk, atoms, list(range(len(atoms))))
 
@@ -197,6 +197,11 @@ class QuestionGenerator:
         if missing:
             self._per_atom(chunk, atoms, missing, result)
         return result
+
+
+def _can_sample(llm: LLM) -> bool:
+    inner = getattr(llm, "inner", llm)
+    return callable(getattr(inner, "sample_questions", None))
 
 
 __all__ = ["SYSTEM", "Generated", "Mode", "QuestionGenerator"]

@@ -45,6 +45,7 @@ class LocalLlama(LLM):
         self.context = context
         self.seed = seed
         self._llama: Any = None
+        self._sampler: Any = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -123,8 +124,48 @@ class LocalLlama(LLM):
                 replies.append(result["choices"][0]["message"]["content"] or "")
         return replies
 
+    def sample_questions(self, chunk: str, atom: str, n: int, *,
+                         temperature: float = 0.8) -> list[str]:
+        """``n`` questions about ``atom``, one per sequence, decoded in one batch."""
+        from isotope.questions import single_question_prompt
+
+        with self._lock:
+            llama = self._load()
+            if self._sampler is None:
+                from isotope.providers.llama_batched import BatchedSampler
+
+                self._sampler = BatchedSampler(llama, n_seq=8, n_ctx=self.context,
+                                               threads=self.threads)
+            prompt = self._format(llama, single_question_prompt(chunk, atom))
+            replies: list[str] = self._sampler.sample(
+                prompt, n, max_tokens=48, temperature=temperature, seed=self.seed
+            )
+            self.usage.add(len(self._sampler.cached), sum(len(r) // 4 for r in replies))
+            return replies
+
+    @staticmethod
+    def _format(llama: Any, prompt: Prompt) -> str:
+        """The prompt as text in the model's chat template, ready for the reply."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n"
+                           for m in prompt)
+            return text + "<|im_start|>assistant\n"
+        formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=llama.detokenize([llama.token_eos()]).decode(errors="ignore"),
+            bos_token=llama.detokenize([llama.token_bos()]).decode(errors="ignore"),
+        )
+        messages: Any = list(prompt)
+        return str(formatter(messages=messages).prompt)
+
     def close(self) -> None:
         with self._lock:
+            if self._sampler is not None:
+                self._sampler.close()
+                self._sampler = None
             if self._llama is not None:
                 self._llama.close()
                 self._llama = None
