@@ -41,7 +41,16 @@ class FakeLLM(LLM):
     ) -> list[str]:
         self.calls += len(prompts)
         self.prompts.extend(prompts)
-        return [self._reply(p[-1]["content"]) for p in prompts]
+        return [
+            self._rewrite(p[-1]["content"]) if p[0]["content"].startswith("Rewrite the user")
+            else self._reply(p[-1]["content"])
+            for p in prompts
+        ]
+
+    @staticmethod
+    def _rewrite(query: str) -> str:
+        """Query transformation: keywords into questions."""
+        return f"What is the {query}?\nHow do I find the {query}?"
 
     @staticmethod
     def _reply(user: str) -> str:

@@ -292,3 +292,20 @@ def test_a_language_model_failure_skips_that_file_only(
         assert [Path(e.path).name for e in report.errors] == ["faq.html"]
         assert "language model failed" in report.errors[0].message
         assert len(report.added) == 3
+
+
+def test_query_transformation_rewrites_keyword_queries(
+    iso: Isotope, examples: Path, fake_llm: FakeLLM
+) -> None:
+    iso.ingest(examples)
+    plain = iso.search("Orbit R2 battery charge time", k=3)
+    assert plain.rewrites == []
+    rewritten = iso.search("Orbit R2 battery charge time", k=3, transform=True)
+    assert rewritten.rewrites == ["What is the Orbit R2 battery charge time?",
+                                  "How do I find the Orbit R2 battery charge time?"]
+    assert rewritten.results[0].chunk.source.endswith("faq.html")
+    assert rewritten.results[0].score >= plain.results[0].score
+    assert "transform" in rewritten.timings
+    calls = fake_llm.calls
+    assert iso.search("How long does the battery last?", transform=True).rewrites == []
+    assert fake_llm.calls == calls  # a question is searched as it is

@@ -200,14 +200,21 @@ def query(
     k: Annotated[int | None, typer.Option("-k", help="Number of chunks to return.")] = None,
     raw: Annotated[bool, typer.Option(
         "--raw", help="Only the chunks found; no synthesised answer.")] = False,
+    transform: Annotated[bool | None, typer.Option(
+        "--transform/--no-transform",
+        help="Rewrite a keyword query into questions first (default: the query_transform "
+        "setting).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from the index, citing the chunks it used."""
     with _errors(), _open(index) as iso:
-        response = iso.search(text, k) if raw else iso.ask(text, k)
+        response = iso.search(text, k, transform=transform) if raw else iso.ask(
+            text, k, transform=transform)
     if as_json:
         _print_json(response.model_dump(mode="json"))
         return
+    if response.rewrites:
+        out.print("searched also: " + " | ".join(response.rewrites), soft_wrap=True)
     if response.answer is not None:
         out.print(response.answer, soft_wrap=True)
         out.print()

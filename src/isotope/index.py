@@ -20,7 +20,7 @@ from isotope.errors import ModelMismatch, SourceNotFound
 from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback
 from isotope.models import Chunk, QueryResponse, SearchResult
 from isotope.providers import LLM
-from isotope.questions import PROMPT_VERSION
+from isotope.questions import PROMPT_VERSION, parse_questions
 from isotope.settings import Settings, index_settings, resolve
 from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
 from isotope.stores.sqlite import SQLiteStore
@@ -218,13 +218,31 @@ class Isotope:
                                        progress=progress)
 
     # -- query -------------------------------------------------------------------------
-    def search(self, query: str, k: int | None = None) -> QueryResponse:
-        """The ``k`` chunks whose generated questions best match ``query``."""
-        return retrieval.search(self.store, self.embedder, query, k or self.settings.top_k)
+    def search(self, query: str, k: int | None = None, *,
+               transform: bool | None = None) -> QueryResponse:
+        """The ``k`` chunks whose generated questions best match ``query``.
 
-    def ask(self, query: str, k: int | None = None) -> QueryResponse:
+        With ``transform`` (default: the ``query_transform`` setting), a query that is not
+        already a question is first rewritten by the answer model into one to three
+        questions; all are searched and the results fused."""
+        k = k or self.settings.top_k
+        transform = self.settings.query_transform if transform is None else transform
+        if not transform or query.rstrip().endswith("?"):
+            return retrieval.search(self.store, self.embedder, query, k)
+        started = time.perf_counter()
+        reply = self.llm(self.settings.answer_model).complete(
+            retrieval.transform_prompt(query), max_tokens=120, temperature=0.0
+        )
+        rewrites = parse_questions(reply, 3)
+        response = retrieval.search_many(self.store, self.embedder, query, rewrites, k)
+        response.timings["transform"] = time.perf_counter() - started - sum(
+            response.timings.values())
+        return response
+
+    def ask(self, query: str, k: int | None = None, *,
+            transform: bool | None = None) -> QueryResponse:
         """Search, then have the answer model answer from the chunks found, citing them."""
-        response = self.search(query, k or self.settings.answer_k)
+        response = self.search(query, k or self.settings.answer_k, transform=transform)
         if not response.results:
             response.answer = "The index is empty or nothing matched."
             return response

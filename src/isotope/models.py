@@ -120,6 +120,8 @@ class QueryResponse(_Record):
     """The synthesised answer (``ask`` only), citing results as [1], [2], ..."""
     citations: list[int] = Field(default_factory=list)
     """1-based numbers of the results the answer cites."""
+    rewrites: list[str] = Field(default_factory=list)
+    """Questions the model rewrote a keyword query into (query transformation)."""
     timings: dict[str, float] = Field(default_factory=dict)
 
 

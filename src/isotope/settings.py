@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     chunk_overlap: int = Field(32, ge=0, description="Overlap between chunks in tokens")
 
     top_k: int = Field(5, ge=1, description="Chunks returned by a query")
+    query_transform: bool = Field(
+        False, description="Rewrite keyword queries into questions with the model first"
+    )
     answer_k: int = Field(3, ge=1, description="Chunks given to the answer model")
 
     threads: int = Field(2, ge=1, description="CPU threads for the local models")
