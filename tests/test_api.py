@@ -211,12 +211,15 @@ def test_a_new_process_reads_the_vector_cache_and_sees_new_writes(
 ) -> None:
     iso.ingest(examples / "handbook.md")
     first = iso.search("vacation days", k=1).results[0].chunk.id
-    assert (iso.settings.index / "vectors" / "questions.npy").exists()
+    assert (iso.settings.index / "vectors" / "questions.json").exists()
     with Isotope.open(iso.settings.index, embedder=embedder, llm=fake_llm) as other:
         assert other.search("vacation days", k=1).results[0].chunk.id == first
         other.ingest(examples / "faq.html")
     # the first handle sees the other's write (the generation moved on)
     assert iso.search("Orbit R2 battery", k=1).results[0].chunk.source.endswith("faq.html")
+    generation = iso.store.get_meta("generation")
+    assert sorted(p.name for p in (iso.settings.index / "vectors").glob("questions*")) == [
+        f"questions-{generation}.idx.npy", f"questions-{generation}.npy", "questions.json"]
 
 
 def test_chunk_size_setting_is_used(tmp_path: Path, embedder: Embedder, examples: Path) -> None:
@@ -309,3 +312,18 @@ def test_query_transformation_rewrites_keyword_queries(
     calls = fake_llm.calls
     assert iso.search("How long does the battery last?", transform=True).rewrites == []
     assert fake_llm.calls == calls  # a question is searched as it is
+
+
+def test_the_stores_grouped_search_agrees_with_the_contracts_default(
+    iso: Isotope, examples: Path
+) -> None:
+    from isotope.stores import Store
+
+    iso.ingest(examples)
+    for query in ("Orbit R2 battery", "vacation days", "firmware quiet mode"):
+        vector = iso.embedder.embed_one(query)
+        fast = iso.store.search_by_chunk("questions", vector, 3, 2)
+        default = Store.search_by_chunk(iso.store, "questions", vector, 3, 2)
+        assert [(c, [h.text for h in hits]) for c, hits in fast] == [
+            (c, [h.text for h in hits]) for c, hits in default]
+        assert len(fast) == 3

@@ -267,19 +267,7 @@ class Pipeline:
                 return
             document, loader = loaders.load(path, data)
         with _Timer(report, "chunk"):
-            spans = chunk_text(
-                document.text,
-                size=self.settings.chunk_size,
-                overlap=self.settings.chunk_overlap,
-                counter=self._counter(),
-            )
-            chunks = [
-                Chunk(
-                    text=document.text[s.start : s.end], source=uri, index=i, start=s.start,
-                    end=s.end, metadata=section_metadata(document.sections, s.start, s.end),
-                )
-                for i, s in enumerate(spans)
-            ]
+            chunks = self._chunk(document, uri, self._counter())
         source = Source(
             uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
             loader=loader.name, metadata={**document.metadata},
@@ -320,10 +308,7 @@ class Pipeline:
                 plan.errors.append(FileError(exc.path, exc.reason))
                 continue
             plan.sources += 1
-            spans = chunk_text(document.text, size=self.settings.chunk_size,
-                               overlap=self.settings.chunk_overlap, counter=counter)
-            chunks = [Chunk(text=document.text[s.start : s.end], start=s.start, index=i)
-                      for i, s in enumerate(spans)]
+            chunks = self._chunk(document, str(path.resolve()), counter)
             plan.chunks += len(chunks)
             if self.settings.atomizer == "llm":
                 plan.llm_calls += len(chunks)
@@ -380,6 +365,16 @@ class Pipeline:
             self._llm(), n=self.settings.questions_per_atom, mode=self.settings.generation,
             temperature=self.settings.temperature, max_repairs=self.settings.max_repairs,
         )
+
+    def _chunk(self, document: loaders.Document, uri: str,
+               counter: Callable[[str], int]) -> list[Chunk]:
+        spans = chunk_text(document.text, size=self.settings.chunk_size,
+                           overlap=self.settings.chunk_overlap, counter=counter)
+        return [
+            Chunk(text=document.text[s.start : s.end], source=uri, index=i, start=s.start,
+                  end=s.end, metadata=section_metadata(document.sections, s.start, s.end))
+            for i, s in enumerate(spans)
+        ]
 
     def _counter(self) -> Callable[[str], int]:
         from isotope.chunking import count_tokens

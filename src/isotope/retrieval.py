@@ -5,12 +5,11 @@ similarity of its best matching question; its matched questions come along."""
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 
 from isotope.embedders import Embedder
 from isotope.models import MatchedQuestion, QueryResponse, SearchResult
 from isotope.providers import Prompt, messages
-from isotope.stores import Hit, Store
+from isotope.stores import Store
 
 MATCHES_PER_CHUNK = 3
 
@@ -58,16 +57,7 @@ def search(store: Store, embedder: Embedder, query: str, k: int) -> QueryRespons
     started = time.perf_counter()
     vector = embedder.embed_one(query)
     embedded = time.perf_counter()
-    pool = max(200, k * 20)
-    while True:
-        hits = store.search("questions", vector, pool)
-        by_chunk: dict[str, list[Hit]] = defaultdict(list)
-        for hit in hits:
-            by_chunk[hit.chunk_id].append(hit)
-        if len(by_chunk) >= k or len(hits) < pool:
-            break
-        pool *= 4
-    ranked = sorted(by_chunk.items(), key=lambda item: -item[1][0].score)[:k]
+    ranked = store.search_by_chunk("questions", vector, k, MATCHES_PER_CHUNK)
     chunks = store.get_chunks([chunk_id for chunk_id, _ in ranked])
     results = [
         SearchResult(

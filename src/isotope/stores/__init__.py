@@ -72,6 +72,22 @@ class Store(ABC):
     def search(self, kind: Kind, vector: Vectors, k: int) -> list[Hit]:
         """The ``k`` stored items of ``kind`` nearest to ``vector`` (cosine), best first."""
 
+    def search_by_chunk(
+        self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3
+    ) -> list[tuple[str, list[Hit]]]:
+        """The ``k`` chunks whose items of ``kind`` are nearest to ``vector``, best first,
+        each with its up to ``per_chunk`` best hits. Stores may do this faster; this one
+        widens a :meth:`search` until ``k`` chunks are found."""
+        pool = max(64, 4 * k * per_chunk)
+        while True:
+            hits = self.search(kind, vector, pool)
+            grouped: dict[str, list[Hit]] = {}
+            for hit in hits:
+                grouped.setdefault(hit.chunk_id, []).append(hit)
+            if len(grouped) >= k or len(hits) < pool:
+                return [(c, h[:per_chunk]) for c, h in list(grouped.items())[:k]]
+            pool *= 4
+
     @abstractmethod
     def keyword_search(self, kind: Kind, query: str, k: int) -> list[Hit]:
         """The ``k`` best BM25 matches of ``query`` among items of ``kind``."""

@@ -19,6 +19,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,7 @@ class SQLiteStore(Store):
                 raise InvalidIndex(f"{self.directory} is a file, not an index directory")
             self.directory.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._matrices: dict[Kind, tuple[int, npt.NDArray[np.int64], Vectors]] = {}
+        self._matrices: dict[Kind, _Vectors] = {}
         conn = self._conn()
         version = self._schema_version(conn)
         if version is None:
@@ -210,45 +211,58 @@ class SQLiteStore(Store):
             return conn.execute("DELETE FROM sources WHERE uri=?", (uri,)).rowcount > 0
 
     # -- reads -------------------------------------------------------------------------
-    def _matrix(self, kind: Kind) -> tuple[npt.NDArray[np.int64], Vectors]:
-        conn = self._conn()
+    def _matrix(self, kind: Kind) -> _Vectors:
+        """The vectors of ``kind`` as of the current generation, from memory, from the
+        ``vectors/`` cache (immutable files named by generation), or rebuilt from SQLite."""
         generation = int(self.get_meta("generation") or 0)
         cached = self._matrices.get(kind)
-        if cached and cached[0] == generation:
-            return cached[1], cached[2]
+        if cached and cached.generation == generation:
+            return cached
         folder = self.directory / "vectors"
-        stamp = folder / f"{kind}.json"
         try:
-            if json.loads(stamp.read_text())["generation"] == generation:
-                rows = np.load(folder / f"{kind}.rows.npy")
-                matrix = np.load(folder / f"{kind}.npy", mmap_mode="r")
-                self._matrices[kind] = (generation, rows, matrix)
-                return rows, matrix
+            if json.loads((folder / f"{kind}.json").read_text())["generation"] == generation:
+                index = np.load(folder / f"{kind}-{generation}.idx.npy")
+                matrix = np.load(folder / f"{kind}-{generation}.npy", mmap_mode="r")
+                if index.shape == (2, len(matrix)):
+                    found = _Vectors(generation, index[0], index[1], matrix)
+                    self._matrices[kind] = found
+                    return found
         except (OSError, ValueError, KeyError):
             pass
+        conn = self._conn()
+        chunk_rowid = {
+            "questions": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
+            "atoms": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
+            "chunks": "t.rowid",
+        }[kind]
         conn.execute("BEGIN")
         try:
             generation = int(self.get_meta("generation") or 0)
-            data = conn.execute(f"SELECT rowid, vector FROM {kind} ORDER BY rowid").fetchall()
+            data = conn.execute(
+                f"SELECT t.rowid, {chunk_rowid}, t.vector FROM {kind} t ORDER BY t.rowid"
+            ).fetchall()
         finally:
             conn.execute("COMMIT")
         rows = np.fromiter((r[0] for r in data), dtype=np.int64, count=len(data))
+        groups = np.fromiter((r[1] for r in data), dtype=np.int64, count=len(data))
         if data:
-            matrix = np.frombuffer(b"".join(r[1] for r in data), dtype=np.float32)
+            matrix = np.frombuffer(b"".join(r[2] for r in data), dtype=np.float32)
             matrix = matrix.reshape(len(data), -1)
         else:
             matrix = np.zeros((0, 0), dtype=np.float32)
-        self._matrices[kind] = (generation, rows, matrix)
-        self._save_matrix(kind, generation, rows, matrix)
-        return rows, matrix
+        built = _Vectors(generation, rows, groups, matrix)
+        self._matrices[kind] = built
+        self._save_matrix(kind, built)
+        return built
 
-    def _save_matrix(
-        self, kind: Kind, generation: int, rows: npt.NDArray[np.int64], matrix: Vectors
-    ) -> None:
+    def _save_matrix(self, kind: Kind, vectors: _Vectors) -> None:
         folder = self.directory / "vectors"
+        generation = vectors.generation
         try:
             folder.mkdir(exist_ok=True)
-            for name, array in ((f"{kind}.rows.npy", rows), (f"{kind}.npy", matrix)):
+            index = np.vstack([vectors.rows, vectors.groups])
+            for name, array in ((f"{kind}-{generation}.idx.npy", index),
+                                (f"{kind}-{generation}.npy", vectors.matrix)):
                 fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
                 with os.fdopen(fd, "wb") as fh:
                     np.save(fh, array)
@@ -257,18 +271,47 @@ class SQLiteStore(Store):
             with os.fdopen(fd, "w") as fh:
                 json.dump({"generation": generation}, fh)
             os.replace(tmp, folder / f"{kind}.json")
+            for old in folder.glob(f"{kind}-*.npy"):  # older generations
+                if not old.name.startswith(f"{kind}-{generation}."):
+                    old.unlink(missing_ok=True)
         except OSError:  # a read-only index still answers, just without the cache
             log.debug("cannot write the vector cache in %s", folder, exc_info=True)
 
     def search(self, kind: Kind, vector: Vectors, k: int) -> list[Hit]:
-        rows, matrix = self._matrix(kind)
-        if not len(rows) or k <= 0:
+        found = self._matrix(kind)
+        if not len(found.rows) or k <= 0:
             return []
-        scores = matrix @ np.asarray(vector, dtype=np.float32)
-        k = min(k, len(scores))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return self._hits(kind, [(int(rows[i]), float(scores[i])) for i in top])
+        scores = found.matrix @ np.asarray(vector, dtype=np.float32)
+        top = _top(scores, k)
+        return self._hits(kind, [(int(found.rows[i]), float(scores[i])) for i in top])
+
+    def search_by_chunk(
+        self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3
+    ) -> list[tuple[str, list[Hit]]]:
+        found = self._matrix(kind)
+        if not len(found.rows) or k <= 0:
+            return []
+        scores = found.matrix @ np.asarray(vector, dtype=np.float32)
+        pool = max(64, 4 * k * per_chunk)
+        while True:
+            top = _top(scores, pool)
+            picked: dict[int, list[int]] = {}
+            for i in top:
+                group = picked.get(int(found.groups[i]))
+                if group is None:
+                    if len(picked) < k:
+                        picked[int(found.groups[i])] = [int(i)]
+                elif len(group) < per_chunk:
+                    group.append(int(i))
+            if len(picked) >= k or pool >= len(scores):
+                break
+            pool *= 4
+        chosen = [i for group in picked.values() for i in group]
+        hits = self._hits(kind, [(int(found.rows[i]), float(scores[i])) for i in chosen])
+        by_chunk: dict[str, list[Hit]] = {}
+        for hit in hits:
+            by_chunk.setdefault(hit.chunk_id, []).append(hit)
+        return list(by_chunk.items())
 
     def keyword_search(self, kind: Kind, query: str, k: int) -> list[Hit]:
         terms = re.findall(r"\w+", query.lower())
@@ -344,6 +387,24 @@ class SQLiteStore(Store):
 
     def disk_size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
+
+
+@dataclass(frozen=True)
+class _Vectors:
+    """All vectors of one kind: SQLite rowids, the rowid of each one's chunk, the matrix."""
+
+    generation: int
+    rows: npt.NDArray[np.int64]
+    groups: npt.NDArray[np.int64]
+    matrix: Vectors
+
+
+def _top(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
+    """Indices of the ``k`` highest scores, best first."""
+    k = min(k, len(scores))
+    top = np.argpartition(-scores, k - 1)[:k]
+    ordered: npt.NDArray[np.intp] = top[np.argsort(-scores[top], kind="stable")]
+    return ordered
 
 
 def _blob(vector: Vectors) -> bytes:
