@@ -63,7 +63,7 @@ def main() -> None:
     timings: dict[str, float] = {}
     if not (args.reuse and index.exists()):
         shutil.rmtree(index, ignore_errors=True)
-        with Isotope.open(index) as iso:
+        with Isotope.open(index, cache=False) as iso:
             started = time.perf_counter()
             last = [started]
 
@@ -87,7 +87,7 @@ def main() -> None:
     # Baseline: chunks only, no language model (embed + store).
     baseline_dir = OUT / "baseline-chunks"
     shutil.rmtree(baseline_dir, ignore_errors=True)
-    with Isotope.open(baseline_dir) as base:
+    with Isotope.open(baseline_dir, cache=False) as base:
         started = time.perf_counter()
         vectors = base.embedder.embed([c.text for c in chunks])
         embed_s = time.perf_counter() - started

@@ -80,6 +80,9 @@ class MiniLMEmbedder(Embedder):
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
             options.log_severity_level = 3
+            # No busy-waiting after a run: on a small machine spinning threads slow down
+            # everything that follows (the search itself, the language model).
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             self._session = ort.InferenceSession(
                 str(_model_file()), options, providers=["CPUExecutionProvider"]
             )
