@@ -48,6 +48,17 @@ class BatchGenerationError(ProviderError):
         )
 
 
+def collect(outcomes: Sequence[str | BaseException]) -> list[str]:
+    """The replies of a batch run with ``asyncio.gather(..., return_exceptions=True)``;
+    raises :class:`BatchGenerationError` (keeping the successes) if any call failed."""
+    failures = {i: str(o) for i, o in enumerate(outcomes) if isinstance(o, BaseException)}
+    if failures:
+        raise BatchGenerationError(
+            [None if isinstance(o, BaseException) else o for o in outcomes], failures
+        )
+    return [str(o) for o in outcomes]
+
+
 class Message(TypedDict):
     role: str
     content: str

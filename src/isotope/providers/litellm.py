@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from isotope.errors import MissingDependency, ProviderError
-from isotope.providers import LLM, BatchGenerationError, Prompt
+from isotope.providers import LLM, Prompt, collect
 from isotope.providers.openai import run_sync
 from isotope.settings import Settings
 
@@ -68,9 +68,4 @@ class LiteLLMChat(LLM):
                 return str(response.choices[0].message.content or "")
 
         outcomes = await asyncio.gather(*(one(p) for p in prompts), return_exceptions=True)
-        failures = {i: str(o) for i, o in enumerate(outcomes) if isinstance(o, BaseException)}
-        if failures:
-            raise BatchGenerationError(
-                [None if isinstance(o, BaseException) else o for o in outcomes], failures
-            )
-        return [str(o) for o in outcomes]
+        return collect(outcomes)

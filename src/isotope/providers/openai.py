@@ -22,7 +22,7 @@ import numpy as np
 
 from isotope.embedders import Embedder, Vectors, normalize
 from isotope.errors import MissingDependency, ProviderError
-from isotope.providers import LLM, BatchGenerationError, Prompt
+from isotope.providers import LLM, Prompt, collect
 from isotope.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -188,15 +188,9 @@ class OpenAIChat(LLM):
             outcomes = await asyncio.gather(*(one(p) for p in prompts), return_exceptions=True)
         finally:
             await client.close()
-        for outcome in outcomes:
-            if isinstance(outcome, ProviderAuthError):
-                raise outcome
-        failures = {i: str(o) for i, o in enumerate(outcomes) if isinstance(o, BaseException)}
-        if failures:
-            raise BatchGenerationError(
-                [None if isinstance(o, BaseException) else o for o in outcomes], failures
-            )
-        return [str(o) for o in outcomes]
+        if refused:
+            raise refused[0]
+        return collect(outcomes)
 
 
 class OpenAIEmbedder(Embedder):
