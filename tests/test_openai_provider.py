@@ -103,10 +103,10 @@ def test_a_persistent_failure_lists_the_item_and_a_rerun_generates_only_it(
 
 def test_calls_run_concurrently_up_to_the_limit(tmp_path: Path, embedder: Embedder) -> None:
     script = Script(delay=0.3)
-    text = " ".join(f"Room {i} of the library has {i + 2} desks." for i in range(12))
+    rooms = [f"Room {i} of the library has {i + 2} desks." for i in range(12)]
     with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=4) as iso:
         started = time.monotonic()
-        report = iso.ingest_chunks([text], source="library")
+        report = iso.ingest_chunks(rooms, source="library")  # 12 chunks of one atom each
         elapsed = time.monotonic() - started
     assert report.llm_calls == 12
     assert script.max_in_flight == 4

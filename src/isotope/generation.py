@@ -125,34 +125,47 @@ class QuestionGenerator:
         return prompts, sum(hits)
 
     def generate(self, chunk: Chunk, atoms: Sequence[Atom]) -> Generated:
-        if not atoms:
-            return Generated([])
-        if self.mode == "chunk":
-            return self._per_chunk(chunk, atoms)
-        if self.mode == "batched" and _can_sample(self.llm):
-            return self._batched(chunk, atoms)
-        return self._per_atom(chunk, atoms, list(range(len(atoms))))
+        return self.generate_many([(chunk, atoms)])[0]
 
-    def _complete(self, prompts: list[Prompt], max_tokens: int, result: Generated,
+    def generate_many(self, groups: Sequence[tuple[Chunk, Sequence[Atom]]]) -> list[Generated]:
+        """Questions for the atoms of several chunks. Their calls go to the model as one
+        batch, so a remote provider runs them concurrently."""
+        results = [Generated([[] for _ in atoms]) for _, atoms in groups]
+        todo: list[tuple[int, int]] = []
+        if self.mode == "chunk":
+            todo = self._per_chunk(groups, results)
+        elif self.mode == "batched" and _can_sample(self.llm):
+            todo = self._batched(groups, results)
+        else:
+            todo = [(g, i) for g, (_, atoms) in enumerate(groups) for i in range(len(atoms))]
+        self._per_atom(groups, todo, results)
+        return results
+
+    def _complete(self, prompts: list[Prompt], max_tokens: int,
                   **kwargs: Any) -> tuple[list[str | None], dict[int, str]]:
         """Replies (None where a call failed) and why each failed call failed."""
-        result.calls += len(prompts)
         try:
             return list(self.llm.complete_batch(prompts, max_tokens=max_tokens,
                                                 temperature=self.temperature, **kwargs)), {}
         except BatchGenerationError as exc:
             return exc.results, exc.failures
 
-    def _per_atom(self, chunk: Chunk, atoms: Sequence[Atom], todo: list[int],
-                  result: Generated | None = None) -> Generated:
-        result = result or Generated([[] for _ in atoms])
-        prompts = {i: question_prompt(chunk.text, atoms[i].text, self.n) for i in todo}
+    def _per_atom(self, groups: Sequence[tuple[Chunk, Sequence[Atom]]],
+                  todo: list[tuple[int, int]], results: list[Generated]) -> None:
+        """One call per atom for the (group, atom) pairs in ``todo``, with repairs."""
+        prompts = {
+            (g, i): question_prompt(groups[g][0].text, groups[g][1][i].text, self.n)
+            for g, i in todo
+        }
         for attempt in range(self.max_repairs + 1):
             if not todo:
                 break
-            replies, why = self._complete([prompts[i] for i in todo], self.max_tokens, result)
-            retry: list[int] = []
-            for k, (i, reply) in enumerate(zip(todo, replies, strict=True)):
+            for g, _ in todo:
+                results[g].calls += 1
+            replies, why = self._complete([prompts[t] for t in todo], self.max_tokens)
+            retry: list[tuple[int, int]] = []
+            for k, ((g, i), reply) in enumerate(zip(todo, replies, strict=True)):
+                result = results[g]
                 if reply is None:
                     result.failed[i] = f"the model call failed: {why.get(k, 'no reply')}"
                     continue
@@ -161,42 +174,49 @@ class QuestionGenerator:
                     result.questions[i] = questions
                     result.failed.pop(i, None)
                 elif attempt < self.max_repairs:
-                    prompts[i] = [*prompts[i], {"role": "assistant", "content": reply},
-                                  {"role": "user", "content": REPAIR}]
-                    retry.append(i)
+                    prompts[(g, i)] = [*prompts[(g, i)], {"role": "assistant", "content": reply},
+                                       {"role": "user", "content": REPAIR}]
+                    retry.append((g, i))
                 else:
                     result.failed[i] = f"no question in the reply after {attempt + 1} tries"
             todo = retry
-        return result
 
-    def _per_chunk(self, chunk: Chunk, atoms: Sequence[Atom]) -> Generated:
-        result = Generated([[] for _ in atoms])
-        prompt = chunk_prompt(chunk.text, [a.text for a in atoms], self.n)
-        (reply,), _ = self._complete(
-            [prompt], self.max_tokens * len(atoms), result,
-            json_schema=chunk_schema(len(atoms), self.n),
-        )
-        if reply is not None:
-            result.questions = parse_chunk_reply(reply, len(atoms), self.n)
-        missing = [i for i, qs in enumerate(result.questions) if not qs]
-        if missing:
-            log.info("chunk %s: %d statements left out of the reply; asking one by one",
-                     chunk.id, len(missing))
-            self._per_atom(chunk, atoms, missing, result)
-        return result
+    def _per_chunk(self, groups: Sequence[tuple[Chunk, Sequence[Atom]]],
+                   results: list[Generated]) -> list[tuple[int, int]]:
+        """One structured call per chunk; returns the atoms the replies left out."""
+        asked = [g for g, (_, atoms) in enumerate(groups) if atoms]
+        missing: list[tuple[int, int]] = []
+        # Chunks differ in atom count, so each call has its own schema and token budget.
+        for g in asked:
+            chunk, atoms = groups[g]
+            results[g].calls += 1
+            (reply,), _ = self._complete(
+                [chunk_prompt(chunk.text, [a.text for a in atoms], self.n)],
+                self.max_tokens * len(atoms), json_schema=chunk_schema(len(atoms), self.n),
+            )
+            if reply is not None:
+                results[g].questions = parse_chunk_reply(reply, len(atoms), self.n)
+            left = [(g, i) for i, qs in enumerate(results[g].questions) if not qs]
+            if left:
+                log.info("chunk %s: %d statements left out of the reply; asking one by one",
+                         chunk.id, len(left))
+            missing.extend(left)
+        return missing
 
-    def _batched(self, chunk: Chunk, atoms: Sequence[Atom]) -> Generated:
-        result = Generated([[] for _ in atoms])
+    def _batched(self, groups: Sequence[tuple[Chunk, Sequence[Atom]]],
+                 results: list[Generated]) -> list[tuple[int, int]]:
+        """Parallel sequences per atom (local model); returns atoms with no question."""
         sampler = self.llm.sample_questions  # type: ignore[attr-defined]
-        for i, atom in enumerate(atoms):
-            result.calls += 1
-            replies: list[str] = sampler(chunk.text, atom.text, self.n,
-                                         temperature=max(self.temperature, 0.7))
-            result.questions[i] = parse_questions("\n".join(replies), self.n)
-        missing = [i for i, qs in enumerate(result.questions) if not qs]
-        if missing:
-            self._per_atom(chunk, atoms, missing, result)
-        return result
+        missing: list[tuple[int, int]] = []
+        for g, (chunk, atoms) in enumerate(groups):
+            for i, atom in enumerate(atoms):
+                results[g].calls += 1
+                replies: list[str] = sampler(chunk.text, atom.text, self.n,
+                                             temperature=max(self.temperature, 0.7))
+                results[g].questions[i] = parse_questions("\n".join(replies), self.n)
+                if not results[g].questions[i]:
+                    missing.append((g, i))
+        return missing
 
 
 def _can_sample(llm: LLM) -> bool:

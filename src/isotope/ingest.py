@@ -402,17 +402,26 @@ class Pipeline:
         generator = self.generator()
         generated: list[list[list[str]]] = []
         failed = 0
-        for chunk, atoms in zip(chunks, atoms_per_chunk, strict=True):
+        # Chunks go to the model in groups of at least two rounds of concurrent calls, so
+        # a remote provider is kept busy and progress is still reported as work goes on.
+        pending: list[tuple[Chunk, list[Atom]]] = []
+        for position, (chunk, atoms) in enumerate(zip(chunks, atoms_per_chunk, strict=True)):
+            pending.append((chunk, atoms))
+            if (sum(len(a) for _, a in pending) < 2 * self.settings.llm_concurrency
+                    and position < len(chunks) - 1):
+                continue
             with _Timer(report, "generate"):
-                result = generator.generate(chunk, atoms)
-            generated.append(result.questions)
-            for i, why in sorted(result.failed.items()):
-                failed += 1
-                report.failed_atoms.append(
-                    FileError(source.uri, f"atom {atoms[i].text[:60]!r}: {why}")
-                )
-            report.atoms += len(atoms)
-            report.questions_generated += sum(len(q) for q in result.questions)
+                results = generator.generate_many(pending)
+            for (_, group_atoms), result in zip(pending, results, strict=True):
+                generated.append(result.questions)
+                for i, why in sorted(result.failed.items()):
+                    failed += 1
+                    report.failed_atoms.append(
+                        FileError(source.uri, f"atom {group_atoms[i].text[:60]!r}: {why}")
+                    )
+                report.atoms += len(group_atoms)
+                report.questions_generated += sum(len(q) for q in result.questions)
+            pending = []
             self._notify(progress, "generate", source.uri, done, total, report)
         if failed:
             # Stored with what succeeded; marked so that the next ingest asks again for the
