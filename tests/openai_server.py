@@ -5,7 +5,9 @@ script: each request pops the next fault (or none) for the statement it is about
 from __future__ import annotations
 
 import json
+import re
 import threading
+import zlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,6 +53,17 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
             request = json.loads(self.rfile.read(length))
+            if self.path.endswith("/embeddings"):
+                with script.lock:
+                    script.requests.append(request)
+                texts = request["input"]
+                self._send(200, {
+                    "object": "list", "model": request["model"],
+                    "data": [{"object": "embedding", "index": i, "embedding": _embed(t)}
+                             for i, t in enumerate(texts)],
+                    "usage": {"prompt_tokens": 10, "total_tokens": 10},
+                })
+                return
             with script.lock:
                 script.requests.append(request)
                 script.in_flight += 1
@@ -85,6 +98,17 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 self._send(200, _completion(FakeLLM._reply(user)))
 
     return Handler
+
+
+EMBED_DIM = 64
+
+
+def _embed(text: str) -> list[float]:
+    """A bag of hashed words: texts sharing words get similar vectors."""
+    vector = [0.0] * EMBED_DIM
+    for word in re.findall(r"\w+", text.lower()):
+        vector[zlib.crc32(word.encode()) % EMBED_DIM] += 1.0
+    return vector
 
 
 def _statement(request: dict[str, Any]) -> str:

@@ -159,3 +159,25 @@ def test_litellm_is_an_optional_extra_named_in_the_error() -> None:
         pytest.skip("litellm is installed here")
     with pytest.raises(MissingDependency, match=r"pip install 'isotopedb\[litellm\]'"):
         create("litellm/anthropic/claude-3-5-haiku-latest", Settings())
+
+
+def test_embeddings_from_an_openai_compatible_endpoint(tmp_path: Path) -> None:
+    from conftest import FakeLLM
+    from openai_server import EMBED_DIM
+
+    from isotope.errors import IsotopeError
+
+    script = Script()
+    with serve(script) as url:
+        with pytest.raises(IsotopeError, match="ISOTOPE_EMBEDDING_DIM"):
+            Isotope.open(tmp_path / "x", embedding_model=f"openai/test-embed@{url}")
+        with Isotope.open(tmp_path / "idx", llm=FakeLLM(), embedding_dim=EMBED_DIM,
+                          embedding_model=f"openai/test-embed@{url}") as iso:
+            iso.ingest_chunks([DOC, "The library lends books for three weeks."],
+                              source="campus")
+            assert iso.status().embedding == {
+                "model": f"openai/test-embed@{url}", "model_id": "openai:test-embed",
+                "dim": EMBED_DIM}
+            top = iso.search("When does the gym close in the evening?", k=1).results[0]
+            assert "gym" in top.matched_questions[0].atom
+        assert any(r.get("input") for r in script.requests)

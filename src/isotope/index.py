@@ -298,4 +298,4 @@ class Isotope:
 
 
 def embeddings_for(settings: Settings) -> Embedder:
-    return embedders.create(settings.embedding_model, threads=settings.threads)
+    return embedders.create(settings.embedding_model, settings)

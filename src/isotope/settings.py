@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     )
 
     embedding_model: str = Field(DEFAULT_EMBEDDER, description="Embedding model")
+    embedding_dim: int | None = Field(
+        None, description="Vector size of a remote embedding model (openai/...)"
+    )
     question_model: str = Field(DEFAULT_LLM, description="Model that writes questions")
     answer_model: str = Field(DEFAULT_LLM, description="Model that writes answers")
     atomizer_model: str = Field(DEFAULT_LLM, description="Model of the llm atomizer")
@@ -108,6 +111,7 @@ class Settings(BaseSettings):
 
 INDEX_FIELDS: tuple[str, ...] = (
     "embedding_model",
+    "embedding_dim",
     "question_model",
     "atomizer",
     "atomizer_model",

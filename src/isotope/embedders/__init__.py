@@ -7,11 +7,16 @@ product is a cosine similarity.
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from isotope.settings import Settings
 
 Vectors = npt.NDArray[np.float32]
 
@@ -38,6 +43,10 @@ class Embedder(ABC):
         ]
         return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
 
+    async def aembed(self, texts: Sequence[str]) -> Vectors:
+        """Async version of :meth:`embed`; by default runs it in a worker thread."""
+        return await asyncio.to_thread(self.embed, texts)
+
     def embed_one(self, text: str) -> Vectors:
         vector: Vectors = self.embed([text])[0]
         return vector
@@ -53,12 +62,12 @@ def normalize(vectors: npt.NDArray[np.floating]) -> Vectors:
     return unit
 
 
-EmbedderFactory = Callable[[str, int], Embedder]
+EmbedderFactory = Callable[[str, "Settings"], Embedder]
 _REGISTRY: dict[str, EmbedderFactory] = {}
 
 
 def register(name: str, factory: EmbedderFactory) -> None:
-    """Register ``factory(model, threads)`` for model strings ``name/...``
+    """Register ``factory(model, settings)`` for model strings ``name/...``
     (or exactly ``name``)."""
     _REGISTRY[name] = factory
 
@@ -67,24 +76,47 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create(model: str, *, threads: int = 2) -> Embedder:
-    """Build the embedder a model string names, e.g. ``local/all-minilm-l6-v2``."""
+def create(model: str, settings: Settings) -> Embedder:
+    """Build the embedder a model string names: ``local/all-minilm-l6-v2``,
+    ``openai/NAME`` or ``openai/NAME@BASE_URL`` (with ``embedding_dim``)."""
     from isotope.errors import IsotopeError
 
-    factory = _REGISTRY.get(model) or _REGISTRY.get(model.split("/", 1)[0])
+    factory = _REGISTRY.get(model)
+    if factory is None and not model.startswith("local/"):
+        factory = _REGISTRY.get(model.split("/", 1)[0])
     if factory is None:
         raise IsotopeError(
-            f"unknown embedding model {model!r}; choose from: {', '.join(available())}"
+            f"unknown embedding model {model!r}; choose from: {', '.join(available())} "
+            "(openai/ takes a model name: openai/NAME[@BASE_URL])"
         )
-    return factory(model, threads)
+    return factory(model, settings)
 
 
-def _local(model: str, threads: int) -> Embedder:
+def _local(model: str, settings: Settings) -> Embedder:
     from isotope.embedders.minilm import MiniLMEmbedder
 
-    return MiniLMEmbedder(model, threads=threads)
+    return MiniLMEmbedder(model, threads=settings.threads)
+
+
+def _openai(model: str, settings: Settings) -> Embedder:
+    from isotope.errors import IsotopeError
+    from isotope.providers.openai import OpenAIEmbedder, parse_model
+
+    if not settings.embedding_dim:
+        raise IsotopeError(
+            f"set ISOTOPE_EMBEDDING_DIM to the dimension of {model!r} (e.g. 1536 for "
+            "text-embedding-3-small)"
+        )
+    name, base_url = parse_model(model)
+    key = settings.openai_api_key
+    return OpenAIEmbedder(
+        name, dim=settings.embedding_dim, base_url=base_url or settings.openai_base_url,
+        api_key=key.get_secret_value() if key else None, timeout=settings.llm_timeout,
+        max_retries=settings.llm_max_retries,
+    )
 
 
 register("local/all-minilm-l6-v2", _local)
+register("openai", _openai)
 
 __all__ = ["Embedder", "Vectors", "available", "create", "normalize", "register"]

@@ -200,7 +200,7 @@ class OpenAIEmbedder(Embedder):
                  api_key: str | None = None, timeout: float = 60.0, max_retries: int = 5,
                  batch_size: int = 64) -> None:
         self.model = model
-        self.model_id = f"openai:{model}"
+        self.model_id = f"openai:{model}"  # the same model on another host is compatible
         self.dim = dim
         self.batch_size = batch_size
         self._client = _Client(base_url, api_key, timeout=timeout, max_retries=max_retries,
