@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-import zlib
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field

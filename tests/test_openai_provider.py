@@ -162,10 +162,10 @@ def test_litellm_is_an_optional_extra_named_in_the_error() -> None:
 
 
 def test_embeddings_from_an_openai_compatible_endpoint(tmp_path: Path) -> None:
+    from isotope.errors import IsotopeError
+
     from conftest import FakeLLM
     from openai_server import EMBED_DIM
-
-    from isotope.errors import IsotopeError
 
     script = Script()
     with serve(script) as url:
