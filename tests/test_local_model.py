@@ -75,3 +75,14 @@ def test_batched_decoding_samples_several_questions_from_one_prompt(local_index:
     questions = [r for r in replies if r.endswith("?")]
     assert len(questions) >= 2 and len(set(questions)) >= 2
     assert llm.sample_questions(chunk, atom, 4, temperature=0.8) == replies  # cached
+
+
+def test_ingest_with_batched_decoding(tmp_path: Path, embedder: Embedder) -> None:
+    (tmp_path / "greenhouse.md").write_text(DOCUMENT)
+    with Isotope.open(tmp_path / "index", embedder=embedder, generation="batched",
+                      questions_per_atom=4) as iso:
+        report = iso.ingest(tmp_path / "greenhouse.md")
+        assert report.ok and report.atoms == 2 and not report.failed_atoms
+        assert report.questions_generated >= 4
+        hit = iso.search("How often do the irrigation pumps run?", k=1).results[0]
+        assert "irrigation" in hit.matched_questions[0].text.lower()
