@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from isotope.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["ingest", "query", "list", "delete", "status", "config"]
+COMMANDS = ["ingest", "query", "list", "delete", "status", "config", "eval"]
 runner = CliRunner()
 
 

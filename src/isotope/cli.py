@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from isotope.errors import IsotopeError
+from isotope.retrieval import MODES
 
 app = typer.Typer(
     name="isotope",
@@ -200,6 +201,9 @@ def query(
     k: Annotated[int | None, typer.Option("-k", help="Number of chunks to return.")] = None,
     raw: Annotated[bool, typer.Option(
         "--raw", help="Only the chunks found; no synthesised answer.")] = False,
+    mode: Annotated[str | None, typer.Option(
+        "--mode", "-m", help="Retrieval mode: " + ", ".join(MODES) + " (default: the mode "
+        "setting).")] = None,
     transform: Annotated[bool | None, typer.Option(
         "--transform/--no-transform",
         help="Rewrite a keyword query into questions first (default: the query_transform "
@@ -208,8 +212,8 @@ def query(
 ) -> None:
     """Answer a question from the index, citing the chunks it used."""
     with _errors(), _open(index) as iso:
-        response = iso.search(text, k, transform=transform) if raw else iso.ask(
-            text, k, transform=transform)
+        response = iso.search(text, k, mode=mode, transform=transform) if raw else iso.ask(
+            text, k, mode=mode, transform=transform)
     if as_json:
         _print_json(response.model_dump(mode="json"))
         return
@@ -315,6 +319,64 @@ def config(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
     for name in Settings.model_fields:
         table.add_row(name, json.dumps(values[name]), origins[name])
     out.print(table)
+
+
+@app.command("eval")
+def eval_(
+    passages: Annotated[Path, typer.Argument(help="Passages, JSON lines: pid, text.")],
+    queries: Annotated[Path, typer.Argument(
+        help="Questions, JSON lines: question, gold_pid.")],
+    index: IndexOpt = None,
+    limit_passages: Annotated[int | None, typer.Option(
+        "--limit-passages", help="Only the first N passages and their questions.")] = None,
+    mode: Annotated[list[str] | None, typer.Option(
+        "--mode", "-m", help="Modes to score (repeatable; default: all).")] = None,
+    chart: Annotated[Path | None, typer.Option(
+        "--chart", help="Write a PNG bar chart here.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Score every retrieval mode on question/passage pairs: Recall@1/2/5 and MRR@10.
+
+    Each passage is ingested as one chunk (into --index, default .isotope-eval; an index
+    built before is reused, and the cache makes regeneration free)."""
+    from dataclasses import asdict
+
+    from isotope import evaluation
+
+    modes = mode or list(MODES)
+    with _errors():
+        for name in modes:
+            if name not in MODES:
+                _fail(f"unknown mode {name!r}; choose from: {', '.join(MODES)}")
+        pairs = evaluation.load(passages, queries, limit_passages)
+        iso = _open(index or Path(".isotope-eval"), create=True)
+        with iso:
+            err.print(f"indexing {len(pairs[0])} passages (cached work is reused)...")
+            report = iso.ingest_chunks(evaluation.chunks_of(pairs[0]))
+            if report.failed_atoms:
+                err.print(f"{len(report.failed_atoms)} atoms got no questions")
+
+            def run(query: str, name: str, k: int) -> list[str]:
+                return [r.chunk.source for r in iso.search(query, k, mode=name).results]
+
+            result = evaluation.EvalResult(len(pairs[0]), len(pairs[1]))
+            result.modes = evaluation.evaluate(run, pairs[1], modes)
+            result.ingest = {"added": len(report.added), "llm_calls": report.llm_calls,
+                             "llm_cache_hits": report.llm_cache_hits,
+                             "seconds": sum(report.timings.values())}
+            if chart is not None:
+                evaluation.chart(result, chart)
+    if as_json:
+        _print_json(asdict(result))
+        return
+    rows = result.table()
+    table = Table(*rows[0].keys(), title=f"{result.passages} passages, {result.queries} "
+                  "questions")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    out.print(table)
+    if chart is not None:
+        out.print(f"chart: {chart}")
 
 
 def main() -> None:

@@ -218,7 +218,7 @@ class Isotope:
                                        progress=progress)
 
     # -- query -------------------------------------------------------------------------
-    def search(self, query: str, k: int | None = None, *,
+    def search(self, query: str, k: int | None = None, *, mode: str | None = None,
                transform: bool | None = None) -> QueryResponse:
         """The ``k`` chunks whose generated questions best match ``query``.
 
@@ -226,23 +226,28 @@ class Isotope:
         already a question is first rewritten by the answer model into one to three
         questions; all are searched and the results fused."""
         k = k or self.settings.top_k
+        options: dict[str, Any] = {"alpha": self.settings.alpha, "fusion": self.settings.fusion,
+                                   "aggregate": self.settings.aggregate}
+        mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         if not transform or query.rstrip().endswith("?"):
-            return retrieval.search(self.store, self.embedder, query, k)
+            return retrieval.search(self.store, self.embedder, query, k, mode, **options)
         started = time.perf_counter()
         reply = self.llm(self.settings.answer_model).complete(
             retrieval.transform_prompt(query), max_tokens=120, temperature=0.0
         )
         rewrites = parse_questions(reply, 3)
-        response = retrieval.search_many(self.store, self.embedder, query, rewrites, k)
+        response = retrieval.search_many(self.store, self.embedder, query, rewrites, k, mode,
+                                         **options)
         response.timings["transform"] = time.perf_counter() - started - sum(
             response.timings.values())
         return response
 
-    def ask(self, query: str, k: int | None = None, *,
+    def ask(self, query: str, k: int | None = None, *, mode: str | None = None,
             transform: bool | None = None) -> QueryResponse:
         """Search, then have the answer model answer from the chunks found, citing them."""
-        response = self.search(query, k or self.settings.answer_k, transform=transform)
+        response = self.search(query, k or self.settings.answer_k, mode=mode,
+                               transform=transform)
         if not response.results:
             response.answer = "The index is empty or nothing matched."
             return response
@@ -255,9 +260,10 @@ class Isotope:
         response.citations = citations(text, len(response.results))
         return response
 
-    def as_retriever(self, k: int | None = None) -> Callable[[str], list[SearchResult]]:
+    def as_retriever(self, k: int | None = None, *,
+                     mode: str | None = None) -> Callable[[str], list[SearchResult]]:
         """A plain callable ``query -> list[SearchResult]`` for agent frameworks."""
-        return lambda query: self.search(query, k).results
+        return lambda query: self.search(query, k, mode=mode).results
 
     # -- bookkeeping -------------------------------------------------------------------
     def delete(self, source: str | Path) -> None:

@@ -106,7 +106,8 @@ class SearchResult(_Record):
 
     rank: int
     score: float
-    """The chunk's score: the cosine similarity of its best matching question."""
+    """The chunk's score in 0..1 (see the README's retrieval modes): for dense modes the
+    cosine similarity of its best match, clipped at 0."""
     chunk: Chunk
     matched_questions: list[MatchedQuestion] = Field(default_factory=list)
 
@@ -115,6 +116,8 @@ class QueryResponse(_Record):
     """What ``search`` and ``ask`` return."""
 
     query: str
+    mode: str = "questions-dense"
+    """The retrieval mode that produced the results."""
     results: list[SearchResult] = Field(default_factory=list)
     answer: str | None = None
     """The synthesised answer (``ask`` only), citing results as [1], [2], ..."""

@@ -77,7 +77,7 @@ def normalize_question(text: str) -> str:
 _PRONOUNS = frozenset(
     "he she it they him her them his hers its their theirs this that these those".split()
 )
-_STOP = frozenset(
+STOPWORDS = frozenset(
     """a an the of in on at to for from by with about as and or but is are was were be been
     being do does did has have had what which who whom whose when where why how whose will
     would can could should may might must shall not no yes there here than then so such
@@ -86,7 +86,7 @@ _STOP = frozenset(
 
 
 def content_words(text: str) -> list[str]:
-    return [w for w in re.findall(r"[\w']+", text.lower()) if w not in _STOP | _PRONOUNS]
+    return [w for w in re.findall(r"[\w']+", text.lower()) if w not in STOPWORDS | _PRONOUNS]
 
 
 def is_pronoun_only(question: str) -> bool:

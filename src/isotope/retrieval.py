@@ -4,12 +4,17 @@ similarity of its best matching question; its matched questions come along."""
 
 from __future__ import annotations
 
+import math
+import re
 import time
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
-from isotope.embedders import Embedder
+from isotope.embedders import Embedder, Vectors
 from isotope.models import MatchedQuestion, QueryResponse, SearchResult
 from isotope.providers import Prompt, messages
-from isotope.stores import Store
+from isotope.questions import STOPWORDS
+from isotope.stores import Hit, Kind, Store
 
 MATCHES_PER_CHUNK = 3
 
@@ -27,11 +32,12 @@ def transform_prompt(query: str) -> Prompt:
 
 
 def search_many(
-    store: Store, embedder: Embedder, query: str, rewrites: list[str], k: int
+    store: Store, embedder: Embedder, query: str, rewrites: list[str], k: int,
+    mode: str = "questions-dense", **options: Any,
 ) -> QueryResponse:
     """Search the query and its rewrites, and fuse: a chunk keeps its best score over all
     of them, and the matched questions of each."""
-    responses = [search(store, embedder, q, k) for q in [query, *rewrites]]
+    responses = [search(store, embedder, q, k, mode, **options) for q in [query, *rewrites]]
     best: dict[str, SearchResult] = {}
     for response in responses:
         for result in response.results:
@@ -50,31 +56,161 @@ def search_many(
         result.rank = rank
     timings = {name: sum(r.timings.get(name, 0.0) for r in responses)
                for name in ("embed", "search")}
-    return QueryResponse(query=query, results=ranked, rewrites=rewrites, timings=timings)
+    return QueryResponse(query=query, mode=mode, results=ranked, rewrites=rewrites,
+                         timings=timings)
 
 
-def search(store: Store, embedder: Embedder, query: str, k: int) -> QueryResponse:
+Mode = Literal[
+    "questions-dense", "questions-bm25", "atoms-dense", "atoms-bm25", "chunks-dense",
+    "chunks-bm25", "hybrid",
+]
+MODES: tuple[str, ...] = get_args(Mode)
+SIGNALS: dict[str, tuple[Kind, str]] = {
+    mode: (mode.split("-")[0], mode.split("-")[1])  # type: ignore[misc]
+    for mode in MODES if mode != "hybrid"
+}
+Fusion = Literal["zscore", "rrf"]
+Aggregate = Literal["max", "softsum"]
+_KEYWORD_STOPWORDS = STOPWORDS | {"i", "me", "my", "we", "our", "you", "your", "it", "its", "they",
+                      "them", "their", "this", "that", "these", "those", "he", "she", "his",
+                      "her", "s", "t"}
+
+
+@dataclass
+class Candidate:
+    """A chunk found by one signal: its raw score and the hits behind it."""
+
+    chunk_id: str
+    score: float
+    hits: list[Hit]
+
+
+def keyword_query(query: str) -> str:
+    """The query's terms for BM25, without question words and stopwords (all terms if
+    nothing else is left)."""
+    terms = re.findall(r"\w+", query.lower())
+    kept = [t for t in terms if t not in _KEYWORD_STOPWORDS]
+    return " ".join(kept or terms)
+
+
+def _aggregate(scores: list[float], how: Aggregate) -> float:
+    if how == "max" or len(scores) == 1:
+        return scores[0]
+    # A soft maximum: several good matches lift a chunk a little above its best one.
+    top = max(scores)
+    return top + SOFTSUM_TEMPERATURE * math.log(
+        sum(math.exp((s - top) / SOFTSUM_TEMPERATURE) for s in scores))
+
+
+SOFTSUM_TEMPERATURE = 0.05
+
+
+def signal(store: Store, mode: str, query: str, vector: Vectors, pool: int,
+           aggregate: Aggregate = "max") -> list[Candidate]:
+    """The chunks one signal finds, best first."""
+    kind, how = SIGNALS[mode]
+    if how == "dense":
+        grouped = store.search_by_chunk(kind, vector, pool, MATCHES_PER_CHUNK)
+    else:
+        hits = store.keyword_search(kind, keyword_query(query), pool * MATCHES_PER_CHUNK)
+        by_chunk: dict[str, list[Hit]] = {}
+        for hit in hits:
+            group = by_chunk.setdefault(hit.chunk_id, [])
+            if len(group) < MATCHES_PER_CHUNK:
+                group.append(hit)
+        grouped = list(by_chunk.items())[:pool]
+    found = [Candidate(c, _aggregate([h.score for h in hits], aggregate), hits)
+             for c, hits in grouped]
+    found.sort(key=lambda c: -c.score)
+    return found
+
+
+def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
+         method: Fusion = "zscore") -> list[tuple[str, float]]:
+    """Fused chunk scores, best first. ``zscore``: each signal's scores are standardised
+    over its candidates and the weighted standard scores summed (a chunk a signal did not
+    find counts as that signal's lowest); ``rrf``: reciprocal rank fusion, k=60."""
+    chunks = {c.chunk_id for found in signals.values() for c in found}
+    fused = dict.fromkeys(chunks, 0.0)
+    for name, found in signals.items():
+        weight = weights.get(name, 0.0)
+        if not found or not weight:
+            continue
+        if method == "rrf":
+            for rank, candidate in enumerate(found, start=1):
+                fused[candidate.chunk_id] += weight / (60 + rank)
+            continue
+        values = [c.score for c in found]
+        mean = sum(values) / len(values)
+        spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
+        floor = (min(values) - mean) / spread
+        seen = {c.chunk_id: (c.score - mean) / spread for c in found}
+        for chunk_id in chunks:
+            fused[chunk_id] += weight * seen.get(chunk_id, floor)
+    return sorted(fused.items(), key=lambda item: -item[1])
+
+
+def signal_weights(alpha: float, weights: dict[str, float] | None = None) -> dict[str, float]:
+    """Per-signal weights: ``alpha`` for each dense signal, ``1 - alpha`` for each keyword
+    signal, unless ``weights`` names a signal's weight."""
+    out = {mode: alpha if how == "dense" else 1 - alpha for mode, (_, how) in SIGNALS.items()}
+    out.update(weights or {})
+    return out
+
+
+def normalized(mode: str, score: float, total_weight: float = 1.0) -> float:
+    """A score in 0..1: cosine clipped at 0 for dense modes, ``s / (s + 5)`` for BM25,
+    and the logistic of the fused score (per unit of weight) for ``hybrid``."""
+    if mode == "hybrid":
+        return 1 / (1 + math.exp(-score / max(total_weight, 1e-9)))
+    if SIGNALS[mode][1] == "dense":
+        return max(0.0, min(1.0, score))
+    return score / (score + 5) if score > 0 else 0.0
+
+
+def search(store: Store, embedder: Embedder, query: str, k: int,
+           mode: str = "questions-dense", *, alpha: float = 0.5,
+           weights: dict[str, float] | None = None, fusion: Fusion = "zscore",
+           aggregate: Aggregate = "max", pool: int = 50) -> QueryResponse:
+    """The ``k`` best chunks for ``query`` in a retrieval mode (see :data:`MODES`)."""
+    if mode not in MODES:
+        from isotope.errors import IsotopeError
+
+        raise IsotopeError(f"unknown retrieval mode {mode!r}; choose from: {', '.join(MODES)}")
     started = time.perf_counter()
     vector = embedder.embed_one(query)
     embedded = time.perf_counter()
-    ranked = store.search_by_chunk("questions", vector, k, MATCHES_PER_CHUNK)
-    chunks = store.get_chunks([chunk_id for chunk_id, _ in ranked])
+    if mode == "hybrid":
+        used = {m: w for m, w in signal_weights(alpha, weights).items() if w}
+        found = {m: signal(store, m, query, vector, max(pool, k), aggregate) for m in used}
+        ranked = fuse(found, used, fusion)[:k]
+        hits_of: dict[str, list[Hit]] = {}
+        for name in sorted(found, key=lambda m: not m.startswith("questions")):
+            for candidate in found[name]:
+                hits_of.setdefault(candidate.chunk_id, candidate.hits)
+        total = sum(used.values())
+        scored = [(c, normalized(mode, s, total), hits_of[c]) for c, s in ranked]
+    else:
+        found_one = signal(store, mode, query, vector, k, aggregate)[:k]
+        scored = [(c.chunk_id, normalized(mode, c.score), c.hits) for c in found_one]
+    chunks = store.get_chunks([chunk_id for chunk_id, _, _ in scored])
     results = [
         SearchResult(
             rank=rank,
-            score=round(matched[0].score, 6),
+            score=round(score, 6),
             chunk=chunks[chunk_id],
             matched_questions=[
                 MatchedQuestion(text=h.text, score=round(h.score, 6), atom=h.atom)
-                for h in matched[:MATCHES_PER_CHUNK]
+                for h in hits if h.kind == "questions"
             ],
         )
-        for rank, (chunk_id, matched) in enumerate(ranked, start=1)
+        for rank, (chunk_id, score, hits) in enumerate(scored, start=1)
         if chunk_id in chunks
     ]
     done = time.perf_counter()
     return QueryResponse(
         query=query,
+        mode=mode,
         results=results,
         timings={"embed": embedded - started, "search": done - embedded},
     )

@@ -69,6 +69,13 @@ class Settings(BaseSettings):
     chunk_overlap: int = Field(32, ge=0, description="Overlap between chunks in tokens")
 
     top_k: int = Field(5, ge=1, description="Chunks returned by a query")
+    mode: str = Field("questions-dense", description="Retrieval mode (isotope query --help)")
+    alpha: float = Field(0.5, ge=0, le=1, description="Hybrid: weight of dense signals "
+                         "(1 - alpha for keyword signals)")
+    fusion: Literal["zscore", "rrf"] = Field("zscore", description="Hybrid fusion method")
+    aggregate: Literal["max", "softsum"] = Field(
+        "max", description="How several matches of one chunk make its score"
+    )
     query_transform: bool = Field(
         False, description="Rewrite keyword queries into questions with the model first"
     )

@@ -1,0 +1,145 @@
+"""Retrieval evaluation: Recall@1/2/5 and MRR@10 of the gold passage among the first
+distinct chunks, for every retrieval mode, side by side (the protocol of arXiv:2405.12363:
+each passage is one chunk, each question a query).
+
+Input files are JSON lines: passages (``pid``, ``text``, optional ``title``) and queries
+(``question``, ``gold_pid``, optional ``qid``), as in ``../shared/eval/squad-dev``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from isotope.errors import IsotopeError
+from isotope.models import Chunk
+
+RECALL_AT = (1, 2, 5)
+MRR_AT = 10
+
+
+@dataclass
+class ModeScores:
+    mode: str
+    recall: dict[int, float]
+    mrr: float
+    latency_p50_ms: float
+    latency_p95_ms: float
+
+
+@dataclass
+class EvalResult:
+    passages: int
+    queries: int
+    modes: list[ModeScores] = field(default_factory=list)
+    ingest: dict[str, Any] = field(default_factory=dict)
+
+    def table(self) -> list[dict[str, Any]]:
+        return [
+            {"mode": m.mode, **{f"R@{k}": round(v, 1) for k, v in m.recall.items()},
+             f"MRR@{MRR_AT}": round(m.mrr, 1), "p50 ms": round(m.latency_p50_ms, 2),
+             "p95 ms": round(m.latency_p95_ms, 2)}
+            for m in self.modes
+        ]
+
+
+def read_jsonl(path: Path, required: Sequence[str]) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise IsotopeError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise IsotopeError(f"{path}:{number}: missing {', '.join(missing)}")
+            rows.append(row)
+    return rows
+
+
+def load(passages_path: Path, queries_path: Path, limit_passages: int | None = None
+         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Passages (the first ``limit_passages``) and the queries whose gold passage is among
+    them."""
+    passages = read_jsonl(passages_path, ("pid", "text"))[:limit_passages]
+    pids = {str(p["pid"]) for p in passages}
+    queries = [q for q in read_jsonl(queries_path, ("question", "gold_pid"))
+               if str(q["gold_pid"]) in pids]
+    if not passages or not queries:
+        raise IsotopeError(f"no passages with questions in {passages_path} and {queries_path}")
+    return passages, queries
+
+
+def chunks_of(passages: Sequence[dict[str, Any]]) -> list[Chunk]:
+    return [Chunk(text=p["text"], source=str(p["pid"]),
+                  metadata={"title": p["title"]} if p.get("title") else {}) for p in passages]
+
+
+def evaluate(
+    search: Callable[[str, str, int], list[str]],
+    queries: Sequence[dict[str, Any]],
+    modes: Sequence[str],
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> list[ModeScores]:
+    """Score ``search(query, mode, k) -> source ids, best first`` for each mode."""
+    scores = []
+    for mode in modes:
+        found: list[list[str]] = []
+        latency: list[float] = []
+        for n, query in enumerate(queries):
+            started = time.perf_counter()
+            found.append(search(query["question"], mode, MRR_AT))
+            latency.append(time.perf_counter() - started)
+            if progress and n % 100 == 0:
+                progress(mode, n, len(queries))
+        gold = [str(q["gold_pid"]) for q in queries]
+        recall = {k: 100 * sum(g in f[:k] for g, f in zip(gold, found, strict=True)) / len(gold)
+                  for k in RECALL_AT}
+        mrr = 100 * sum(1 / (f.index(g) + 1) if g in f[:MRR_AT] else 0.0
+                        for g, f in zip(gold, found, strict=True)) / len(gold)
+        ordered = sorted(latency)
+        scores.append(ModeScores(
+            mode, recall, mrr, 1000 * statistics.median(latency),
+            1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+        ))
+    return scores
+
+
+def chart(result: EvalResult, path: Path) -> Path:
+    """A PNG bar chart of Recall@k and MRR per mode."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        from isotope.errors import MissingDependency
+
+        raise MissingDependency("the evaluation chart", "eval") from exc
+    metrics = [f"R@{k}" for k in RECALL_AT] + [f"MRR@{MRR_AT}"]
+    rows = result.table()
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4.5))
+    width = 0.8 / len(metrics)
+    for i, metric in enumerate(metrics):
+        xs = [j + i * width for j in range(len(rows))]
+        bars = ax.bar(xs, [r[metric] for r in rows], width, label=metric)
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))])
+    ax.set_xticklabels([r["mode"] for r in rows], rotation=20, ha="right")
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("%")
+    ax.set_title(f"isotope eval: {result.passages} passages, {result.queries} questions")
+    ax.legend(ncol=len(metrics), fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

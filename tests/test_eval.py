@@ -1,0 +1,116 @@
+"""`isotope eval` and the retrieval modes, on a small question/passage set written here
+(the real embedding model and store; fake language model replies)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from isotope import Isotope
+from isotope.cli import app
+from isotope.retrieval import MODES, Candidate, fuse, keyword_query
+
+PASSAGES = [
+    ("p1", "The Orbit R2 battery lasts about 140 minutes on a full charge. Charging takes "
+           "four hours on the dock."),
+    ("p2", "Replace the HEPA filter every two months. Clean the side brushes once a week."),
+    ("p3", "New employees receive 25 days of paid vacation per year. Unused days expire in "
+           "March."),
+    ("p4", "The cafeteria opens at eight in the morning and closes at three in the "
+           "afternoon."),
+    ("p5", "Firmware 3.2 adds a quiet mode that reduces the noise of the robot to 52 "
+           "decibels."),
+]
+QUERIES = [
+    ("How long does the Orbit R2 battery last?", "p1"),
+    ("How often should I replace the HEPA filter?", "p2"),
+    ("How many vacation days do new employees get?", "p3"),
+    ("When does the cafeteria open?", "p4"),
+    ("What does firmware 3.2 add?", "p5"),
+    ("How loud is the robot in quiet mode?", "p5"),
+]
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> tuple[Path, Path]:
+    passages = tmp_path / "passages.jsonl"
+    queries = tmp_path / "queries.jsonl"
+    passages.write_text("".join(json.dumps({"pid": p, "text": t}) + "\n" for p, t in PASSAGES))
+    queries.write_text("".join(json.dumps({"question": q, "gold_pid": g}) + "\n"
+                               for q, g in QUERIES))
+    return passages, queries
+
+
+def test_eval_scores_every_mode_as_table_json_and_chart(
+    dataset: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    passages, queries = dataset
+    index = tmp_path / "eval-index"
+    chart = tmp_path / "chart.png"
+    args = ["eval", str(passages), str(queries), "--index", str(index)]
+    result = CliRunner().invoke(app, [*args, "--json", "--chart", str(chart)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passages"] == 5 and data["queries"] == 6
+    assert [m["mode"] for m in data["modes"]] == list(MODES)
+    for scores in data["modes"]:
+        assert 0 <= scores["recall"]["1"] <= scores["recall"]["2"] <= scores["recall"]["5"]
+        assert scores["recall"]["5"] == 100  # five passages
+    best = {m["mode"]: m["recall"]["1"] for m in data["modes"]}
+    assert best["questions-dense"] >= 80 and best["hybrid"] >= 80
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a second run reuses the index and the cache: no model call
+    again = CliRunner().invoke(app, [*args, "--json", "--mode", "hybrid",
+                                     "--limit-passages", "3"])
+    data = json.loads(again.stdout)
+    assert data["queries"] == 3 and data["ingest"]["llm_calls"] == 0
+    assert [m["mode"] for m in data["modes"]] == ["hybrid"]
+    table = CliRunner().invoke(app, [*args, "--mode", "chunks-bm25"])
+    assert "R@1" in table.stdout and "chunks-bm25" in table.stdout
+
+
+def test_eval_input_errors_name_the_file_and_line(dataset: tuple[Path, Path]) -> None:
+    passages, queries = dataset
+    queries.write_text('{"question": "Where?"}\n')
+    result = CliRunner().invoke(app, ["eval", str(passages), str(queries)])
+    assert result.exit_code == 1
+    assert f"{queries}:1: missing gold_pid" in " ".join(result.stderr.split())
+
+
+def test_modes_scores_are_normalised_and_unknown_modes_refused(
+    iso: Isotope, examples: Path
+) -> None:
+    iso.ingest(examples)
+    for mode in MODES:
+        response = iso.search("Orbit R2 battery charge", k=3, mode=mode)
+        assert response.mode == mode and response.results
+        assert all(0 <= r.score <= 1 for r in response.results)
+        assert [r.score for r in response.results] == sorted(
+            (r.score for r in response.results), reverse=True)
+    hybrid = iso.search("How long does the Orbit R2 battery last?", k=2, mode="hybrid")
+    assert hybrid.results[0].chunk.source.endswith("faq.html")
+    assert hybrid.results[0].matched_questions
+    with pytest.raises(Exception, match="unknown retrieval mode"):
+        iso.search("x", mode="nope")
+
+
+def test_keyword_queries_drop_question_words() -> None:
+    assert keyword_query("How long does the Orbit R2 battery last?") == \
+        "long orbit r2 battery last"
+    assert keyword_query("what is it?") == "what is it"
+
+
+def test_fusion_methods() -> None:
+    a = [Candidate("x", 0.9, []), Candidate("y", 0.5, []), Candidate("z", 0.1, [])]
+    b = [Candidate("y", 12.0, []), Candidate("x", 2.0, [])]
+    zs = dict(fuse({"a": a, "b": b}, {"a": 1.0, "b": 1.0}, "zscore"))
+    assert max(zs, key=zs.get) == "y"  # strong in both
+    rrf = fuse({"a": a, "b": b}, {"a": 1.0, "b": 1.0}, "rrf")
+    assert [c for c, _ in rrf][:2] in (["x", "y"], ["y", "x"])
+    assert dict(rrf)["z"] < dict(rrf)["x"]
+    only_a = fuse({"a": a, "b": b}, {"a": 1.0, "b": 0.0}, "zscore")
+    assert [c for c, _ in only_a] == ["x", "y", "z"]
