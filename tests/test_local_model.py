@@ -26,7 +26,8 @@ The irrigation pumps of the greenhouse run every six hours and deliver 2 litres 
 def local_index(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Iterator[Isotope]:
     root = tmp_path_factory.mktemp("local")
     (root / "greenhouse.md").write_text(DOCUMENT)
-    with Isotope.open(root / "index", embedder=embedder, questions_per_atom=3) as iso:
+    with Isotope.open(root / "index", embedder=embedder, questions_per_atom=3,
+                      cache_dir=root / "cache") as iso:
         report = iso.ingest(root / "greenhouse.md")
         assert report.ok and report.llm_calls == 2
         yield iso
