@@ -34,7 +34,7 @@ def local_index(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) ->
 
 
 def test_the_model_file_is_assembled_and_verified(local_index: Isotope) -> None:
-    path = local_index.settings.cache_dir / "models" / QWEN_CODER_15B.filename
+    path = local_index.settings.model_dir / QWEN_CODER_15B.filename
     assert path.stat().st_size == QWEN_CODER_15B.size
     assert local_index.llm().model_id.startswith("Qwen/Qwen2.5-Coder-1.5B")
 
