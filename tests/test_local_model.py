@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from isotope import Isotope
+from isotope import Chunk, Isotope
+from isotope.atomizers import SentenceAtomizer
 from isotope.embedders import Embedder
+from isotope.generation import numbered_prompts
 from isotope.model_files import QWEN_CODER_15B
+from isotope.questions import parse_questions
 
 pytestmark = pytest.mark.llm
 
@@ -67,15 +70,32 @@ def test_real_llm_atomizer_resolves_pronouns(tmp_path: Path, embedder: Embedder)
         assert iso.search("Where was Marie Curie born?", k=1).results[0].chunk.source == "bio"
 
 
-def test_batched_decoding_samples_several_questions_from_one_prompt(local_index: Isotope) -> None:
+def test_batched_decoding_answers_every_atom_of_several_chunks_at_once(
+    local_index: Isotope,
+) -> None:
     llm = local_index.llm()
-    chunk = DOCUMENT
-    atom = "The irrigation pumps of the greenhouse run every six hours and deliver 2 litres."
-    replies = llm.sample_questions(chunk, atom, 4, temperature=0.8)
-    assert len(replies) == 4
-    questions = [r for r in replies if r.endswith("?")]
-    assert len(questions) >= 2 and len(set(questions)) >= 2
-    assert llm.sample_questions(chunk, atom, 4, temperature=0.8) == replies  # cached
+    chunks = [Chunk(text=DOCUMENT, source="greenhouse"),
+              Chunk(text="The Ostrava bakery opens at 6 am. Its rye bread costs 3 euros.",
+                    source="bakery")]
+    groups = list(zip(chunks, SentenceAtomizer(min_words=3).atomize_batch(chunks), strict=True))
+    assert [len(atoms) for _, atoms in groups] == [2, 2]
+    prompts = [numbered_prompts(c, atoms, 3) for c, atoms in groups]
+    replies = llm.sample_batched(prompts, max_tokens=160, temperature=0.5, questions=3)
+    assert [len(r) for r in replies] == [2, 2]
+    topics = [("tomato", "irrigation"), ("open", "bread")]
+    answered = 0
+    for per_atom, words in zip(replies, topics, strict=True):
+        for reply, word in zip(per_atom, words, strict=True):
+            questions = parse_questions(reply, 3)
+            # each reply was written from its own statement's prompt; a reply without
+            # questions happens (the pipeline asks that atom again with a repair prompt)
+            if questions:
+                answered += 1
+                assert any(word in q.lower() for q in questions), questions
+    assert answered >= 3, replies
+    hits = llm.stats.hits
+    again = llm.sample_batched(prompts, max_tokens=160, temperature=0.5, questions=3)
+    assert again == replies and llm.stats.hits == hits + 4  # cached
 
 
 def test_ingest_with_batched_decoding(tmp_path: Path, embedder: Embedder) -> None:

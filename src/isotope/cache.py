@@ -128,12 +128,21 @@ class CachedLLM(LLM):
                   "json_schema": json_schema}
         return [Cache.reply_key(self.model_id, p, params) for p in prompts]
 
+    def _batched_keys(self, prompts: Sequence[Prompt], max_tokens: int, temperature: float,
+                      questions: int) -> list[str]:
+        params = {"sampling": "batched", "max_tokens": max_tokens, "temperature": temperature,
+                  "seed": self.seed, "questions": questions}
+        return [Cache.reply_key(self.model_id, p, params) for p in prompts]
+
     def cached(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
-               temperature: float = 0.0, json_schema: dict[str, Any] | None = None) -> list[bool]:
-        """Which prompts the cache already answers (for dry runs)."""
+               temperature: float = 0.0, json_schema: dict[str, Any] | None = None,
+               batched: int | None = None) -> list[bool]:
+        """Which prompts the cache already answers (for dry runs); ``batched``: as
+        replies of :meth:`sample_batched` asking for that many questions."""
         if self.cache is None:
             return [False] * len(prompts)
-        keys = self._keys(prompts, max_tokens, temperature, json_schema)
+        keys = (self._keys(prompts, max_tokens, temperature, json_schema) if batched is None
+                else self._batched_keys(prompts, max_tokens, temperature, batched))
         found = self.cache.get_replies(keys)
         return [k in found for k in keys]
 
@@ -176,25 +185,34 @@ class CachedLLM(LLM):
             ) from error
         return [r or "" for r in replies]
 
-    def sample_questions(self, chunk: str, atom: str, n: int, *,
-                         temperature: float = 0.8) -> list[str]:
-        """Batched sampling of the wrapped local model, cached like a reply."""
-        sampler = self.inner.sample_questions  # type: ignore[attr-defined]
-        prompt: Prompt = [{"role": "sample_questions", "content": f"{chunk}\x1f{atom}"}]
-        key = self._keys([prompt], n, temperature)[0]
-        found = self.cache.get_replies([key]) if self.cache is not None else {}
-        if key in found:
-            self.stats.hits += 1
-            return found[key][0].split("\n")
-        self.stats.misses += 1
-        replies: list[str] = sampler(chunk, atom, n, temperature=temperature)
-        if self.cache is not None:
-            self.cache.put_replies([(key, "\n".join(r.replace("\n", " ") for r in replies),
-                                     0, 0)])
-        return replies
+    def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
+                       temperature: float, questions: int) -> list[list[str]]:
+        """Batched decoding of the wrapped local model, each reply cached like any other;
+        the prompts the cache lacks go to the model in one call."""
+        sampler = self.inner.sample_batched  # type: ignore[attr-defined]
+        keys = [self._batched_keys(prompts, max_tokens, temperature, questions)
+                for prompts in groups]
+        found = self.cache.get_replies([k for ks in keys for k in ks]) if self.cache else {}
+        out = [[found[k][0] if k in found else None for k in ks] for ks in keys]
+        missing = [[i for i, r in enumerate(rs) if r is None] for rs in out]
+        asked = sum(len(m) for m in missing)
+        self.stats.hits += sum(len(ks) for ks in keys) - asked
+        self.stats.misses += asked
+        if asked:
+            fresh: list[list[str]] = sampler(
+                [[prompts[i] for i in m] for prompts, m in zip(groups, missing, strict=True)],
+                max_tokens=max_tokens, temperature=temperature, questions=questions)
+            rows = []
+            for g, (m, replies) in enumerate(zip(missing, fresh, strict=True)):
+                for i, text in zip(m, replies, strict=True):
+                    out[g][i] = text
+                    rows.append((keys[g][i], text, 0, 0))
+            if self.cache is not None:
+                self.cache.put_replies(rows)
+        return [[r or "" for r in rs] for rs in out]
 
     def __getattr__(self, name: str) -> Any:
-        # Capabilities of the wrapped model (e.g. sample_questions), uncached.
+        # Other capabilities of the wrapped model, uncached.
         return getattr(self.inner, name)
 
     def close(self) -> None:

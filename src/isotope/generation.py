@@ -7,8 +7,10 @@ Modes (setting ``generation``):
   returns a JSON object of questions per statement number (constrained to that schema
   where the provider supports it), so the chunk is sent once; the questions keep their
   atom. Statements the reply leaves out are asked again one by one.
-- ``batched``: the local model samples the questions of one atom as parallel sequences
-  from one shared prompt (batched decoding); other providers fall back to ``atom``.
+- ``batched``: the local model decodes one reply per atom for many atoms of many chunks
+  at once (continuous batching in llama.cpp). The chunk is given with its statements
+  numbered, so the prompts of one chunk differ only in the number asked about: the
+  chunk is evaluated once and each atom adds a few tokens. Other providers use ``atom``.
 
 A reply with no usable question (empty, not in the format, cut off) is retried with a
 repair message at most ``max_repairs`` times; after that the atom is reported and skipped.
@@ -30,6 +32,7 @@ from isotope.questions import SYSTEM, parse_questions, question_prompt
 log = logging.getLogger(__name__)
 Mode = Literal["atom", "chunk", "batched"]
 CHUNK_PROMPT_VERSION = "qc1"
+NUMBERED_PROMPT_VERSION = "qn1"
 QUESTION_TOKENS = 40
 REPAIR = (
     "Your reply was not in the requested format. Reply again with only the questions, "
@@ -41,6 +44,15 @@ CHUNK_SYSTEM = (
     "question must make sense on its own: name people, places and things explicitly; never "
     "use pronouns such as he, she, it, they or this. Reply with a JSON object that maps each "
     "statement number to a list of questions."
+)
+
+
+NUMBERED_SYSTEM = (
+    "You write search questions for a document index. You get a passage whose statements "
+    "are numbered like [1], and the number of one statement. Write questions that this "
+    "statement answers. Every question must make sense on its own: name people, places and "
+    "things explicitly; never use pronouns such as he, she, it, they or this. Write one "
+    "question per line, with no numbering and no answers."
 )
 
 
@@ -60,6 +72,28 @@ def chunk_prompt(chunk: str, atoms: Sequence[str], n: int) -> Prompt:
         f"Write {n} questions for each of the {len(atoms)} statements."
     )
     return messages(CHUNK_SYSTEM, user)
+
+
+def numbered_passage(chunk: Chunk, atoms: Sequence[Atom]) -> str:
+    """The chunk with ``[n]`` before its n-th atom (atoms the LLM atomizer rewrote, which
+    have no offsets, are listed after the chunk instead)."""
+    if any(a.start is None for a in atoms):
+        listing = "\n".join(f"[{i}] {a.text}" for i, a in enumerate(atoms, start=1))
+        return f"{chunk.text}\n\nStatements:\n{listing}"
+    text, last = [], 0
+    for number, atom in sorted(enumerate(atoms, start=1), key=lambda x: x[1].start or 0):
+        start = atom.start or 0
+        text.append(f"{chunk.text[last:start]}[{number}] ")
+        last = start
+    return "".join(text) + chunk.text[last:]
+
+
+def numbered_prompts(chunk: Chunk, atoms: Sequence[Atom], n: int) -> list[Prompt]:
+    """One prompt per atom; they differ only in the statement number at the end."""
+    passage = numbered_passage(chunk, atoms)
+    return [messages(NUMBERED_SYSTEM, f"Passage:\n{passage}\n\nWrite {n} different "
+                     f"questions answered by statement [{number}].")
+            for number in range(1, len(atoms) + 1)]
 
 
 def chunk_schema(count: int, n: int) -> dict[str, Any]:
@@ -106,20 +140,31 @@ class QuestionGenerator:
         self.max_repairs = max_repairs
         self.max_tokens = QUESTION_TOKENS * n + 40
 
+    def window(self, concurrency: int) -> int:
+        """How many atoms to hand :meth:`generate_many` at once to keep the model busy:
+        two rounds of concurrent calls, or four fillings of batched decoding's slots."""
+        if self.mode == "batched" and _can_sample(self.llm):
+            slots: int = getattr(getattr(self.llm, "inner", self.llm), "batch_sequences", 32)
+            return 4 * slots
+        return 2 * concurrency
+
     def plan(self, chunk: Chunk, atoms: Sequence[Atom]) -> tuple[list[Prompt], int]:
         """The first-round prompts this chunk needs, and how many of them the cache
         already answers (for dry runs)."""
         if not atoms:
             return [], 0
+        kwargs: dict[str, Any] = {"max_tokens": self.max_tokens}
         if self.mode == "chunk":
             prompts = [chunk_prompt(chunk.text, [a.text for a in atoms], self.n)]
-            kwargs: dict[str, Any] = {"max_tokens": self.max_tokens * len(atoms),
-                                      "json_schema": chunk_schema(len(atoms), self.n)}
+            kwargs = {"max_tokens": self.max_tokens * len(atoms),
+                      "json_schema": chunk_schema(len(atoms), self.n)}
+        elif self.mode == "batched" and _can_sample(self.llm):
+            prompts = numbered_prompts(chunk, atoms, self.n)
+            kwargs["batched"] = self.n
         else:
             prompts = [question_prompt(chunk.text, a.text, self.n) for a in atoms]
-            kwargs = {"max_tokens": self.max_tokens}
         cached = getattr(self.llm, "cached", None)
-        if cached is None or self.mode == "batched":
+        if cached is None:
             return prompts, 0
         hits = cached(prompts, temperature=self.temperature, **kwargs)
         return prompts, sum(hits)
@@ -205,15 +250,16 @@ class QuestionGenerator:
 
     def _batched(self, groups: Sequence[tuple[Chunk, Sequence[Atom]]],
                  results: list[Generated]) -> list[tuple[int, int]]:
-        """Parallel sequences per atom (local model); returns atoms with no question."""
-        sampler = self.llm.sample_questions  # type: ignore[attr-defined]
+        """One reply per atom, all decoded together (local model); returns the atoms with
+        no question, which are then asked one by one with repairs."""
+        replies: list[list[str]] = self.llm.sample_batched(  # type: ignore[attr-defined]
+            [numbered_prompts(chunk, atoms, self.n) for chunk, atoms in groups],
+            max_tokens=self.max_tokens, temperature=self.temperature, questions=self.n)
         missing: list[tuple[int, int]] = []
-        for g, (chunk, atoms) in enumerate(groups):
-            for i, atom in enumerate(atoms):
-                results[g].calls += 1
-                replies: list[str] = sampler(chunk.text, atom.text, self.n,
-                                             temperature=max(self.temperature, 0.7))
-                results[g].questions[i] = parse_questions("\n".join(replies), self.n)
+        for g, per_atom in enumerate(replies):
+            results[g].calls += len(per_atom)
+            for i, reply in enumerate(per_atom):
+                results[g].questions[i] = parse_questions(reply, self.n)
                 if not results[g].questions[i]:
                     missing.append((g, i))
         return missing
@@ -221,7 +267,7 @@ class QuestionGenerator:
 
 def _can_sample(llm: LLM) -> bool:
     inner = getattr(llm, "inner", llm)
-    return callable(getattr(inner, "sample_questions", None))
+    return callable(getattr(inner, "sample_batched", None))
 
 
 __all__ = ["SYSTEM", "Generated", "Mode", "QuestionGenerator"]

@@ -19,7 +19,7 @@ from isotope.atomizers import Atomizer, SentenceAtomizer
 from isotope.chunking import chunk_text, section_metadata
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, LoaderError, ProviderError
-from isotope.generation import CHUNK_PROMPT_VERSION, QuestionGenerator
+from isotope.generation import CHUNK_PROMPT_VERSION, NUMBERED_PROMPT_VERSION, QuestionGenerator
 from isotope.models import Atom, Chunk, Question, Source, content_hash, stable_id
 from isotope.providers import LLM
 from isotope.questions import PROMPT_VERSION, diverse_mask, keep_mask, normalize_question
@@ -186,7 +186,7 @@ class Pipeline:
         self._llm = llm
         self.fingerprint = stable_id(
             sorted(index_settings(settings).items()), PROMPT_VERSION, CHUNK_PROMPT_VERSION,
-            embedder.model_id
+            NUMBERED_PROMPT_VERSION, embedder.model_id
         )
 
     # -- entry points ------------------------------------------------------------------
@@ -402,12 +402,14 @@ class Pipeline:
         generator = self.generator()
         generated: list[list[list[str]]] = []
         failed = 0
-        # Chunks go to the model in groups of at least two rounds of concurrent calls, so
-        # a remote provider is kept busy and progress is still reported as work goes on.
+        # Chunks go to the model in windows that keep it busy (two rounds of concurrent
+        # calls, or the sequence slots of batched decoding), and progress is still
+        # reported as work goes on.
         pending: list[tuple[Chunk, list[Atom]]] = []
+        window = generator.window(self.settings.llm_concurrency)
         for position, (chunk, atoms) in enumerate(zip(chunks, atoms_per_chunk, strict=True)):
             pending.append((chunk, atoms))
-            if (sum(len(a) for _, a in pending) < 2 * self.settings.llm_concurrency
+            if (sum(len(a) for _, a in pending) < window
                     and position < len(chunks) - 1):
                 continue
             with _Timer(report, "generate"):

@@ -32,15 +32,6 @@ def question_prompt(chunk: str, atom: str, n: int) -> Prompt:
     return messages(SYSTEM, user)
 
 
-def single_question_prompt(chunk: str, atom: str) -> Prompt:
-    """The prompt for one question about ``atom`` (batched decoding samples several)."""
-    user = (
-        f"Passage:\n{chunk}\n\nStatement: {atom}\n\n"
-        "Write one question answered by the statement."
-    )
-    return messages(SYSTEM, user)
-
-
 _PREFIX = re.compile(
     r"^\s*(?:[-*\u2022>]+\s*|\(?\d{1,2}[.):]\s*|\(?[a-z][.)]\s+|q(?:uestion)?\s*\d*\s*[:.)-]\s*)+",
     re.I,

@@ -18,6 +18,10 @@ from isotope.providers import LLM, Prompt
 from isotope.settings import Settings
 
 log = logging.getLogger(__name__)
+BATCH_SEQUENCES = 32
+"""Sequences decoded together by batched sampling (one per atom, of several chunks)."""
+BATCH_CONTEXT = 16384
+"""KV cells of the batched-decoding context (prompts and replies in flight; ~470 MB)."""
 
 
 def _smollm_path() -> Path:
@@ -46,6 +50,7 @@ class LocalLlama(LLM):
         self.seed = seed
         self._llama: Any = None
         self._sampler: Any = None
+        self.batch_sequences = BATCH_SEQUENCES
         self._lock = threading.Lock()
 
     @classmethod
@@ -124,24 +129,28 @@ class LocalLlama(LLM):
                 replies.append(result["choices"][0]["message"]["content"] or "")
         return replies
 
-    def sample_questions(self, chunk: str, atom: str, n: int, *,
-                         temperature: float = 0.8) -> list[str]:
-        """``n`` questions about ``atom``, one per sequence, decoded in one batch."""
-        from isotope.questions import single_question_prompt
-
+    def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
+                       temperature: float, questions: int) -> list[list[str]]:
+        """One reply per prompt, each ending after ``questions`` question marks, the end of
+        generation or ``max_tokens``: all prompts decoded together with continuous
+        batching. The prompts of a group should share their beginning (one chunk's), which
+        is then evaluated once. ``out[group][prompt]`` is that prompt's reply."""
         with self._lock:
             llama = self._load()
-            if self._sampler is None:
-                from isotope.providers.llama_batched import BatchedSampler
+            from isotope.providers.llama_batched import BatchedSampler, SampleStats
 
-                self._sampler = BatchedSampler(llama, n_seq=8, n_ctx=self.context,
+            if self._sampler is None:
+                self._sampler = BatchedSampler(llama, n_seq=self.batch_sequences,
+                                               n_ctx=max(self.context, BATCH_CONTEXT),
                                                threads=self.threads)
-            prompt = self._format(llama, single_question_prompt(chunk, atom))
-            replies: list[str] = self._sampler.sample(
-                prompt, n, max_tokens=48, temperature=temperature, seed=self.seed
+            texts = [[self._format(llama, p) for p in prompts] for prompts in groups]
+            stats = SampleStats()
+            replies = self._sampler.sample_many(
+                texts, 1, max_tokens=max_tokens, temperature=temperature, seed=self.seed,
+                questions=questions, stats=stats,
             )
-            self.usage.add(len(self._sampler.cached), sum(len(r) // 4 for r in replies))
-            return replies
+            self.usage.add(stats.prompt_tokens, stats.completion_tokens)
+            return [[r[0] for r in per_prompt] for per_prompt in replies]
 
     @staticmethod
     def _format(llama: Any, prompt: Prompt) -> str:

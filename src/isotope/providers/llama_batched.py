@@ -1,17 +1,29 @@
-"""Batched decoding with llama.cpp: several sequences sampled in parallel from one shared
-prompt. The prompt is evaluated once, its KV cache copied to every sequence, then each
-step decodes one token of every live sequence in a single batch: on a CPU, decoding n
-tokens together costs little more than decoding one, so n questions come for about the
-price of one.
+"""Batched decoding with llama.cpp: many sequences sampled in parallel, with continuous
+batching.
+
+Work comes as groups of prompts that share their beginning: the question prompts of the
+atoms of one chunk share the instructions and the chunk, and differ only in the
+statement at the end. Every prompt gets ``n`` sequences (one question each). A pool of
+``n_seq`` sequence slots is kept full: a group is admitted when enough slots are free;
+its shared part is evaluated once with all its sequences tagged on it (in llama.cpp's
+unified KV cache a cell can belong to many sequences, so nothing is copied), each
+prompt's own tail once for its ``n`` sequences; and every step decodes one token of every
+live sequence, plus the prompts of newly admitted groups, in a single batch. On a CPU a
+step of 32-64 tokens costs about a third per token of a step of one, so keeping the batch
+full is the whole game: a finished sequence frees its slot for the next group at once.
+
+The beginning that all prompts share (the instructions) is kept in the KV cache under a
+carrier sequence across calls and lent to new sequences without being evaluated again.
 
 A second context of the loaded model is used (the high-level ``Llama`` object has room for
-one sequence only); it keeps the last prompt's tokens so the next prompt with the same
-beginning (the same chunk) evaluates only what differs.
+one sequence only).
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp
@@ -19,16 +31,52 @@ import llama_cpp
 from isotope.errors import ProviderError
 
 
+@dataclass
+class SampleStats:
+    """Tokens evaluated from prompts and sampled, over a call."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class _Seq:
+    unit: tuple[int, int]  # (group, first prompt) of its admission unit
+    prompt: int
+    slot: int  # which of the prompt's n completions
+    pos: int  # position of its next token
+    index: int  # where its logits are in the batch just decoded
+    sampler: Any
+    sampled: int = 0
+    text: bytes = b""
+
+
+@dataclass
+class _Group:
+    prompts: list[list[int]]
+    shared: int  # tokens all its prompts share
+
+
+def common_prefix(token_lists: Sequence[Sequence[int]], limit: int) -> int:
+    """Length of the longest common beginning of the lists, at most ``limit``."""
+    first = token_lists[0]
+    count = 0
+    while count < limit and all(t[count] == first[count] for t in token_lists):
+        count += 1
+    return count
+
+
 class BatchedSampler:
     def __init__(self, llama: Any, *, n_seq: int, n_ctx: int, threads: int) -> None:
         self.llama = llama
-        self.n_seq = n_seq
+        self.n_seq = n_seq  # slots for sampled sequences
+        self.carrier = n_seq  # holds the beginning every prompt shares
         model = llama._model.model
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
-        params.n_batch = 512
+        params.n_batch = n_ctx  # a step may hold the prompts of several admitted groups
         params.n_ubatch = 512
-        params.n_seq_max = n_seq
+        params.n_seq_max = n_seq + 1
         params.kv_unified = True
         params.n_threads = threads
         params.n_threads_batch = threads
@@ -39,8 +87,8 @@ class BatchedSampler:
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_ctx = n_ctx
-        self.batch = llama_cpp.llama_batch_init(512, 0, n_seq)
-        self.cached: list[int] = []  # tokens of sequence 0 in the KV cache
+        self.batch = llama_cpp.llama_batch_init(n_ctx, 0, n_seq + 1)
+        self.prefix: list[int] = []  # what the carrier holds
 
     def close(self) -> None:
         if self.ctx:
@@ -48,9 +96,10 @@ class BatchedSampler:
             llama_cpp.llama_free(self.ctx)
             self.ctx = None
 
-    def _add(self, token: int, pos: int, seqs: list[int], logits: bool) -> None:
+    def _add(self, token: int, pos: int, seqs: Sequence[int], logits: bool) -> int:
+        """Append a token to the batch; returns its index there."""
         b = self.batch
-        i = b.n_tokens
+        i: int = b.n_tokens
         b.token[i] = token
         b.pos[i] = pos
         b.n_seq_id[i] = len(seqs)
@@ -58,86 +107,147 @@ class BatchedSampler:
             b.seq_id[i][k] = s
         b.logits[i] = logits
         b.n_tokens = i + 1
+        return i
 
     def _decode(self) -> None:
         if llama_cpp.llama_decode(self.ctx, self.batch) != 0:
             raise ProviderError("llama.cpp failed to decode a batch (context full?)")
 
-    def _prefill(self, tokens: list[int]) -> None:
-        """Make sequence 0 hold ``tokens``, evaluating only what the cache lacks; the
-        logits of the last token are left at batch index ``self.batch.n_tokens - 1``."""
-        common = 0
-        while (common < len(tokens) - 1 and common < len(self.cached)
-               and self.cached[common] == tokens[common]):
-            common += 1
-        for s in range(self.n_seq):
-            llama_cpp.llama_memory_seq_rm(self.memory, s, common if s == 0 else 0, -1)
-        todo = tokens[common:]
-        for start in range(0, len(todo), 512):
-            part = todo[start : start + 512]
+    def _set_prefix(self, tokens: list[int]) -> int:
+        """Make the carrier hold exactly ``tokens``, evaluating only what it lacks.
+        Returns how many tokens were evaluated."""
+        keep = common_prefix([tokens, self.prefix], min(len(tokens), len(self.prefix)))
+        llama_cpp.llama_memory_seq_rm(self.memory, self.carrier, keep, -1)
+        todo = tokens[keep:]
+        if todo:
             self.batch.n_tokens = 0
-            for k, token in enumerate(part):
-                last = start + k == len(todo) - 1
-                self._add(token, common + start + k, [0], last)
+            for k, token in enumerate(todo):
+                self._add(token, keep + k, [self.carrier], False)
             self._decode()
-        self.cached = list(tokens)
+        self.prefix = list(tokens)
+        return len(todo)
 
-    def sample(self, prompt: str, n: int, *, max_tokens: int, temperature: float, seed: int,
-               stop: tuple[str, ...] = ("\n",)) -> list[str]:
-        """``n`` completions of ``prompt`` (at most ``n_seq``), each ending at a stop
-        string, the end of generation, or ``max_tokens``."""
-        n = min(n, self.n_seq)
-        tokens = self.llama.tokenize(prompt.encode(), add_bos=False, special=True)
-        if len(tokens) + max_tokens >= self.n_ctx:
-            raise ProviderError(f"the prompt ({len(tokens)} tokens) does not fit the context")
-        self._prefill(tokens)
-        last_index = self.batch.n_tokens - 1
-        for s in range(1, n):
-            llama_cpp.llama_memory_seq_cp(self.memory, 0, s, -1, -1)
-        samplers = [self._sampler(temperature, seed + s) for s in range(n)]
-        texts = [b""] * n
-        live = list(range(n))
-        index_of = dict.fromkeys(live, last_index)
-        pos = len(tokens)
+    def sample_many(self, groups: Sequence[Sequence[str]], n: int, *, max_tokens: int,
+                    temperature: float, seed: int, questions: int = 1,
+                    stats: SampleStats | None = None) -> list[list[list[str]]]:
+        """``n`` completions of every prompt (``out[group][prompt][k]``), each ending
+        after ``questions`` question marks (with one: at a newline too), at the end of
+        generation, or after ``max_tokens``. The prompts of a group should share their
+        beginning (the same chunk)."""
+        stats = stats if stats is not None else SampleStats()
+        n = max(1, min(n, self.n_seq))
+        work: list[_Group] = []
+        for prompts in groups:
+            encoded = [self.llama.tokenize(p.encode(), add_bos=False, special=True)
+                       for p in prompts]
+            shared = common_prefix(encoded, min(map(len, encoded)) - 1) if encoded else 0
+            work.append(_Group(encoded, shared))
+        out = [[[""] * n for _ in g.prompts] for g in work]
+        asked = [g for g in work if g.prompts]
+        if not asked:
+            return out
+        everyone = [t for g in asked for t in g.prompts]
+        base = common_prefix(everyone, min(g.shared for g in asked))
+        stats.prompt_tokens += self._set_prefix(everyone[0][:base])
+        # Admission units: a group's prompts, cut so that each unit fits the slots.
+        per_unit = max(1, self.n_seq // n)
+        units = [(gi, list(range(s, min(s + per_unit, len(g.prompts)))))
+                 for gi, g in enumerate(work) for s in range(0, len(g.prompts), per_unit)]
+        units.reverse()  # popped from the end, in order
+        free = list(range(self.n_seq - 1, -1, -1))
+        live: dict[int, _Seq] = {}
+        held: dict[tuple[int, int], int] = {}  # KV cells each admitted unit may use
+        budget = self.n_ctx - base
+        admitted = 0
         try:
-            for _ in range(max_tokens):
-                picked: dict[int, int] = {}
-                for s in live:
-                    token = llama_cpp.llama_sampler_sample(samplers[s], self.ctx, index_of[s])
-                    if llama_cpp.llama_vocab_is_eog(self.vocab, token):
-                        continue
-                    texts[s] += self._piece(token)
-                    if any(t.encode() in texts[s] for t in stop) or texts[s].rstrip().endswith(
-                        b"?"
-                    ):
-                        continue  # this sequence is done
-                    picked[s] = token
-                live = list(picked)
+            self.batch.n_tokens = 0
+            while True:
+                while units and len(free) >= n * len(units[-1][1]):
+                    gi, members = units[-1]
+                    group = work[gi]
+                    need = group.shared - base + sum(
+                        len(group.prompts[p]) - group.shared + n * max_tokens for p in members)
+                    if need > budget - sum(held.values()):
+                        if not held:
+                            raise ProviderError(
+                                f"a prompt of {len(group.prompts[members[0]])} tokens does "
+                                f"not fit the context of batched decoding ({self.n_ctx} "
+                                "tokens); lower chunk_size or questions_per_atom")
+                        break
+                    units.pop()
+                    held[(gi, members[0])] = need
+                    stats.prompt_tokens += self._admit(
+                        (gi, members[0]), group, members, n, base, free, live,
+                        temperature, seed + admitted)
+                    admitted += n * len(members)
                 if not live:
                     break
-                self.batch.n_tokens = 0
-                for k, s in enumerate(live):
-                    self._add(picked[s], pos, [s], True)
-                    index_of[s] = k
                 self._decode()
-                pos += 1
+                self.batch.n_tokens = 0
+                for s, seq in list(live.items()):
+                    token = llama_cpp.llama_sampler_sample(seq.sampler, self.ctx, seq.index)
+                    seq.sampled += 1
+                    stats.completion_tokens += 1
+                    done = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+                    if not done:
+                        seq.text += self._piece(token)
+                        done = seq.sampled >= max_tokens or (
+                            seq.text.count(b"?") >= questions
+                            and seq.text.rstrip().endswith(b"?")
+                        ) or seq.text.strip().count(b"\n") >= (0 if questions == 1
+                                                                else questions + 2)
+                    if done:
+                        text = seq.text.decode("utf-8", errors="ignore").strip()
+                        if questions == 1:
+                            text = text.split("\n", 1)[0]
+                        out[seq.unit[0]][seq.prompt][seq.slot] = text
+                        self._release(s, live, free)
+                        if not any(q.unit == seq.unit for q in live.values()):
+                            del held[seq.unit]
+                        continue
+                    seq.index = self._add(token, seq.pos, [s], True)
+                    seq.pos += 1
         finally:
-            for sampler in samplers:
-                llama_cpp.llama_sampler_free(sampler)
-            for s in range(n):  # keep only the prompt, in sequence 0
-                llama_cpp.llama_memory_seq_rm(self.memory, s, len(tokens) if s == 0 else 0, -1)
-        out = []
-        for raw in texts:
-            text = raw.decode("utf-8", errors="ignore")
-            for t in stop:
-                text = text.split(t, 1)[0]
-            out.append(text.strip())
+            for s in list(live):
+                self._release(s, live, free)
         return out
 
+    def _admit(self, unit: tuple[int, int], group: _Group, members: list[int], n: int,
+               base: int, free: list[int], live: dict[int, _Seq], temperature: float,
+               seed: int) -> int:
+        """Start ``n`` sequences for each prompt ``members`` of ``group``: their tokens
+        go into the batch being built. Returns how many prompt tokens that adds."""
+        seqs = {p: [free.pop() for _ in range(n)] for p in members}
+        every = [s for ss in seqs.values() for s in ss]
+        for s in every:  # lend them the carrier's cells
+            llama_cpp.llama_memory_seq_cp(self.memory, self.carrier, s, 0, base)
+        first = group.prompts[members[0]]
+        for k in range(base, group.shared):
+            self._add(first[k], k, every, False)
+        added = group.shared - base
+        for number, p in enumerate(members):
+            tokens = group.prompts[p]
+            for k in range(group.shared, len(tokens)):
+                index = self._add(tokens[k], k, seqs[p], k == len(tokens) - 1)
+            added += len(tokens) - group.shared
+            for slot, s in enumerate(seqs[p]):
+                live[s] = _Seq(unit, p, slot, len(tokens), index,
+                               self._sampler(temperature, seed + number * n + slot))
+        return added
+
+    def _release(self, s: int, live: dict[int, _Seq], free: list[int]) -> None:
+        llama_cpp.llama_sampler_free(live.pop(s).sampler)
+        llama_cpp.llama_memory_seq_rm(self.memory, s, -1, -1)
+        free.append(s)
+
     def _sampler(self, temperature: float, seed: int) -> Any:
+        """The sampling of ``Llama.create_chat_completion`` as isotope calls it: top-k 40,
+        top-p 0.9, a repeat penalty of 1.1 over the last 64 tokens, then temperature."""
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_penalties(
+            llama_cpp.llama_vocab_n_tokens(self.vocab), 64, 1.1, 0.0, 0.0))
         llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_k(40))
-        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(0.95, 1))
+        llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_top_p(0.9, 1))
         llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_temp(temperature))
         llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_dist(seed))
         return chain
