@@ -6,9 +6,10 @@ Each passage of ../shared/eval/squad-dev is one chunk, and each block of ``--blo
 passages one document (a source of several chunks, as a real file is, so a mode may work
 on several chunks at once). Every mode has its own fresh index (cache off) and its own
 loaded model; the blocks are fed to the modes in turn (the order of the modes rotating),
-so a load that comes and goes on a shared machine weighs on every mode alike. The table gives seconds per passage, questions per
-second, model calls and tokens per passage, and the share of generated questions the
-filters kept (quality proxy), with ratios against mode ``atom`` (one call per atom).
+so a load that comes and goes on a shared machine weighs on every mode alike. The table
+gives seconds per passage, questions per second, model calls and tokens per passage, and
+the share of generated questions the filters kept (quality proxy), with ratios against
+mode ``atom`` (one call per atom).
 """
 
 from __future__ import annotations
