@@ -114,3 +114,50 @@ def test_fusion_methods() -> None:
     assert dict(rrf)["z"] < dict(rrf)["x"]
     only_a = fuse({"a": a, "b": b}, {"a": 1.0, "b": 0.0}, "zscore")
     assert [c for c, _ in only_a] == ["x", "y", "z"]
+
+
+def test_responses_carry_confidence_and_a_suggested_action(iso: Isotope, examples: Path) -> None:
+    iso.ingest(examples)
+    found = iso.search("How long does the Orbit R2 battery last?", k=3, mode="chunks-dense")
+    assert found.top_score == found.results[0].score > 0
+    assert found.score_spread == pytest.approx(
+        found.results[0].score - found.results[1].score, abs=1e-6)
+    lost = iso.search("zebra migration patterns in the Serengeti", k=3, mode="chunks-dense")
+    assert lost.top_score < found.top_score
+    assert lost.suggested_action == "refine_query" and not lost.has_high_confidence
+    # thresholds come from the settings when given
+    iso.settings.deliver_score, iso.settings.refine_score = 0.01, 0.0
+    sure = iso.search("How long does the Orbit R2 battery last?", k=3, mode="chunks-dense")
+    assert sure.suggested_action == "deliver" and sure.has_high_confidence
+
+
+def test_calibration_finds_where_the_first_result_becomes_reliable() -> None:
+    from isotope.evaluation import action_levels, calibrate
+
+    tops = [0.95, 0.9, 0.85, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
+    hit1 = [True, True, True, True, False, True, False, False, False, False]
+    hit5 = [True, True, True, True, True, True, True, False, False, False]
+    deliver, refine = calibrate(tops, hit1, hit5)
+    assert deliver == 0.8  # the first four are all right; adding 0.6 drops under 90%
+    assert refine == 0.6  # under 0.6, the gold is among the first five for 2 of 5
+    levels = action_levels(tops, hit1, hit5, deliver, refine)
+    assert levels["deliver"] == {"share": 40.0, "R@1": 100.0, "R@5": 100.0}
+    assert levels["query_more"]["share"] == 10.0
+    assert levels["refine_query"] == {"share": 50.0, "R@1": 20.0, "R@5": 40.0}
+
+
+def test_eval_reports_recall_per_suggested_action(
+    dataset: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    passages, queries = dataset
+    args = ["eval", str(passages), str(queries), "--index", str(tmp_path / "i"),
+            "--mode", "hybrid"]
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    confidence = data["modes"][0]["confidence"]
+    assert set(confidence["levels"]) == {"deliver", "query_more", "refine_query"}
+    assert sum(level["share"] for level in confidence["levels"].values()) == \
+        pytest.approx(100, abs=0.2)
+    assert 0 <= confidence["suggested"]["refine"] <= confidence["suggested"]["deliver"] <= 1
+    table = CliRunner().invoke(app, args).stdout
+    assert "suggested actions" in table and "query_more" in table

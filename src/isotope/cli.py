@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from isotope.errors import IsotopeError
-from isotope.retrieval import MODES
+from isotope.retrieval import MODES, thresholds
 
 app = typer.Typer(
     name="isotope",
@@ -356,11 +356,14 @@ def eval_(
             if report.failed_atoms:
                 err.print(f"{len(report.failed_atoms)} atoms got no questions")
 
-            def run(query: str, name: str, k: int) -> list[str]:
-                return [r.chunk.source for r in iso.search(query, k, mode=name).results]
+            def run(query: str, name: str, k: int) -> tuple[list[str], float]:
+                response = iso.search(query, k, mode=name)
+                return [r.chunk.source for r in response.results], response.top_score
 
             result = evaluation.EvalResult(len(pairs[0]), len(pairs[1]))
-            result.modes = evaluation.evaluate(run, pairs[1], modes)
+            result.modes = evaluation.evaluate(
+                run, pairs[1], modes, thresholds=lambda m: thresholds(
+                    m, iso.settings.deliver_score, iso.settings.refine_score))
             result.ingest = {"added": len(report.added), "llm_calls": report.llm_calls,
                              "llm_cache_hits": report.llm_cache_hits,
                              "seconds": sum(report.timings.values())}
@@ -369,12 +372,15 @@ def eval_(
     if as_json:
         _print_json(asdict(result))
         return
-    rows = result.table()
-    table = Table(*rows[0].keys(), title=f"{result.passages} passages, {result.queries} "
-                  "questions")
-    for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    out.print(table)
+    for title, rows in (
+        (f"{result.passages} passages, {result.queries} questions", result.table()),
+        ("suggested actions: thresholds in effect (deliver/refine), and those this data "
+         "suggests", result.confidence_table()),
+    ):
+        table = Table(*rows[0].keys(), title=title)
+        for row in rows:
+            table.add_row(*(str(v) for v in row.values()))
+        out.print(table)
     if chart is not None:
         out.print(f"chart: {chart}")
 

@@ -30,6 +30,49 @@ class ModeScores:
     mrr: float
     latency_p50_ms: float
     latency_p95_ms: float
+    confidence: dict[str, Any] = field(default_factory=dict)
+    """Per suggested action: the thresholds in effect, the share of questions that got
+    it and their Recall@1/@5; and the thresholds this data suggests."""
+
+
+DELIVER_PRECISION = 0.9
+"""`deliver` from the lowest top score above which the first result is right this often."""
+REFINE_RECALL = 0.5
+"""`refine_query` under the highest top score below which Recall@5 stays under this."""
+
+
+def calibrate(tops: Sequence[float], hit1: Sequence[bool], hit5: Sequence[bool]
+              ) -> tuple[float, float]:
+    """(deliver, refine) thresholds for these top scores and outcomes (see
+    :data:`DELIVER_PRECISION` and :data:`REFINE_RECALL`)."""
+    order = sorted(range(len(tops)), key=lambda i: -tops[i])
+    deliver, right = 1.0, 0
+    for seen, i in enumerate(order, start=1):
+        right += hit1[i]
+        if right / seen >= DELIVER_PRECISION:
+            deliver = tops[i]
+    refine, found = 0.0, 0
+    for below, i in enumerate(reversed(order)):  # `below` questions score under tops[i]
+        if below and found / below < REFINE_RECALL:
+            refine = tops[i]
+        found += hit5[i]
+    return round(deliver, 3), round(min(refine, deliver), 3)
+
+
+def action_levels(tops: Sequence[float], hit1: Sequence[bool], hit5: Sequence[bool],
+                  deliver: float, refine: float) -> dict[str, dict[str, float]]:
+    """Share of questions, Recall@1 and Recall@5 per suggested action."""
+    from isotope.retrieval import action
+
+    levels: dict[str, dict[str, float]] = {}
+    for name in ("deliver", "query_more", "refine_query"):
+        idx = [i for i, t in enumerate(tops) if action(t, deliver, refine) == name]
+        levels[name] = {
+            "share": round(100 * len(idx) / max(1, len(tops)), 1),
+            "R@1": round(100 * sum(hit1[i] for i in idx) / len(idx), 1) if idx else 0.0,
+            "R@5": round(100 * sum(hit5[i] for i in idx) / len(idx), 1) if idx else 0.0,
+        }
+    return levels
 
 
 @dataclass
@@ -38,6 +81,20 @@ class EvalResult:
     queries: int
     modes: list[ModeScores] = field(default_factory=list)
     ingest: dict[str, Any] = field(default_factory=dict)
+
+    def confidence_table(self) -> list[dict[str, Any]]:
+        """Per mode and suggested action: thresholds, share of questions, recall."""
+        rows = []
+        for m in self.modes:
+            c = m.confidence
+            for name, level in c.get("levels", {}).items():
+                rows.append({"mode": m.mode, "action": name, "share %": level["share"],
+                             "R@1": level["R@1"], "R@5": level["R@5"],
+                             "deliver/refine": f"{c['thresholds']['deliver']:.2f}/"
+                                               f"{c['thresholds']['refine']:.2f}",
+                             "suggested": f"{c['suggested']['deliver']:.2f}/"
+                                          f"{c['suggested']['refine']:.2f}"})
+        return rows
 
     def table(self) -> list[dict[str, Any]]:
         return [
@@ -84,21 +141,26 @@ def chunks_of(passages: Sequence[dict[str, Any]]) -> list[Chunk]:
 
 
 def evaluate(
-    search: Callable[[str, str, int], list[str]],
+    search: Callable[[str, str, int], tuple[list[str], float]],
     queries: Sequence[dict[str, Any]],
     modes: Sequence[str],
     *,
+    thresholds: Callable[[str], tuple[float, float]] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> list[ModeScores]:
-    """Score ``search(query, mode, k) -> source ids, best first`` for each mode."""
+    """Score ``search(query, mode, k) -> (source ids best first, top score)`` for each
+    mode; with ``thresholds(mode) -> (deliver, refine)``, also the suggested actions."""
     scores = []
     for mode in modes:
         found: list[list[str]] = []
+        tops: list[float] = []
         latency: list[float] = []
         for n, query in enumerate(queries):
             started = time.perf_counter()
-            found.append(search(query["question"], mode, MRR_AT))
+            sources, top = search(query["question"], mode, MRR_AT)
             latency.append(time.perf_counter() - started)
+            found.append(sources)
+            tops.append(top)
             if progress and n % 100 == 0:
                 progress(mode, n, len(queries))
         gold = [str(q["gold_pid"]) for q in queries]
@@ -107,9 +169,18 @@ def evaluate(
         mrr = 100 * sum(1 / (f.index(g) + 1) if g in f[:MRR_AT] else 0.0
                         for g, f in zip(gold, found, strict=True)) / len(gold)
         ordered = sorted(latency)
+        hit1 = [g in f[:1] for g, f in zip(gold, found, strict=True)]
+        hit5 = [g in f[:5] for g, f in zip(gold, found, strict=True)]
+        deliver, refine = thresholds(mode) if thresholds else calibrate(tops, hit1, hit5)
+        suggested = calibrate(tops, hit1, hit5)
+        confidence = {
+            "thresholds": {"deliver": deliver, "refine": refine},
+            "levels": action_levels(tops, hit1, hit5, deliver, refine),
+            "suggested": {"deliver": suggested[0], "refine": suggested[1]},
+        }
         scores.append(ModeScores(
             mode, recall, mrr, 1000 * statistics.median(latency),
-            1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+            1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], confidence,
         ))
     return scores
 

