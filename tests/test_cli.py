@@ -72,12 +72,14 @@ def test_query_raw_json_and_answer(index: Path) -> None:
     assert data["answer"] is None and len(data["results"]) == 2
     assert data["results"][0]["chunk"]["source"].endswith("handbook.md")
     assert data["results"][0]["matched_questions"]
+    assert data["suggested_action"] in {"deliver", "query_more", "refine_query"}
+    assert data["top_score"] == data["results"][0]["score"]
 
     result = runner.invoke(app, ["query", "How many vacation days do new employees get?",
                                  "--index", str(index)])
     assert result.exit_code == 0
     assert "25 days" in result.stdout and "[1]" in result.stdout
-    assert "handbook.md" in result.stdout
+    assert "handbook.md" in result.stdout and "suggested action: " in result.stdout
 
 
 def test_list_status_delete_config(index: Path, monkeypatch: pytest.MonkeyPatch) -> None:

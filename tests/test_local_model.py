@@ -107,3 +107,17 @@ def test_ingest_with_batched_decoding(tmp_path: Path, embedder: Embedder) -> Non
         assert report.questions_generated >= 4
         hit = iso.search("How often do the irrigation pumps run?", k=1).results[0]
         assert "irrigation" in hit.matched_questions[0].text.lower()
+
+
+@pytest.mark.parametrize("question", [
+    "What is the capital of Australia?",
+    "How many people work at the Lindqvist greenhouse?",
+    "Which company manufactures the irrigation pumps?",
+])
+def test_real_answer_declines_when_the_passages_do_not_hold_it(
+    local_index: Isotope, question: str
+) -> None:
+    response = local_index.ask(question)
+    assert response.answer is not None
+    assert "do not contain the answer" in response.answer, response.answer
+    assert response.citations == []

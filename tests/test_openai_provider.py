@@ -113,6 +113,22 @@ def test_calls_run_concurrently_up_to_the_limit(tmp_path: Path, embedder: Embedd
     assert elapsed < 12 * 0.3  # faster than one at a time
 
 
+def test_small_files_are_generated_together(tmp_path: Path, embedder: Embedder) -> None:
+    """Many one-sentence files keep a remote model as busy as one large file: their calls
+    run concurrently, and each file is still stored on its own."""
+    script = Script(delay=0.3)
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"room{i}.txt").write_text(f"Room {i} of the library has {i + 2} desks.")
+    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=4) as iso:
+        report = iso.ingest(folder)
+        assert report.ok and len(report.added) == 8 and report.llm_calls == 8
+        assert script.max_in_flight == 4
+        assert sorted(Path(s.source.uri).name for s in iso.sources()) == [
+            f"room{i}.txt" for i in range(8)]
+
+
 def test_rate_limiter_paces_requests() -> None:
     limiter = RateLimiter(requests_per_minute=600)  # 10 per second
 

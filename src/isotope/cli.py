@@ -236,6 +236,9 @@ def query(
         if raw or response.answer is None:
             snippet = " ".join(r.chunk.text.split())
             out.print(f"    {snippet[:300]}{'…' if len(snippet) > 300 else ''}", soft_wrap=True)
+    if response.results:
+        out.print(f"suggested action: {response.suggested_action} (top score "
+                  f"{response.top_score:.3f}, lead {response.score_spread:.3f})")
 
 
 @app.command("list")

@@ -52,3 +52,7 @@ class ModelFileError(IsotopeError):
 
 class ProviderError(IsotopeError):
     """A language model or embedding provider failed."""
+
+    fatal = False
+    """Every later call would fail the same way (e.g. bad credentials): stop the ingest
+    instead of going on with the next source."""

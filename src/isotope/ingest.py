@@ -1,5 +1,7 @@
 """The ingest pipeline: load -> chunk -> atomize -> generate questions -> embed ->
-filter and dedup -> store, one source at a time, each stored in one transaction."""
+filter and dedup -> store. Sources are loaded and atomized one at a time; their questions
+are generated together once enough atoms wait (so many small files keep the model as busy
+as one large one); each source is then stored in one transaction."""
 
 from __future__ import annotations
 
@@ -107,6 +109,21 @@ class IngestPlan:
     errors: list[FileError] = field(default_factory=list)
 
 
+@dataclass
+class _Work:
+    """A source on its way through the pipeline: chunked and atomized, waiting for its
+    questions, then stored."""
+
+    source: Source
+    chunks: list[Chunk]
+    atoms: list[list[Atom]]
+    replacing: bool
+    done: int
+    total: int
+    questions: list[list[list[str]]] = field(default_factory=list)
+    failed: int = 0
+
+
 class _Timer:
     def __init__(self, report: IngestReport, stage: str) -> None:
         self.report, self.stage = report, stage
@@ -205,16 +222,20 @@ class Pipeline:
             self.settings.include if include is None else include,
             self.settings.exclude if exclude is None else exclude,
         )
+        queue = _Queue(self, report, progress)
         for done, path in enumerate(files):
             self._notify(progress, "load", str(path), done, len(files), report)
             try:
-                self._ingest_file(path, report, progress, done, len(files))
+                queue.add(self._ingest_file(path, report, done, len(files)))
             except LoaderError as exc:
                 report.errors.append(FileError(exc.path, exc.reason))
                 log.warning("%s", exc)
             except ProviderError as exc:  # this file is left out; the others go on
+                if exc.fatal:
+                    raise
                 report.errors.append(FileError(str(path), f"language model failed: {exc}"))
                 log.warning("%s: %s", path, exc)
+        queue.flush()
         meter(report)
         self._notify(progress, "done", "", len(files), len(files), report)
         return report
@@ -239,20 +260,21 @@ class Pipeline:
                                start=item.start, end=item.end, metadata=item.metadata))
         report = IngestReport()
         meter = self._meter()
+        queue = _Queue(self, report, progress)
         for done, (uri, items) in enumerate(grouped.items()):
             text = "\n\n".join(c.text for c in items)
             src = Source(uri=uri, content_hash=content_hash(text), size=len(text.encode()),
                          loader="chunks")
-            self._process(src, items, report, progress, done, len(grouped))
+            queue.add(self._prepare(src, items, report, progress, done, len(grouped)))
+        queue.flush()
         meter(report)
         self._notify(progress, "done", "", len(grouped), len(grouped), report)
         return report
 
     # -- work --------------------------------------------------------------------------
     def _ingest_file(
-        self, path: Path, report: IngestReport, progress: ProgressCallback | None,
-        done: int, total: int,
-    ) -> None:
+        self, path: Path, report: IngestReport, done: int, total: int,
+    ) -> _Work | None:
         with _Timer(report, "load"):
             try:
                 stat = path.stat()
@@ -264,7 +286,7 @@ class Pipeline:
             existing = self.store.get_source(uri)
             if self._is_current(existing, digest):
                 report.unchanged.append(uri)
-                return
+                return None
             document, loader = loaders.load(path, data)
         with _Timer(report, "chunk"):
             chunks = self._chunk(document, uri, self._counter())
@@ -272,7 +294,7 @@ class Pipeline:
             uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
             loader=loader.name, metadata={**document.metadata},
         )
-        self._process(source, chunks, report, progress, done, total, existing is not None)
+        return self._prepare(source, chunks, report, None, done, total, existing is not None)
 
     def plan(
         self,
@@ -384,51 +406,63 @@ class Pipeline:
             return count_tokens
         return lambda text: self.embedder.count_tokens(text) or 0
 
-    def _process(
+    def _prepare(
         self, source: Source, chunks: list[Chunk], report: IngestReport,
         progress: ProgressCallback | None, done: int, total: int, replacing: bool | None = None,
-    ) -> None:
+    ) -> _Work | None:
+        """Atomize a source's chunks (None if the stored source is current)."""
         if replacing is None:
             existing = self.store.get_source(source.uri)
             if self._is_current(existing, source.content_hash):
                 report.unchanged.append(source.uri)
-                return
+                return None
             replacing = existing is not None
         source.metadata["pipeline"] = self.fingerprint
         report.chunks += len(chunks)
         with _Timer(report, "atomize"):
             atoms_per_chunk = self.atomizer.atomize_batch(chunks)
         self._notify(progress, "generate", source.uri, done, total, report)
+        return _Work(source, chunks, atoms_per_chunk, replacing, done, total)
+
+    def _generate(self, works: list[_Work], report: IngestReport,
+                  progress: ProgressCallback | None) -> None:
+        """Questions for the atoms of several sources: their chunks go to the model
+        together, in windows that keep it busy (two rounds of concurrent calls, or the
+        sequence slots of batched decoding), progress reported after each."""
         generator = self.generator()
-        generated: list[list[list[str]]] = []
-        failed = 0
-        # Chunks go to the model in windows that keep it busy (two rounds of concurrent
-        # calls, or the sequence slots of batched decoding), and progress is still
-        # reported as work goes on.
-        pending: list[tuple[Chunk, list[Atom]]] = []
         window = generator.window(self.settings.llm_concurrency)
-        for position, (chunk, atoms) in enumerate(zip(chunks, atoms_per_chunk, strict=True)):
-            pending.append((chunk, atoms))
-            if (sum(len(a) for _, a in pending) < window
-                    and position < len(chunks) - 1):
-                continue
+        todo = [(w, chunk, atoms) for w in works
+                for chunk, atoms in zip(w.chunks, w.atoms, strict=True)]
+        start = 0
+        while start < len(todo):
+            end, size = start, 0
+            while end < len(todo) and (size < window or end == start):
+                size += len(todo[end][2])
+                end += 1
+            part = todo[start:end]
             with _Timer(report, "generate"):
-                results = generator.generate_many(pending)
-            for (_, group_atoms), result in zip(pending, results, strict=True):
-                generated.append(result.questions)
+                results = generator.generate_many([(c, a) for _, c, a in part])
+            for (work, _, atoms), result in zip(part, results, strict=True):
+                work.questions.append(result.questions)
                 for i, why in sorted(result.failed.items()):
-                    failed += 1
+                    work.failed += 1
                     report.failed_atoms.append(
-                        FileError(source.uri, f"atom {group_atoms[i].text[:60]!r}: {why}")
-                    )
-                report.atoms += len(group_atoms)
+                        FileError(work.source.uri, f"atom {atoms[i].text[:60]!r}: {why}"))
+                report.atoms += len(atoms)
                 report.questions_generated += sum(len(q) for q in result.questions)
-            pending = []
-            self._notify(progress, "generate", source.uri, done, total, report)
-        if failed:
+            start = end
+            last = part[-1][0]
+            self._notify(progress, "generate", last.source.uri, last.done, last.total, report)
+
+    def _store(self, work: _Work, report: IngestReport,
+               progress: ProgressCallback | None) -> None:
+        """Embed, filter and store one source in one transaction."""
+        source, chunks, atoms_per_chunk = work.source, work.chunks, work.atoms
+        if work.failed:
             # Stored with what succeeded; marked so that the next ingest asks again for the
             # rest (the cache answers for the atoms that succeeded).
-            source.metadata["incomplete_atoms"] = failed
+            source.metadata["incomplete_atoms"] = work.failed
+        generated = work.questions
 
         atoms = [a for atoms in atoms_per_chunk for a in atoms]
         candidates = [
@@ -458,8 +492,8 @@ class Pipeline:
                     if candidates else question_vectors,
                 )
             )
-        (report.replaced if replacing else report.added).append(source.uri)
-        self._notify(progress, "store", source.uri, done + 1, total, report)
+        (report.replaced if work.replacing else report.added).append(source.uri)
+        self._notify(progress, "store", source.uri, work.done + 1, work.total, report)
 
     def _filter(
         self, atoms: list[Atom], atom_vectors: np.ndarray, questions: list[Question],
@@ -519,6 +553,59 @@ class Pipeline:
         if progress is not None:
             progress(Progress(stage, source, done, total, report.chunks, report.atoms,
                               report.questions_generated))
+
+
+class _Queue:
+    """Sources waiting for questions: generated together once they hold a window's worth
+    of atoms (so many small sources keep the model as busy as one large one), then each
+    stored in its own transaction."""
+
+    def __init__(self, pipeline: Pipeline, report: IngestReport,
+                 progress: ProgressCallback | None) -> None:
+        self.pipeline, self.report, self.progress = pipeline, report, progress
+        self.window = 0  # known once a source needs questions (the model is built then)
+        self.works: list[_Work] = []
+
+    def add(self, work: _Work | None) -> None:
+        if work is None:
+            return
+        if not self.window:
+            settings = self.pipeline.settings
+            self.window = self.pipeline.generator().window(settings.llm_concurrency)
+        self.works.append(work)
+        if sum(len(a) for w in self.works for a in w.atoms) >= self.window:
+            self.flush()
+
+    def flush(self) -> None:
+        works, self.works = self.works, []
+        if not works:
+            return
+        try:
+            self.pipeline._generate(works, self.report, self.progress)
+        except ProviderError as exc:
+            if exc.fatal:
+                raise
+            if len(works) > 1:  # find the source that fails; store the others
+                for work in works:
+                    self._reset(work)
+                    self.works = [work]
+                    self.flush()
+                return
+            self.report.errors.append(
+                FileError(works[0].source.uri, f"language model failed: {exc}"))
+            log.warning("%s: language model failed: %s", works[0].source.uri, exc)
+            return
+        for work in works:
+            self.pipeline._store(work, self.report, self.progress)
+
+    def _reset(self, work: _Work) -> None:
+        """Forget what a failed window generated for ``work`` (it is generated again)."""
+        for per_atom in work.questions:
+            self.report.atoms -= len(per_atom)
+            self.report.questions_generated -= sum(len(q) for q in per_atom)
+        uri = work.source.uri
+        self.report.failed_atoms = [f for f in self.report.failed_atoms if f.path != uri]
+        work.questions, work.failed = [], 0
 
 
 __all__ = ["FileError", "IngestReport", "IsotopeError", "Pipeline", "Progress"]

@@ -32,6 +32,8 @@ T = TypeVar("T")
 class ProviderAuthError(ProviderError):
     """The endpoint refused the credentials: retrying cannot help."""
 
+    fatal = True
+
 
 def parse_model(model: str) -> tuple[str, str | None]:
     """``openai/NAME`` or ``openai/NAME@BASE_URL`` -> (NAME, BASE_URL or None)."""

@@ -1,0 +1,87 @@
+"""Retrieval quality of every mode, side by side, on SQuAD dev (issue 4's targets).
+
+    .venv/bin/python benchmarks/quality.py [--passages 300] [--generation batched]
+
+Indexes the first ``--passages`` passages of ../shared/eval/squad-dev (each passage one
+chunk) with the default offline models, then scores every retrieval mode on all their
+questions (Recall@1/2/5, MRR@10, latency), and the question modes again on a keyword
+variant of the questions (question words and stopwords dropped). Generated questions are
+cached in benchmarks/cache/ (committed), so a re-run takes minutes, not hours. Ratios are
+against ``chunks-dense``, the baseline measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from isotope import Isotope, evaluation
+from isotope.ingest import Progress
+from isotope.retrieval import MODES, keyword_query
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
+OUT = ROOT / "benchmarks" / "out"
+CACHE = ROOT / "benchmarks" / "cache"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--passages", type=int, default=300)
+    parser.add_argument("--generation", default="batched")
+    parser.add_argument("--keyword-modes", default="questions-dense,chunks-bm25,hybrid")
+    args = parser.parse_args()
+    passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
+                                        args.passages)
+    index = OUT / f"quality-{args.passages}-{args.generation}"
+    started = time.perf_counter()
+
+    def progress(p: Progress) -> None:
+        if p.stage == "store" and p.sources_done % 10 == 0:
+            print(f"{p.sources_done}/{p.sources_total} passages, {p.questions} questions, "
+                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+    with Isotope.open(index, cache_dir=CACHE, generation=args.generation) as iso:
+        report = iso.ingest_chunks(evaluation.chunks_of(passages), progress=progress)
+        print(f"ingest: {len(report.added)} added, {report.llm_calls} model calls, "
+              f"{report.llm_cache_hits} cache hits, {time.perf_counter() - started:.0f} s",
+              file=sys.stderr)
+
+        def run(query: str, mode: str, k: int) -> tuple[list[str], float]:
+            response = iso.search(query, k, mode=mode)
+            return [r.chunk.source for r in response.results], response.top_score
+
+        result = evaluation.EvalResult(len(passages), len(queries))
+        result.modes = evaluation.evaluate(run, queries, MODES)
+        keywords = [{**q, "question": keyword_query(q["question"])} for q in queries]
+        keyword_scores = evaluation.evaluate(run, keywords, args.keyword_modes.split(","))
+    base = next(m for m in result.modes if m.mode == "chunks-dense")
+    print(f"\nRetrieval on the first {len(passages)} passages of squad-dev, "
+          f"{len(queries)} questions (generation={args.generation})")
+    _table(result.modes, base)
+    print("\nThe same questions as keyword queries (question words and stopwords dropped)")
+    _table(keyword_scores, base)
+    print("\nSuggested actions (thresholds in effect; those this data suggests)")
+    rows = result.confidence_table()
+    print("| " + " | ".join(rows[0]) + " |")
+    print("|" + "|".join("---" for _ in rows[0]) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(v) for v in row.values()) + " |")
+    (OUT / f"quality-{args.passages}.json").write_text(json.dumps(
+        {"modes": [m.__dict__ for m in result.modes],
+         "keyword": [m.__dict__ for m in keyword_scores]}, indent=1, default=str))
+
+
+def _table(scores: list[evaluation.ModeScores], base: evaluation.ModeScores) -> None:
+    print("| mode | R@1 | R@2 | R@5 | MRR@10 | p50 ms | R@1 vs chunks-dense |")
+    print("|---|---|---|---|---|---|---|")
+    for m in scores:
+        print(f"| {m.mode} | {m.recall[1]:.1f} | {m.recall[2]:.1f} | {m.recall[5]:.1f} | "
+              f"{m.mrr:.1f} | {m.latency_p50_ms:.2f} | {m.recall[1] - base.recall[1]:+.1f} |")
+
+
+if __name__ == "__main__":
+    main()
