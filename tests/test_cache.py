@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import isotope.questions
-from isotope import Isotope
+from isotope import IngestReport, Isotope
 from isotope.embedders import Embedder
 from isotope.providers import BatchGenerationError, Prompt
 
@@ -30,12 +30,17 @@ class RenamedEmbedder(Embedder):
         return self.inner.embed_batch(texts)
 
 
+def _ingest(index: Path, examples: Path, **open_args: object) -> IngestReport:
+    """Ingest the examples into a new index (sharing the cache of the test's home)."""
+    with Isotope.open(index, **open_args) as iso:  # type: ignore[arg-type]
+        return iso.ingest(examples)
+
+
 def test_a_second_index_of_the_same_corpus_makes_no_model_or_embedding_call(
     tmp_path: Path, embedder: Embedder, examples: Path
 ) -> None:
     llm = FakeLLM()
-    with Isotope.open(tmp_path / "one", embedder=embedder, llm=llm) as iso:
-        first = iso.ingest(examples)
+    first = _ingest(tmp_path / "one", examples, embedder=embedder, llm=llm)
     assert first.llm_calls == first.atoms > 0 and first.embedded > 0
     with Isotope.open(tmp_path / "two", embedder=embedder, llm=llm) as iso:
         calls = llm.calls
@@ -53,12 +58,10 @@ def test_changing_the_question_prompt_regenerates_questions_but_not_atoms(
     tmp_path: Path, embedder: Embedder, examples: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     llm = FakeLLM()
-    with Isotope.open(tmp_path / "one", embedder=embedder, llm=llm, atomizer="llm") as iso:
-        first = iso.ingest(examples)
+    first = _ingest(tmp_path / "one", examples, embedder=embedder, llm=llm, atomizer="llm")
     monkeypatch.setattr(isotope.questions, "SYSTEM", isotope.questions.SYSTEM + " Be brief.")
     llm.prompts.clear()
-    with Isotope.open(tmp_path / "two", embedder=embedder, llm=llm, atomizer="llm") as iso:
-        second = iso.ingest(examples)
+    second = _ingest(tmp_path / "two", examples, embedder=embedder, llm=llm, atomizer="llm")
     asked = [p[0]["content"] for p in llm.prompts]
     assert asked and all(a.endswith("Be brief.") for a in asked), "only question prompts"
     assert second.llm_calls == first.atoms
@@ -69,8 +72,7 @@ def test_changing_the_embedding_model_re_embeds_but_does_not_regenerate(
     tmp_path: Path, embedder: Embedder, examples: Path
 ) -> None:
     llm = FakeLLM()
-    with Isotope.open(tmp_path / "one", embedder=embedder, llm=llm) as iso:
-        first = iso.ingest(examples)
+    first = _ingest(tmp_path / "one", examples, embedder=embedder, llm=llm)
     other = RenamedEmbedder(embedder)
     with Isotope.open(tmp_path / "two", embedder=other, llm=llm) as iso:
         second = iso.ingest(examples)

@@ -9,15 +9,18 @@ lives above it.
 from __future__ import annotations
 
 import asyncio
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from isotope.errors import ProviderError
 
 if TYPE_CHECKING:
     from isotope.settings import Settings
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -101,6 +104,42 @@ class LLM(ABC):
             self.complete_batch, prompts, max_tokens=max_tokens, temperature=temperature,
             json_schema=json_schema,
         )
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, even inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(coro))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+class AsyncFirst:
+    """For providers that are asynchronous at heart: :meth:`complete_batch` runs their
+    ``acomplete_batch`` to completion."""
+
+    def complete_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
+        json_schema: dict[str, Any] | None = None,
+    ) -> list[str]:
+        batch: Coroutine[Any, Any, list[str]] = self.acomplete_batch(  # type: ignore[attr-defined]
+            prompts, max_tokens=max_tokens, temperature=temperature, json_schema=json_schema)
+        return run_sync(batch)
 
 
 def messages(system: str, user: str) -> Prompt:

@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from isotope.errors import MissingDependency, ProviderError
-from isotope.providers import LLM, Prompt, collect
-from isotope.providers.openai import run_sync
+from isotope.providers import LLM, AsyncFirst, Prompt, collect
 from isotope.settings import Settings
 
 
-class LiteLLMChat(LLM):
+class LiteLLMChat(AsyncFirst, LLM):
     def __init__(self, model: str, settings: Settings) -> None:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:
@@ -34,13 +33,6 @@ class LiteLLMChat(LLM):
         key = settings.openai_api_key
         self.api_base = settings.openai_base_url
         self.api_key = key.get_secret_value() if key else None
-
-    def complete_batch(
-        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
-        json_schema: dict[str, Any] | None = None,
-    ) -> list[str]:
-        return run_sync(self.acomplete_batch(prompts, max_tokens=max_tokens,
-                                             temperature=temperature, json_schema=json_schema))
 
     async def acomplete_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,

@@ -14,15 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import threading
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
 from isotope.embedders import Embedder, Vectors, normalize
 from isotope.errors import MissingDependency, ProviderError
-from isotope.providers import LLM, Prompt, collect
+from isotope.providers import LLM, AsyncFirst, Prompt, collect, run_sync
 from isotope.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -42,29 +41,6 @@ def parse_model(model: str) -> tuple[str, str | None]:
         name, base_url = name.split("@", 1)
         return name, base_url
     return name, None
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from sync code, even inside a running event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    result: list[T] = []
-    failure: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(asyncio.run(coro))
-        except BaseException as exc:  # re-raised in the caller's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result[0]
 
 
 class _Client:
@@ -132,7 +108,7 @@ def _retry_after(exc: Exception) -> float | None:
         return None
 
 
-class OpenAIChat(LLM):
+class OpenAIChat(AsyncFirst, LLM):
     """Chat completions from an OpenAI-compatible endpoint."""
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
@@ -144,13 +120,6 @@ class OpenAIChat(LLM):
         self._client = _Client(base_url, api_key, timeout=timeout, max_retries=max_retries,
                                limiter=limiter or RateLimiter(),
                                key_setting="ISOTOPE_OPENAI_API_KEY")
-
-    def complete_batch(
-        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
-        json_schema: dict[str, Any] | None = None,
-    ) -> list[str]:
-        return run_sync(self.acomplete_batch(prompts, max_tokens=max_tokens,
-                                             temperature=temperature, json_schema=json_schema))
 
     async def acomplete_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
