@@ -89,7 +89,7 @@ def main() -> None:
     header = list(rows[0])
     atoms = totals[modes[0]]["atoms"]
     print(f"\nQuestion generation, {n} passages ({atoms} atoms), local Qwen2.5-Coder-1.5B, "
-          "cache off, documents of {args.block} passages, modes interleaved")
+          f"cache off, documents of {args.block} passages, modes interleaved")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for row in rows:

@@ -217,17 +217,18 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
 
 
 CONFIDENCE: dict[str, tuple[float, float]] = {
-    # (deliver from, refine under) per mode: calibrated with `isotope eval` on the first
-    # 50 passages of SQuAD dev (benchmarks/RESULTS.md): from `deliver` on, the first
-    # result was right for at least 90% of the questions; under `refine`, the gold passage
-    # was among the first five for less than half of them.
-    "questions-dense": (0.80, 0.55),
-    "questions-bm25": (0.80, 0.60),
-    "atoms-dense": (0.75, 0.45),
-    "atoms-bm25": (0.80, 0.60),
-    "chunks-dense": (0.65, 0.35),
-    "chunks-bm25": (0.80, 0.60),
-    "hybrid": (0.95, 0.70),
+    # (deliver from, refine under) per mode, calibrated with `calibrate` (isotope.evaluation)
+    # on the first 50 passages of SQuAD dev, queried with their questions and with those of
+    # the next 50 passages (whose answer is not in the index): from `deliver` on, the first
+    # result was right for at least 90% of the questions; under `refine`, the right passage
+    # was among the first five for fewer than half (benchmarks/RESULTS.md).
+    "questions-dense": (0.95, 0.74),
+    "questions-bm25": (0.78, 0.69),
+    "atoms-dense": (0.77, 0.60),
+    "atoms-bm25": (0.76, 0.64),
+    "chunks-dense": (0.74, 0.53),
+    "chunks-bm25": (0.71, 0.58),
+    "hybrid": (0.93, 0.90),
 }
 
 

@@ -55,7 +55,8 @@ class Settings(BaseSettings):
     min_atom_words: int = Field(3, ge=1, description="Shorter atoms get no questions")
     questions_per_atom: int = Field(5, ge=1, le=30, description="Questions asked per atom")
     generation: Literal["atom", "chunk", "batched"] = Field(
-        "atom", description="One model call per atom, one per chunk, or batched decoding"
+        "batched", description="One model call per atom, one per chunk, or batched decoding "
+        "(local models; others use atom)"
     )
     max_repairs: int = Field(2, ge=0, description="Retries of a reply in the wrong format")
     min_question_similarity: float = Field(
@@ -69,7 +70,7 @@ class Settings(BaseSettings):
     chunk_overlap: int = Field(32, ge=0, description="Overlap between chunks in tokens")
 
     top_k: int = Field(5, ge=1, description="Chunks returned by a query")
-    mode: str = Field("questions-dense", description="Retrieval mode (isotope query --help)")
+    mode: str = Field("hybrid", description="Retrieval mode (isotope query --help)")
     alpha: float = Field(0.5, ge=0, le=1, description="Hybrid: weight of dense signals "
                          "(1 - alpha for keyword signals)")
     fusion: Literal["zscore", "rrf"] = Field("zscore", description="Hybrid fusion method")
