@@ -121,7 +121,8 @@ def ingest(
             elif as_json or not err.is_terminal:
                 report = iso.ingest(paths, include=include, exclude=exclude)
             else:
-                report = _ingest_with_bar(iso, paths, include, exclude)
+                report = _with_bar(lambda update: iso.ingest(
+                    paths, include=include, exclude=exclude, progress=update))
     if as_json:
         _print_json({**asdict(report), "ok": report.ok})
     else:
@@ -130,7 +131,8 @@ def ingest(
         raise typer.Exit(1)
 
 
-def _ingest_with_bar(iso: Any, paths: list[Path], include: Any, exclude: Any) -> Any:
+def _with_bar(run: Callable[[Callable[[Any], None]], Any]) -> Any:
+    """``run(progress_callback)`` with a progress bar on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from isotope.ingest import Progress as Event
@@ -149,7 +151,7 @@ def _ingest_with_bar(iso: Any, paths: list[Path], include: Any, exclude: Any) ->
                 counts=f"chunks {p.chunks} · atoms {p.atoms} · questions {p.questions}",
             )
 
-        return iso.ingest(paths, include=include, exclude=exclude, progress=update)
+        return run(update)
 
 
 def _print_plan(plan: Any) -> None:
@@ -355,7 +357,11 @@ def eval_(
         iso = _open(index or Path(".isotope-eval"), create=True)
         with iso:
             err.print(f"indexing {len(pairs[0])} passages (cached work is reused)...")
-            report = iso.ingest_chunks(evaluation.chunks_of(pairs[0]))
+            chunks = evaluation.chunks_of(pairs[0])
+            if err.is_terminal and not as_json:
+                report = _with_bar(lambda update: iso.ingest_chunks(chunks, progress=update))
+            else:
+                report = iso.ingest_chunks(chunks)
             if report.failed_atoms:
                 err.print(f"{len(report.failed_atoms)} atoms got no questions")
 
