@@ -49,3 +49,18 @@ def test_filters_drop_off_topic_and_near_duplicate_questions(embedder) -> None: 
     assert diverse_mask(vectors[:2], 0.85) == [True, False]
     assert diverse_mask(vectors[:2], None) == [True, True]
     assert diverse_mask(np.zeros((0, 384), dtype=np.float32), 0.85) == []
+
+
+def test_an_answer_counts_only_when_grounded_in_the_passages_it_cites() -> None:
+    from isotope.answer import grounded
+    from isotope.models import Chunk, SearchResult
+
+    results = [SearchResult(rank=1, score=0.9, chunk=Chunk(
+        text="New employees receive 25 days of paid vacation per year.", source="hb"))]
+    question = "How many vacation days do new employees get?"
+    assert grounded("New employees receive 25 days of paid vacation per year [1].",
+                    question, results) == [1]
+    assert grounded("New employees receive 30 days of vacation [1].", question, results) == []
+    assert grounded("New employees get 25 days.", question, results) == []  # no citation
+    assert grounded("The capital of Australia is Canberra [1].",
+                    "What is the capital of Australia?", results) == []

@@ -1,5 +1,9 @@
 """Grounded answers: the answer model sees only the retrieved chunks, numbered, and must
-cite them as [1], [2]; when they do not hold the answer it must say so."""
+cite them as [1], [2]. Small models asked to "reply exactly X when the passages do not
+hold the answer" copy X even when the answer is there, and answer from memory when it is
+not; so the model is only asked to answer and cite, and isotope checks the reply: it
+must cite a passage, and its numbers and new words must appear in the passages it cites.
+Otherwise the reply is :data:`NOT_FOUND`."""
 
 from __future__ import annotations
 
@@ -8,14 +12,14 @@ import re
 from isotope.models import SearchResult
 from isotope.providers import Prompt, messages
 
-ANSWER_PROMPT_VERSION = "ans1"
+ANSWER_PROMPT_VERSION = "ans2"
 NOT_FOUND = "The indexed documents do not contain the answer."
 SYSTEM = (
-    "You answer questions using only the numbered passages the user gives you. Answer in one "
-    "to three sentences and cite the passages you used as [1], [2]. Do not use any knowledge "
-    f"that is not in the passages. If the passages do not contain the answer, reply exactly: "
-    f"{NOT_FOUND}"
+    "You answer questions using only the numbered passages given, in one to three sentences, "
+    "citing the passages you used as [1], [2]."
 )
+GROUNDED_SHARE = 0.6
+"""Share of an answer's new content words that must appear in the passages it cites."""
 MAX_PASSAGE_CHARS = 2000
 
 
@@ -35,3 +39,24 @@ def citations(answer: str, count: int) -> list[int]:
             if 1 <= n <= count and n not in found:
                 found.append(n)
     return found
+
+
+def grounded(answer: str, question: str, results: list[SearchResult]) -> list[int]:
+    """The passages an answer cites if the answer is grounded in them (else ``[]``): it
+    cites at least one, every number in it appears in them, and most of its content words
+    that are not in the question do."""
+    from isotope.questions import content_words
+
+    cited = citations(answer, len(results))
+    if not cited:
+        return []
+    source = " ".join(results[n - 1].chunk.text for n in cited).lower()
+    known = set(re.findall(r"[\w']+", source))
+    text = re.sub(r"\[[\d,\s]+\]", " ", answer)
+    if any(n not in source for n in re.findall(r"\d+(?:[.,]\d+)?", text)):
+        return []
+    asked = set(content_words(question))
+    new = [w for w in content_words(text) if w not in asked and not w.isdigit()]
+    if new and sum(w in known for w in new) < GROUNDED_SHARE * len(new):
+        return []
+    return cited

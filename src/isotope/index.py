@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from isotope import __version__, embedders, providers, retrieval
-from isotope.answer import ANSWER_PROMPT_VERSION, answer_prompt, citations
+from isotope.answer import ANSWER_PROMPT_VERSION, NOT_FOUND, answer_prompt, grounded
 from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.embedders import Embedder
@@ -261,8 +261,8 @@ class Isotope:
             answer_prompt(query, response.results), max_tokens=256, temperature=0.0
         ).strip()
         response.timings["answer"] = time.perf_counter() - started
-        response.answer = text
-        response.citations = citations(text, len(response.results))
+        response.citations = grounded(text, query, response.results)
+        response.answer = text if response.citations else NOT_FOUND
         return response
 
     def as_retriever(self, k: int | None = None, *,
