@@ -115,11 +115,8 @@ def _retrieval(indexes: dict[str, Isotope], passages: list[dict[str, Any]]
     pid_of = {p["text"]: str(p["pid"]) for p in passages}
     out = {}
     for mode, iso in indexes.items():
-        def run(query: str, how: str, k: int, iso: Isotope = iso) -> tuple[list[str], float]:
-            response = iso.search(query, k, mode=how)
-            return [pid_of[r.chunk.text] for r in response.results], response.top_score
-
-        out[mode] = evaluation.evaluate(run, queries, ["questions-dense", "hybrid"])
+        search = evaluation.searcher(iso, lambda chunk: pid_of[chunk.text])
+        out[mode] = evaluation.evaluate(search, queries, ["questions-dense", "hybrid"])
     return out
 
 

@@ -49,15 +49,11 @@ def main() -> None:
         print(f"ingest: {len(report.added)} added, {report.llm_calls} model calls, "
               f"{report.llm_cache_hits} cache hits, {time.perf_counter() - started:.0f} s",
               file=sys.stderr)
-
-        def run(query: str, mode: str, k: int) -> tuple[list[str], float]:
-            response = iso.search(query, k, mode=mode)
-            return [r.chunk.source for r in response.results], response.top_score
-
+        search = evaluation.searcher(iso)
         result = evaluation.EvalResult(len(passages), len(queries))
-        result.modes = evaluation.evaluate(run, queries, MODES)
+        result.modes = evaluation.evaluate(search, queries, MODES)
         keywords = [{**q, "question": keyword_query(q["question"])} for q in queries]
-        keyword_scores = evaluation.evaluate(run, keywords, args.keyword_modes.split(","))
+        keyword_scores = evaluation.evaluate(search, keywords, args.keyword_modes.split(","))
     base = next(m for m in result.modes if m.mode == "chunks-dense")
     print(f"\nRetrieval on the first {len(passages)} passages of squad-dev, "
           f"{len(queries)} questions (generation={args.generation})")

@@ -365,13 +365,9 @@ def eval_(
             if report.failed_atoms:
                 err.print(f"{len(report.failed_atoms)} atoms got no questions")
 
-            def run(query: str, name: str, k: int) -> tuple[list[str], float]:
-                response = iso.search(query, k, mode=name)
-                return [r.chunk.source for r in response.results], response.top_score
-
             result = evaluation.EvalResult(len(pairs[0]), len(pairs[1]))
             result.modes = evaluation.evaluate(
-                run, pairs[1], modes, thresholds=lambda m: thresholds(
+                evaluation.searcher(iso), pairs[1], modes, thresholds=lambda m: thresholds(
                     m, iso.settings.deliver_score, iso.settings.refine_score))
             result.ingest = {"added": len(report.added), "llm_calls": report.llm_calls,
                              "llm_cache_hits": report.llm_cache_hits,

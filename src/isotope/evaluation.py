@@ -14,10 +14,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from isotope.errors import IsotopeError
 from isotope.models import Chunk
+
+if TYPE_CHECKING:
+    from isotope.index import Isotope
 
 RECALL_AT = (1, 2, 5)
 MRR_AT = 10
@@ -140,8 +143,22 @@ def chunks_of(passages: Sequence[dict[str, Any]]) -> list[Chunk]:
                   metadata={"title": p["title"]} if p.get("title") else {}) for p in passages]
 
 
+Search = Callable[[str, str, int], tuple[list[str], float]]
+"""``search(query, mode, k) -> (source ids best first, top score)``."""
+
+
+def searcher(iso: Isotope, source_of: Callable[[Chunk], str] = lambda c: c.source) -> Search:
+    """The search function :func:`evaluate` takes, over an index: the results' sources
+    (or what ``source_of`` makes of each chunk) and the response's top score."""
+    def search(query: str, mode: str, k: int) -> tuple[list[str], float]:
+        response = iso.search(query, k, mode=mode)
+        return [source_of(r.chunk) for r in response.results], response.top_score
+
+    return search
+
+
 def evaluate(
-    search: Callable[[str, str, int], tuple[list[str], float]],
+    search: Search,
     queries: Sequence[dict[str, Any]],
     modes: Sequence[str],
     *,
@@ -171,8 +188,8 @@ def evaluate(
         ordered = sorted(latency)
         hit1 = [g in f[:1] for g, f in zip(gold, found, strict=True)]
         hit5 = [g in f[:5] for g, f in zip(gold, found, strict=True)]
-        deliver, refine = thresholds(mode) if thresholds else calibrate(tops, hit1, hit5)
         suggested = calibrate(tops, hit1, hit5)
+        deliver, refine = thresholds(mode) if thresholds else suggested
         confidence = {
             "thresholds": {"deliver": deliver, "refine": refine},
             "levels": action_levels(tops, hit1, hit5, deliver, refine),

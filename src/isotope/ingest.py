@@ -424,13 +424,12 @@ class Pipeline:
         self._notify(progress, "generate", source.uri, done, total, report)
         return _Work(source, chunks, atoms_per_chunk, replacing, done, total)
 
-    def _generate(self, works: list[_Work], report: IngestReport,
+    def _generate(self, works: list[_Work], window: int, report: IngestReport,
                   progress: ProgressCallback | None) -> None:
         """Questions for the atoms of several sources: their chunks go to the model
-        together, in windows that keep it busy (two rounds of concurrent calls, or the
-        sequence slots of batched decoding), progress reported after each."""
+        together, in windows of about ``window`` atoms (see
+        :meth:`QuestionGenerator.window`), progress reported after each."""
         generator = self.generator()
-        window = generator.window(self.settings.llm_concurrency)
         todo = [(w, chunk, atoms) for w in works
                 for chunk, atoms in zip(w.chunks, w.atoms, strict=True)]
         start = 0
@@ -581,7 +580,7 @@ class _Queue:
         if not works:
             return
         try:
-            self.pipeline._generate(works, self.report, self.progress)
+            self.pipeline._generate(works, self.window, self.report, self.progress)
         except ProviderError as exc:
             if exc.fatal:
                 raise

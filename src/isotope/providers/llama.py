@@ -145,12 +145,12 @@ class LocalLlama(LLM):
                                                threads=self.threads)
             texts = [[self._format(llama, p) for p in prompts] for prompts in groups]
             stats = SampleStats()
-            replies = self._sampler.sample_many(
-                texts, 1, max_tokens=max_tokens, temperature=temperature, seed=self.seed,
+            replies: list[list[str]] = self._sampler.sample_many(
+                texts, max_tokens=max_tokens, temperature=temperature, seed=self.seed,
                 questions=questions, stats=stats,
             )
             self.usage.add(stats.prompt_tokens, stats.completion_tokens)
-            return [[r[0] for r in per_prompt] for per_prompt in replies]
+            return replies
 
     @staticmethod
     def _format(llama: Any, prompt: Prompt) -> str:

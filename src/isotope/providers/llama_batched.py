@@ -3,12 +3,12 @@ batching.
 
 Work comes as groups of prompts that share their beginning: the question prompts of the
 atoms of one chunk share the instructions and the chunk, and differ only in the
-statement at the end. Every prompt gets ``n`` sequences (one question each). A pool of
-``n_seq`` sequence slots is kept full: a group is admitted when enough slots are free;
-its shared part is evaluated once with all its sequences tagged on it (in llama.cpp's
-unified KV cache a cell can belong to many sequences, so nothing is copied), each
-prompt's own tail once for its ``n`` sequences; and every step decodes one token of every
-live sequence, plus the prompts of newly admitted groups, in a single batch. On a CPU a
+statement at the end. Every prompt gets one sequence. A pool of ``n_seq`` sequence slots
+is kept full: a group is admitted when enough slots are free; its shared part is
+evaluated once with all its sequences tagged on it (in llama.cpp's unified KV cache a cell
+can belong to many sequences, so nothing is copied), each prompt's own tail once; and
+every step decodes one token of every live sequence, plus the prompts of newly admitted
+groups, in a single batch. On a CPU a
 step of 32-64 tokens costs about a third per token of a step of one, so keeping the batch
 full is the whole game: a finished sequence frees its slot for the next group at once.
 
@@ -43,7 +43,6 @@ class SampleStats:
 class _Seq:
     unit: tuple[int, int]  # (group, first prompt) of its admission unit
     prompt: int
-    slot: int  # which of the prompt's n completions
     pos: int  # position of its next token
     index: int  # where its logits are in the batch just decoded
     sampler: Any
@@ -127,22 +126,21 @@ class BatchedSampler:
         self.prefix = list(tokens)
         return len(todo)
 
-    def sample_many(self, groups: Sequence[Sequence[str]], n: int, *, max_tokens: int,
+    def sample_many(self, groups: Sequence[Sequence[str]], *, max_tokens: int,
                     temperature: float, seed: int, questions: int = 1,
-                    stats: SampleStats | None = None) -> list[list[list[str]]]:
-        """``n`` completions of every prompt (``out[group][prompt][k]``), each ending
-        after ``questions`` question marks (with one: at a newline too), at the end of
+                    stats: SampleStats | None = None) -> list[list[str]]:
+        """A completion of every prompt (``out[group][prompt]``), ending after
+        ``questions`` question marks (with one: at a newline too), at the end of
         generation, or after ``max_tokens``. The prompts of a group should share their
         beginning (the same chunk)."""
         stats = stats if stats is not None else SampleStats()
-        n = max(1, min(n, self.n_seq))
         work: list[_Group] = []
         for prompts in groups:
             encoded = [self.llama.tokenize(p.encode(), add_bos=False, special=True)
                        for p in prompts]
             shared = common_prefix(encoded, min(map(len, encoded)) - 1) if encoded else 0
             work.append(_Group(encoded, shared))
-        out = [[[""] * n for _ in g.prompts] for g in work]
+        out = [[""] * len(g.prompts) for g in work]
         asked = [g for g in work if g.prompts]
         if not asked:
             return out
@@ -150,9 +148,8 @@ class BatchedSampler:
         base = common_prefix(everyone, min(g.shared for g in asked))
         stats.prompt_tokens += self._set_prefix(everyone[0][:base])
         # Admission units: a group's prompts, cut so that each unit fits the slots.
-        per_unit = max(1, self.n_seq // n)
-        units = [(gi, list(range(s, min(s + per_unit, len(g.prompts)))))
-                 for gi, g in enumerate(work) for s in range(0, len(g.prompts), per_unit)]
+        units = [(gi, list(range(s, min(s + self.n_seq, len(g.prompts)))))
+                 for gi, g in enumerate(work) for s in range(0, len(g.prompts), self.n_seq)]
         units.reverse()  # popped from the end, in order
         free = list(range(self.n_seq - 1, -1, -1))
         live: dict[int, _Seq] = {}
@@ -162,11 +159,11 @@ class BatchedSampler:
         try:
             self.batch.n_tokens = 0
             while True:
-                while units and len(free) >= n * len(units[-1][1]):
+                while units and len(free) >= len(units[-1][1]):
                     gi, members = units[-1]
                     group = work[gi]
                     need = group.shared - base + sum(
-                        len(group.prompts[p]) - group.shared + n * max_tokens for p in members)
+                        len(group.prompts[p]) - group.shared + max_tokens for p in members)
                     if need > budget - sum(held.values()):
                         if not held:
                             raise ProviderError(
@@ -177,9 +174,9 @@ class BatchedSampler:
                     units.pop()
                     held[(gi, members[0])] = need
                     stats.prompt_tokens += self._admit(
-                        (gi, members[0]), group, members, n, base, free, live,
+                        (gi, members[0]), group, members, base, free, live,
                         temperature, seed + admitted)
-                    admitted += n * len(members)
+                    admitted += len(members)
                 if not live:
                     break
                 self._decode()
@@ -200,7 +197,7 @@ class BatchedSampler:
                         text = seq.text.decode("utf-8", errors="ignore").strip()
                         if questions == 1:
                             text = text.split("\n", 1)[0]
-                        out[seq.unit[0]][seq.prompt][seq.slot] = text
+                        out[seq.unit[0]][seq.prompt] = text
                         self._release(s, live, free)
                         if not any(q.unit == seq.unit for q in live.values()):
                             del held[seq.unit]
@@ -212,27 +209,24 @@ class BatchedSampler:
                 self._release(s, live, free)
         return out
 
-    def _admit(self, unit: tuple[int, int], group: _Group, members: list[int], n: int,
-               base: int, free: list[int], live: dict[int, _Seq], temperature: float,
-               seed: int) -> int:
-        """Start ``n`` sequences for each prompt ``members`` of ``group``: their tokens
-        go into the batch being built. Returns how many prompt tokens that adds."""
-        seqs = {p: [free.pop() for _ in range(n)] for p in members}
-        every = [s for ss in seqs.values() for s in ss]
-        for s in every:  # lend them the carrier's cells
+    def _admit(self, unit: tuple[int, int], group: _Group, members: list[int], base: int,
+               free: list[int], live: dict[int, _Seq], temperature: float, seed: int) -> int:
+        """Start a sequence for each prompt ``members`` of ``group``: their tokens go into
+        the batch being built. Returns how many prompt tokens that adds."""
+        seqs = {p: free.pop() for p in members}
+        for s in seqs.values():  # lend them the carrier's cells
             llama_cpp.llama_memory_seq_cp(self.memory, self.carrier, s, 0, base)
         first = group.prompts[members[0]]
         for k in range(base, group.shared):
-            self._add(first[k], k, every, False)
+            self._add(first[k], k, list(seqs.values()), False)
         added = group.shared - base
         for number, p in enumerate(members):
             tokens = group.prompts[p]
             for k in range(group.shared, len(tokens)):
-                index = self._add(tokens[k], k, seqs[p], k == len(tokens) - 1)
+                index = self._add(tokens[k], k, [seqs[p]], k == len(tokens) - 1)
             added += len(tokens) - group.shared
-            for slot, s in enumerate(seqs[p]):
-                live[s] = _Seq(unit, p, slot, len(tokens), index,
-                               self._sampler(temperature, seed + number * n + slot))
+            live[seqs[p]] = _Seq(unit, p, len(tokens), index,
+                                 self._sampler(temperature, seed + number))
         return added
 
     def _release(self, s: int, live: dict[int, _Seq], free: list[int]) -> None:
