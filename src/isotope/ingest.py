@@ -226,7 +226,7 @@ class Pipeline:
         for done, path in enumerate(files):
             self._notify(progress, "load", str(path), done, len(files), report)
             try:
-                queue.add(self._ingest_file(path, report, done, len(files)))
+                queue.add(self._ingest_file(path, report, progress, done, len(files)))
             except LoaderError as exc:
                 report.errors.append(FileError(exc.path, exc.reason))
                 log.warning("%s", exc)
@@ -273,7 +273,8 @@ class Pipeline:
 
     # -- work --------------------------------------------------------------------------
     def _ingest_file(
-        self, path: Path, report: IngestReport, done: int, total: int,
+        self, path: Path, report: IngestReport, progress: ProgressCallback | None,
+        done: int, total: int,
     ) -> _Work | None:
         with _Timer(report, "load"):
             try:
@@ -294,7 +295,8 @@ class Pipeline:
             uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
             loader=loader.name, metadata={**document.metadata},
         )
-        return self._prepare(source, chunks, report, None, done, total, existing is not None)
+        return self._prepare(source, chunks, report, progress, done, total,
+                             existing is not None)
 
     def plan(
         self,
