@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -11,14 +12,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from isotope import __version__, embedders, providers, retrieval
+from isotope import __version__, embedders, projects, providers, references, retrieval
 from isotope.answer import ANSWER_PROMPT_VERSION, NOT_FOUND, answer_prompt, grounded
 from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.embedders import Embedder
 from isotope.errors import ModelMismatch, SourceNotFound
+from isotope.filters import parse as parse_filters
 from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback
-from isotope.models import Chunk, QueryResponse, SearchResult
+from isotope.models import Chunk, QueryResponse, SearchResult, Source, content_hash
 from isotope.providers import LLM
 from isotope.questions import PROMPT_VERSION, parse_questions
 from isotope.settings import Settings, index_settings, resolve
@@ -93,15 +95,26 @@ class Isotope:
         answer_llm: LLM | None = None,
         **settings: Any,
     ) -> Isotope:
-        """Open (or create) the index at ``path`` (default: the ``index`` setting).
+        """Open (or create) the index at ``path``: a directory, or the name of a project
+        (a bare name that is not an existing directory; see :mod:`isotope.projects`).
+        Default: the ``index`` setting, else the ``project`` setting, else the default
+        project, else ``./.isotope``.
 
         Keyword arguments override settings (``questions_per_atom=3``). ``llm`` replaces
         the question, atomizer and answer models; ``answer_llm`` only the answer model.
         Raises :class:`ModelMismatch` if ``embedder`` (or the ``embedding_model`` setting)
         differs from the model the index was built with.
         """
+        if isinstance(path, str) and projects.is_name(path):
+            settings["project"], path = path, None
+        base, origins = resolve(None, **settings)
         if path is not None:
             settings["index"] = Path(path)
+        elif (create and origins["project"] == "argument" and base.project
+              and not projects.exists(base.project, base)):
+            settings["index"] = projects.create(base.project)
+        else:
+            settings["index"] = projects.index_path(base, origins)
         base, _ = resolve(None, **settings)
         if store is None:
             store = SQLiteStore(base.index, create=create)
@@ -178,9 +191,39 @@ class Isotope:
         one replaces its old chunks, atoms and questions in one transaction."""
         if isinstance(paths, str | Path):
             paths = [paths]
-        return self._pipeline().ingest_paths(
-            paths, include=include, exclude=exclude, progress=progress
-        )
+        with self.store.writer(self.settings.lock_wait):
+            return self._pipeline().ingest_paths(
+                paths, include=include, exclude=exclude, progress=progress
+            )
+
+    def sync(
+        self,
+        paths: str | Path | Iterable[str | Path],
+        *,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """Make the index match ``paths``: ingest new and changed files (as
+        :meth:`ingest`), and remove the sources below these paths whose files were
+        deleted (``report.removed``). A path that does not exist is an error and removes
+        nothing. With ``sync_strategy="none"`` nothing is removed."""
+        paths = [paths] if isinstance(paths, str | Path) else list(paths)
+        with self.store.writer(self.settings.lock_wait):
+            report = self._pipeline().ingest_paths(
+                paths, include=include, exclude=exclude, progress=progress)
+            if self.settings.sync_strategy != "source_aware":
+                return report
+            roots = [str(Path(p).expanduser().resolve()) for p in paths
+                     if Path(p).expanduser().exists()]
+            for info in self.store.sources():
+                uri = info.source.uri
+                below = any(uri == r or uri.startswith(r.rstrip(os.sep) + os.sep)
+                            for r in roots)
+                if below and info.source.loader != "chunks" and not os.path.lexists(uri):
+                    self.store.delete_source(uri)
+                    report.removed.append(uri)
+        return report
 
     def ingest_chunks(
         self,
@@ -190,7 +233,8 @@ class Isotope:
         progress: ProgressCallback | None = None,
     ) -> IngestReport:
         """Ingest ready-made chunks (strings, or :class:`Chunk` objects with a ``source``)."""
-        return self._pipeline().ingest_chunks(chunks, source=source, progress=progress)
+        with self.store.writer(self.settings.lock_wait):
+            return self._pipeline().ingest_chunks(chunks, source=source, progress=progress)
 
     def plan(
         self,
@@ -219,15 +263,18 @@ class Isotope:
 
     # -- query -------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,
-               transform: bool | None = None) -> QueryResponse:
+               transform: bool | None = None,
+               filters: dict[str, Any] | None = None) -> QueryResponse:
         """The ``k`` chunks whose generated questions best match ``query``.
 
         With ``transform`` (default: the ``query_transform`` setting), a query that is not
         already a question is first rewritten by the answer model into one to three
-        questions; all are searched and the results fused."""
+        questions; all are searched and the results fused. ``filters`` keeps only chunks
+        whose source or metadata match (see :mod:`isotope.filters`)."""
         k = k or self.settings.top_k
         options: dict[str, Any] = {"alpha": self.settings.alpha, "fusion": self.settings.fusion,
-                                   "aggregate": self.settings.aggregate}
+                                   "aggregate": self.settings.aggregate,
+                                   "filters": parse_filters(filters)}
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         if not transform or query.rstrip().endswith("?"):
@@ -245,30 +292,45 @@ class Isotope:
         return self._assess(response)
 
     def _assess(self, response: QueryResponse) -> QueryResponse:
+        if self.settings.storage == "file-reference" and response.results:
+            uris = {r.chunk.source for r in response.results}
+            chunks = references.read_back(
+                [r.chunk for r in response.results],
+                {uri: self.store.get_source(uri) for uri in uris},
+                int(self.settings.max_file_mb * 1e6))
+            for result, chunk in zip(response.results, chunks, strict=True):
+                result.chunk = chunk
         return retrieval.assess(response, self.settings.deliver_score,
                                 self.settings.refine_score)
 
     def ask(self, query: str, k: int | None = None, *, mode: str | None = None,
-            transform: bool | None = None) -> QueryResponse:
-        """Search, then have the answer model answer from the chunks found, citing them."""
+            transform: bool | None = None,
+            filters: dict[str, Any] | None = None) -> QueryResponse:
+        """Search, then have the answer model answer from the chunks found, citing them.
+        Stale chunks (file references whose file changed) are not given to the model."""
         response = self.search(query, k or self.settings.answer_k, mode=mode,
-                               transform=transform)
-        if not response.results:
-            response.answer = "The index is empty or nothing matched."
+                               transform=transform, filters=filters)
+        readable = [r for r in response.results if not r.chunk.stale]
+        if not readable:
+            response.answer = ("The index is empty or nothing matched." if not response.results
+                               else "The matching chunks are stale: their files changed. "
+                               "Run `isotope sync` on them.")
             return response
         started = time.perf_counter()
         text = self.llm(self.settings.answer_model).complete(
-            answer_prompt(query, response.results), max_tokens=256, temperature=0.0
+            answer_prompt(query, readable), max_tokens=256, temperature=0.0
         ).strip()
         response.timings["answer"] = time.perf_counter() - started
-        response.citations = grounded(text, query, response.results)
+        cited = grounded(text, query, readable)
+        response.citations = [readable[n - 1].rank for n in cited]
         response.answer = text if response.citations else NOT_FOUND
         return response
 
-    def as_retriever(self, k: int | None = None, *,
-                     mode: str | None = None) -> Callable[[str], list[SearchResult]]:
+    def as_retriever(self, k: int | None = None, *, mode: str | None = None,
+                     filters: dict[str, Any] | None = None,
+                     ) -> Callable[[str], list[SearchResult]]:
         """A plain callable ``query -> list[SearchResult]`` for agent frameworks."""
-        return lambda query: self.search(query, k, mode=mode).results
+        return lambda query: self.search(query, k, mode=mode, filters=filters).results
 
     # -- bookkeeping -------------------------------------------------------------------
     def delete(self, source: str | Path) -> None:
@@ -281,10 +343,29 @@ class Isotope:
                     f"no source {uri!r} in the index; `isotope list` shows what is there"
                 )
             uri = resolved
-        self.store.delete_source(uri)
+        with self.store.writer(self.settings.lock_wait):
+            self.store.delete_source(uri)
 
-    def sources(self) -> list[SourceInfo]:
-        return self.store.sources()
+    def sources(self, *, check_files: bool = True) -> list[SourceInfo]:
+        """The sources, each with its ``state`` when ``check_files``: ``current``,
+        ``changed`` (the file on disk differs from what was ingested), ``missing`` (the
+        file is gone), ``incomplete`` (some atoms still lack questions), or empty for
+        sources that are not files."""
+        infos = self.store.sources()
+        if check_files:
+            for info in infos:
+                info.state = source_state(info.source)
+        return infos
+
+    def check(self, *, repair: bool = False) -> list[str]:
+        """Integrity problems of the index (empty: consistent). With ``repair``, rebuild
+        the keyword indexes and the vector cache first (under the writer lock)."""
+        if repair:
+            fix = getattr(self.store, "repair", None)
+            if fix is not None:
+                with self.store.writer(self.settings.lock_wait):
+                    fix()
+        return self.store.check()
 
     def status(self) -> IndexStatus:
         disk = getattr(self.store, "disk_size", None)
@@ -306,6 +387,25 @@ class Isotope:
             prompt_versions={"questions": PROMPT_VERSION, "answers": ANSWER_PROMPT_VERSION},
             settings=self.settings.model_dump(mode="json"),
         )
+
+
+def source_state(source: Source) -> str:
+    """``current``, ``changed``, ``missing`` or ``incomplete`` for a file source (the
+    file's size and mtime are compared first, its hash only when they differ)."""
+    if source.loader == "chunks" or not os.path.isabs(source.uri):
+        return "incomplete" if source.status == "incomplete" else ""
+    try:
+        stat = os.stat(source.uri)
+    except OSError:
+        return "missing"
+    if stat.st_size != source.size or stat.st_mtime != source.mtime:
+        try:
+            with open(source.uri, "rb") as fh:
+                if content_hash(fh.read()) != source.content_hash:
+                    return "changed"
+        except OSError:
+            return "missing"
+    return "incomplete" if source.status == "incomplete" else "current"
 
 
 def embeddings_for(settings: Settings) -> Embedder:

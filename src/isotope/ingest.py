@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from stat import S_ISREG
 
 import numpy as np
 
-from isotope import loaders
+from isotope import loaders, references
 from isotope.atomizers import Atomizer, SentenceAtomizer
 from isotope.chunking import chunk_text, section_metadata
 from isotope.embedders import Embedder
@@ -26,7 +27,7 @@ from isotope.models import Atom, Chunk, Question, Source, content_hash, stable_i
 from isotope.providers import LLM
 from isotope.questions import PROMPT_VERSION, diverse_mask, keep_mask, normalize_question
 from isotope.settings import Settings, index_settings
-from isotope.stores import SourceBatch, Store
+from isotope.stores import SourceBatch, Store, StoredChunk
 
 log = logging.getLogger(__name__)
 REATTRIBUTE_MARGIN = 0.05
@@ -47,6 +48,8 @@ class IngestReport:
     added: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    """Sources whose files were deleted (``sync`` only)."""
     skipped: list[FileError] = field(default_factory=list)
     """Files left out on purpose (unsupported type)."""
     errors: list[FileError] = field(default_factory=list)
@@ -55,6 +58,9 @@ class IngestReport:
     """Atoms whose questions could not be generated (their source is stored without them
     and is completed by the next ingest)."""
     chunks: int = 0
+    reused_chunks: int = 0
+    """Chunks of changed sources that were unchanged and kept their atoms, questions and
+    vectors (no model or embedding calls for them)."""
     atoms: int = 0
     questions: int = 0
     """Questions stored (kept by the filters)."""
@@ -120,8 +126,11 @@ class _Work:
     replacing: bool
     done: int
     total: int
-    questions: list[list[list[str]]] = field(default_factory=list)
+    reused: dict[int, StoredChunk] = field(default_factory=dict)
+    """Chunks (by position) whose stored atoms, questions and vectors are kept."""
+    questions: dict[int, list[list[str]]] = field(default_factory=dict)
     failed: int = 0
+    failed_chunks: set[int] = field(default_factory=set)
 
 
 class _Timer:
@@ -137,10 +146,10 @@ class _Timer:
 
 def discover(
     paths: Iterable[str | Path], include: Sequence[str], exclude: Sequence[str]
-) -> tuple[list[Path], list[FileError], list[FileError]]:
-    """Files to ingest under ``paths`` (directories are walked), files skipped, and paths
-    that do not exist."""
-    files: list[Path] = []
+) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
+    """Files to ingest under ``paths`` (directories are walked), each with the resolved
+    path it was found under (its root), files skipped, and paths that do not exist."""
+    files: dict[Path, Path] = {}
     skipped: list[FileError] = []
     missing: list[FileError] = []
     for raw in paths:
@@ -148,14 +157,16 @@ def discover(
         if not path.exists():
             missing.append(FileError(str(path), "no such file or directory"))
         elif path.is_dir():
+            root = path.resolve()
             for file in _walk(path, include, exclude):
                 if loaders.loader_for(file) is None:
                     skipped.append(FileError(str(file), f"unsupported file type {file.suffix!r}"))
                 else:
-                    files.append(file)
+                    files.setdefault(file, root)
         else:
-            files.append(path)  # named explicitly: an unsupported type is an error, not a skip
-    return list(dict.fromkeys(files)), skipped, missing
+            # Named explicitly: an unsupported type is an error, not a skip.
+            files.setdefault(path, path.resolve())
+    return files, skipped, missing
 
 
 def _walk(root: Path, include: Sequence[str], exclude: Sequence[str]) -> Iterator[Path]:
@@ -223,10 +234,10 @@ class Pipeline:
             self.settings.exclude if exclude is None else exclude,
         )
         queue = _Queue(self, report, progress)
-        for done, path in enumerate(files):
+        for done, (path, root) in enumerate(files.items()):
             self._notify(progress, "load", str(path), done, len(files), report)
             try:
-                queue.add(self._ingest_file(path, report, progress, done, len(files)))
+                queue.add(self._ingest_file(path, root, report, progress, done, len(files)))
             except LoaderError as exc:
                 report.errors.append(FileError(exc.path, exc.reason))
                 log.warning("%s", exc)
@@ -273,15 +284,11 @@ class Pipeline:
 
     # -- work --------------------------------------------------------------------------
     def _ingest_file(
-        self, path: Path, report: IngestReport, progress: ProgressCallback | None,
+        self, path: Path, root: Path, report: IngestReport, progress: ProgressCallback | None,
         done: int, total: int,
     ) -> _Work | None:
         with _Timer(report, "load"):
-            try:
-                stat = path.stat()
-                data = path.read_bytes()
-            except OSError as exc:
-                raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
+            stat, data = self._read(path)
             uri = str(path.resolve())
             digest = content_hash(data)
             existing = self.store.get_source(uri)
@@ -293,10 +300,32 @@ class Pipeline:
             chunks = self._chunk(document, uri, self._counter())
         source = Source(
             uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
-            loader=loader.name, metadata={**document.metadata},
+            loader=loader.name, metadata={**document.metadata}, root=str(root),
         )
-        return self._prepare(source, chunks, report, progress, done, total,
-                             existing is not None)
+        return self._prepare(source, chunks, report, progress, done, total, existing)
+
+    def _read(self, path: Path) -> tuple[os.stat_result, bytes]:
+        """A regular file's status and bytes; anything else (a FIFO, a device, a file over
+        ``max_file_mb``) is a :class:`LoaderError` before a byte is read."""
+        try:
+            stat = path.stat()
+            if not S_ISREG(stat.st_mode):
+                raise LoaderError(path, "not a regular file (a FIFO, socket or device); "
+                                  "exclude it")
+            limit = self.settings.max_file_mb
+            if stat.st_size > limit * 1e6:
+                raise LoaderError(
+                    path, f"the file is {stat.st_size / 1e6:.0f} MB, over the max_file_mb "
+                    f"limit of {limit:g} MB; split it, or raise the limit "
+                    "(ISOTOPE_MAX_FILE_MB)")
+            with open(path, "rb") as fh:  # read at most the limit, even if the file grows
+                data = fh.read(int(limit * 1e6) + 1)
+        except OSError as exc:
+            raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
+        if len(data) > limit * 1e6:
+            raise LoaderError(path, f"the file grew over the max_file_mb limit of {limit:g} "
+                              "MB while being read")
+        return stat, data
 
     def plan(
         self,
@@ -319,7 +348,7 @@ class Pipeline:
         counter = self._counter()
         for path in files:
             try:
-                data = path.read_bytes()
+                _, data = self._read(path)
                 if self._is_current(self.store.get_source(str(path.resolve())),
                                     content_hash(data)):
                     plan.unchanged += 1
@@ -379,6 +408,7 @@ class Pipeline:
         """The stored source is of this content, made by this pipeline, and complete."""
         return (
             existing is not None
+            and self.settings.sync_strategy == "source_aware"
             and existing.content_hash == digest
             and existing.metadata.get("pipeline") == self.fingerprint
             and not existing.metadata.get("incomplete_atoms")
@@ -410,21 +440,42 @@ class Pipeline:
 
     def _prepare(
         self, source: Source, chunks: list[Chunk], report: IngestReport,
-        progress: ProgressCallback | None, done: int, total: int, replacing: bool | None = None,
+        progress: ProgressCallback | None, done: int, total: int,
+        existing: Source | bool | None = False,
     ) -> _Work | None:
-        """Atomize a source's chunks (None if the stored source is current)."""
-        if replacing is None:
+        """Atomize a source's chunks (None if the stored source is current). ``existing``
+        is the stored source, or False to look it up. The chunks of a changed source whose
+        text the stored one already holds, made by this pipeline, keep what was stored."""
+        if existing is False:
             existing = self.store.get_source(source.uri)
             if self._is_current(existing, source.content_hash):
                 report.unchanged.append(source.uri)
                 return None
-            replacing = existing is not None
+        assert existing is not True
         source.metadata["pipeline"] = self.fingerprint
         report.chunks += len(chunks)
+        reused: dict[int, StoredChunk] = {}
+        if (existing is not None and self.settings.sync_strategy == "source_aware"
+                and existing.metadata.get("pipeline") == self.fingerprint):
+            stored = self.store.stored_chunks(source.uri)
+            for digest in existing.metadata.get("incomplete_chunks", []):
+                stored.pop(digest, None)  # asked again
+            for i, chunk in enumerate(chunks):
+                found = stored.get(content_hash(chunk.text))
+                if found is not None and len(found.atoms):
+                    reused[i] = found
+            report.reused_chunks += len(reused)
         with _Timer(report, "atomize"):
-            atoms_per_chunk = self.atomizer.atomize_batch(chunks)
+            fresh = [c for i, c in enumerate(chunks) if i not in reused]
+            atomized = iter(self.atomizer.atomize_batch(fresh))
+            atoms_per_chunk = [
+                [Atom(text=a.text, chunk_id=chunk.id, index=a.index, start=a.start, end=a.end)
+                 for a in reused[i].atoms] if i in reused else next(atomized)
+                for i, chunk in enumerate(chunks)
+            ]
         self._notify(progress, "generate", source.uri, done, total, report)
-        return _Work(source, chunks, atoms_per_chunk, replacing, done, total)
+        return _Work(source, chunks, atoms_per_chunk, existing is not None, done, total,
+                     reused)
 
     def _generate(self, works: list[_Work], window: int, report: IngestReport,
                   progress: ProgressCallback | None) -> None:
@@ -432,23 +483,25 @@ class Pipeline:
         together, in windows of about ``window`` atoms (see
         :meth:`QuestionGenerator.window`), progress reported after each."""
         generator = self.generator()
-        todo = [(w, chunk, atoms) for w in works
-                for chunk, atoms in zip(w.chunks, w.atoms, strict=True)]
+        todo = [(w, i, chunk, atoms) for w in works
+                for i, (chunk, atoms) in enumerate(zip(w.chunks, w.atoms, strict=True))
+                if i not in w.reused]
         start = 0
         while start < len(todo):
             end, size = start, 0
             while end < len(todo) and (size < window or end == start):
-                size += len(todo[end][2])
+                size += len(todo[end][3])
                 end += 1
             part = todo[start:end]
             with _Timer(report, "generate"):
-                results = generator.generate_many([(c, a) for _, c, a in part])
-            for (work, _, atoms), result in zip(part, results, strict=True):
-                work.questions.append(result.questions)
-                for i, why in sorted(result.failed.items()):
+                results = generator.generate_many([(c, a) for _, _, c, a in part])
+            for (work, i, _, atoms), result in zip(part, results, strict=True):
+                work.questions[i] = result.questions
+                for j, why in sorted(result.failed.items()):
                     work.failed += 1
+                    work.failed_chunks.add(i)
                     report.failed_atoms.append(
-                        FileError(work.source.uri, f"atom {atoms[i].text[:60]!r}: {why}"))
+                        FileError(work.source.uri, f"atom {atoms[j].text[:60]!r}: {why}"))
                 report.atoms += len(atoms)
                 report.questions_generated += sum(len(q) for q in result.questions)
             start = end
@@ -457,40 +510,64 @@ class Pipeline:
 
     def _store(self, work: _Work, report: IngestReport,
                progress: ProgressCallback | None) -> None:
-        """Embed, filter and store one source in one transaction."""
-        source, chunks, atoms_per_chunk = work.source, work.chunks, work.atoms
+        """Embed, filter and store one source in one transaction. Reused chunks bring
+        their stored atoms, questions and vectors; only the others are embedded."""
+        source, chunks = work.source, work.chunks
         if work.failed:
             # Stored with what succeeded; marked so that the next ingest asks again for the
             # rest (the cache answers for the atoms that succeeded).
             source.metadata["incomplete_atoms"] = work.failed
-        generated = work.questions
-
-        atoms = [a for atoms in atoms_per_chunk for a in atoms]
+            source.metadata["incomplete_chunks"] = sorted(
+                content_hash(chunks[i].text) for i in work.failed_chunks)
+            source.status = "incomplete"
+        fresh = [i for i in range(len(chunks)) if i not in work.reused]
+        atoms = [a for i in fresh for a in work.atoms[i]]
         candidates = [
             Question(text=q, atom_id=atom.id, chunk_id=atom.chunk_id)
-            for atoms, per_atom in zip(atoms_per_chunk, generated, strict=True)
-            for atom, questions in zip(atoms, per_atom, strict=True)
+            for i in fresh
+            for atom, questions in zip(work.atoms[i], work.questions[i], strict=True)
             for q in questions
         ]
         with _Timer(report, "embed"):
             vectors = self.embedder.embed(
-                [c.text for c in chunks] + [a.text for a in atoms] + [q.text for q in candidates]
+                [chunks[i].text for i in fresh] + [a.text for a in atoms]
+                + [q.text for q in candidates]
             )
-        chunk_vectors = vectors[: len(chunks)]
-        atom_vectors = vectors[len(chunks) : len(chunks) + len(atoms)]
-        question_vectors = vectors[len(chunks) + len(atoms) :]
+        chunk_vectors = vectors[: len(fresh)]
+        atom_vectors = vectors[len(fresh) : len(fresh) + len(atoms)]
+        question_vectors = vectors[len(fresh) + len(atoms) :]
         candidates, keep = self._filter(atoms, atom_vectors, candidates, question_vectors)
         questions = [q for q, k in zip(candidates, keep, strict=True) if k]
+        question_vectors = question_vectors[np.array(keep, dtype=bool)] if candidates else (
+            question_vectors)
         report.questions_dropped += len(candidates) - len(questions)
+        # Put the reused chunks back in their places, their atoms and questions re-keyed
+        # to the chunk's new id.
+        chunk_rows = dict(zip(fresh, chunk_vectors, strict=True))
+        atom_parts, question_parts = [atom_vectors], [question_vectors]
+        for i, stored in work.reused.items():
+            chunk_rows[i] = stored.vector[0]
+            new_atoms = work.atoms[i]
+            renamed = {old.id: new for old, new in zip(stored.atoms, new_atoms, strict=True)}
+            atoms += new_atoms
+            questions += [Question(text=q.text, atom_id=renamed[q.atom_id].id,
+                                   chunk_id=chunks[i].id) for q in stored.questions]
+            atom_parts.append(stored.atom_vectors)
+            question_parts.append(stored.question_vectors)
         report.questions += len(questions)
         source.ingested_at = datetime.now(UTC)
+        stored_chunks, hashes = chunks, None
+        if self.settings.storage == "file-reference" and source.loader != "chunks":
+            stored_chunks, hashes = references.strip(chunks)
         with _Timer(report, "store"):
             self.store.add(
                 SourceBatch(
-                    source=source, chunks=chunks, atoms=atoms, questions=questions,
-                    chunk_vectors=chunk_vectors, atom_vectors=atom_vectors,
-                    question_vectors=question_vectors[np.array(keep, dtype=bool)]
-                    if candidates else question_vectors,
+                    source=source, chunks=stored_chunks, atoms=atoms, questions=questions,
+                    chunk_vectors=np.stack([chunk_rows[i] for i in range(len(chunks))])
+                    if chunks else vectors[:0],
+                    atom_vectors=_stack(atom_parts, vectors),
+                    question_vectors=_stack(question_parts, vectors),
+                    chunk_hashes=hashes,
                 )
             )
         (report.replaced if work.replacing else report.added).append(source.uri)
@@ -556,6 +633,12 @@ class Pipeline:
                               report.questions_generated))
 
 
+def _stack(parts: list[np.ndarray], like: np.ndarray) -> np.ndarray:
+    """Row blocks stacked into one matrix (empty blocks of any shape are left out)."""
+    parts = [p for p in parts if len(p)]
+    return np.concatenate(parts) if parts else like[:0]
+
+
 class _Queue:
     """Sources waiting for questions: generated together once they hold a window's worth
     of atoms (so many small sources keep the model as busy as one large one), then each
@@ -601,12 +684,12 @@ class _Queue:
 
     def _reset(self, work: _Work) -> None:
         """Forget what a failed window generated for ``work`` (it is generated again)."""
-        for per_atom in work.questions:
+        for per_atom in work.questions.values():
             self.report.atoms -= len(per_atom)
             self.report.questions_generated -= sum(len(q) for q in per_atom)
         uri = work.source.uri
         self.report.failed_atoms = [f for f in self.report.failed_atoms if f.path != uri]
-        work.questions, work.failed = [], 0
+        work.questions, work.failed, work.failed_chunks = {}, 0, set()
 
 
 __all__ = ["FileError", "IngestReport", "IsotopeError", "Pipeline", "Progress"]

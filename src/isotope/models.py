@@ -43,6 +43,10 @@ class Source(_Record):
     loader: str = ""
     ingested_at: datetime | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    status: Literal["complete", "incomplete"] = "complete"
+    """``incomplete``: some atoms got no questions (the next ingest asks again)."""
+    root: str | None = None
+    """The file or directory given to ingest that this file was found under."""
 
 
 class Chunk(_Record):
@@ -56,9 +60,12 @@ class Chunk(_Record):
     end: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
     id: str = ""
+    stale: bool = False
+    """With ``storage="file-reference"``: the file changed or is gone since it was
+    ingested, so the chunk's text cannot be read back (``text`` is empty)."""
 
     def model_post_init(self, __context: Any) -> None:
-        if not self.end:
+        if not self.end and not self.stale:
             self.end = self.start + len(self.text)
         if not self.id:
             self.id = stable_id("chunk", self.source, self.index, self.start, self.text)

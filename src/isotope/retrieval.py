@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from isotope.embedders import Embedder, Vectors
-from isotope.models import Action, MatchedQuestion, QueryResponse, SearchResult
+from isotope.filters import Condition
+from isotope.models import Action, Chunk, MatchedQuestion, QueryResponse, SearchResult
 from isotope.providers import Prompt, messages
 from isotope.questions import STOPWORDS
 from isotope.stores import Hit, Kind, Store
@@ -106,13 +108,14 @@ SOFTSUM_TEMPERATURE = 0.05
 
 
 def signal(store: Store, mode: str, query: str, vector: Vectors, pool: int,
-           aggregate: Aggregate = "max") -> list[Candidate]:
+           aggregate: Aggregate = "max", filters: Sequence[Condition] = ()) -> list[Candidate]:
     """The chunks one signal finds, best first."""
     kind, how = SIGNALS[mode]
     if how == "dense":
-        grouped = store.search_by_chunk(kind, vector, pool, MATCHES_PER_CHUNK)
+        grouped = store.search_by_chunk(kind, vector, pool, MATCHES_PER_CHUNK, filters)
     else:
-        hits = store.keyword_search(kind, keyword_query(query), pool * MATCHES_PER_CHUNK)
+        hits = store.keyword_search(kind, keyword_query(query), pool * MATCHES_PER_CHUNK,
+                                    filters)
         by_chunk: dict[str, list[Hit]] = {}
         for hit in hits:
             group = by_chunk.setdefault(hit.chunk_id, [])
@@ -171,8 +174,10 @@ def normalized(mode: str, score: float, total_weight: float = 1.0) -> float:
 def search(store: Store, embedder: Embedder, query: str, k: int,
            mode: str = "questions-dense", *, alpha: float = 0.5,
            weights: dict[str, float] | None = None, fusion: Fusion = "zscore",
-           aggregate: Aggregate = "max", pool: int = 50) -> QueryResponse:
-    """The ``k`` best chunks for ``query`` in a retrieval mode (see :data:`MODES`)."""
+           aggregate: Aggregate = "max", pool: int = 50,
+           filters: Sequence[Condition] = ()) -> QueryResponse:
+    """The ``k`` best chunks for ``query`` in a retrieval mode (see :data:`MODES`), among
+    the chunks that meet ``filters``. All reads see one committed state of the index."""
     if mode not in MODES:
         from isotope.errors import IsotopeError
 
@@ -180,20 +185,9 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
     started = time.perf_counter()
     vector = embedder.embed_one(query)
     embedded = time.perf_counter()
-    if mode == "hybrid":
-        used = {m: w for m, w in signal_weights(alpha, weights).items() if w}
-        found = {m: signal(store, m, query, vector, max(pool, k), aggregate) for m in used}
-        ranked = fuse(found, used, fusion)[:k]
-        hits_of: dict[str, list[Hit]] = {}
-        for name in sorted(found, key=lambda m: not m.startswith("questions")):
-            for candidate in found[name]:
-                hits_of.setdefault(candidate.chunk_id, candidate.hits)
-        total = sum(used.values())
-        scored = [(c, normalized(mode, s, total), hits_of[c]) for c, s in ranked]
-    else:
-        found_one = signal(store, mode, query, vector, k, aggregate)[:k]
-        scored = [(c.chunk_id, normalized(mode, c.score), c.hits) for c in found_one]
-    chunks = store.get_chunks([chunk_id for chunk_id, _, _ in scored])
+    with store.snapshot():
+        scored, chunks = _ranked(store, query, vector, k, mode, alpha, weights, fusion,
+                                 aggregate, pool, filters)
     results = [
         SearchResult(
             rank=rank,
@@ -214,6 +208,30 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
         results=results,
         timings={"embed": embedded - started, "search": done - embedded},
     )
+
+
+def _ranked(
+    store: Store, query: str, vector: Vectors, k: int, mode: str, alpha: float,
+    weights: dict[str, float] | None, fusion: Fusion, aggregate: Aggregate, pool: int,
+    filters: Sequence[Condition],
+) -> tuple[list[tuple[str, float, list[Hit]]], dict[str, Chunk]]:
+    """(chunk id, normalised score, hits) best first, and the chunks."""
+    scored: list[tuple[str, float, list[Hit]]]
+    if mode == "hybrid":
+        used = {m: w for m, w in signal_weights(alpha, weights).items() if w}
+        found = {m: signal(store, m, query, vector, max(pool, k), aggregate, filters)
+                 for m in used}
+        ranked = fuse(found, used, fusion)[:k]
+        hits_of: dict[str, list[Hit]] = {}
+        for name in sorted(found, key=lambda m: not m.startswith("questions")):
+            for candidate in found[name]:
+                hits_of.setdefault(candidate.chunk_id, candidate.hits)
+        total = sum(used.values())
+        scored = [(c, normalized(mode, s, total), hits_of[c]) for c, s in ranked]
+    else:
+        found_one = signal(store, mode, query, vector, k, aggregate, filters)[:k]
+        scored = [(c.chunk_id, normalized(mode, c.score), c.hits) for c in found_one]
+    return scored, store.get_chunks([chunk_id for chunk_id, _, _ in scored])
 
 
 CONFIDENCE: dict[str, tuple[float, float]] = {

@@ -20,6 +20,11 @@ DEFAULT_LLM = "local/qwen2.5-coder-1.5b"
 DEFAULT_EMBEDDER = "local/all-minilm-l6-v2"
 
 
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "isotope"
+
+
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "isotope"
@@ -107,6 +112,21 @@ class Settings(BaseSettings):
     llm_timeout: float = Field(120.0, gt=0, description="Seconds before a remote call times out")
     llm_max_retries: int = Field(5, ge=0, description="Retries of a failed remote call")
 
+    storage: Literal["content", "file-reference"] = Field(
+        "content", description="content: chunk text is stored; file-reference: only "
+        "offsets and a hash, text read from the file at query time")
+    sync_strategy: Literal["source_aware", "none"] = Field(
+        "source_aware", description="source_aware: skip unchanged files, replace changed "
+        "ones reusing unchanged chunks, sync removes deleted files; none: re-index every "
+        "file, remove nothing")
+    max_file_mb: float = Field(64.0, gt=0, description="Larger files are reported, not read")
+    lock_wait: float = Field(0.0, ge=0, description="Seconds to wait for another process "
+                             "writing to the index (0: fail at once)")
+    projects_dir: Path = Field(
+        default_factory=lambda: _default_data_dir() / "projects",
+        description="Where named indexes (projects) live")
+    project: str | None = Field(None, description="Project used when no index is given")
+
     include: list[str] = Field(
         default_factory=list, description="Globs a file in a directory must match"
     )
@@ -136,8 +156,14 @@ INDEX_FIELDS: tuple[str, ...] = (
     "dedup_threshold",
     "chunk_size",
     "chunk_overlap",
+    "storage",
 )
 """Settings saved inside an index when it is created."""
+
+LOCAL_FIELDS: tuple[str, ...] = (
+    "index", "project", "projects_dir", "cache_dir", "model_dir", "openai_api_key",
+)
+"""Settings of a machine or a call, never saved in an index."""
 
 
 def env_origin(name: str) -> str | None:
@@ -169,7 +195,7 @@ def resolve(saved: dict[str, Any] | None, **overrides: Any) -> tuple[Settings, d
             origins[name] = "argument"
         elif origin := env_origin(name):
             origins[name] = origin
-        elif saved and name in saved and name in INDEX_FIELDS:
+        elif saved and name in saved and name not in LOCAL_FIELDS:
             values[name] = saved[name]
             origins[name] = "index"
         else:
@@ -177,6 +203,13 @@ def resolve(saved: dict[str, Any] | None, **overrides: Any) -> tuple[Settings, d
     if values:
         base = Settings.model_validate({**base.model_dump(), **values})
     return base, origins
+
+
+def project_settings(settings: Settings, names: Any) -> dict[str, Any]:
+    """The settings among ``names`` that a project may save besides its index settings
+    (retrieval mode, top_k, answer model...)."""
+    dumped = settings.model_dump(mode="json")
+    return {n: dumped[n] for n in names if n in dumped and n not in LOCAL_FIELDS}
 
 
 def index_settings(settings: Settings) -> dict[str, Any]:

@@ -7,6 +7,9 @@ with pgvector, say) can implement it without the pipeline changing:
   chunks); :meth:`Store.keyword_search` does the same by keywords (BM25);
 - :meth:`Store.delete_source` removes a source and everything derived from it;
 - :meth:`Store.get_chunks` fetches chunks by id;
+- optional abilities with safe defaults: :meth:`Store.snapshot` (consistent reads),
+  :meth:`Store.writer` (one writer at a time), :meth:`Store.stored_chunks` (reuse of
+  unchanged chunks), :meth:`Store.check` (integrity);
 - plus bookkeeping: :meth:`Store.sources`, :meth:`Store.counts`, and the index's own
   description (:meth:`Store.get_meta` / :meth:`Store.set_meta`).
 """
@@ -15,15 +18,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from isotope.embedders import Vectors
+from isotope.filters import Condition
 from isotope.models import Atom, Chunk, Question, Source
 
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -37,6 +42,21 @@ class SourceBatch:
     questions: list[Question]
     chunk_vectors: Vectors
     atom_vectors: Vectors
+    question_vectors: Vectors
+    chunk_hashes: list[str] | None = None
+    """sha256 of each chunk's text (default: computed from ``chunks``; given when the
+    stored text is not the chunk's own, as with file references)."""
+
+
+@dataclass
+class StoredChunk:
+    """What a source already stored holds for one chunk text (for reuse when the source
+    changes elsewhere): the chunk's vector, its atoms and its questions with vectors."""
+
+    vector: Vectors
+    atoms: list[Atom]
+    atom_vectors: Vectors
+    questions: list[Question]
     question_vectors: Vectors
 
 
@@ -58,6 +78,8 @@ class SourceInfo:
     atoms: int = 0
     questions: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    state: str = ""
+    """``current``, ``changed``, ``missing`` or ``incomplete`` (``Isotope.sources``)."""
 
 
 class Store(ABC):
@@ -69,18 +91,21 @@ class Store(ABC):
         replacing everything the source had before."""
 
     @abstractmethod
-    def search(self, kind: Kind, vector: Vectors, k: int) -> list[Hit]:
-        """The ``k`` stored items of ``kind`` nearest to ``vector`` (cosine), best first."""
+    def search(self, kind: Kind, vector: Vectors, k: int,
+               filters: Sequence[Condition] = ()) -> list[Hit]:
+        """The ``k`` stored items of ``kind`` nearest to ``vector`` (cosine), best first,
+        among the chunks that meet ``filters`` (see :mod:`isotope.filters`)."""
 
     def search_by_chunk(
-        self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3
+        self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3,
+        filters: Sequence[Condition] = (),
     ) -> list[tuple[str, list[Hit]]]:
         """The ``k`` chunks whose items of ``kind`` are nearest to ``vector``, best first,
         each with its up to ``per_chunk`` best hits. Stores may do this faster; this one
         widens a :meth:`search` until ``k`` chunks are found."""
         pool = max(64, 4 * k * per_chunk)
         while True:
-            hits = self.search(kind, vector, pool)
+            hits = self.search(kind, vector, pool, filters)
             grouped: dict[str, list[Hit]] = {}
             for hit in hits:
                 grouped.setdefault(hit.chunk_id, []).append(hit)
@@ -89,7 +114,8 @@ class Store(ABC):
             pool *= 4
 
     @abstractmethod
-    def keyword_search(self, kind: Kind, query: str, k: int) -> list[Hit]:
+    def keyword_search(self, kind: Kind, query: str, k: int,
+                       filters: Sequence[Condition] = ()) -> list[Hit]:
         """The ``k`` best BM25 matches of ``query`` among items of ``kind``."""
 
     @abstractmethod
@@ -118,3 +144,24 @@ class Store(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections and files."""
+
+    # Optional abilities, with defaults that are correct but do less.
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Reads inside see one committed state of the index (a search never sees a
+        source half replaced). Default: no isolation beyond each read's own."""
+        return nullcontext()
+
+    def writer(self, wait: float = 0.0) -> AbstractContextManager[None]:
+        """Hold the index's single-writer lock (ingest, sync, delete), waiting up to
+        ``wait`` seconds; raises :class:`isotope.errors.IndexLocked`. Default: none."""
+        return nullcontext()
+
+    def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
+        """What a stored source holds, by chunk text hash (for chunk-level reuse when it
+        changes). Default: nothing, so everything is generated again."""
+        return {}
+
+    def check(self) -> list[str]:
+        """Problems found by an integrity check (empty: consistent)."""
+        return []
+

@@ -17,6 +17,7 @@ import re
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,9 +29,19 @@ import numpy as np
 import numpy.typing as npt
 
 from isotope.embedders import Vectors
-from isotope.errors import InvalidIndex
-from isotope.models import Chunk, Source
-from isotope.stores import KINDS, SCHEMA_VERSION, Hit, Kind, SourceBatch, SourceInfo, Store
+from isotope.errors import IndexLocked, InvalidIndex
+from isotope.filters import Condition
+from isotope.models import Atom, Chunk, Question, Source, content_hash
+from isotope.stores import (
+    KINDS,
+    SCHEMA_VERSION,
+    Hit,
+    Kind,
+    SourceBatch,
+    SourceInfo,
+    Store,
+    StoredChunk,
+)
 
 log = logging.getLogger(__name__)
 DB_NAME = "isotope.db"
@@ -39,13 +50,14 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sources (
     uri TEXT PRIMARY KEY, content_hash TEXT NOT NULL, size INTEGER NOT NULL,
-    mtime REAL, loader TEXT NOT NULL, ingested_at TEXT NOT NULL, metadata TEXT NOT NULL
+    mtime REAL, loader TEXT NOT NULL, ingested_at TEXT NOT NULL, metadata TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'complete', root TEXT
 );
 CREATE TABLE IF NOT EXISTS chunks (
     rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
     source TEXT NOT NULL REFERENCES sources(uri) ON DELETE CASCADE,
     idx INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
-    text TEXT NOT NULL, metadata TEXT NOT NULL, vector BLOB NOT NULL
+    text TEXT NOT NULL, metadata TEXT NOT NULL, vector BLOB NOT NULL, hash TEXT
 );
 CREATE INDEX IF NOT EXISTS chunks_source ON chunks(source);
 CREATE TABLE IF NOT EXISTS atoms (
@@ -62,6 +74,12 @@ CREATE TABLE IF NOT EXISTS questions (
 );
 CREATE INDEX IF NOT EXISTS questions_atom ON questions(atom_id);
 """
+_MIGRATIONS = {
+    # schema 1 -> 2: the source registry's status and ingest root; a hash per chunk
+    1: "ALTER TABLE sources ADD COLUMN status TEXT NOT NULL DEFAULT 'complete';"
+       "ALTER TABLE sources ADD COLUMN root TEXT;"
+       "ALTER TABLE chunks ADD COLUMN hash TEXT;",
+}
 _FTS = """
 CREATE VIRTUAL TABLE IF NOT EXISTS {t}_fts USING fts5(
     text, content='{t}', content_rowid='rowid', tokenize='porter unicode61');
@@ -98,11 +116,30 @@ class SQLiteStore(Store):
                 + f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
                 + "COMMIT;"
             )
+        elif version in _MIGRATIONS:
+            self._migrate(conn, version)
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(
                 f"{self.directory} has index schema {version}; this isotope reads schema "
                 f"{SCHEMA_VERSION}. Upgrade isotope, or re-ingest into a new index"
             )
+
+    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            while version in _MIGRATIONS:  # another process may have migrated meanwhile
+                if self._schema_version(conn) != version:
+                    break
+                for statement in _MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                version += 1
+                conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
+                             (json.dumps(version),))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     # -- connections -------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -149,6 +186,53 @@ class SQLiteStore(Store):
             conn.execute("ROLLBACK")
             raise
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction: every read inside sees the same committed state."""
+        conn = self._conn()
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def writer(self, wait: float = 0.0) -> Iterator[None]:
+        """The single-writer lock: an advisory lock on ``write.lock`` in the index
+        directory, released by the system if the process dies."""
+        import fcntl
+
+        path = self.directory / "write.lock"
+        with open(path, "a+") as fh:
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        fh.seek(0)
+                        holder = fh.read().strip() or "unknown"
+                        raise IndexLocked(
+                            f"another process (pid {holder}) is writing to the index at "
+                            f"{self.directory}; wait for it to finish, or let this one wait "
+                            "(--wait SECONDS, or Isotope.open(..., lock_wait=SECONDS))"
+                        ) from None
+                    time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            try:
+                fh.seek(0)
+                fh.truncate()
+                fh.write(str(os.getpid()))
+                fh.flush()
+                yield
+            finally:
+                fh.seek(0)
+                fh.truncate()
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
@@ -174,20 +258,21 @@ class SQLiteStore(Store):
             conn.execute("DELETE FROM sources WHERE uri=?", (source.uri,))
             conn.execute(
                 "INSERT INTO sources(uri, content_hash, size, mtime, loader, ingested_at, "
-                "metadata) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "metadata, status, root) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     source.uri, source.content_hash, source.size, source.mtime, source.loader,
                     (source.ingested_at or datetime.now(UTC)).isoformat(),
-                    json.dumps(source.metadata),
+                    json.dumps(source.metadata), source.status, source.root,
                 ),
             )
+            hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
             conn.executemany(
-                'INSERT INTO chunks(id, source, idx, start, "end", text, metadata, vector) '
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                'INSERT INTO chunks(id, source, idx, start, "end", text, metadata, vector, '
+                "hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (c.id, source.uri, c.index, c.start, c.end, c.text,
-                     json.dumps(c.metadata), _blob(v))
-                    for c, v in zip(batch.chunks, batch.chunk_vectors, strict=True)
+                     json.dumps(c.metadata), _blob(v), h)
+                    for c, v, h in zip(batch.chunks, batch.chunk_vectors, hashes, strict=True)
                 ],
             )
             conn.executemany(
@@ -235,14 +320,11 @@ class SQLiteStore(Store):
             "atoms": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
             "chunks": "t.rowid",
         }[kind]
-        conn.execute("BEGIN")
-        try:
+        with self.snapshot():
             generation = int(self.get_meta("generation") or 0)
             data = conn.execute(
                 f"SELECT t.rowid, {chunk_rowid}, t.vector FROM {kind} t ORDER BY t.rowid"
             ).fetchall()
-        finally:
-            conn.execute("COMMIT")
         rows = np.fromiter((r[0] for r in data), dtype=np.int64, count=len(data))
         groups = np.fromiter((r[1] for r in data), dtype=np.int64, count=len(data))
         if data:
@@ -277,26 +359,30 @@ class SQLiteStore(Store):
         except OSError:  # a read-only index still answers, just without the cache
             log.debug("cannot write the vector cache in %s", folder, exc_info=True)
 
-    def search(self, kind: Kind, vector: Vectors, k: int) -> list[Hit]:
+    def search(self, kind: Kind, vector: Vectors, k: int,
+               filters: Sequence[Condition] = ()) -> list[Hit]:
         found = self._matrix(kind)
         if not len(found.rows) or k <= 0:
             return []
-        scores = found.matrix @ np.asarray(vector, dtype=np.float32)
-        top = _top(scores, k)
+        scores = self._scores(found, vector, filters)
+        top = [i for i in _top(scores, k) if scores[i] > -np.inf]
         return self._hits(kind, [(int(found.rows[i]), float(scores[i])) for i in top])
 
     def search_by_chunk(
-        self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3
+        self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3,
+        filters: Sequence[Condition] = (),
     ) -> list[tuple[str, list[Hit]]]:
         found = self._matrix(kind)
         if not len(found.rows) or k <= 0:
             return []
-        scores = found.matrix @ np.asarray(vector, dtype=np.float32)
+        scores = self._scores(found, vector, filters)
         pool = max(64, 4 * k * per_chunk)
         while True:
             top = _top(scores, pool)
             picked: dict[int, list[int]] = {}
             for i in top:
+                if scores[i] == -np.inf:  # filtered out
+                    break
                 group = picked.get(int(found.groups[i]))
                 if group is None:
                     if len(picked) < k:
@@ -313,15 +399,37 @@ class SQLiteStore(Store):
             by_chunk.setdefault(hit.chunk_id, []).append(hit)
         return list(by_chunk.items())
 
-    def keyword_search(self, kind: Kind, query: str, k: int) -> list[Hit]:
+    def _scores(self, found: _Vectors, vector: Vectors,
+                filters: Sequence[Condition]) -> npt.NDArray[np.float32]:
+        scores: npt.NDArray[np.float32] = found.matrix @ np.asarray(vector, dtype=np.float32)
+        if filters:
+            where, params = _where(filters)
+            allowed = np.fromiter(
+                (r[0] for r in self._conn().execute(
+                    f"SELECT c.rowid FROM chunks c JOIN sources s ON s.uri = c.source "
+                    f"WHERE {where}", params)),
+                dtype=np.int64,
+            )
+            scores = np.where(np.isin(found.groups, allowed), scores, -np.inf).astype(
+                np.float32)
+        return scores
+
+    def keyword_search(self, kind: Kind, query: str, k: int,
+                       filters: Sequence[Condition] = ()) -> list[Hit]:
         terms = re.findall(r"\w+", query.lower())
         if not terms or k <= 0:
             return []
         match = " OR ".join(f'"{t}"' for t in dict.fromkeys(terms))
+        restrict, params = "", list[Any]()
+        if filters:
+            where, params = _where(filters)
+            join = "c.id = t.chunk_id" if kind != "chunks" else "c.rowid = t.rowid"
+            restrict = (f" AND rowid IN (SELECT t.rowid FROM {kind} t JOIN chunks c ON {join}"
+                        f" JOIN sources s ON s.uri = c.source WHERE {where})")
         found = self._conn().execute(
-            f"SELECT rowid, bm25({kind}_fts) FROM {kind}_fts WHERE {kind}_fts MATCH ? "
-            f"ORDER BY bm25({kind}_fts) LIMIT ?",
-            (match, k),
+            f"SELECT rowid, bm25({kind}_fts) FROM {kind}_fts WHERE {kind}_fts MATCH ?"
+            f"{restrict} ORDER BY bm25({kind}_fts) LIMIT ?",
+            (match, *params, k),
         ).fetchall()
         return self._hits(kind, [(int(r), -float(s)) for r, s in found])
 
@@ -361,22 +469,22 @@ class SQLiteStore(Store):
 
     def get_source(self, uri: str) -> Source | None:
         row = self._conn().execute(
-            "SELECT uri, content_hash, size, mtime, loader, ingested_at, metadata "
-            "FROM sources WHERE uri=?", (uri,),
+            "SELECT uri, content_hash, size, mtime, loader, ingested_at, metadata, status, "
+            "root FROM sources WHERE uri=?", (uri,),
         ).fetchone()
         return _source(row) if row else None
 
     def sources(self) -> list[SourceInfo]:
         rows = self._conn().execute(
             "SELECT s.uri, s.content_hash, s.size, s.mtime, s.loader, s.ingested_at, s.metadata,"
-            " (SELECT COUNT(*) FROM chunks c WHERE c.source = s.uri),"
+            " s.status, s.root, (SELECT COUNT(*) FROM chunks c WHERE c.source = s.uri),"
             " (SELECT COUNT(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id"
             "   WHERE c.source = s.uri),"
             " (SELECT COUNT(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id"
             "   WHERE c.source = s.uri)"
             " FROM sources s ORDER BY s.uri"
         ).fetchall()
-        return [SourceInfo(_source(r[:7]), r[7], r[8], r[9]) for r in rows]
+        return [SourceInfo(_source(r[:9]), r[9], r[10], r[11]) for r in rows]
 
     def counts(self) -> dict[str, int]:
         conn = self._conn()
@@ -384,6 +492,106 @@ class SQLiteStore(Store):
             table: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
             for table in ("sources", "chunks", "atoms", "questions")
         }
+
+    def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
+        conn = self._conn()
+        found: dict[str, StoredChunk] = {}
+        with self.snapshot():
+            chunks = conn.execute(
+                "SELECT id, hash, vector FROM chunks WHERE source=? AND hash IS NOT NULL",
+                (uri,)).fetchall()
+            for chunk_id, digest, vector in chunks:
+                atoms = conn.execute(
+                    'SELECT id, idx, start, "end", text, vector FROM atoms WHERE chunk_id=? '
+                    "ORDER BY idx", (chunk_id,)).fetchall()
+                questions = conn.execute(
+                    "SELECT atom_id, text, vector FROM questions WHERE chunk_id=? "
+                    "ORDER BY rowid", (chunk_id,)).fetchall()
+                found[digest] = StoredChunk(
+                    vector=_array([vector]),
+                    atoms=[Atom(id=a[0], chunk_id=chunk_id, index=a[1], start=a[2], end=a[3],
+                                text=a[4]) for a in atoms],
+                    atom_vectors=_array([a[5] for a in atoms]),
+                    questions=[Question(atom_id=q[0], chunk_id=chunk_id, text=q[1])
+                               for q in questions],
+                    question_vectors=_array([q[2] for q in questions]),
+                )
+        return found
+
+    def check(self) -> list[str]:
+        """Integrity: SQLite's own check, foreign keys, provenance (every question has
+        its atom and chunk, every atom its chunk, every chunk its source), vector sizes,
+        the FTS indexes against their tables, and the vector cache against the tables."""
+        conn = self._conn()
+        problems: list[str] = []
+        with self.snapshot():
+            for (row,) in conn.execute("PRAGMA quick_check"):
+                if row != "ok":
+                    problems.append(f"sqlite: {row}")
+            for table, rowid, parent, _ in conn.execute("PRAGMA foreign_key_check"):
+                problems.append(f"{table} row {rowid} points to a missing {parent} row")
+            orphans = {
+                "questions without their atom": "SELECT COUNT(*) FROM questions q WHERE NOT "
+                "EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id)",
+                "questions without their chunk": "SELECT COUNT(*) FROM questions q WHERE NOT "
+                "EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id AND a.chunk_id = "
+                "q.chunk_id)",
+                "atoms without their chunk": "SELECT COUNT(*) FROM atoms a WHERE NOT EXISTS "
+                "(SELECT 1 FROM chunks c WHERE c.id = a.chunk_id)",
+                "chunks without their source": "SELECT COUNT(*) FROM chunks c WHERE NOT "
+                "EXISTS (SELECT 1 FROM sources s WHERE s.uri = c.source)",
+            }
+            for what, sql in orphans.items():
+                count = conn.execute(sql).fetchone()[0]
+                if count:
+                    problems.append(f"{count} {what}")
+            dim = (self.get_meta("embedding") or {}).get("dim")
+            for kind in KINDS:
+                rows = conn.execute(f"SELECT COUNT(*) FROM {kind}").fetchone()[0]
+                if dim:
+                    bad = conn.execute(f"SELECT COUNT(*) FROM {kind} WHERE length(vector) "
+                                       "!= ?", (4 * dim,)).fetchone()[0]
+                    if bad:
+                        problems.append(f"{bad} {kind} with a vector that is not {dim}-d")
+                indexed = conn.execute(f"SELECT COUNT(*) FROM {kind}_fts_docsize").fetchone()[0]
+                if indexed != rows:
+                    problems.append(f"keyword index of {kind} has {indexed} rows, the table "
+                                    f"{rows}")
+                try:
+                    conn.execute(f"INSERT INTO {kind}_fts({kind}_fts, rank) "
+                                 "VALUES ('integrity-check', 1)")
+                except sqlite3.DatabaseError as exc:
+                    problems.append(f"keyword index of {kind}: {exc}")
+                problems.extend(self._check_vector_cache(kind, rows))
+        return problems
+
+    def _check_vector_cache(self, kind: Kind, rows: int) -> list[str]:
+        """The cached matrix of the current generation, if any, has one row per item."""
+        folder = self.directory / "vectors"
+        generation = int(self.get_meta("generation") or 0)
+        try:
+            stamp = json.loads((folder / f"{kind}.json").read_text())["generation"]
+        except (OSError, ValueError, KeyError):
+            return []  # no cache: it is rebuilt from the tables when needed
+        if stamp != generation:
+            return []  # stale: ignored and rebuilt
+        try:
+            matrix = np.load(folder / f"{kind}-{generation}.npy", mmap_mode="r")
+            index = np.load(folder / f"{kind}-{generation}.idx.npy")
+        except (OSError, ValueError):
+            return [f"vector cache of {kind} is unreadable (it is rebuilt on the next query)"]
+        if len(matrix) != rows or index.shape != (2, rows):
+            return [f"vector cache of {kind} has {len(matrix)} rows, the table {rows}"]
+        return []
+
+    def repair(self) -> None:
+        """Rebuild the keyword indexes and drop the vector cache (rebuilt on demand)."""
+        with self._write() as conn:
+            for kind in KINDS:
+                conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
+        for path in (self.directory / "vectors").glob("*"):
+            path.unlink(missing_ok=True)
+        self._matrices.clear()
 
     def disk_size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
@@ -407,6 +615,62 @@ def _top(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
     return ordered
 
 
+def _array(blobs: list[bytes]) -> Vectors:
+    if not blobs:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
+
+
+_OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+_COLUMNS = {"ingested_at": "s.ingested_at", "size": "s.size"}
+
+
+def _where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
+    """SQL over chunks ``c`` joined to sources ``s`` meeting every condition; values
+    (and metadata keys) are bound parameters."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for cond in conditions:
+        if cond.key == "source":
+            globs: list[str] = []
+            for pattern in cond.values:
+                expanded = os.path.expanduser(pattern)
+                if os.path.isabs(expanded):
+                    globs.append(expanded)
+                else:
+                    globs += [os.path.join(os.getcwd(), expanded), f"*/{pattern}", pattern]
+            parts.append("(" + " OR ".join("c.source GLOB ?" for _ in globs) + ")")
+            params += globs
+            continue
+        if cond.key == "type":
+            marks = ",".join("?" * len(cond.values))
+            parts.append(f"(s.loader IN ({marks}) OR json_extract(s.metadata, '$.type') "
+                         f"IN ({marks}))")
+            params += [*cond.values, *cond.values]
+            continue
+        op = _OPS[cond.op]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool)
+                      for v in cond.values)
+        if cond.key in _COLUMNS:
+            column = _COLUMNS[cond.key]
+            test = " OR ".join(f"{column} {op} ?" for _ in cond.values)
+            parts.append(f"NOT ({test})" if cond.op == "ne" else f"({test})")
+            params += list(cond.values)
+            continue
+        # A metadata value of the chunk or of its source; a list matches if any item does.
+        value = ("CAST(j.value AS REAL)" if numeric else "j.value")
+        kind = ("j.type IN ('integer', 'real') OR (j.type = 'text' AND "
+                "trim(j.value) GLOB '[0-9+-.]*')") if numeric else "j.type = 'text'"
+        test = " OR ".join(f"{value} {op} ?" for _ in cond.values)
+        exists = (f"EXISTS (SELECT 1 FROM json_each(c.metadata, ?) j WHERE ({kind}) AND "
+                  f"({test})) OR EXISTS (SELECT 1 FROM json_each(s.metadata, ?) j WHERE "
+                  f"({kind}) AND ({test}))")
+        path = f'$."{cond.key}"'
+        parts.append(f"NOT ({exists})" if cond.op == "ne" else f"({exists})")
+        params += [path, *cond.values, path, *cond.values]
+    return " AND ".join(parts) or "1", params
+
+
 def _blob(vector: Vectors) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
@@ -415,4 +679,5 @@ def _source(row: Sequence[Any]) -> Source:
     return Source(
         uri=row[0], content_hash=row[1], size=row[2], mtime=row[3], loader=row[4],
         ingested_at=datetime.fromisoformat(row[5]), metadata=json.loads(row[6]),
+        status=row[7], root=row[8],
     )

@@ -1,0 +1,122 @@
+"""Metadata filters for queries.
+
+A filter is a dict, as in ``iso.search(q, filters={...})``:
+
+- ``{"source": "docs/*.md"}``: sources matching a glob (absolute, relative to the working
+  directory, or a file name pattern matched in any folder);
+- ``{"type": "pdf"}``: the loader (``text``, ``markdown``, ``html``, ``pdf``, ``chunks``);
+- ``{"author": "Ada"}``: any metadata key of the chunk (``headings``, ``page``) or of its
+  source (front matter, ``title``), equal to the value (for a list, e.g. ``headings``:
+  containing it); a list of values means any of them;
+- ``{"year": {"gte": 2020, "lt": 2024}}``, ``{"date": {"gte": "2024-01-01"}}``: ranges
+  with ``gt``, ``gte``, ``lt``, ``lte`` (and ``ne``); numbers compare as numbers, other
+  values as text, so ISO dates compare as dates;
+- ``ingested_at`` and ``size`` are the source registry's columns.
+
+All conditions must hold. The CLI's ``--where`` takes ``key=value``, ``key!=value``,
+``key>=value``, ``key>value``, ``key<=value`` and ``key<value``. Values are always passed
+to the database as bound parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from isotope.errors import IsotopeError
+
+Op = Literal["eq", "ne", "gt", "gte", "lt", "lte", "glob"]
+OPS: tuple[str, ...] = ("eq", "ne", "gt", "gte", "lt", "lte")
+SPECIAL = {"source", "type", "ingested_at", "size"}
+_KEY = re.compile(r"^[^\"\\\x00-\x1f]{1,200}$")
+_WHERE = re.compile(r"^\s*([^<>=!]+?)\s*(!=|>=|<=|=|>|<)\s*(.*?)\s*$", re.S)
+_SYMBOL = {"=": "eq", "!=": "ne", ">=": "gte", ">": "gt", "<=": "lte", "<": "lt"}
+
+
+class FilterError(IsotopeError):
+    """A filter that cannot be applied; the message shows the accepted forms."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    key: str
+    op: Op
+    values: tuple[Any, ...]
+    """One value, or several for ``eq`` (any of them)."""
+
+
+def parse(filters: dict[str, Any] | None) -> list[Condition]:
+    """Conditions from a filter dict (see the module docstring)."""
+    conditions: list[Condition] = []
+    for key, spec in (filters or {}).items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise FilterError(f"invalid filter key {key!r}: no quotes, backslashes or "
+                              "control characters")
+        if key == "source":
+            patterns = spec if isinstance(spec, list | tuple) else [spec]
+            conditions.append(Condition(key, "glob", tuple(str(p) for p in patterns)))
+        elif isinstance(spec, dict):
+            for op, value in spec.items():
+                if op not in OPS:
+                    raise FilterError(f"filter {key!r}: unknown operator {op!r}; use one of "
+                                      f"{', '.join(OPS)}")
+                conditions.append(Condition(key, op, (_scalar(key, value),)))
+        elif isinstance(spec, list | tuple):
+            if not spec:
+                raise FilterError(f"filter {key!r}: an empty list matches nothing")
+            conditions.append(Condition(key, "eq", tuple(_scalar(key, v) for v in spec)))
+        else:
+            conditions.append(Condition(key, "eq", (_scalar(key, spec),)))
+    return conditions
+
+
+def _scalar(key: str, value: Any) -> Any:
+    if isinstance(value, bool | int | float | str):
+        return value
+    if hasattr(value, "isoformat"):  # date, datetime
+        return value.isoformat()
+    raise FilterError(f"filter {key!r}: a value must be a string, number or date, "
+                      f"not {type(value).__name__}")
+
+
+def parse_where(expressions: list[str]) -> dict[str, Any]:
+    """A filter dict from ``--where`` expressions such as ``year>=2020``; repeated
+    ``key=value`` for one key means any of the values."""
+    filters: dict[str, Any] = {}
+    for text in expressions:
+        found = _WHERE.match(text)
+        if not found or not found.group(1):
+            raise FilterError(f"cannot read --where {text!r}; write key=value, key!=value, "
+                              "key>=value, key>value, key<=value or key<value")
+        key, symbol, raw = found.groups()
+        value = _number(raw)
+        op = _SYMBOL[symbol]
+        if op == "eq" and key != "source":
+            previous = filters.get(key)
+            if previous is None:
+                filters[key] = value
+            elif isinstance(previous, list):
+                previous.append(value)
+            elif isinstance(previous, dict):
+                raise FilterError(f"--where {key}: cannot mix = with a range")
+            else:
+                filters[key] = [previous, value]
+        elif key == "source":
+            if op != "eq":
+                raise FilterError("--where source takes a glob: source=docs/*.md")
+            filters.setdefault("source", []).append(raw)
+        else:
+            existing = filters.setdefault(key, {})
+            if not isinstance(existing, dict):
+                raise FilterError(f"--where {key}: cannot mix = with a range")
+            existing[op] = value
+    return filters
+
+
+def _number(raw: str) -> Any:
+    if re.fullmatch(r"[+-]?\d+", raw):
+        return int(raw)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", raw):
+        return float(raw)
+    return raw
