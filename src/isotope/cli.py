@@ -32,7 +32,21 @@ IndexOpt = Annotated[
     typer.Option("--index", "-i", help="Index directory (default: the ISOTOPE_INDEX setting, "
                  "else ./.isotope).", show_default=False),
 ]
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", "-p", help="A named index (isotope project list); default: "
+                 "the ISOTOPE_PROJECT setting, else the default project.", show_default=False),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+WaitOpt = Annotated[float | None, typer.Option(
+    "--wait", help="Seconds to wait if another process is writing to the index "
+    "(default: the lock_wait setting, 0: fail at once).", show_default=False)]
+IncludeOpt = Annotated[list[str] | None, typer.Option(
+    "--include", help="Only files matching this glob (repeatable).")]
+ExcludeOpt = Annotated[list[str] | None, typer.Option(
+    "--exclude", help="Skip files matching this glob (repeatable).")]
+PlainOpt = Annotated[bool, typer.Option(
+    "--plain", help="Print one line per file instead of a progress bar.")]
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -48,9 +62,18 @@ def _errors() -> Iterator[None]:
         _fail(str(exc))
 
 
-def _open(index: Path | None, *, create: bool = False, **settings: Any) -> Any:
+def _open(index: Path | None, project: str | None = None, *, create: bool = False,
+          **settings: Any) -> Any:
     from isotope.index import Isotope
 
+    if project is not None:
+        if index is not None:
+            _fail("give --index or --project, not both")
+        from isotope import projects
+        from isotope.settings import resolve
+
+        projects.require(project, resolve(None)[0])
+        return Isotope.open(create=False, project=project, **settings)
     return Isotope.open(index, create=create, **settings)
 
 
@@ -80,10 +103,9 @@ def _main(
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files and directories to ingest.")],
     index: IndexOpt = None,
-    include: Annotated[list[str] | None, typer.Option(
-        "--include", help="Only files matching this glob (repeatable).")] = None,
-    exclude: Annotated[list[str] | None, typer.Option(
-        "--exclude", help="Skip files matching this glob (repeatable).")] = None,
+    project: ProjectOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
     questions_per_atom: Annotated[int | None, typer.Option(
         "--questions", "-n", help="Questions per atom.")] = None,
     generation: Annotated[str | None, typer.Option(
@@ -91,18 +113,17 @@ def ingest(
         "batched (local model, parallel sequences).")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Only count chunks, atoms and model calls (and cache hits).")] = False,
-    plain: Annotated[bool, typer.Option(
-        "--plain", help="Print one line per file instead of a progress bar.")] = False,
+    plain: PlainOpt = False,
+    wait: WaitOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest files and directories: chunk, atomize, generate questions, embed, store."""
+    """Ingest files and directories: chunk, atomize, generate questions, embed, store.
+    Unchanged files are skipped; a changed file is replaced, keeping its unchanged chunks."""
     from dataclasses import asdict
 
-    from isotope.ingest import Progress
-
     with _errors():
-        iso = _open(index, create=True, questions_per_atom=questions_per_atom,
-                    generation=generation)
+        iso = _open(index, project, create=True, questions_per_atom=questions_per_atom,
+                    generation=generation, lock_wait=wait)
         with iso:
             if dry_run:
                 plan = iso.plan(paths, include=include, exclude=exclude)
@@ -111,18 +132,47 @@ def ingest(
                 else:
                     _print_plan(plan)
                 return
-            progress_cb: Callable[[Progress], None] | None = None
-            if plain and not as_json:
-                def progress_cb(p: Progress) -> None:
-                    if p.stage in ("load", "store") and p.source:
-                        err.print(f"[{p.sources_done}/{p.sources_total}] {p.stage} {p.source} "
-                                  f"chunks={p.chunks} atoms={p.atoms} questions={p.questions}")
-                report = iso.ingest(paths, include=include, exclude=exclude, progress=progress_cb)
-            elif as_json or not err.is_terminal:
-                report = iso.ingest(paths, include=include, exclude=exclude)
-            else:
-                report = _with_bar(lambda update: iso.ingest(
-                    paths, include=include, exclude=exclude, progress=update))
+            report = _ingest_with_progress(iso.ingest, paths, include, exclude, plain, as_json)
+    _finish_ingest(report, as_json)
+
+
+@app.command()
+def sync(
+    paths: Annotated[list[Path], typer.Argument(help="Directories (or files) to mirror.")],
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    plain: PlainOpt = False,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make the index match these paths: ingest new and changed files, and remove the
+    sources whose files were deleted (with sync_strategy=source_aware, the default)."""
+    with _errors(), _open(index, project, create=True, lock_wait=wait) as iso:
+        report = _ingest_with_progress(iso.sync, paths, include, exclude, plain, as_json)
+    _finish_ingest(report, as_json)
+
+
+def _ingest_with_progress(run: Callable[..., Any], paths: list[Path], include: Any,
+                          exclude: Any, plain: bool, as_json: bool) -> Any:
+    from isotope.ingest import Progress
+
+    if plain and not as_json:
+        def progress_cb(p: Progress) -> None:
+            if p.stage in ("load", "store") and p.source:
+                err.print(f"[{p.sources_done}/{p.sources_total}] {p.stage} {p.source} "
+                          f"chunks={p.chunks} atoms={p.atoms} questions={p.questions}")
+        return run(paths, include=include, exclude=exclude, progress=progress_cb)
+    if as_json or not err.is_terminal:
+        return run(paths, include=include, exclude=exclude)
+    return _with_bar(lambda update: run(paths, include=include, exclude=exclude,
+                                        progress=update))
+
+
+def _finish_ingest(report: Any, as_json: bool) -> None:
+    from dataclasses import asdict
+
     if as_json:
         _print_json({**asdict(report), "ok": report.ok})
     else:
@@ -174,14 +224,17 @@ def _print_report(report: Any) -> None:
     for skipped in report.skipped:
         err.print(f"[yellow]skipped:[/yellow] {skipped.path}: {skipped.message}", soft_wrap=True)
     total = sum(report.timings.values())
+    removed = f", {len(report.removed)} removed" if report.removed else ""
     out.print(
         f"ingested {len(report.added)} new, {len(report.replaced)} changed, "
-        f"{len(report.unchanged)} unchanged source(s); {len(report.errors)} error(s), "
-        f"{len(report.skipped)} skipped"
+        f"{len(report.unchanged)} unchanged source(s){removed}; {len(report.errors)} "
+        f"error(s), {len(report.skipped)} skipped"
     )
+    reused = (f"; {report.reused_chunks} unchanged chunks of changed files kept their "
+              "questions" if report.reused_chunks else "")
     out.print(
         f"{report.chunks} chunks, {report.atoms} atoms, {report.questions} questions stored "
-        f"({report.questions_dropped} dropped by the filters) in {total:.1f} s"
+        f"({report.questions_dropped} dropped by the filters) in {total:.1f} s{reused}"
     )
     out.print(
         f"model: {report.llm_calls} calls, {report.llm_cache_hits} answered by the cache, "
@@ -210,12 +263,21 @@ def query(
         "--transform/--no-transform",
         help="Rewrite a keyword query into questions first (default: the query_transform "
         "setting).")] = None,
+    where: Annotated[list[str] | None, typer.Option(
+        "--where", "-w", help="Only chunks whose metadata match: key=value, key!=value, "
+        "key>=value, key<value...; source=GLOB, type=pdf (repeatable; all must hold).")] = None,
+    project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from the index, citing the chunks it used."""
-    with _errors(), _open(index) as iso:
-        response = iso.search(text, k, mode=mode, transform=transform) if raw else iso.ask(
-            text, k, mode=mode, transform=transform)
+    from isotope.filters import parse_where
+
+    with _errors():
+        filters = parse_where(where or [])
+        with _open(index, project) as iso:
+            response = iso.search(text, k, mode=mode, transform=transform, filters=filters
+                                  ) if raw else iso.ask(text, k, mode=mode, transform=transform,
+                                                        filters=filters)
     if as_json:
         _print_json(response.model_dump(mode="json"))
         return
@@ -227,12 +289,14 @@ def query(
     if not response.results:
         out.print("no results")
     for r in response.results:
-        where = _display(r.chunk.source)
+        place = _display(r.chunk.source)
         if "page" in r.chunk.metadata:
-            where += f" (page {r.chunk.metadata['page']})"
+            place += f" (page {r.chunk.metadata['page']})"
         elif r.chunk.metadata.get("headings"):
-            where += " > " + " > ".join(r.chunk.metadata["headings"])
-        out.print(f"[bold][{r.rank}][/bold] {r.score:.3f}  {where}", soft_wrap=True)
+            place += " > " + " > ".join(r.chunk.metadata["headings"])
+        stale = "  [yellow](stale: the file changed; run isotope sync)[/yellow]" if (
+            r.chunk.stale) else ""
+        out.print(f"[bold][{r.rank}][/bold] {r.score:.3f}  {place}{stale}", soft_wrap=True)
         if r.matched_questions:
             out.print(f"    matched: {r.matched_questions[0].text}", soft_wrap=True)
         if raw or response.answer is None:
@@ -244,44 +308,55 @@ def query(
 
 
 @app.command("list")
-def list_sources(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
-    """List the ingested sources with their chunk, atom and question counts."""
-    with _errors(), _open(index) as iso:
+def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
+                 as_json: JsonOpt = False) -> None:
+    """List the ingested sources: status (current, changed on disk, missing, incomplete)
+    and chunk, atom and question counts."""
+    with _errors(), _open(index, project) as iso:
         infos = iso.sources()
     if as_json:
         _print_json([
-            {**i.source.model_dump(mode="json"), "chunks": i.chunks, "atoms": i.atoms,
-             "questions": i.questions} for i in infos
+            {**i.source.model_dump(mode="json"), "state": i.state, "chunks": i.chunks,
+             "atoms": i.atoms, "questions": i.questions} for i in infos
         ])
         return
     if not infos:
         out.print("the index has no sources")
         return
-    table = Table("type", "chunks", "atoms", "questions", "ingested")
+    stale = sum(i.state in ("changed", "missing") for i in infos)
+    table = Table("status", "type", "chunks", "atoms", "questions", "ingested")
     table.columns.insert(0, Column("source", overflow="fold"))
+    labels = {"changed": "[yellow]changed on disk[/yellow]", "missing": "[red]missing[/red]",
+              "incomplete": "[yellow]incomplete[/yellow]"}
     for i in infos:
-        table.add_row(_display(i.source.uri), i.source.loader, str(i.chunks), str(i.atoms),
+        table.add_row(_display(i.source.uri), labels.get(i.state, i.state or "-"),
+                      i.source.loader, str(i.chunks), str(i.atoms),
                       str(i.questions),
                       i.source.ingested_at.strftime("%Y-%m-%d %H:%M") if i.source.ingested_at
                       else "")
     out.print(table)
+    if stale:
+        out.print(f"{stale} source(s) differ from their files; `isotope sync DIR` updates them")
 
 
 @app.command()
 def delete(
     source: Annotated[str, typer.Argument(help="The source's path or identifier.")],
     index: IndexOpt = None,
+    project: ProjectOpt = None,
+    wait: WaitOpt = None,
 ) -> None:
     """Delete a source and its chunks, atoms and questions."""
-    with _errors(), _open(index) as iso:
+    with _errors(), _open(index, project, lock_wait=wait) as iso:
         iso.delete(source)
     out.print(f"deleted {source}")
 
 
 @app.command()
-def status(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
+def status(index: IndexOpt = None, project: ProjectOpt = None,
+           as_json: JsonOpt = False) -> None:
     """Counts, disk size, models and settings of an index."""
-    with _errors(), _open(index) as iso:
+    with _errors(), _open(index, project) as iso:
         info = iso.status()
     if as_json:
         _print_json(info.model_dump(mode="json"))
@@ -303,19 +378,22 @@ def status(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
 
 
 @app.command()
-def config(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
+def config(index: IndexOpt = None, project: ProjectOpt = None,
+           as_json: JsonOpt = False) -> None:
     """Show the resolved settings and where each value came from."""
+    from isotope import projects
     from isotope.settings import Settings, resolve
     from isotope.stores.sqlite import DB_NAME, SQLiteStore
 
     with _errors():
-        base, _ = resolve(None, index=index)
+        base, origins = resolve(None, index=index, project=project)
+        path = projects.index_path(base, origins)
         saved = None
-        if (base.index / DB_NAME).exists():
-            store = SQLiteStore(base.index, create=False)
+        if (path / DB_NAME).exists():
+            store = SQLiteStore(path, create=False)
             saved = store.get_meta("settings")
             store.close()
-        settings, origins = resolve(saved, index=index)
+        settings, origins = resolve(saved, index=path, project=project)
     values = settings.model_dump(mode="json")
     if as_json:
         _print_json({name: {"value": values[name], "from": origins[name]} for name in values})
@@ -324,6 +402,142 @@ def config(index: IndexOpt = None, as_json: JsonOpt = False) -> None:
     for name in Settings.model_fields:
         table.add_row(name, json.dumps(values[name]), origins[name])
     out.print(table)
+
+
+@app.command()
+def check(
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="Rebuild the keyword indexes and the vector cache first.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check the index's integrity: every question has its atom, chunk and vector, every
+    chunk its source, no orphans, keyword and vector indexes in step with the tables.
+    Exit code 1 if a problem is found."""
+    with _errors(), _open(index, project) as iso:
+        problems = iso.check(repair=repair)
+        counts = iso.store.counts()
+    if as_json:
+        _print_json({"ok": not problems, "problems": problems, "counts": counts})
+    elif problems:
+        for problem in problems:
+            err.print(f"[red]problem:[/red] {problem}", soft_wrap=True)
+        err.print("`isotope check --repair` rebuilds the keyword and vector indexes; "
+                  "re-ingesting the sources involved fixes the rest")
+    else:
+        out.print("ok: " + ", ".join(f"{n} {name}" for name, n in counts.items()))
+    if problems:
+        raise typer.Exit(1)
+
+
+project_app = typer.Typer(help="Named indexes, each with its own settings.",
+                          no_args_is_help=True)
+app.add_typer(project_app, name="project")
+
+
+@project_app.command("create")
+def project_create(
+    name: Annotated[str, typer.Argument(help="Letters, digits, '.', '_' and '-'.")],
+    setting: Annotated[list[str] | None, typer.Option(
+        "--set", help="A setting saved in the project, KEY=VALUE (repeatable), e.g. "
+        "--set chunk_size=512 --set mode=questions-dense.")] = None,
+    use: Annotated[bool, typer.Option("--use", help="Make it the default project.")] = False,
+) -> None:
+    """Create a project (an empty index in the projects folder)."""
+    from isotope import projects
+
+    values: dict[str, Any] = {}
+    for item in setting or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _fail(f"--set {item!r}: write KEY=VALUE")
+        values[key.strip()] = _setting_value(value.strip())
+    with _errors():
+        path = projects.create(name, **values)
+        if use:
+            projects.set_default(name)
+    out.print(f"created project {name} at {path}" + (" (default)" if use else ""))
+
+
+def _setting_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+@project_app.command("list")
+def project_list(as_json: JsonOpt = False) -> None:
+    """List the projects with their counts; * marks the default."""
+    from dataclasses import asdict
+
+    from isotope import projects
+
+    with _errors():
+        found = projects.listing()
+    if as_json:
+        _print_json([asdict(p) for p in found])
+        return
+    if not found:
+        out.print("no projects; create one with `isotope project create NAME`")
+        return
+    table = Table("", "project", "sources", "chunks", "questions", Column("path", overflow="fold"))
+    for p in found:
+        table.add_row("*" if p.is_default else "", p.name, str(p.counts["sources"]),
+                      str(p.counts["chunks"]), str(p.counts["questions"]), str(p.path))
+    out.print(table)
+
+
+@project_app.command("show")
+def project_show(name: Annotated[str, typer.Argument()], as_json: JsonOpt = False) -> None:
+    """A project's path, counts and saved settings."""
+    from dataclasses import asdict
+
+    from isotope import projects
+
+    with _errors():
+        found = projects.info(name)
+    if as_json:
+        _print_json(asdict(found))
+        return
+    table = Table(show_header=False, box=None)
+    table.add_row("project", found.name + (" (default)" if found.is_default else ""))
+    table.add_row("path", str(found.path))
+    for key, count in found.counts.items():
+        table.add_row(key, str(count))
+    for key, value in found.settings.items():
+        table.add_row(key, json.dumps(value))
+    out.print(table)
+
+
+@project_app.command("use")
+def project_use(name: Annotated[str, typer.Argument()]) -> None:
+    """Make a project the default: commands given no --index or --project use it."""
+    from isotope import projects
+
+    with _errors():
+        projects.set_default(name)
+    out.print(f"default project: {name}")
+
+
+@project_app.command("delete")
+def project_delete(
+    name: Annotated[str, typer.Argument()],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a project and its index (asks first)."""
+    from isotope import projects
+
+    with _errors():
+        found = projects.info(name)
+        if not yes:
+            if not sys.stdin.isatty():
+                _fail(f"deleting project {name} needs confirmation: pass --yes")
+            typer.confirm(f"delete project {name} ({found.counts['sources']} sources, "
+                          f"{found.path})?", abort=True)
+        projects.delete(name)
+    out.print(f"deleted project {name}")
 
 
 @app.command("eval")
@@ -338,6 +552,7 @@ def eval_(
         "--mode", "-m", help="Modes to score (repeatable; default: all).")] = None,
     chart: Annotated[Path | None, typer.Option(
         "--chart", help="Write a PNG bar chart here.")] = None,
+    project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score every retrieval mode on question/passage pairs: Recall@1/2/5 and MRR@10.
@@ -354,7 +569,8 @@ def eval_(
             if name not in MODES:
                 _fail(f"unknown mode {name!r}; choose from: {', '.join(MODES)}")
         pairs = evaluation.load(passages, queries, limit_passages)
-        iso = _open(index or Path(".isotope-eval"), create=True)
+        iso = _open(None if project else index or Path(".isotope-eval"), project,
+                    create=True)
         with iso:
             err.print(f"indexing {len(pairs[0])} passages (cached work is reused)...")
             chunks = evaluation.chunks_of(pairs[0])

@@ -61,6 +61,8 @@ def parse(filters: dict[str, Any] | None) -> list[Condition]:
                 if op not in OPS:
                     raise FilterError(f"filter {key!r}: unknown operator {op!r}; use one of "
                                       f"{', '.join(OPS)}")
+                if key == "type" and op not in ("eq", "ne"):
+                    raise FilterError("filter 'type' takes a loader name: = or != only")
                 conditions.append(Condition(key, op, (_scalar(key, value),)))
         elif isinstance(spec, list | tuple):
             if not spec:

@@ -48,10 +48,12 @@ def check_name(name: str) -> str:
     return name
 
 
-def is_name(value: str | Path) -> bool:
-    """A bare name (no folder part) that is not an existing directory: a project."""
-    text = str(value)
-    return bool(_NAME.match(text)) and not text.startswith(".") and not Path(text).exists()
+def is_name(value: str, settings: Settings | None = None) -> bool:
+    """A bare name (no folder part) names a project if a project of that name exists, or
+    if no file or directory of that name exists here."""
+    if not _NAME.match(value) or value.startswith("."):
+        return False
+    return exists(value, settings) or not Path(value).exists()
 
 
 def path_of(name: str, settings: Settings | None = None) -> Path:

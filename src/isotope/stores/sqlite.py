@@ -644,8 +644,9 @@ def _where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
             continue
         if cond.key == "type":
             marks = ",".join("?" * len(cond.values))
-            parts.append(f"(s.loader IN ({marks}) OR json_extract(s.metadata, '$.type') "
-                         f"IN ({marks}))")
+            test = (f"(s.loader IN ({marks}) OR json_extract(s.metadata, '$.type') "
+                    f"IN ({marks}))")
+            parts.append(f"NOT {test}" if cond.op == "ne" else test)
             params += [*cond.values, *cond.values]
             continue
         op = _OPS[cond.op]

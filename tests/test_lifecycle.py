@@ -1,0 +1,291 @@
+"""Sources that change, sync, chunk reuse, filters, projects, file references, the
+writer lock and schema migration: real store, real embedder, faked model replies."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from isotope import Isotope, projects
+from isotope.cli import app
+from isotope.embedders import Embedder
+from isotope.errors import IndexLocked
+from isotope.filters import FilterError, parse_where
+
+from conftest import FakeLLM
+
+LONG = "\n\n".join(
+    f"## Section {n}\n\nThe {name} module handles {task}. It was written in {1990 + n} by "
+    f"the {team} team. Its tests run every night on the build farm in Building {n}."
+    for n, (name, task, team) in enumerate([
+        ("billing", "invoices and refunds", "finance"),
+        ("routing", "delivery routes for trucks", "logistics"),
+        ("auth", "logins and API keys", "security"),
+        ("search", "full-text queries", "platform"),
+        ("reports", "monthly PDF reports", "analytics"),
+        ("alerts", "pager notifications", "operations"),
+    ], start=1)
+)
+
+
+def _open(tmp_path: Path, embedder: Embedder, llm: FakeLLM, **settings: object) -> Isotope:
+    return Isotope.open(tmp_path / "index", embedder=embedder, llm=llm, cache=False,
+                        chunk_size=48, chunk_overlap=0, **settings)
+
+
+def test_registry_records_each_file_and_skips_unchanged_ones(
+    tmp_path: Path, embedder: Embedder, examples: Path
+) -> None:
+    llm = FakeLLM()
+    with _open(tmp_path, embedder, llm) as iso:
+        iso.ingest(examples)
+        infos = {Path(i.source.uri).name: i for i in iso.sources()}
+        handbook = infos["handbook.md"].source
+        assert handbook.content_hash and handbook.size == (examples / "handbook.md").stat().st_size
+        assert handbook.mtime and handbook.ingested_at and handbook.loader == "markdown"
+        assert handbook.status == "complete" and handbook.root == str(examples.resolve())
+        assert {i.state for i in infos.values()} == {"current"}
+        calls = llm.calls
+        again = iso.ingest(examples)
+        assert len(again.unchanged) == 4 and llm.calls == calls  # cache is off
+
+
+def test_a_changed_file_keeps_its_unchanged_chunks_and_their_questions(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    doc = tmp_path / "docs" / "modules.md"
+    doc.parent.mkdir()
+    doc.write_text(LONG)
+    llm = FakeLLM()
+    with _open(tmp_path, embedder, llm) as iso:
+        first = iso.ingest(doc.parent)
+        assert first.chunks >= 6
+        before = {r.chunk.text: r.matched_questions for r in
+                  iso.search("Who wrote the billing module?", k=10).results}
+        calls = llm.calls
+        doc.write_text(LONG.replace("pager notifications", "pager and SMS notifications"))
+        assert iso.sources()[0].state == "changed"
+        report = iso.ingest(doc.parent)
+        assert report.replaced == [str(doc.resolve())]
+        assert report.reused_chunks == first.chunks - 1
+        # only the changed chunk's atoms went to the model (one call per atom here)
+        changed_atoms = 3
+        assert llm.calls - calls == changed_atoms == report.atoms
+        after = iso.search("Which module sends SMS notifications?", k=1).results[0]
+        assert "pager and SMS notifications" in after.chunk.text
+        kept = iso.search("Who wrote the billing module?", k=10).results
+        billing = next(r for r in kept if "billing" in r.chunk.text)
+        assert billing.matched_questions == before[billing.chunk.text]
+        assert iso.sources()[0].state == "current"
+        assert iso.check() == []
+
+
+def test_sync_removes_sources_of_deleted_files(
+    tmp_path: Path, embedder: Embedder, examples: Path
+) -> None:
+    with _open(tmp_path, embedder, FakeLLM()) as iso:
+        iso.sync(examples)
+        (examples / "faq.html").unlink()
+        (examples / "release-notes.txt").write_text("Firmware 4.0 adds a night mode.\n")
+        states = {Path(i.source.uri).name: i.state for i in iso.sources()}
+        assert states["faq.html"] == "missing" and states["release-notes.txt"] == "changed"
+        report = iso.sync(examples)
+        assert report.removed == [str(examples.resolve() / "faq.html")]
+        assert [Path(u).name for u in report.replaced] == ["release-notes.txt"]
+        names = sorted(Path(i.source.uri).name for i in iso.sources())
+        assert names == ["battery-safety.pdf", "handbook.md", "release-notes.txt"]
+        # a path that is gone is an error and removes nothing
+        gone = iso.sync(tmp_path / "nowhere")
+        assert gone.errors and not gone.removed and len(iso.sources()) == 3
+        # ingest (not sync) never removes
+        (examples / "handbook.md").unlink()
+        assert not iso.ingest(examples).removed and len(iso.sources()) == 3
+
+
+def test_strategy_none_reindexes_everything_and_removes_nothing(
+    tmp_path: Path, embedder: Embedder, examples: Path
+) -> None:
+    llm = FakeLLM()
+    with _open(tmp_path, embedder, llm, sync_strategy="none") as iso:
+        iso.sync(examples)
+        calls = llm.calls
+        again = iso.sync(examples)
+        assert len(again.replaced) == 4 and not again.unchanged and llm.calls == 2 * calls
+        (examples / "faq.html").unlink()
+        assert not iso.sync(examples).removed and len(iso.sources()) == 4
+
+
+def test_filters_by_source_type_metadata_and_ranges(
+    tmp_path: Path, embedder: Embedder, examples: Path
+) -> None:
+    (examples / "policy.md").write_text(
+        "---\ntitle: Travel policy\nyear: 2021\nreviewed: 2024-03-01\n---\n# Travel\n\n"
+        "Employees book trains for trips under four hours. Flights need approval.\n")
+    with _open(tmp_path, embedder, FakeLLM()) as iso:
+        iso.ingest(examples)
+
+        def sources(**filters: object) -> set[str]:
+            found = iso.search("What do employees get?", k=20, filters=filters).results
+            return {Path(r.chunk.source).name for r in found}
+
+        assert sources(source="*.md") == {"handbook.md", "policy.md"}
+        assert sources(source="handbook.md") == {"handbook.md"}
+        assert sources(source=str(examples / "faq.*")) == {"faq.html"}
+        assert sources(type="pdf") == {"battery-safety.pdf"}
+        assert sources(type=["pdf", "html"]) == {"battery-safety.pdf", "faq.html"}
+        assert sources(title="Travel policy") == {"policy.md"}
+        assert sources(headings="Time off") == {"handbook.md"}  # a list contains it
+        assert sources(year={"gte": 2020}) == {"policy.md"}
+        assert sources(year={"lt": 2020}) == set()
+        assert sources(reviewed={"gte": "2024-01-01", "lt": "2025-01-01"}) == {"policy.md"}
+        assert sources(page=1) == {"battery-safety.pdf"}
+        assert "battery-safety.pdf" not in sources(type={"ne": "pdf"})
+        for mode in ("questions-dense", "chunks-bm25", "atoms-bm25", "questions-bm25"):
+            found = iso.search("battery", k=10, mode=mode, filters={"type": "text"}).results
+            assert {Path(r.chunk.source).name for r in found} <= {"release-notes.txt"}
+        # values are bound, never formatted into SQL
+        assert sources(title="x' OR 1=1 --") == set()
+        assert sources(**{"title') OR 1=1 --": "x"}) == set()
+        with pytest.raises(FilterError, match="invalid filter key"):
+            sources(**{'a"b': 1})
+        with pytest.raises(FilterError, match="unknown operator"):
+            sources(year={"between": 1})
+    assert parse_where(["year>=2020", "year<2024", "type=pdf", "type=html", "source=*.md"]) == {
+        "year": {"gte": 2020, "lt": 2024}, "type": ["pdf", "html"], "source": ["*.md"]}
+
+
+def test_cli_where_filters_query(tmp_path: Path, embedder: Embedder, examples: Path) -> None:
+    with _open(tmp_path, embedder, FakeLLM()) as iso:
+        iso.ingest(examples)
+    runner = CliRunner()
+    result = runner.invoke(app, ["query", "What do employees get?", "--raw", "-k", "10",
+                                 "--index", str(tmp_path / "index"), "--where", "type=pdf",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    found = json.loads(result.stdout)["results"]
+    assert found and {Path(r["chunk"]["source"]).name for r in found} == {"battery-safety.pdf"}
+    bad = runner.invoke(app, ["query", "x", "--raw", "--index", str(tmp_path / "index"),
+                              "--where", "year"])
+    assert bad.exit_code == 1 and "key=value" in bad.output
+
+
+def test_projects_have_their_own_settings_and_a_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, examples: Path
+) -> None:
+    monkeypatch.setenv("ISOTOPE_PROJECTS_DIR", str(tmp_path / "projects"))
+    runner = CliRunner()
+    made = runner.invoke(app, ["project", "create", "docs", "--set", "chunk_size=64",
+                               "--set", "mode=questions-dense", "--set",
+                               "question_model=fake/echo", "--set", "answer_model=fake/echo"])
+    assert made.exit_code == 0, made.output
+    assert runner.invoke(app, ["project", "create", "docs"]).exit_code == 1
+    assert "invalid project name" in runner.invoke(app, ["project", "create", "../x"]).output
+    ingest = runner.invoke(app, ["ingest", str(examples), "--project", "docs", "--json"])
+    assert ingest.exit_code == 0, ingest.output
+    with Isotope.open("docs") as iso:  # a bare name is a project
+        assert iso.settings.chunk_size == 64 and iso.settings.mode == "questions-dense"
+        assert iso.status().counts["sources"] == 4
+        assert iso.settings.index == tmp_path / "projects" / "docs"
+    shown = runner.invoke(app, ["project", "show", "docs", "--json"])
+    assert '"chunk_size": 64' in shown.output
+    # no default yet: commands use ./.isotope
+    nothing = runner.invoke(app, ["list"])
+    assert nothing.exit_code == 1 and "no index at .isotope" in nothing.output
+    assert runner.invoke(app, ["project", "use", "docs"]).exit_code == 0
+    listed = runner.invoke(app, ["list", "--json"])
+    assert "handbook.md" in listed.output
+    assert "* " in runner.invoke(app, ["project", "list"]).output
+    answer = runner.invoke(app, ["query", "How many vacation days do new employees get?",
+                                 "--raw"])
+    assert "handbook.md" in answer.output
+    missing = runner.invoke(app, ["list", "--project", "nope"])
+    assert missing.exit_code == 1 and "isotope project create nope" in missing.output
+    # deleting asks; without a terminal it needs --yes
+    refused = runner.invoke(app, ["project", "delete", "docs"])
+    assert refused.exit_code != 0 and projects.exists("docs")
+    assert runner.invoke(app, ["project", "delete", "docs", "--yes"]).exit_code == 0
+    assert not projects.exists("docs") and projects.default() is None
+
+
+def test_file_references_read_text_back_and_report_stale_chunks(
+    tmp_path: Path, embedder: Embedder, examples: Path
+) -> None:
+    llm = FakeLLM()
+    iso = Isotope.open(tmp_path / "index", embedder=embedder, llm=llm, cache=False,
+                       storage="file-reference")
+    with iso:
+        iso.ingest(examples)
+        query = "How many vacation days do new employees get?"
+        top = iso.search(query, k=1).results[0]
+        raw = Path(top.chunk.source).read_text()
+        assert top.chunk.text == raw[top.chunk.start : top.chunk.end] and not top.chunk.stale
+        assert "25 days of paid vacation" in top.chunk.text
+        assert iso.ask(query).citations == [1]
+        stored = sqlite3.connect(tmp_path / "index" / "isotope.db").execute(
+            "SELECT text FROM chunks").fetchall()
+        assert all("25 days of paid vacation" not in t for (t,) in stored)
+        # keyword search over chunks still works from the stored words
+        assert iso.search("paid vacation carried over", k=1, mode="chunks-bm25").results[
+            0].chunk.text == top.chunk.text
+        handbook = examples / "handbook.md"
+        handbook.write_text(raw.replace("25 days", "30 days"))
+        stale = iso.search(query, k=1).results[0]
+        assert stale.chunk.stale and stale.chunk.text == ""
+        assert "stale" in (iso.ask(query, k=1).answer or "")
+        iso.sync(examples)
+        fresh = iso.search(query, k=1).results[0]
+        assert "30 days" in fresh.chunk.text and not fresh.chunk.stale
+        # a file outside its ingest root is never read, even through a link
+        outside = tmp_path / "outside.md"
+        outside.write_text(handbook.read_text())
+        handbook.unlink()
+        handbook.symlink_to(outside)
+        assert iso.search(query, k=1).results[0].chunk.stale
+
+
+def test_a_second_writer_fails_with_a_clear_message_or_waits(
+    tmp_path: Path, embedder: Embedder, examples: Path
+) -> None:
+    with _open(tmp_path, embedder, FakeLLM()) as iso:
+        iso.ingest(examples / "handbook.md")
+        other = _open(tmp_path, embedder, FakeLLM(), lock_wait=5)
+        with iso.store.writer(), pytest.raises(IndexLocked, match="another process"):
+            _open(tmp_path, embedder, FakeLLM()).ingest(examples)
+        hold = threading.Event()
+
+        def writer() -> None:
+            with iso.store.writer():
+                hold.set()
+                time.sleep(1.0)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        hold.wait()
+        started = time.monotonic()
+        report = other.ingest(examples)  # waits for the lock, then ingests
+        assert time.monotonic() - started >= 0.5 and len(report.added) == 3
+        thread.join()
+        other.close()
+
+
+def test_an_index_of_schema_1_is_migrated_in_place(
+    tmp_path: Path, embedder: Embedder, examples: Path
+) -> None:
+    with _open(tmp_path, embedder, FakeLLM()) as iso:
+        iso.ingest(examples)
+    db = sqlite3.connect(tmp_path / "index" / "isotope.db")
+    db.executescript("ALTER TABLE sources DROP COLUMN status; ALTER TABLE sources DROP COLUMN "
+                     "root; ALTER TABLE chunks DROP COLUMN hash; UPDATE meta SET value='1' "
+                     "WHERE key='schema_version';")
+    db.close()
+    with _open(tmp_path, embedder, FakeLLM()) as iso:
+        assert iso.status().schema_version == 2
+        assert len(iso.sources()) == 4 and iso.check() == []
+        assert iso.search("How many vacation days do new employees get?").results
