@@ -1,0 +1,38 @@
+"""A separate process that ingests a folder with the fake model (for the crash and
+concurrency tests): ``python ingest_worker.py INDEX FOLDER [SECONDS_PER_CALL]``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from isotope import Isotope
+
+from conftest import FakeLLM
+
+
+class SlowLLM(FakeLLM):
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def complete_batch(self, prompts, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(self.delay * len(prompts))
+        return super().complete_batch(prompts, **kwargs)
+
+
+def main() -> None:
+    index, folder = sys.argv[1], sys.argv[2]
+    delay = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    with Isotope.open(Path(index), llm=SlowLLM(delay), cache=False, chunk_size=48,
+                      chunk_overlap=0, threads=1) as iso:
+        print("started", flush=True)
+        report = iso.ingest(folder)
+    print(f"done {len(report.added)} {len(report.unchanged)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

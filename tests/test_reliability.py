@@ -1,0 +1,169 @@
+"""Crashes and concurrency, with real processes: an ingest killed with SIGKILL at random
+moments, queries from another process during an ingest, and two ingests at once. The
+store, embedder and processes are real; only the model's replies are faked."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from isotope import Isotope
+from isotope.embedders import Embedder
+from isotope.errors import IndexLocked
+
+from conftest import FakeLLM
+
+WORKER = Path(__file__).resolve().parent / "ingest_worker.py"
+TOPICS = ["billing", "routing", "login", "search", "reports", "alerts", "backups", "metrics",
+          "caching", "queues", "storage", "email", "payments", "maps", "chat", "uploads",
+          "exports", "imports", "audits", "quotas", "themes", "plugins", "webhooks", "tokens"]
+
+
+def _corpus(folder: Path) -> Path:
+    folder.mkdir()
+    for n, topic in enumerate(TOPICS):
+        (folder / f"{topic}.md").write_text(
+            f"# The {topic} service\n\nThe {topic} service was started in {2000 + n} by team "
+            f"{n}. It runs on {n + 2} servers in the Oslo data centre.\n\nIts on-call rota "
+            f"changes every {n + 3} days. Alerts for {topic} go to channel {topic}-ops.\n\n"
+            f"The {topic} database is backed up every {n + 1} hours to cold storage.\n")
+    return folder
+
+
+def _open(index: Path, embedder: Embedder, llm: FakeLLM | None = None) -> Isotope:
+    return Isotope.open(index, embedder=embedder, llm=llm or FakeLLM(), cache=False,
+                        chunk_size=48, chunk_overlap=0)
+
+
+def _content(iso: Isotope) -> dict[str, tuple[list[str], list[str]]]:
+    """Per source file name: its chunk texts and its question texts, sorted."""
+    conn = iso.store._conn()  # type: ignore[attr-defined]
+    content: dict[str, tuple[list[str], list[str]]] = {}
+    for info in iso.sources():
+        chunks = sorted(t for (t,) in conn.execute(
+            "SELECT text FROM chunks WHERE source=?", (info.source.uri,)))
+        questions = sorted(t for (t,) in conn.execute(
+            "SELECT q.text FROM questions q JOIN chunks c ON c.id = q.chunk_id WHERE "
+            "c.source=?", (info.source.uri,)))
+        content[Path(info.source.uri).name] = (chunks, questions)
+    return content
+
+
+def _worker(index: Path, folder: Path, delay: float = 0.0) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(WORKER), str(index), str(folder), str(delay)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigkill_at_random_moments_never_corrupts_and_a_rerun_completes(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    corpus = _corpus(tmp_path / "corpus")
+    with _open(tmp_path / "reference", embedder) as ref:
+        ref.ingest(corpus)
+        expected = _content(ref)
+        atoms_of = {Path(i.source.uri).name: i.atoms for i in ref.sources()}
+    index = tmp_path / "crashed"
+    rng = random.Random(7)
+    deadline = time.monotonic() + 600
+    stored_counts = []
+    for run in range(20):
+        assert time.monotonic() < deadline, f"crash runs took too long (run {run})"
+        worker = _worker(index, corpus, delay=0.02)
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "started", worker.stderr
+        time.sleep(rng.uniform(0.0, 4.0))
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        with _open(index, embedder) as iso:
+            assert iso.check() == [], f"run {run}"
+            content = _content(iso)
+            for name, stored in content.items():  # a stored source is whole
+                assert stored == expected[name], f"run {run}: {name}"
+            stored_counts.append(len(content))
+            # forget some sources, so the next run has work to be killed in
+            for info in rng.sample(iso.sources(), k=len(content) // 2):
+                iso.delete(info.source.uri)
+    assert sum(0 < n < len(TOPICS) for n in stored_counts) >= 5, stored_counts  # mid-ingest
+    llm = FakeLLM()
+    with _open(index, embedder, llm) as iso:
+        before = {Path(i.source.uri).name for i in iso.sources()}
+        report = iso.ingest(corpus)
+        assert report.ok and len(report.unchanged) == len(before)
+        assert llm.calls == sum(n for name, n in atoms_of.items() if name not in before)
+        assert _content(iso) == expected
+        assert iso.check() == []
+
+
+def test_queries_from_another_process_during_an_ingest_never_fail(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    corpus = _corpus(tmp_path / "corpus")
+    index = tmp_path / "index"
+    with _open(index, embedder) as iso:
+        iso.ingest(corpus / "billing.md")
+    worker = _worker(index, corpus, delay=0.05)
+    seen: set[int] = set()
+    queries = 0
+    with _open(index, embedder) as iso:
+        while worker.poll() is None:
+            response = iso.search("How often is the database backed up?", k=5)
+            committed = {i.source.uri for i in iso.sources()}
+            assert response.results
+            assert {r.chunk.source for r in response.results} <= committed
+            assert all(r.chunk.text for r in response.results)
+            seen.add(len(committed))
+            queries += 1
+    assert worker.returncode == 0, worker.stderr.read() if worker.stderr else ""
+    assert queries >= 10 and len(seen) > 2  # queries ran while sources were arriving
+    with _open(index, embedder) as iso:
+        assert len(iso.sources()) == len(TOPICS) and iso.check() == []
+
+
+def test_a_second_ingest_fails_clearly_while_another_process_writes(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    corpus = _corpus(tmp_path / "corpus")
+    index = tmp_path / "index"
+    worker = _worker(index, corpus, delay=0.05)
+    assert worker.stdout is not None and worker.stdout.readline().strip() == "started"
+    lock = index / "write.lock"
+    for _ in range(100):
+        if lock.exists() and lock.read_text().strip() == str(worker.pid):
+            break
+        time.sleep(0.05)
+    with _open(index, embedder) as iso:
+        with pytest.raises(IndexLocked, match=f"another process \\(pid {worker.pid}\\)"):
+            iso.ingest(corpus)
+        worker.wait(timeout=300)
+        assert worker.returncode == 0
+        assert len(iso.sources()) == len(TOPICS) and iso.check() == []
+        assert iso.ingest(corpus).unchanged  # free again
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
+def test_check_finds_damage_and_repair_rebuilds_the_indexes(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    corpus = _corpus(tmp_path / "corpus")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(corpus)
+        iso.search("Who started the billing service?")  # writes the vector cache
+        conn = iso.store._conn()  # type: ignore[attr-defined]
+        conn.execute("PRAGMA foreign_keys=OFF")
+        conn.execute("DELETE FROM atoms WHERE rowid IN (SELECT rowid FROM atoms LIMIT 2)")
+        conn.execute("INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES "
+                     "('delete', 1, 'x')")
+        problems = iso.check()
+        assert any("questions without their atom" in p for p in problems)
+        assert any("keyword index of chunks" in p for p in problems)
+        conn.execute("PRAGMA foreign_keys=ON")
+        assert any("keyword index" not in p for p in iso.check(repair=True))
+        conn.execute("DELETE FROM questions WHERE atom_id NOT IN (SELECT id FROM atoms)")
+        assert iso.check(repair=True) == []
