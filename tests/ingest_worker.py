@@ -31,7 +31,11 @@ def main() -> None:
                       chunk_overlap=0, threads=1) as iso:
         print("started", flush=True)
         report = iso.ingest(folder)
-    print(f"done {len(report.added)} {len(report.unchanged)}", flush=True)
+    import resource
+
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"done {len(report.added)} {len(report.unchanged)} {len(report.errors)} "
+          f"{peak_mb:.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from isotope.sentences import Span, split_sentences
 
 TokenCounter = Callable[[str], int]
 _TOKEN = re.compile(r"\w+|[^\w\s]")
+MAX_TOKEN_CHARS = 16
+"""No token is longer: a word of 50,000 characters is cut into chunks, not kept whole."""
 
 
 def count_tokens(text: str) -> int:
@@ -32,18 +34,34 @@ class ChunkSpan:
 
 
 def _split_long(text: str, span: Span, size: int, counter: TokenCounter) -> list[Span]:
-    """Cut a span of more than ``size`` tokens between words."""
-    words = list(re.finditer(r"\S+", text[span.start : span.end]))
+    """Cut a span of more than ``size`` tokens between words; a single word longer than a
+    chunk (a URL, a run of characters without spaces) is cut inside."""
+    body = text[span.start : span.end]
+    words: list[tuple[int, int, int]] = []  # start, end, tokens
+    for match in re.finditer(r"\S+", body):
+        cost = counter(match.group(0))
+        if cost <= size:
+            words.append((match.start(), match.end(), cost))
+            continue
+        step = max(1, len(match.group(0)) * size // (cost + 1))
+        for start in range(match.start(), match.end(), step):
+            end = min(start + step, match.end())
+            words.append((start, end, counter(body[start:end])))
     pieces: list[Span] = []
     first, total = 0, 0
-    for n, word in enumerate(words):
-        cost = counter(word.group(0))
+    for n, (_, _, cost) in enumerate(words):
         if total and total + cost > size:
-            pieces.append(_piece(span, words[first].start(), words[n - 1].end(), False))
+            pieces.append(_piece(span, words[first][0], words[n - 1][1], False))
             first, total = n, 0
         total += cost
-    pieces.append(_piece(span, words[first].start(), words[-1].end(), span.block_end))
+    pieces.append(_piece(span, words[first][0], words[-1][1], span.block_end))
     return pieces
+
+
+def _bounded(counter: TokenCounter) -> TokenCounter:
+    """``counter``, but a run of characters counts at least one token per
+    :data:`MAX_TOKEN_CHARS` characters."""
+    return lambda piece: max(counter(piece), len(piece) // MAX_TOKEN_CHARS)
 
 
 def _piece(span: Span, start: int, end: int, block_end: bool) -> Span:
@@ -60,6 +78,7 @@ def chunk_text(
     """Chunk boundaries of ``text``, as offsets into it."""
     if overlap >= size:
         raise ValueError(f"chunk overlap ({overlap}) must be smaller than chunk size ({size})")
+    counter = _bounded(counter)
     units: list[Span] = []
     for span in split_sentences(text):
         if counter(text[span.start : span.end]) > size:

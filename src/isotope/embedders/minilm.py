@@ -50,6 +50,7 @@ class MiniLMEmbedder(Embedder):
         self.threads = threads
         self._session: Any = None
         self._tokenizer: Any = None
+        self._counter: Any = None
         self._lock = threading.Lock()
 
     def _load(self) -> None:
@@ -76,6 +77,11 @@ class MiniLMEmbedder(Embedder):
                 str(_model_file()), options, providers=["CPUExecutionProvider"]
             )
             self._tokenizer = tokenizer
+            # Counting needs every token: the embedding tokenizer stops at MAX_TOKENS.
+            counter = Tokenizer.from_str(tokenizer_file.read_text(encoding="utf-8"))
+            counter.no_truncation()
+            counter.no_padding()
+            self._counter = counter
 
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         self._load()
@@ -102,4 +108,4 @@ class MiniLMEmbedder(Embedder):
 
     def count_tokens(self, text: str) -> int:
         self._load()
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        return len(self._counter.encode(text, add_special_tokens=False).ids)

@@ -1,0 +1,198 @@
+"""A corpus of hostile files, built on demand, with the outcome each must have.
+
+    python tests/hostile.py    # print the README's table of cases and outcomes
+
+Outcomes: ``ingested`` (stored, searchable), ``error`` (a per-file error whose message
+contains ``match``), ``skipped`` (left out of a folder walk, with a notice), ``walked``
+(a folder structure that must not hang or repeat files).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pdfmaker import make_pdf
+
+BIG_MB = 100
+
+
+@dataclass
+class Case:
+    name: str
+    """What the case is (the README's first column)."""
+    path: str
+    """The file's path relative to the corpus folder."""
+    outcome: str
+    match: str = ""
+    """A substring of the error message, or a phrase that must be searchable."""
+
+
+def _sentence(n: int) -> str:
+    return (f"Hostile case {n} still carries a readable statement about the zebra number "
+            f"{n} of the archive.")
+
+
+def _pdf_bytes() -> bytes:
+    return make_pdf(["The encrypted and truncated reports both cover the sales of 2019."])
+
+
+def _encrypted_pdf() -> bytes:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(_pdf_bytes())))
+    writer.encrypt(user_password="secret", algorithm="RC4-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def build(folder: Path) -> list[Case]:
+    """Write the corpus into ``folder`` (created) and return its cases."""
+    folder.mkdir(parents=True)
+    cases: list[Case] = []
+    rng = random.Random(0)
+
+    def add(name: str, rel: str, outcome: str, match: str,
+            write: Callable[[Path], object]) -> None:
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+        cases.append(Case(name, rel, outcome, match))
+
+    def data(content: bytes) -> Callable[[Path], object]:
+        return lambda p: p.write_bytes(content)
+
+    def text(content: str) -> Callable[[Path], object]:
+        return lambda p: p.write_text(content, encoding="utf-8")
+
+    add("empty file", "empty.txt", "error", "file is empty", data(b""))
+    add("whitespace only", "blank.md", "error", "file is empty", data(b"  \n\n\t \n"))
+    add("UTF-8 BOM only", "bom-only.txt", "error", "no text found", data(b"\xef\xbb\xbf"))
+    add("binary data named .txt", "random.txt", "error", "binary",
+        data(bytes(rng.randrange(256) for _ in range(4096))))
+    add("PNG named .md", "image.md", "error", "binary",
+        data(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200)))
+    add("gzip named .html", "archive.html", "error", "binary",
+        data(b"\x1f\x8b\x08\x00" + bytes(rng.randrange(256) for _ in range(512))))
+    add("NUL byte inside text", "nul.txt", "error", "binary",
+        data(b"Some text\x00with a NUL inside it, and more words after it."))
+    add("Latin-1 text", "latin1.txt", "error", "not valid UTF-8",
+        data("Caf\u00e9 cr\u00e8me: the r\u00e9sum\u00e9 of the zebra.".encode("latin-1")))
+    add("mixed UTF-8 and Latin-1", "mixed.md", "error", "not valid UTF-8",
+        data("Na\u00efve UTF-8 line.\n".encode() + "then caf\u00e9 in Latin-1.".encode(
+            "latin-1")))
+    add("UTF-16 without BOM", "utf16.txt", "error", "binary",
+        data(_sentence(1).encode("utf-16-le")))
+    add("UTF-16 with BOM", "utf16-bom.txt", "ingested", "zebra number 2",
+        data(_sentence(2).encode("utf-16")))
+    add("UTF-8 with BOM", "utf8-bom.md", "ingested", "zebra number 3",
+        data(b"\xef\xbb\xbf" + _sentence(3).encode()))
+    add("truncated PDF", "truncated.pdf", "error", "PDF", data(_pdf_bytes()[:300]))
+    add("encrypted PDF", "encrypted.pdf", "error", "encrypted", data(_encrypted_pdf()))
+    add("text named .pdf", "fake.pdf", "error", "not a PDF", text(_sentence(4)))
+    add("PDF without text (scanned)", "scan.pdf", "error", "no extractable text",
+        data(make_pdf([""])))
+    add(f"{BIG_MB} MB text file", "huge.txt", "error", "max_file_mb",
+        lambda p: _big_file(p, BIG_MB))
+    add("a 60,000-character line", "long-line.txt", "ingested", "zebra number 5",
+        text(" ".join(["word"] * 12_000) + " " + _sentence(5)))
+    add("one 50,000-character sentence", "one-sentence.txt", "ingested", "zebra number 6",
+        text(_sentence(6)[:-1] + " and" + " then more" * 5_000 + "."))
+    add("50,000 characters without a space", "no-spaces.txt", "ingested", "",
+        text("x" * 50_000))
+    add("HTML nested 20,000 levels deep", "deep.html", "ingested", "zebra number 7",
+        text("<div>" * 20_000 + _sentence(7) + "</div>" * 20_000))
+    add("HTML with only a script", "script.html", "error", "no text found",
+        text("<html><script>var x = 1;</script></html>"))
+    add("Markdown with only front matter", "front.md", "error", "no text found",
+        text("---\ntitle: nothing\n---\n"))
+    add("Markdown with an unclosed code fence", "fence.md", "ingested", "zebra number 8",
+        text(_sentence(8) + "\n\n```python\nprint('never closed')\n"))
+    add("CRLF line endings", "crlf.md", "ingested", "zebra number 9",
+        data(f"# Title\r\n\r\n{_sentence(9)}\r\n".encode()))
+    add("control characters in text", "bells.txt", "ingested", "zebra number 10",
+        text(_sentence(10) + "\x07\x1b[0m"))
+    add("emoji and right-to-left text", "scripts.md", "ingested", "zebra number 11",
+        text("\u05e9\u05dc\u05d5\u05dd \U0001f993 " + _sentence(11)))
+    add("name with spaces", "name with spaces.md", "ingested", "zebra number 12",
+        text(_sentence(12)))
+    add("unicode name", "\u00fcn\u00efc\u00f8d\u00e9 \u6587\u6863.md", "ingested",
+        "zebra number 13", text(_sentence(13)))
+    add("newline in the name", "new\nline.txt", "ingested", "zebra number 14",
+        text(_sentence(14)))
+    add("a 240-character name", "n" * 237 + ".md", "ingested", "zebra number 15",
+        text(_sentence(15)))
+    add("upper-case extension", "NOTES.MD", "ingested", "zebra number 16",
+        text(_sentence(16)))
+    add("directory named like a file", "folder.md/inside.txt", "ingested",
+        "zebra number 17", text(_sentence(17)))
+    add("unsupported type", "report.docx", "skipped", "unsupported file type",
+        data(b"PK\x03\x04"))
+    add("symbolic link loop", "loop/again", "walked", "",
+        lambda p: os.symlink("..", p))
+    add("broken symbolic link", "broken.md", "error", "cannot read",
+        lambda p: os.symlink(folder / "no-such-target.md", p))
+    add("link to /dev/zero", "zero.txt", "error", "not a regular file",
+        lambda p: os.symlink("/dev/zero", p))
+    add("named pipe (FIFO)", "pipe.txt", "error", "not a regular file",
+        lambda p: os.mkfifo(p))
+    unreadable_outcome = "ingested" if os.geteuid() == 0 else "error"
+    add("unreadable permissions", "secret.md", unreadable_outcome,
+        "zebra number 18" if os.geteuid() == 0 else "Permission denied",
+        lambda p: (p.write_text(_sentence(18)), p.chmod(0)))
+    return cases
+
+
+def _big_file(path: Path, megabytes: int) -> None:
+    line = (_sentence(99) + "\n").encode()
+    with open(path, "wb") as fh:
+        block = line * (1_000_000 // len(line) + 1)
+        for _ in range(megabytes):
+            fh.write(block[:1_000_000])
+        fh.write(b"!")
+
+
+def table(cases: list[Case], messages: dict[str, str]) -> str:
+    """The README's table: each case with its outcome and, for errors, the message (as
+    an ingest reported it; ``messages`` by file path relative to the corpus)."""
+    rows = ["| case | outcome |", "|---|---|"]
+    for case in cases:
+        outcome = {"error": "error", "ingested": "ingested", "skipped": "skipped",
+                   "walked": "walked once, no hang"}[case.outcome]
+        message = messages.get(case.path, "")
+        if case.name == "unreadable permissions" and case.outcome == "ingested":
+            outcome = "ingested here (tests run as root); as a user: error, cannot read"
+        if message:
+            outcome += f": {message}"
+        rows.append(f"| {case.name} | {outcome.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    """Build the corpus, ingest it with the fake model, print the table."""
+    import tempfile
+
+    from isotope import Isotope
+
+    from conftest import FakeLLM
+
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus"
+        cases = build(corpus)
+        with Isotope.open(Path(tmp) / "index", llm=FakeLLM(), cache=False) as iso:
+            report = iso.ingest(corpus)
+        messages = {str(Path(e.path).relative_to(corpus)): e.message
+                    for e in report.errors + report.skipped}
+        print(table(cases, messages))
+
+
+if __name__ == "__main__":
+    main()
