@@ -289,3 +289,72 @@ def test_an_index_of_schema_1_is_migrated_in_place(
         assert iso.status().schema_version == 2
         assert len(iso.sources()) == 4 and iso.check() == []
         assert iso.search("How many vacation days do new employees get?").results
+
+
+def test_cli_sync_list_and_check(tmp_path: Path, embedder: Embedder, examples: Path) -> None:
+    import json
+
+    index = str(tmp_path / "index")
+    with _open(tmp_path, embedder, FakeLLM()):
+        pass  # creates the index with the fake model saved as its question model
+    runner = CliRunner()
+    env = {"ISOTOPE_QUESTION_MODEL": "fake/echo", "ISOTOPE_ANSWER_MODEL": "fake/echo"}
+    first = runner.invoke(app, ["sync", str(examples), "--index", index, "--json"], env=env)
+    assert first.exit_code == 0, first.output
+    assert len(json.loads(first.stdout)["added"]) == 4
+    (examples / "faq.html").unlink()
+    listed = json.loads(runner.invoke(app, ["list", "--index", index, "--json"]).stdout)
+    assert {Path(s["uri"]).name: s["state"] for s in listed}["faq.html"] == "missing"
+    second = runner.invoke(app, ["sync", str(examples), "--index", index], env=env)
+    assert second.exit_code == 0 and "1 removed" in second.output
+    ok = runner.invoke(app, ["check", "--index", index, "--json"])
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["ok"] is True
+    conn = sqlite3.connect(tmp_path / "index" / "isotope.db")
+    conn.execute("PRAGMA foreign_keys=OFF")
+    conn.execute("DELETE FROM sources WHERE uri LIKE '%handbook.md'")
+    conn.commit()
+    conn.close()
+    bad = runner.invoke(app, ["check", "--index", index])
+    assert bad.exit_code == 1 and "chunks without their source" in bad.output
+
+
+def test_a_query_during_replacement_sees_the_old_or_the_new_version(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    doc = tmp_path / "docs" / "rota.md"
+    doc.parent.mkdir()
+    versions = [LONG.replace("pager notifications", f"pager notifications, version {v}")
+                for v in ("one", "two")]
+    doc.write_text(versions[0])
+    writer = Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),
+                          chunk_size=48, chunk_overlap=0)
+    writer.ingest(doc)
+    reader = _open(tmp_path, embedder, FakeLLM())
+    stop = threading.Event()
+
+    def replace() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            doc.write_text(versions[n % 2])
+            writer.ingest(doc)
+
+    thread = threading.Thread(target=replace)
+    thread.start()
+    seen = set()
+    try:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            found = reader.search("Which module sends pager notifications?", k=10,
+                                  mode="chunks-bm25").results
+            texts = [r.chunk.text for r in found]
+            assert len(found) == 6  # never a moment without the source's chunks
+            marks = {v for v in ("one", "two") if any(f"version {v}" in t for t in texts)}
+            assert len(marks) == 1  # never a mix of the two versions
+            seen |= marks
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+        reader.close()
+    assert seen == {"one", "two"}
