@@ -110,6 +110,7 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ISOTOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ISOTOPE_PROJECTS_DIR", str(tmp_path / "projects"))
 
 
 @pytest.fixture(scope="session")

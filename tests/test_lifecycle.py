@@ -177,9 +177,8 @@ def test_cli_where_filters_query(tmp_path: Path, embedder: Embedder, examples: P
 
 
 def test_projects_have_their_own_settings_and_a_default(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, examples: Path
+    tmp_path: Path, examples: Path
 ) -> None:
-    monkeypatch.setenv("ISOTOPE_PROJECTS_DIR", str(tmp_path / "projects"))
     runner = CliRunner()
     made = runner.invoke(app, ["project", "create", "docs", "--set", "chunk_size=64",
                                "--set", "mode=questions-dense", "--set",
