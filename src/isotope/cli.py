@@ -324,15 +324,15 @@ def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
         out.print("the index has no sources")
         return
     stale = sum(i.state in ("changed", "missing") for i in infos)
-    table = Table("status", "type", "chunks", "atoms", "questions", "ingested")
+    table = Table("status", "type", "chunks", "questions", "ingested")
     table.columns.insert(0, Column("source", overflow="fold"))
     labels = {"changed": "[yellow]changed on disk[/yellow]", "missing": "[red]missing[/red]",
               "incomplete": "[yellow]incomplete[/yellow]"}
     for i in infos:
         table.add_row(_display(i.source.uri), labels.get(i.state, i.state or "-"),
-                      i.source.loader, str(i.chunks), str(i.atoms),
+                      i.source.loader, str(i.chunks),
                       str(i.questions),
-                      i.source.ingested_at.strftime("%Y-%m-%d %H:%M") if i.source.ingested_at
+                      i.source.ingested_at.strftime("%Y-%m-%d") if i.source.ingested_at
                       else "")
     out.print(table)
     if stale:
