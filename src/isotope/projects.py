@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from isotope.errors import IsotopeError
 from isotope.settings import Settings, index_settings, project_settings, resolve
 
@@ -107,11 +109,16 @@ def create(name: str, **values: Any) -> Path:
     path = path_of(name, base)
     if exists(name, base):
         raise ProjectError(f"project {name!r} already exists ({path})")
-    settings, _ = resolve(None, **values)
     unknown = set(values) - set(Settings.model_fields)
     if unknown:
         raise ProjectError(f"unknown setting(s): {', '.join(sorted(unknown))}; "
                            "`isotope config` lists them")
+    try:
+        settings, _ = resolve(None, **values)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        raise ProjectError(f"invalid setting for project {name!r}: {problems}") from None
     saved = {**index_settings(settings), **project_settings(settings, values)}
     store = SQLiteStore(path, create=True)
     try:
