@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isotope import Chunk, Isotope
+from isotope import Chunk, Isotope, Progress
 from isotope.stores import SourceBatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,11 +67,11 @@ def main() -> None:
             started = time.perf_counter()
             last = [started]
 
-            def progress(p: object) -> None:
+            def progress(p: Progress) -> None:
                 now = time.perf_counter()
                 if now - last[0] > 30:
                     last[0] = now
-                    print(f"  {p.sources_done}/{p.sources_total} passages, "  # type: ignore[attr-defined]
+                    print(f"  {p.sources_done}/{p.sources_total} passages, "
                           f"{p.questions} questions, {now - started:.0f} s", file=sys.stderr)
 
             report = iso.ingest_chunks(chunks, progress=progress)

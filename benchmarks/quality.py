@@ -1,6 +1,7 @@
 """Retrieval quality of every mode, side by side, on SQuAD dev (issue 4's targets).
 
     .venv/bin/python benchmarks/quality.py [--passages 300] [--generation batched]
+        [--transform-queries N]
 
 Indexes the first ``--passages`` passages of ../shared/eval/squad-dev (each passage one
 chunk) with the default offline models, then scores every retrieval mode on all their
@@ -33,6 +34,9 @@ def main() -> None:
     parser.add_argument("--passages", type=int, default=300)
     parser.add_argument("--generation", default="batched")
     parser.add_argument("--keyword-modes", default="questions-dense,chunks-bm25,hybrid")
+    parser.add_argument("--transform-queries", type=int, default=0, metavar="N",
+                        help="also score the first N keyword queries with query "
+                        "transformation (one model call each; cached)")
     args = parser.parse_args()
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                         args.passages)
@@ -54,12 +58,24 @@ def main() -> None:
         result.modes = evaluation.evaluate(search, queries, MODES)
         keywords = [{**q, "question": keyword_query(q["question"])} for q in queries]
         keyword_scores = evaluation.evaluate(search, keywords, args.keyword_modes.split(","))
+        transformed: list[tuple[str, list[evaluation.ModeScores]]] = []
+        if args.transform_queries:
+            subset = keywords[: args.transform_queries]
+            for label, how in (("keywords", False), ("keywords rewritten into questions",
+                                                     True)):
+                scores = evaluation.evaluate(evaluation.searcher(iso, transform=how), subset,
+                                             ["questions-dense", "hybrid"])
+                transformed.append((label, scores))
     base = next(m for m in result.modes if m.mode == "chunks-dense")
     print(f"\nRetrieval on the first {len(passages)} passages of squad-dev, "
           f"{len(queries)} questions (generation={args.generation})")
     _table(result.modes, base)
     print("\nThe same questions as keyword queries (question words and stopwords dropped)")
     _table(keyword_scores, base)
+    for label, scores in transformed:
+        print(f"\nQuery transformation, first {args.transform_queries} keyword queries: "
+              f"{label} (p50 includes the model call)")
+        _table(scores, base)
     print("\nSuggested actions (thresholds in effect; those this data suggests)")
     rows = result.confidence_table()
     print("| " + " | ".join(rows[0]) + " |")

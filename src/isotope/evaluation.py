@@ -147,11 +147,13 @@ Search = Callable[[str, str, int], tuple[list[str], float]]
 """``search(query, mode, k) -> (source ids best first, top score)``."""
 
 
-def searcher(iso: Isotope, source_of: Callable[[Chunk], str] = lambda c: c.source) -> Search:
+def searcher(iso: Isotope, source_of: Callable[[Chunk], str] = lambda c: c.source, *,
+             transform: bool = False) -> Search:
     """The search function :func:`evaluate` takes, over an index: the results' sources
-    (or what ``source_of`` makes of each chunk) and the response's top score."""
+    (or what ``source_of`` makes of each chunk) and the response's top score. With
+    ``transform``, keyword queries are first rewritten into questions by the model."""
     def search(query: str, mode: str, k: int) -> tuple[list[str], float]:
-        response = iso.search(query, k, mode=mode)
+        response = iso.search(query, k, mode=mode, transform=transform)
         return [source_of(r.chunk) for r in response.results], response.top_score
 
     return search
