@@ -34,6 +34,8 @@ def main() -> None:
     parser.add_argument("--passages", type=int, default=300)
     parser.add_argument("--generation", default="batched")
     parser.add_argument("--keyword-modes", default="questions-dense,chunks-bm25,hybrid")
+    parser.add_argument("--reuse-index", action="store_true",
+                        help="search the index a previous run built, without ingesting")
     parser.add_argument("--transform-queries", type=int, default=0, metavar="N",
                         help="also score the first N keyword queries with query "
                         "transformation (one model call each; cached)")
@@ -49,10 +51,13 @@ def main() -> None:
                   f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
 
     with Isotope.open(index, cache_dir=CACHE, generation=args.generation) as iso:
-        report = iso.ingest_chunks(evaluation.chunks_of(passages), progress=progress)
-        print(f"ingest: {len(report.added)} added, {report.llm_calls} model calls, "
-              f"{report.llm_cache_hits} cache hits, {time.perf_counter() - started:.0f} s",
-              file=sys.stderr)
+        if args.reuse_index:
+            print(f"reusing {index}: {iso.status().counts}", file=sys.stderr)
+        else:
+            report = iso.ingest_chunks(evaluation.chunks_of(passages), progress=progress)
+            print(f"ingest: {len(report.added)} added, {report.llm_calls} model calls, "
+                  f"{report.llm_cache_hits} cache hits, {time.perf_counter() - started:.0f} s",
+                  file=sys.stderr)
         search = evaluation.searcher(iso)
         result = evaluation.EvalResult(len(passages), len(queries))
         result.modes = evaluation.evaluate(search, queries, MODES)

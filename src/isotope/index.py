@@ -273,6 +273,7 @@ class Isotope:
         whose source or metadata match (see :mod:`isotope.filters`)."""
         k = k or self.settings.top_k
         options: dict[str, Any] = {"alpha": self.settings.alpha, "fusion": self.settings.fusion,
+                                   "weights": self.settings.weights,
                                    "aggregate": self.settings.aggregate,
                                    "filters": parse_filters(filters)}
         mode = mode or self.settings.mode

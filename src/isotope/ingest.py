@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 REATTRIBUTE_MARGIN = 0.05
 """A question moves to another atom of its chunk when it is this much closer to it."""
 STAGES = ("load", "chunk", "atomize", "generate", "embed", "store")
+NOT_CONTENT = ("storage",)
+"""Index settings that do not change what is generated (left out of the fingerprint)."""
 
 
 @dataclass
@@ -212,8 +214,12 @@ class Pipeline:
         self.embedder = embedder
         self.atomizer = atomizer
         self._llm = llm
+        # What a source's stored content depends on: a source made under another
+        # fingerprint is generated again. Settings that do not change the content (how
+        # chunks are stored) stay out, so adding such a setting does not invalidate indexes.
+        content = {k: v for k, v in index_settings(settings).items() if k not in NOT_CONTENT}
         self.fingerprint = stable_id(
-            sorted(index_settings(settings).items()), PROMPT_VERSION, CHUNK_PROMPT_VERSION,
+            sorted(content.items()), PROMPT_VERSION, CHUNK_PROMPT_VERSION,
             NUMBERED_PROMPT_VERSION, embedder.model_id
         )
 

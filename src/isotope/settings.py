@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     mode: str = Field("hybrid", description="Retrieval mode (isotope query --help)")
     alpha: float = Field(0.5, ge=0, le=1, description="Hybrid: weight of dense signals "
                          "(1 - alpha for keyword signals)")
+    weights: dict[str, float] = Field(
+        default_factory=dict, description="Hybrid: weight per signal, e.g. "
+        '{"questions-bm25": 0.5}, over alpha and the defaults (0 leaves a signal out)')
     fusion: Literal["zscore", "rrf"] = Field("zscore", description="Hybrid fusion method")
     aggregate: Literal["max", "softsum"] = Field(
         "max", description="How several matches of one chunk make its score"
