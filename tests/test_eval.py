@@ -161,3 +161,20 @@ def test_eval_reports_recall_per_suggested_action(
     assert 0 <= confidence["suggested"]["refine"] <= confidence["suggested"]["deliver"] <= 1
     table = CliRunner().invoke(app, args).stdout
     assert "suggested actions" in table and "query_more" in table
+
+
+def test_hybrid_signal_weights_are_settings(iso: Isotope, examples: Path) -> None:
+    from isotope.errors import IsotopeError
+
+    iso.ingest(examples)
+    query = "How long does the Orbit R2 battery last?"
+    default = iso.search(query, k=3, mode="hybrid")
+    assert Path(default.results[0].chunk.source).name == "faq.html"
+    # questions-bm25 is left out by default; a weight brings it in and changes the scores
+    iso.settings.weights = {"questions-bm25": 1.0}
+    weighted = iso.search(query, k=3, mode="hybrid")
+    assert Path(weighted.results[0].chunk.source).name == "faq.html"
+    assert [r.score for r in weighted.results] != [r.score for r in default.results]
+    iso.settings.weights = {"questions-bm52": 1.0}
+    with pytest.raises(IsotopeError, match="unknown signal"):
+        iso.search(query, mode="hybrid")
