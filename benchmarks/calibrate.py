@@ -9,7 +9,8 @@ index, so that ``refine_query`` is calibrated on questions the index cannot answ
 Prints, per mode, the thresholds this data suggests (``isotope.evaluation.calibrate``:
 from ``deliver`` on, the first result is right for 90% of the questions; under
 ``refine``, the right passage is among the first five for fewer than half) and the share
-of questions and recall at each action level under them.
+of questions and recall at each action level under them, and which share of the
+answerable and of the unanswerable questions gets each action.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from isotope import Isotope, evaluation
-from isotope.retrieval import MODES
+from isotope.retrieval import MODES, action
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
@@ -41,8 +42,9 @@ def main() -> None:
         sys.exit(f"no index at {index}: run benchmarks/quality.py --passages {args.passages}")
     print(f"{len(passages)} passages, {len(answerable)} answerable and {len(unanswerable)} "
           "unanswerable questions", flush=True)
-    print("| mode | deliver/refine | action | share % | R@1 | R@5 |")
-    print("|---|---|---|---|---|---|")
+    print("| mode | deliver/refine | action | share % | R@1 | R@5 | answerable % | "
+          "unanswerable % |")
+    print("|---|---|---|---|---|---|---|---|")
     with Isotope.open(index, create=False) as iso:
         search = evaluation.searcher(iso)
         for mode in MODES:
@@ -54,10 +56,13 @@ def main() -> None:
                 hit5.append(str(q["gold_pid"]) in sources[:5])
             deliver, refine = evaluation.calibrate(tops, hit1, hit5)
             levels = evaluation.action_levels(tops, hit1, hit5, deliver, refine)
+            split = len(answerable)
             for n, (name, level) in enumerate(levels.items()):
-                first = f"| {mode} | {deliver:.2f}/{refine:.2f} |" if n == 0 else "| | |"
-                print(f"{first} {name} | {level['share']} | {level['R@1']} | {level['R@5']} |",
-                      flush=True)
+                first = f"| {mode} | {deliver:.3f}/{refine:.3f} |" if n == 0 else "| | |"
+                shares = [100 * sum(action(t, deliver, refine) == name for t in part)
+                          / len(part) for part in (tops[:split], tops[split:])]
+                print(f"{first} {name} | {level['share']} | {level['R@1']} | {level['R@5']} | "
+                      f"{shares[0]:.1f} | {shares[1]:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

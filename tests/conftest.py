@@ -54,6 +54,12 @@ class FakeLLM(LLM):
 
     @staticmethod
     def _reply(user: str) -> str:
+        if user.startswith("<document>"):  # contextual enrichment: name the document
+            document = user.split("<document>\n", 1)[1].split("\n</document>", 1)[0]
+            title = re.match(r"Title: (.*)\n", document)
+            about = title.group(1) if title else " ".join(
+                re.sub(r"[#*]", "", document).split()[:4])
+            return f"Context: This chunk is from the document about {about}."
         listing = re.search(r"Statements:\n(.*?)\n\n", user, re.S)
         if listing:  # one call per chunk: a JSON object of questions per statement
             facts = re.findall(r"^(\d+)\. (.*)$", listing.group(1), re.M)

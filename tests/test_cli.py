@@ -48,7 +48,8 @@ def test_ingest_json_reports_counts(tmp_path: Path, examples: Path, fake_models:
     report = json.loads(result.stdout)
     assert report["ok"] and len(report["added"]) == 4
     assert report["questions"] > 0 and report["llm_calls"] == report["atoms"]
-    assert set(report["timings"]) == {"load", "chunk", "atomize", "generate", "embed", "store"}
+    assert set(report["timings"]) == {"load", "chunk", "context", "atomize", "generate", "embed",
+                                      "store"}
 
 
 def test_plain_ingest_prints_a_line_per_file_and_a_summary(
@@ -120,6 +121,24 @@ def test_errors_are_one_clear_line_and_exit_nonzero(
     assert result.exit_code == 1
     assert f"error: {examples / 'empty.txt'}: file is empty" in " ".join(result.stderr.split())
     assert "ingested 4 new" in result.stdout
+
+
+def test_invalid_settings_are_one_line_naming_the_setting_and_its_origin(
+    tmp_path: Path, examples: Path, index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ISOTOPE_CHUNK_SIZE", "abc")
+    result = runner.invoke(app, ["status", "--index", str(index)])
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "chunk_size = 'abc' (from $ISOTOPE_CHUNK_SIZE)" in result.stderr
+    monkeypatch.setenv("ISOTOPE_CHUNK_SIZE", "24")  # under the default overlap of 32
+    result = runner.invoke(app, ["ingest", str(examples), "--index", str(tmp_path / "new")])
+    assert result.exit_code == 1
+    assert "chunk_overlap (32) must be smaller than chunk_size (24)" in result.stderr
+    assert not (tmp_path / "new").exists()
+    monkeypatch.delenv("ISOTOPE_CHUNK_SIZE")
+    result = runner.invoke(app, ["project", "create", "p", "--set", "top_k=0"])
+    assert result.exit_code == 1
+    assert "project 'p': invalid setting: top_k = 0 (from argument)" in result.stderr
 
 
 def test_query_raw_runs_as_a_fresh_process(index: Path) -> None:

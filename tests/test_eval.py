@@ -144,6 +144,12 @@ def test_calibration_finds_where_the_first_result_becomes_reliable() -> None:
     assert levels["deliver"] == {"share": 40.0, "R@1": 100.0, "R@5": 100.0}
     assert levels["query_more"]["share"] == 10.0
     assert levels["refine_query"] == {"share": 50.0, "R@1": 20.0, "R@5": 40.0}
+    # With many questions whose answer is not in the index (the last ten), `refine` stays
+    # where answerable questions give way to the others, under `deliver`.
+    tops = [round(0.99 - 0.01 * k, 2) for k in range(30)]
+    hit1 = [k < 10 for k in range(30)]
+    hit5 = [k < 20 for k in range(30)]
+    assert calibrate(tops, hit1, hit5) == (0.89, 0.82)
 
 
 def test_eval_reports_recall_per_suggested_action(

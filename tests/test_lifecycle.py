@@ -274,20 +274,44 @@ def test_a_second_writer_fails_with_a_clear_message_or_waits(
         other.close()
 
 
-def test_an_index_of_schema_1_is_migrated_in_place(
-    tmp_path: Path, embedder: Embedder, examples: Path
+# What undoes each migration, newest first: applied down to the schema a test starts from.
+_DOWNGRADES = {
+    2: "DROP TRIGGER chunks_ai; DROP TRIGGER chunks_ad; DROP TABLE chunks_fts; "
+       "ALTER TABLE chunks DROP COLUMN context; "
+       "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', "
+       "content_rowid='rowid', tokenize='porter unicode61'); "
+       "CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN INSERT INTO chunks_fts(rowid, "
+       "text) VALUES (new.rowid, new.text); END; "
+       "CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN INSERT INTO chunks_fts("
+       "chunks_fts, rowid, text) VALUES ('delete', old.rowid, old.text); END; "
+       "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');",
+    1: "ALTER TABLE sources DROP COLUMN status; ALTER TABLE sources DROP COLUMN root; "
+       "ALTER TABLE chunks DROP COLUMN hash;",
+}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_index_of_an_older_schema_is_migrated_in_place(
+    tmp_path: Path, embedder: Embedder, examples: Path, version: int
 ) -> None:
     with _open(tmp_path, embedder, FakeLLM()) as iso:
         iso.ingest(examples)
+        before = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
     db = sqlite3.connect(tmp_path / "index" / "isotope.db")
-    db.executescript("ALTER TABLE sources DROP COLUMN status; ALTER TABLE sources DROP COLUMN "
-                     "root; ALTER TABLE chunks DROP COLUMN hash; UPDATE meta SET value='1' "
-                     "WHERE key='schema_version';")
+    for step in sorted(_DOWNGRADES, reverse=True):
+        if step >= version:
+            db.executescript(_DOWNGRADES[step])
+    db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
+    db.commit()
     db.close()
     with _open(tmp_path, embedder, FakeLLM()) as iso:
-        assert iso.status().schema_version == 2
+        assert iso.status().schema_version == 3
         assert len(iso.sources()) == 4 and iso.check() == []
-        assert iso.search("How many vacation days do new employees get?").results
+        after = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
+        assert after == before and after
+        assert len(iso.ingest(examples).unchanged) == 4  # nothing is generated again
+        iso.delete(examples / "faq.html")
+        assert iso.check() == []
 
 
 def test_cli_sync_list_and_check(tmp_path: Path, embedder: Embedder, examples: Path) -> None:

@@ -121,3 +121,20 @@ def test_real_answer_declines_when_the_passages_do_not_hold_it(
     assert response.answer is not None
     assert "do not contain the answer" in response.answer, response.answer
     assert response.citations == []
+
+
+def test_real_model_situates_a_chunk_in_its_document(tmp_path: Path, embedder: Embedder) -> None:
+    text = ("# Lindqvist greenhouse manual\n\nThe Lindqvist greenhouse grows tomatoes and "
+            "cucumbers for the town market. It was built in 1998 by the Lindqvist family.\n\n"
+            "Its pumps run every six hours and deliver two litres of water per plant. They "
+            "are serviced each spring by the county technician.\n")
+    (tmp_path / "manual.md").write_text(text)
+    with Isotope.open(tmp_path / "idx", embedder=embedder, questions_per_atom=1,
+                      chunk_size=40, chunk_overlap=0, chunk_context=True,
+                      cache_dir=tmp_path / "cache") as iso:
+        report = iso.ingest(tmp_path / "manual.md")
+        assert report.ok and report.chunks >= 2 and report.contexts == report.chunks
+        top = iso.search("greenhouse pumps", k=1, mode="chunks-bm25").results[0].chunk
+        assert "pumps run" in top.text and "greenhouse" not in top.text.lower()
+        assert "greenhouse" in top.context.lower(), top.context
+        assert 20 < len(top.context) <= 600

@@ -12,6 +12,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Column, Table
 
 from isotope.errors import IsotopeError
@@ -45,6 +46,10 @@ IncludeOpt = Annotated[list[str] | None, typer.Option(
     "--include", help="Only files matching this glob (repeatable).")]
 ExcludeOpt = Annotated[list[str] | None, typer.Option(
     "--exclude", help="Skip files matching this glob (repeatable).")]
+ContextOpt = Annotated[bool | None, typer.Option(
+    "--chunk-context/--no-chunk-context", help="Contextual enrichment: the model situates "
+    "each chunk in its document, and the chunk is searched with that context (one model "
+    "call per chunk; saved in a new index's settings).")]
 PlainOpt = Annotated[bool, typer.Option(
     "--plain", help="Print one line per file instead of a progress bar.")]
 
@@ -113,6 +118,7 @@ def ingest(
         "batched (local model, parallel sequences).")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Only count chunks, atoms and model calls (and cache hits).")] = False,
+    chunk_context: ContextOpt = None,
     plain: PlainOpt = False,
     wait: WaitOpt = None,
     as_json: JsonOpt = False,
@@ -123,7 +129,7 @@ def ingest(
 
     with _errors():
         iso = _open(index, project, create=True, questions_per_atom=questions_per_atom,
-                    generation=generation, lock_wait=wait)
+                    generation=generation, lock_wait=wait, chunk_context=chunk_context)
         with iso:
             if dry_run:
                 plan = iso.plan(paths, include=include, exclude=exclude)
@@ -241,6 +247,11 @@ def _print_report(report: Any) -> None:
         f"{report.prompt_tokens} prompt + {report.completion_tokens} completion tokens; "
         f"embeddings: {report.embedded} computed, {report.embedding_cache_hits} from the cache"
     )
+    if report.contexts or report.failed_contexts:
+        out.print(f"{report.contexts} chunk context(s) written")
+    for failed in report.failed_contexts[:10]:
+        err.print(f"[yellow]no context:[/yellow] {failed.path}: {failed.message}",
+                  soft_wrap=True)
     for failed in report.failed_atoms[:10]:
         err.print(f"[yellow]no questions:[/yellow] {failed.path}: {failed.message}",
                   soft_wrap=True)
@@ -284,7 +295,7 @@ def query(
     if response.rewrites:
         out.print("searched also: " + " | ".join(response.rewrites), soft_wrap=True)
     if response.answer is not None:
-        out.print(response.answer, soft_wrap=True)
+        out.print(escape(response.answer), soft_wrap=True)
         out.print()
     if not response.results:
         out.print("no results")
@@ -298,10 +309,13 @@ def query(
             r.chunk.stale) else ""
         out.print(f"[bold][{r.rank}][/bold] {r.score:.3f}  {place}{stale}", soft_wrap=True)
         if r.matched_questions:
-            out.print(f"    matched: {r.matched_questions[0].text}", soft_wrap=True)
+            out.print(f"    matched: {escape(r.matched_questions[0].text)}", soft_wrap=True)
+        if r.chunk.context and (raw or response.answer is None):
+            out.print(f"    [dim]context: {escape(r.chunk.context)}[/dim]", soft_wrap=True)
         if raw or response.answer is None:
             snippet = " ".join(r.chunk.text.split())
-            out.print(f"    {snippet[:300]}{'…' if len(snippet) > 300 else ''}", soft_wrap=True)
+            out.print(f"    {escape(snippet[:300])}{'…' if len(snippet) > 300 else ''}",
+                      soft_wrap=True)
     if response.results:
         out.print(f"suggested action: {response.suggested_action} (top score "
                   f"{response.top_score:.3f}, lead {response.score_spread:.3f})")
@@ -552,6 +566,11 @@ def eval_(
         "--mode", "-m", help="Modes to score (repeatable; default: all).")] = None,
     chart: Annotated[Path | None, typer.Option(
         "--chart", help="Write a PNG bar chart here.")] = None,
+    documents: Annotated[str | None, typer.Option(
+        "--documents", metavar="FIELD", help="Passages with the same value of this field "
+        "(e.g. title) form one document, each passage one of its chunks (default: each "
+        "passage its own document).")] = None,
+    chunk_context: ContextOpt = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -570,10 +589,10 @@ def eval_(
                 _fail(f"unknown mode {name!r}; choose from: {', '.join(MODES)}")
         pairs = evaluation.load(passages, queries, limit_passages)
         iso = _open(None if project else index or Path(".isotope-eval"), project,
-                    create=True)
+                    create=True, chunk_context=chunk_context)
         with iso:
             err.print(f"indexing {len(pairs[0])} passages (cached work is reused)...")
-            chunks = evaluation.chunks_of(pairs[0])
+            chunks = evaluation.chunks_of(pairs[0], documents)
             if err.is_terminal and not as_json:
                 report = _with_bar(lambda update: iso.ingest_chunks(chunks, progress=update))
             else:

@@ -41,7 +41,13 @@ class ModeScores:
 DELIVER_PRECISION = 0.9
 """`deliver` from the lowest top score above which the first result is right this often."""
 REFINE_RECALL = 0.5
-"""`refine_query` under the highest top score below which Recall@5 stays under this."""
+"""`refine_query` under the highest top score just below which Recall@5 is under this: of
+the questions scoring nearest under it (a band of :data:`REFINE_BAND` of them), fewer than
+half find the right passage among the first five."""
+REFINE_BAND = 0.05
+"""Share of the questions (at least 5) in the band :data:`REFINE_RECALL` looks at. A local
+rule: a cumulative one (recall of all the questions under a score) puts ``refine`` at
+``deliver`` when many questions have no answer in the index."""
 
 
 def calibrate(tops: Sequence[float], hit1: Sequence[bool], hit5: Sequence[bool]
@@ -54,11 +60,12 @@ def calibrate(tops: Sequence[float], hit1: Sequence[bool], hit5: Sequence[bool]
         right += hit1[i]
         if right / seen >= DELIVER_PRECISION:
             deliver = tops[i]
-    refine, found = 0.0, 0
-    for below, i in enumerate(reversed(order)):  # `below` questions score under tops[i]
-        if below and found / below < REFINE_RECALL:
-            refine = tops[i]
-        found += hit5[i]
+    rising = order[::-1]
+    band = max(5, round(REFINE_BAND * len(rising)))
+    refine = 0.0
+    for j in range(band, len(rising)):  # rising[j - band:j] score just under rising[j]
+        if sum(hit5[i] for i in rising[j - band : j]) < REFINE_RECALL * band:
+            refine = tops[rising[j]]
     return round(deliver, 3), round(min(refine, deliver), 3)
 
 
@@ -138,16 +145,33 @@ def load(passages_path: Path, queries_path: Path, limit_passages: int | None = N
     return passages, queries
 
 
-def chunks_of(passages: Sequence[dict[str, Any]]) -> list[Chunk]:
-    return [Chunk(text=p["text"], source=str(p["pid"]),
-                  metadata={"title": p["title"]} if p.get("title") else {}) for p in passages]
+def chunks_of(passages: Sequence[dict[str, Any]], documents: str | None = None) -> list[Chunk]:
+    """One chunk per passage. Each passage is its own source, or with ``documents`` (a
+    field such as ``title``) the passages sharing that field's value are the chunks of one
+    source, in order, each keeping its id in ``metadata["pid"]``."""
+    if documents is None:
+        return [Chunk(text=p["text"], source=str(p["pid"]),
+                      metadata={"title": p["title"]} if p.get("title") else {})
+                for p in passages]
+    missing = [str(p["pid"]) for p in passages if documents not in p]
+    if missing:
+        raise IsotopeError(f"passage {missing[0]} has no {documents!r} field to group by; "
+                           f"give every passage one, or leave out --documents")
+    return [Chunk(text=p["text"], source=str(p[documents]),
+                  metadata={"pid": str(p["pid"]), "title": str(p[documents])})
+            for p in passages]
+
+
+def passage_id(chunk: Chunk) -> str:
+    """The passage a chunk of :func:`chunks_of` is."""
+    return str(chunk.metadata.get("pid", chunk.source))
 
 
 Search = Callable[[str, str, int], tuple[list[str], float]]
 """``search(query, mode, k) -> (source ids best first, top score)``."""
 
 
-def searcher(iso: Isotope, source_of: Callable[[Chunk], str] = lambda c: c.source, *,
+def searcher(iso: Isotope, source_of: Callable[[Chunk], str] = passage_id, *,
              transform: bool = False) -> Search:
     """The search function :func:`evaluate` takes, over an index: the results' sources
     (or what ``source_of`` makes of each chunk) and the response's top score. With

@@ -17,7 +17,7 @@ from stat import S_ISREG
 
 import numpy as np
 
-from isotope import loaders, references
+from isotope import contextual, loaders, references
 from isotope.atomizers import Atomizer, SentenceAtomizer
 from isotope.chunking import chunk_text, section_metadata
 from isotope.embedders import Embedder
@@ -32,8 +32,11 @@ from isotope.stores import SourceBatch, Store, StoredChunk
 log = logging.getLogger(__name__)
 REATTRIBUTE_MARGIN = 0.05
 """A question moves to another atom of its chunk when it is this much closer to it."""
-STAGES = ("load", "chunk", "atomize", "generate", "embed", "store")
+STAGES = ("load", "chunk", "context", "atomize", "generate", "embed", "store")
 NOT_CONTENT = ("storage",)
+CONTEXT_SETTINGS = ("chunk_context", "context_chars")
+"""Settings of contextual enrichment: part of the pipeline's fingerprint only when it is on
+(so indexes made before it existed stay current)."""
 """Index settings that do not change what is generated (left out of the fingerprint)."""
 
 
@@ -60,6 +63,10 @@ class IngestReport:
     """Atoms whose questions could not be generated (their source is stored without them
     and is completed by the next ingest)."""
     chunks: int = 0
+    contexts: int = 0
+    """Chunks the model wrote a context for (``chunk_context``)."""
+    failed_contexts: list[FileError] = field(default_factory=list)
+    """Chunks whose context could not be written (stored without; asked again next time)."""
     reused_chunks: int = 0
     """Chunks of changed sources that were unchanged and kept their atoms, questions and
     vectors (no model or embedding calls for them)."""
@@ -133,6 +140,7 @@ class _Work:
     questions: dict[int, list[list[str]]] = field(default_factory=dict)
     failed: int = 0
     failed_chunks: set[int] = field(default_factory=set)
+    failed_contexts: int = 0
 
 
 class _Timer:
@@ -218,9 +226,13 @@ class Pipeline:
         # fingerprint is generated again. Settings that do not change the content (how
         # chunks are stored) stay out, so adding such a setting does not invalidate indexes.
         content = {k: v for k, v in index_settings(settings).items() if k not in NOT_CONTENT}
+        parts: list[object] = [sorted(content.items()) if settings.chunk_context else sorted(
+            (k, v) for k, v in content.items() if k not in CONTEXT_SETTINGS)]
+        if settings.chunk_context:
+            parts.append(contextual.CONTEXT_PROMPT_VERSION)
         self.fingerprint = stable_id(
-            sorted(content.items()), PROMPT_VERSION, CHUNK_PROMPT_VERSION,
-            NUMBERED_PROMPT_VERSION, embedder.model_id
+            *parts, PROMPT_VERSION, CHUNK_PROMPT_VERSION, NUMBERED_PROMPT_VERSION,
+            embedder.model_id
         )
 
     # -- entry points ------------------------------------------------------------------
@@ -274,7 +286,8 @@ class Pipeline:
             group = grouped.setdefault(item.source or source, [])
             # Numbered by position in their source, so equal texts get distinct ids.
             group.append(Chunk(text=item.text, source=item.source or source, index=len(group),
-                               start=item.start, end=item.end, metadata=item.metadata))
+                               start=item.start, end=item.end, metadata=item.metadata,
+                               context=item.context))
         report = IngestReport()
         meter = self._meter()
         queue = _Queue(self, report, progress)
@@ -282,7 +295,8 @@ class Pipeline:
             text = "\n\n".join(c.text for c in items)
             src = Source(uri=uri, content_hash=content_hash(text), size=len(text.encode()),
                          loader="chunks")
-            queue.add(self._prepare(src, items, report, progress, done, len(grouped)))
+            queue.add(self._prepare(src, items, report, progress, done, len(grouped),
+                                    document=text))
         queue.flush()
         meter(report)
         self._notify(progress, "done", "", len(grouped), len(grouped), report)
@@ -308,7 +322,8 @@ class Pipeline:
             uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
             loader=loader.name, metadata={**document.metadata}, root=str(root),
         )
-        return self._prepare(source, chunks, report, progress, done, total, existing)
+        return self._prepare(source, chunks, report, progress, done, total, existing,
+                             document=document.text)
 
     def _read(self, path: Path) -> tuple[os.stat_result, bytes]:
         """A regular file's status and bytes; anything else (a FIFO, a device, a file over
@@ -371,6 +386,8 @@ class Pipeline:
             plan.chunks += len(chunks)
             if self.settings.atomizer == "llm":
                 plan.llm_calls += len(chunks)
+            if self.settings.chunk_context and chunks:
+                self._plan_contexts(plan, document, chunks, counter)
             for chunk, atoms in zip(chunks, estimate_atoms.atomize_batch(chunks), strict=True):
                 plan.atoms += len(atoms)
                 prompts, cached = generator.plan(chunk, atoms)
@@ -382,6 +399,20 @@ class Pipeline:
                 plan.estimated_completion_tokens += int(
                     share * len(atoms) * self.settings.questions_per_atom * 16)
         return plan
+
+    def _plan_contexts(self, plan: IngestPlan, document: loaders.Document,
+                       chunks: list[Chunk], counter: Callable[[str], int]) -> None:
+        title = document.metadata.get("title")
+        prompts = contextual.prompts(document.text, chunks, title=str(title) if title else None,
+                                     max_chars=self.settings.context_chars)
+        cached = getattr(self._llm(), "cached", None)
+        hits = sum(cached(prompts, max_tokens=contextual.MAX_TOKENS)) if cached else 0
+        plan.llm_calls += len(prompts)
+        plan.cached_calls += hits
+        share = (len(prompts) - hits) / len(prompts)
+        plan.estimated_prompt_tokens += int(share * sum(
+            counter(m["content"]) + 8 for p in prompts for m in p))
+        plan.estimated_completion_tokens += int(share * len(prompts) * 50)
 
     def _meter(self) -> Callable[[IngestReport], None]:
         """Snapshot the model counters; the returned function writes what was spent since
@@ -418,6 +449,7 @@ class Pipeline:
             and existing.content_hash == digest
             and existing.metadata.get("pipeline") == self.fingerprint
             and not existing.metadata.get("incomplete_atoms")
+            and not existing.metadata.get("incomplete_contexts")
         )
 
     def generator(self) -> QuestionGenerator:
@@ -447,7 +479,7 @@ class Pipeline:
     def _prepare(
         self, source: Source, chunks: list[Chunk], report: IngestReport,
         progress: ProgressCallback | None, done: int, total: int,
-        existing: Source | bool | None = False,
+        existing: Source | bool | None = False, *, document: str = "",
     ) -> _Work | None:
         """Atomize a source's chunks (None if the stored source is current). ``existing``
         is the stored source, or False to look it up. The chunks of a changed source whose
@@ -471,6 +503,9 @@ class Pipeline:
                 if found is not None and len(found.atoms):
                     reused[i] = found
             report.reused_chunks += len(reused)
+        for i, found in reused.items():
+            chunks[i].context = found.context
+        failed_contexts = self._situate(source, chunks, reused, document, report)
         with _Timer(report, "atomize"):
             fresh = [c for i, c in enumerate(chunks) if i not in reused]
             atomized = iter(self.atomizer.atomize_batch(fresh))
@@ -481,7 +516,33 @@ class Pipeline:
             ]
         self._notify(progress, "generate", source.uri, done, total, report)
         return _Work(source, chunks, atoms_per_chunk, existing is not None, done, total,
-                     reused)
+                     reused, failed_chunks=failed_contexts, failed_contexts=len(failed_contexts))
+
+    def _situate(self, source: Source, chunks: list[Chunk], reused: dict[int, StoredChunk],
+                 document: str, report: IngestReport) -> set[int]:
+        """With ``chunk_context``: the model's context for each chunk that is not reused
+        and has none yet. Returns the chunks whose context failed."""
+        if not self.settings.chunk_context:
+            return set()
+        todo = [i for i, c in enumerate(chunks) if i not in reused and not c.context]
+        if not todo:
+            return set()
+        title = source.metadata.get("title") or chunks[0].metadata.get("title")
+        with _Timer(report, "context"):
+            written = contextual.situate(
+                self._llm(), document or "\n\n".join(c.text for c in chunks),
+                [chunks[i] for i in todo], title=str(title) if title else None,
+                max_chars=self.settings.context_chars)
+        failed: set[int] = set()
+        for i, context in zip(todo, written, strict=True):
+            if context is None:
+                failed.add(i)
+                report.failed_contexts.append(
+                    FileError(source.uri, f"context of chunk {i}: the model failed"))
+            else:
+                chunks[i].context = context
+                report.contexts += 1
+        return failed
 
     def _generate(self, works: list[_Work], window: int, report: IngestReport,
                   progress: ProgressCallback | None) -> None:
@@ -519,10 +580,13 @@ class Pipeline:
         """Embed, filter and store one source in one transaction. Reused chunks bring
         their stored atoms, questions and vectors; only the others are embedded."""
         source, chunks = work.source, work.chunks
-        if work.failed:
+        if work.failed or work.failed_contexts:
             # Stored with what succeeded; marked so that the next ingest asks again for the
             # rest (the cache answers for the atoms that succeeded).
-            source.metadata["incomplete_atoms"] = work.failed
+            if work.failed:
+                source.metadata["incomplete_atoms"] = work.failed
+            if work.failed_contexts:
+                source.metadata["incomplete_contexts"] = work.failed_contexts
             source.metadata["incomplete_chunks"] = sorted(
                 content_hash(chunks[i].text) for i in work.failed_chunks)
             source.status = "incomplete"
@@ -536,7 +600,7 @@ class Pipeline:
         ]
         with _Timer(report, "embed"):
             vectors = self.embedder.embed(
-                [chunks[i].text for i in fresh] + [a.text for a in atoms]
+                [contextual.search_text(chunks[i]) for i in fresh] + [a.text for a in atoms]
                 + [q.text for q in candidates]
             )
         chunk_vectors = vectors[: len(fresh)]

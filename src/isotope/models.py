@@ -60,6 +60,9 @@ class Chunk(_Record):
     end: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
     id: str = ""
+    context: str = ""
+    """With ``chunk_context``: what the model wrote to situate the chunk in its document
+    (searched with the chunk; not part of ``text``)."""
     stale: bool = False
     """With ``storage="file-reference"``: the file changed or is gone since it was
     ingested, so the chunk's text cannot be read back (``text`` is empty)."""

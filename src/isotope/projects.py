@@ -16,10 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from isotope.errors import IsotopeError
-from isotope.settings import Settings, index_settings, project_settings, resolve
+from isotope.settings import (
+    Settings,
+    SettingsError,
+    index_settings,
+    project_settings,
+    resolve,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DEFAULT_FILE = "default"
@@ -115,10 +119,8 @@ def create(name: str, **values: Any) -> Path:
                            "`isotope config` lists them")
     try:
         settings, _ = resolve(None, **values)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors())
-        raise ProjectError(f"invalid setting for project {name!r}: {problems}") from None
+    except SettingsError as exc:
+        raise ProjectError(f"project {name!r}: {exc}") from None
     saved = {**index_settings(settings), **project_settings(settings, values)}
     store = SQLiteStore(path, create=True)
     try:

@@ -249,24 +249,21 @@ def _ranked(
 
 
 CONFIDENCE: dict[str, tuple[float, float]] = {
-    # (deliver from, refine under) per mode. `deliver`: calibrated with `calibrate`
-    # (isotope.evaluation; benchmarks/calibrate.py) on the first 300 passages of SQuAD dev
-    # queried with their 1,868 questions and the 1,496 of the next 300 passages (whose
-    # answer is not in the index): from `deliver` on, the first result was right for 90%
-    # of the questions. `refine`: from the same calibration on 50 passages (under it, the
-    # right passage was among the first five for fewer than half); with as many
-    # unanswerable as answerable questions the 300-passage data puts it at `deliver`, so
-    # for hybrid it was chosen from that data instead: under 0.88 fall 67% of the
-    # unanswerable questions and 8% of the answerable ones (benchmarks/RESULTS.md).
-    # BM25 and hybrid scores depend on the index's size: `isotope eval` suggests
-    # thresholds for your own data.
-    "questions-dense": (0.94, 0.74),
-    "questions-bm25": (0.83, 0.69),
-    "atoms-dense": (0.84, 0.60),
-    "atoms-bm25": (0.81, 0.64),
-    "chunks-dense": (0.77, 0.53),
-    "chunks-bm25": (0.81, 0.58),
-    "hybrid": (0.955, 0.88),
+    # (deliver from, refine under) per mode, calibrated with `calibrate` (isotope.evaluation;
+    # benchmarks/calibrate.py) on the first 300 passages of SQuAD dev queried with their
+    # 1,868 questions and the 1,496 of the next 300 passages (whose answer is not in the
+    # index). From `deliver` on, the first result was right for 90% of the questions; just
+    # under `refine`, the right passage was among the first five for fewer than half.
+    # Under hybrid's `refine` fall 79% of the unanswerable questions and 18% of the
+    # answerable ones (benchmarks/RESULTS.md). BM25 and hybrid scores depend on the
+    # index's size: `isotope eval` suggests thresholds for your own data.
+    "questions-dense": (0.94, 0.64),
+    "questions-bm25": (0.83, 0.71),
+    "atoms-dense": (0.84, 0.52),
+    "atoms-bm25": (0.81, 0.70),
+    "chunks-dense": (0.77, 0.47),
+    "chunks-bm25": (0.81, 0.69),
+    "hybrid": (0.965, 0.91),
 }
 
 

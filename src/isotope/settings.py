@@ -13,8 +13,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from isotope.errors import IsotopeError
 
 DEFAULT_LLM = "local/qwen2.5-coder-1.5b"
 DEFAULT_EMBEDDER = "local/all-minilm-l6-v2"
@@ -73,6 +75,12 @@ class Settings(BaseSettings):
 
     chunk_size: int = Field(256, ge=16, description="Chunk size in tokens")
     chunk_overlap: int = Field(32, ge=0, description="Overlap between chunks in tokens")
+    chunk_context: bool = Field(
+        False, description="Contextual enrichment: the question model writes a short context "
+        "situating each chunk in its document, searched with the chunk (one call per chunk)")
+    context_chars: int = Field(
+        6000, ge=200, description="Characters of the document shown to the model with each "
+        "chunk (chunk_context; the document's beginning)")
 
     top_k: int = Field(5, ge=1, description="Chunks returned by a query")
     mode: str = Field("hybrid", description="Retrieval mode (isotope query --help)")
@@ -145,6 +153,13 @@ class Settings(BaseSettings):
             return None
         return value
 
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> Settings:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than "
+                             f"chunk_size ({self.chunk_size})")
+        return self
+
 
 INDEX_FIELDS: tuple[str, ...] = (
     "embedding_model",
@@ -159,6 +174,8 @@ INDEX_FIELDS: tuple[str, ...] = (
     "dedup_threshold",
     "chunk_size",
     "chunk_overlap",
+    "chunk_context",
+    "context_chars",
     "storage",
 )
 """Settings saved inside an index when it is created."""
@@ -167,6 +184,10 @@ LOCAL_FIELDS: tuple[str, ...] = (
     "index", "project", "projects_dir", "cache_dir", "model_dir", "openai_api_key",
 )
 """Settings of a machine or a call, never saved in an index."""
+
+
+class SettingsError(IsotopeError):
+    """A setting's value is invalid (the message names it and where it came from)."""
 
 
 def env_origin(name: str) -> str | None:
@@ -190,6 +211,30 @@ def resolve(saved: dict[str, Any] | None, **overrides: Any) -> tuple[Settings, d
     environment, ``overrides`` (values that are None are ignored).
     """
     explicit = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return _resolve(saved, explicit)
+    except ValidationError as exc:
+        raise SettingsError(_describe(exc, explicit)) from None
+
+
+def _describe(exc: ValidationError, explicit: dict[str, Any]) -> str:
+    """One line per problem, naming the setting and where its value came from."""
+    problems = []
+    for error in exc.errors():
+        name = ".".join(str(p) for p in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not name:
+            problems.append(message)
+            continue
+        origin = ("argument" if name in explicit else
+                  f"${'ISOTOPE_' + name.upper()}" if env_origin(name) == "env" else
+                  env_origin(name) or "the index's saved settings")
+        problems.append(f"{name} = {error.get('input')!r} (from {origin}): {message}")
+    return "invalid setting: " + "; ".join(problems)
+
+
+def _resolve(saved: dict[str, Any] | None, explicit: dict[str, Any]
+             ) -> tuple[Settings, dict[str, str]]:
     base = Settings(**explicit)
     origins: dict[str, str] = {}
     values: dict[str, Any] = {}

@@ -28,7 +28,7 @@ from isotope.models import Atom, Chunk, Question, Source
 
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass
@@ -58,6 +58,7 @@ class StoredChunk:
     atom_vectors: Vectors
     questions: list[Question]
     question_vectors: Vectors
+    context: str = ""
 
 
 @dataclass

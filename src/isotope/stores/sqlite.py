@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
     source TEXT NOT NULL REFERENCES sources(uri) ON DELETE CASCADE,
     idx INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
-    text TEXT NOT NULL, metadata TEXT NOT NULL, vector BLOB NOT NULL, hash TEXT
+    text TEXT NOT NULL, metadata TEXT NOT NULL, vector BLOB NOT NULL, hash TEXT,
+    context TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS chunks_source ON chunks(source);
 CREATE TABLE IF NOT EXISTS atoms (
@@ -74,20 +75,42 @@ CREATE TABLE IF NOT EXISTS questions (
 );
 CREATE INDEX IF NOT EXISTS questions_atom ON questions(atom_id);
 """
-_MIGRATIONS = {
-    # schema 1 -> 2: the source registry's status and ingest root; a hash per chunk
-    1: "ALTER TABLE sources ADD COLUMN status TEXT NOT NULL DEFAULT 'complete';"
-       "ALTER TABLE sources ADD COLUMN root TEXT;"
-       "ALTER TABLE chunks ADD COLUMN hash TEXT;",
-}
 _FTS = """
 CREATE VIRTUAL TABLE IF NOT EXISTS {t}_fts USING fts5(
-    text, content='{t}', content_rowid='rowid', tokenize='porter unicode61');
+    {cols}, content='{t}', content_rowid='rowid', tokenize='porter unicode61');
 CREATE TRIGGER IF NOT EXISTS {t}_ai AFTER INSERT ON {t} BEGIN
-    INSERT INTO {t}_fts(rowid, text) VALUES (new.rowid, new.text); END;
+    INSERT INTO {t}_fts(rowid, {cols}) VALUES (new.rowid, {new}); END;
 CREATE TRIGGER IF NOT EXISTS {t}_ad AFTER DELETE ON {t} BEGIN
-    INSERT INTO {t}_fts({t}_fts, rowid, text) VALUES ('delete', old.rowid, old.text); END;
+    INSERT INTO {t}_fts({t}_fts, rowid, {cols}) VALUES ('delete', old.rowid, {old}); END;
 """
+FTS_COLUMNS: dict[Kind, tuple[str, ...]] = {
+    "questions": ("text",), "atoms": ("text",), "chunks": ("text", "context"),
+}
+"""Columns of each keyword index: a chunk is found by its text and its context."""
+
+
+def _fts(table: Kind) -> list[str]:
+    """The statements creating ``table``'s keyword index and the triggers keeping it in
+    step (a trigger's body holds a semicolon, so they are split on a semicolon and a
+    newline)."""
+    cols = FTS_COLUMNS[table]
+    script = _FTS.format(t=table, cols=", ".join(cols),
+                         new=", ".join(f"new.{c}" for c in cols),
+                         old=", ".join(f"old.{c}" for c in cols))
+    return [part.strip() for part in script.split(";\n") if part.strip()]
+
+
+_MIGRATIONS: dict[int, list[str]] = {
+    # schema 1 -> 2: the source registry's status and ingest root; a hash per chunk
+    1: ["ALTER TABLE sources ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'",
+        "ALTER TABLE sources ADD COLUMN root TEXT",
+        "ALTER TABLE chunks ADD COLUMN hash TEXT"],
+    # schema 2 -> 3: a chunk's context (chunk_context), keyword-searched with its text
+    2: ["ALTER TABLE chunks ADD COLUMN context TEXT NOT NULL DEFAULT ''",
+        "DROP TRIGGER IF EXISTS chunks_ai", "DROP TRIGGER IF EXISTS chunks_ad",
+        "DROP TABLE IF EXISTS chunks_fts", *_fts("chunks"),
+        "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')"],
+}
 
 
 class SQLiteStore(Store):
@@ -111,7 +134,7 @@ class SQLiteStore(Store):
         version = self._schema_version(conn)
         if version is None:
             conn.executescript(
-                "BEGIN IMMEDIATE;" + _SCHEMA + "".join(_FTS.format(t=t) for t in KINDS)
+                "BEGIN IMMEDIATE;" + _SCHEMA + "".join(";\n".join(_fts(t)) + ";\n" for t in KINDS)
                 + "INSERT OR IGNORE INTO meta VALUES ('generation', '0');"
                 + f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
                 + "COMMIT;"
@@ -130,9 +153,8 @@ class SQLiteStore(Store):
             while version in _MIGRATIONS:  # another process may have migrated meanwhile
                 if self._schema_version(conn) != version:
                     break
-                for statement in _MIGRATIONS[version].split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+                for statement in _MIGRATIONS[version]:
+                    conn.execute(statement)
                 version += 1
                 conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
                              (json.dumps(version),))
@@ -268,10 +290,10 @@ class SQLiteStore(Store):
             hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
             conn.executemany(
                 'INSERT INTO chunks(id, source, idx, start, "end", text, metadata, vector, '
-                "hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "hash, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (c.id, source.uri, c.index, c.start, c.end, c.text,
-                     json.dumps(c.metadata), _blob(v), h)
+                     json.dumps(c.metadata), _blob(v), h, c.context)
                     for c, v, h in zip(batch.chunks, batch.chunk_vectors, hashes, strict=True)
                 ],
             )
@@ -457,13 +479,13 @@ class SQLiteStore(Store):
             return {}
         marks = ",".join("?" * len(ids))
         found = self._conn().execute(
-            f'SELECT id, source, idx, start, "end", text, metadata FROM chunks '
+            f'SELECT id, source, idx, start, "end", text, metadata, context FROM chunks '
             f"WHERE id IN ({marks})",
             list(ids),
         )
         return {
             r[0]: Chunk(id=r[0], source=r[1], index=r[2], start=r[3], end=r[4], text=r[5],
-                        metadata=json.loads(r[6]))
+                        metadata=json.loads(r[6]), context=r[7])
             for r in found
         }
 
@@ -498,9 +520,9 @@ class SQLiteStore(Store):
         found: dict[str, StoredChunk] = {}
         with self.snapshot():
             chunks = conn.execute(
-                "SELECT id, hash, vector FROM chunks WHERE source=? AND hash IS NOT NULL",
-                (uri,)).fetchall()
-            for chunk_id, digest, vector in chunks:
+                "SELECT id, hash, vector, context FROM chunks WHERE source=? AND hash IS NOT "
+                "NULL", (uri,)).fetchall()
+            for chunk_id, digest, vector, context in chunks:
                 atoms = conn.execute(
                     'SELECT id, idx, start, "end", text, vector FROM atoms WHERE chunk_id=? '
                     "ORDER BY idx", (chunk_id,)).fetchall()
@@ -515,6 +537,7 @@ class SQLiteStore(Store):
                     questions=[Question(atom_id=q[0], chunk_id=chunk_id, text=q[1])
                                for q in questions],
                     question_vectors=_array([q[2] for q in questions]),
+                    context=context,
                 )
         return found
 
