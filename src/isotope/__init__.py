@@ -17,6 +17,7 @@ from isotope.errors import (
     LoaderError,
     MissingDependency,
     ModelMismatch,
+    SettingsError,
     SourceNotFound,
     UnsupportedFile,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "Question",
     "SearchResult",
     "Settings",
+    "SettingsError",
     "Source",
     "SourceNotFound",
     "UnsupportedFile",

@@ -38,6 +38,10 @@ class IndexLocked(IsotopeError):
     """Another process is writing to the index."""
 
 
+class SettingsError(IsotopeError):
+    """A setting's value is invalid (the message names it and where it came from)."""
+
+
 class MissingDependency(IsotopeError):
     """An optional dependency is not installed; the message names the extra to install."""
 

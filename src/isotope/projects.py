@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from isotope.errors import IsotopeError
+from isotope.errors import IsotopeError, SettingsError
 from isotope.settings import (
     Settings,
-    SettingsError,
     index_settings,
     project_settings,
     resolve,

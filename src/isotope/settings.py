@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from isotope.errors import IsotopeError
+from isotope.errors import SettingsError
 
 DEFAULT_LLM = "local/qwen2.5-coder-1.5b"
 DEFAULT_EMBEDDER = "local/all-minilm-l6-v2"
@@ -184,10 +184,6 @@ LOCAL_FIELDS: tuple[str, ...] = (
     "index", "project", "projects_dir", "cache_dir", "model_dir", "openai_api_key",
 )
 """Settings of a machine or a call, never saved in an index."""
-
-
-class SettingsError(IsotopeError):
-    """A setting's value is invalid (the message names it and where it came from)."""
 
 
 def env_origin(name: str) -> str | None:
