@@ -133,6 +133,7 @@ def test_responses_carry_confidence_and_a_suggested_action(iso: Isotope, example
 
 def test_calibration_finds_where_the_first_result_becomes_reliable() -> None:
     from isotope.evaluation import action_levels, calibrate
+    from isotope.retrieval import action
 
     tops = [0.95, 0.9, 0.85, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
     hit1 = [True, True, True, True, False, True, False, False, False, False]
@@ -140,7 +141,7 @@ def test_calibration_finds_where_the_first_result_becomes_reliable() -> None:
     deliver, refine = calibrate(tops, hit1, hit5)
     assert deliver == 0.8  # the first four are all right; adding 0.6 drops under 90%
     assert refine == 0.6  # under 0.6, the gold is among the first five for 2 of 5
-    levels = action_levels(tops, hit1, hit5, deliver, refine)
+    levels = action_levels([action(t, deliver, refine) for t in tops], hit1, hit5)
     assert levels["deliver"] == {"share": 40.0, "R@1": 100.0, "R@5": 100.0}
     assert levels["query_more"]["share"] == 10.0
     assert levels["refine_query"] == {"share": 50.0, "R@1": 20.0, "R@5": 40.0}
@@ -184,3 +185,23 @@ def test_hybrid_signal_weights_are_settings(iso: Isotope, examples: Path) -> Non
     iso.settings.weights = {"questions-bm52": 1.0}
     with pytest.raises(IsotopeError, match="unknown signal"):
         iso.search(query, mode="hybrid")
+
+
+def test_hybrid_confidence_does_not_depend_on_the_index_size(
+    iso: Isotope, examples: Path
+) -> None:
+    from isotope.retrieval import thresholds
+
+    iso.ingest(examples)  # four files: hybrid's standardised scores stay low
+    query = "How many vacation days do new employees get?"
+    found = iso.search(query, k=3, mode="hybrid")
+    assert "vacation" in found.results[0].chunk.text
+    similarity = max(q.score for q in found.results[0].matched_questions)
+    assert found.top_score < thresholds("hybrid")[1]  # by its score alone: refine_query
+    assert similarity >= thresholds("questions-dense")[1]
+    assert found.suggested_action != "refine_query"  # the matched question says otherwise
+    lost = iso.search("zebra migration patterns in the Serengeti", k=3, mode="hybrid")
+    assert lost.suggested_action == "refine_query"
+    # thresholds given in the settings apply to the score alone
+    iso.settings.refine_score = 0.99
+    assert iso.search(query, k=3, mode="hybrid").suggested_action == "refine_query"

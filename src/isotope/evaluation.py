@@ -69,16 +69,14 @@ def calibrate(tops: Sequence[float], hit1: Sequence[bool], hit5: Sequence[bool]
     return round(deliver, 3), round(min(refine, deliver), 3)
 
 
-def action_levels(tops: Sequence[float], hit1: Sequence[bool], hit5: Sequence[bool],
-                  deliver: float, refine: float) -> dict[str, dict[str, float]]:
+def action_levels(actions: Sequence[str], hit1: Sequence[bool], hit5: Sequence[bool]
+                  ) -> dict[str, dict[str, float]]:
     """Share of questions, Recall@1 and Recall@5 per suggested action."""
-    from isotope.retrieval import action
-
     levels: dict[str, dict[str, float]] = {}
     for name in ("deliver", "query_more", "refine_query"):
-        idx = [i for i, t in enumerate(tops) if action(t, deliver, refine) == name]
+        idx = [i for i, a in enumerate(actions) if a == name]
         levels[name] = {
-            "share": round(100 * len(idx) / max(1, len(tops)), 1),
+            "share": round(100 * len(idx) / max(1, len(actions)), 1),
             "R@1": round(100 * sum(hit1[i] for i in idx) / len(idx), 1) if idx else 0.0,
             "R@5": round(100 * sum(hit5[i] for i in idx) / len(idx), 1) if idx else 0.0,
         }
@@ -167,18 +165,20 @@ def passage_id(chunk: Chunk) -> str:
     return str(chunk.metadata.get("pid", chunk.source))
 
 
-Search = Callable[[str, str, int], tuple[list[str], float]]
-"""``search(query, mode, k) -> (source ids best first, top score)``."""
+Search = Callable[[str, str, int], tuple[list[str], float, str]]
+"""``search(query, mode, k) -> (source ids best first, top score, suggested action)``."""
 
 
 def searcher(iso: Isotope, source_of: Callable[[Chunk], str] = passage_id, *,
              transform: bool = False) -> Search:
     """The search function :func:`evaluate` takes, over an index: the results' sources
-    (or what ``source_of`` makes of each chunk) and the response's top score. With
-    ``transform``, keyword queries are first rewritten into questions by the model."""
-    def search(query: str, mode: str, k: int) -> tuple[list[str], float]:
+    (or what ``source_of`` makes of each chunk), the response's top score and suggested
+    action. With ``transform``, keyword queries are first rewritten into questions by the
+    model."""
+    def search(query: str, mode: str, k: int) -> tuple[list[str], float, str]:
         response = iso.search(query, k, mode=mode, transform=transform)
-        return [source_of(r.chunk) for r in response.results], response.top_score
+        return ([source_of(r.chunk) for r in response.results], response.top_score,
+                response.suggested_action)
 
     return search
 
@@ -191,19 +191,23 @@ def evaluate(
     thresholds: Callable[[str], tuple[float, float]] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> list[ModeScores]:
-    """Score ``search(query, mode, k) -> (source ids best first, top score)`` for each
-    mode; with ``thresholds(mode) -> (deliver, refine)``, also the suggested actions."""
+    """Score ``search`` (see :data:`Search`) for each mode: recall, MRR, latency, and the
+    share and recall of the questions at each suggested action. ``thresholds(mode) ->
+    (deliver, refine)`` are the thresholds in effect, reported with the ones this data
+    suggests."""
     scores = []
     for mode in modes:
         found: list[list[str]] = []
         tops: list[float] = []
+        actions: list[str] = []
         latency: list[float] = []
         for n, query in enumerate(queries):
             started = time.perf_counter()
-            sources, top = search(query["question"], mode, MRR_AT)
+            sources, top, suggested_action = search(query["question"], mode, MRR_AT)
             latency.append(time.perf_counter() - started)
             found.append(sources)
             tops.append(top)
+            actions.append(suggested_action)
             if progress and n % 100 == 0:
                 progress(mode, n, len(queries))
         gold = [str(q["gold_pid"]) for q in queries]
@@ -218,7 +222,7 @@ def evaluate(
         deliver, refine = thresholds(mode) if thresholds else suggested
         confidence = {
             "thresholds": {"deliver": deliver, "refine": refine},
-            "levels": action_levels(tops, hit1, hit5, deliver, refine),
+            "levels": action_levels(actions, hit1, hit5),
             "suggested": {"deliver": suggested[0], "refine": suggested[1]},
         }
         scores.append(ModeScores(

@@ -282,14 +282,29 @@ def action(top_score: float, deliver: float, refine: float) -> Action:
     return "query_more" if top_score >= refine else "refine_query"
 
 
+_CONFIDENCE_ORDER: dict[str, int] = {"refine_query": 0, "query_more": 1, "deliver": 2}
+
+
 def assess(response: QueryResponse, deliver: float | None = None,
            refine: float | None = None) -> QueryResponse:
-    """Fill in the response's confidence fields from its scores."""
+    """Fill in the response's confidence fields from its scores.
+
+    ``hybrid`` scores are standardised over a query's candidates, so they depend on the
+    index's size (on a few documents even the right chunk scores low). Unless thresholds
+    are given, a ``hybrid`` response therefore gets the more confident of two actions: its
+    score's, and the one ``questions-dense`` thresholds give the first result's best
+    matched question (a cosine similarity, which does not depend on the index's size)."""
     scores = [r.score for r in response.results]
     response.top_score = scores[0] if scores else 0.0
     response.score_spread = round(scores[0] - scores[1], 6) if len(scores) > 1 else (
         response.top_score)
     high, low = thresholds(response.mode, deliver, refine)
-    response.suggested_action = action(response.top_score, high, low)
-    response.has_high_confidence = response.suggested_action == "deliver"
+    suggested = action(response.top_score, high, low)
+    if (response.mode == "hybrid" and deliver is None and refine is None
+            and response.results and response.results[0].matched_questions):
+        similarity = max(q.score for q in response.results[0].matched_questions)
+        dense = action(similarity, *thresholds("questions-dense"))
+        suggested = max(suggested, dense, key=_CONFIDENCE_ORDER.__getitem__)
+    response.suggested_action = suggested
+    response.has_high_confidence = suggested == "deliver"
     return response
