@@ -310,9 +310,10 @@ def query(
         out.print(f"[bold][{r.rank}][/bold] {r.score:.3f}  {place}{stale}", soft_wrap=True)
         if r.matched_questions:
             out.print(f"    matched: {escape(r.matched_questions[0].text)}", soft_wrap=True)
-        if r.chunk.context and (raw or response.answer is None):
-            out.print(f"    [dim]context: {escape(r.chunk.context)}[/dim]", soft_wrap=True)
         if raw or response.answer is None:
+            if r.chunk.context:
+                out.print(f"    [dim]context: {escape(r.chunk.context)}[/dim]",
+                          soft_wrap=True)
             snippet = " ".join(r.chunk.text.split())
             out.print(f"    {escape(snippet[:300])}{'…' if len(snippet) > 300 else ''}",
                       soft_wrap=True)

@@ -81,9 +81,9 @@ def situate(llm: LLM, document: str, chunks: Sequence[Chunk], *, title: str | No
         replies = exc.results
         log.warning("context of %d chunk(s) failed: %s", len(exc.failures), exc)
     except ProviderError as exc:
-        if exc.fatal or len(asked) == 1:
-            if exc.fatal:
-                raise
+        if exc.fatal:
+            raise
+        if len(asked) == 1:
             log.warning("context failed: %s", exc)
             return [None]
         # One prompt of the batch failed (too long for the model, say): ask one by one.

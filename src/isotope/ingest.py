@@ -34,10 +34,10 @@ REATTRIBUTE_MARGIN = 0.05
 """A question moves to another atom of its chunk when it is this much closer to it."""
 STAGES = ("load", "chunk", "context", "atomize", "generate", "embed", "store")
 NOT_CONTENT = ("storage",)
+"""Index settings that do not change what is generated (left out of the fingerprint)."""
 CONTEXT_SETTINGS = ("chunk_context", "context_chars")
 """Settings of contextual enrichment: part of the pipeline's fingerprint only when it is on
 (so indexes made before it existed stay current)."""
-"""Index settings that do not change what is generated (left out of the fingerprint)."""
 
 
 @dataclass
@@ -225,14 +225,12 @@ class Pipeline:
         # What a source's stored content depends on: a source made under another
         # fingerprint is generated again. Settings that do not change the content (how
         # chunks are stored) stay out, so adding such a setting does not invalidate indexes.
-        content = {k: v for k, v in index_settings(settings).items() if k not in NOT_CONTENT}
-        parts: list[object] = [sorted(content.items()) if settings.chunk_context else sorted(
-            (k, v) for k, v in content.items() if k not in CONTEXT_SETTINGS)]
-        if settings.chunk_context:
-            parts.append(contextual.CONTEXT_PROMPT_VERSION)
+        left_out = NOT_CONTENT + (() if settings.chunk_context else CONTEXT_SETTINGS)
+        content = {k: v for k, v in index_settings(settings).items() if k not in left_out}
+        context_prompt = [contextual.CONTEXT_PROMPT_VERSION] if settings.chunk_context else []
         self.fingerprint = stable_id(
-            *parts, PROMPT_VERSION, CHUNK_PROMPT_VERSION, NUMBERED_PROMPT_VERSION,
-            embedder.model_id
+            sorted(content.items()), *context_prompt, PROMPT_VERSION, CHUNK_PROMPT_VERSION,
+            NUMBERED_PROMPT_VERSION, embedder.model_id
         )
 
     # -- entry points ------------------------------------------------------------------
@@ -479,7 +477,7 @@ class Pipeline:
     def _prepare(
         self, source: Source, chunks: list[Chunk], report: IngestReport,
         progress: ProgressCallback | None, done: int, total: int,
-        existing: Source | bool | None = False, *, document: str = "",
+        existing: Source | bool | None = False, *, document: str,
     ) -> _Work | None:
         """Atomize a source's chunks (None if the stored source is current). ``existing``
         is the stored source, or False to look it up. The chunks of a changed source whose
@@ -530,9 +528,8 @@ class Pipeline:
         title = source.metadata.get("title") or chunks[0].metadata.get("title")
         with _Timer(report, "context"):
             written = contextual.situate(
-                self._llm(), document or "\n\n".join(c.text for c in chunks),
-                [chunks[i] for i in todo], title=str(title) if title else None,
-                max_chars=self.settings.context_chars)
+                self._llm(), document, [chunks[i] for i in todo],
+                title=str(title) if title else None, max_chars=self.settings.context_chars)
         failed: set[int] = set()
         for i, context in zip(todo, written, strict=True):
             if context is None:
