@@ -119,7 +119,7 @@ def test_delete_sources_and_status(iso: Isotope, examples: Path) -> None:
     assert status.embedding["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert status.embedding["dim"] == 384
     assert status.disk_bytes and status.disk_bytes > 0
-    assert status.schema_version == 3
+    assert status.schema_version == 4
     iso.delete(examples / "faq.html")
     assert iso.status().counts["sources"] == 3
     assert all("faq" not in r.chunk.source for r in iso.search("Orbit R2 battery", k=5).results)
@@ -215,11 +215,11 @@ def test_a_new_process_reads_the_vector_cache_and_sees_new_writes(
     with Isotope.open(iso.settings.index, embedder=embedder, llm=fake_llm) as other:
         assert other.search("vacation days", k=1).results[0].chunk.id == first
         other.ingest(examples / "faq.html")
-    # the first handle sees the other's write (the generation moved on)
+    # the first handle sees the other's write (the index has a new state id)
     assert iso.search("Orbit R2 battery", k=1).results[0].chunk.source.endswith("faq.html")
-    generation = iso.store.get_meta("generation")
+    state = iso.store.get_meta("state")
     assert sorted(p.name for p in (iso.settings.index / "vectors").glob("questions*")) == [
-        f"questions-{generation}.idx.npy", f"questions-{generation}.npy", "questions.json"]
+        f"questions-{state}.idx.npy", f"questions-{state}.npy", "questions.json"]
 
 
 def test_chunk_size_setting_is_used(tmp_path: Path, embedder: Embedder, examples: Path) -> None:

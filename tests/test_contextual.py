@@ -175,6 +175,7 @@ def test_cli_ingest_and_eval_with_contexts_over_multi_passage_documents(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docs: Path
 ) -> None:
     monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    monkeypatch.setenv("ISOTOPE_ANSWER_MODEL", "fake/echo")
     monkeypatch.setenv("ISOTOPE_CHUNK_SIZE", "24")
     monkeypatch.setenv("ISOTOPE_CHUNK_OVERLAP", "0")
     runner = CliRunner()

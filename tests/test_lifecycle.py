@@ -241,11 +241,18 @@ def test_file_references_read_text_back_and_report_stale_chunks(
         iso.sync(examples)
         fresh = iso.search(query, k=1).results[0]
         assert "30 days" in fresh.chunk.text and not fresh.chunk.stale
-        # a file outside its ingest root is never read, even through a link
+        # a source is the path it was reached by: read through a link there, as ingest
+        # would read it...
         outside = tmp_path / "outside.md"
         outside.write_text(handbook.read_text())
         handbook.unlink()
         handbook.symlink_to(outside)
+        assert "30 days" in iso.search(query, k=1).results[0].chunk.text
+        # ...but a path outside the root it was ingested from is never read
+        db = sqlite3.connect(tmp_path / "index" / "isotope.db")
+        db.execute("UPDATE sources SET root = ?", (str(tmp_path / "elsewhere"),))
+        db.commit()
+        db.close()
         assert iso.search(query, k=1).results[0].chunk.stale
 
 
@@ -276,6 +283,8 @@ def test_a_second_writer_fails_with_a_clear_message_or_waits(
 
 # What undoes each migration, newest first: applied down to the schema a test starts from.
 _DOWNGRADES = {
+    3: "ALTER TABLE sources DROP COLUMN counts; DELETE FROM meta WHERE key = 'state'; "
+       "INSERT INTO meta VALUES ('generation', '7');",
     2: "DROP TRIGGER chunks_ai; DROP TRIGGER chunks_ad; DROP TABLE chunks_fts; "
        "ALTER TABLE chunks DROP COLUMN context; "
        "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', "
@@ -290,7 +299,7 @@ _DOWNGRADES = {
 }
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_index_of_an_older_schema_is_migrated_in_place(
     tmp_path: Path, embedder: Embedder, examples: Path, version: int
 ) -> None:
@@ -305,7 +314,7 @@ def test_an_index_of_an_older_schema_is_migrated_in_place(
     db.commit()
     db.close()
     with _open(tmp_path, embedder, FakeLLM()) as iso:
-        assert iso.status().schema_version == 3
+        assert iso.status().schema_version == 4
         assert len(iso.sources()) == 4 and iso.check() == []
         after = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
         assert after == before and after

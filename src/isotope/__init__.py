@@ -12,6 +12,9 @@ import logging
 __version__ = "0.1.0"  # before the imports below: isotope.index reads it
 
 from isotope.errors import (
+    IndexDamaged,
+    IndexLocked,
+    InvalidArgument,
     InvalidIndex,
     IsotopeError,
     LoaderError,
@@ -19,6 +22,8 @@ from isotope.errors import (
     ModelMismatch,
     SettingsError,
     SourceNotFound,
+    StoreError,
+    SyncRefused,
     UnsupportedFile,
 )
 from isotope.index import IndexStatus, Isotope
@@ -39,8 +44,11 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 __all__ = [
     "Atom",
     "Chunk",
+    "IndexDamaged",
+    "IndexLocked",
     "IndexStatus",
     "IngestReport",
+    "InvalidArgument",
     "InvalidIndex",
     "Isotope",
     "IsotopeError",
@@ -56,6 +64,8 @@ __all__ = [
     "SettingsError",
     "Source",
     "SourceNotFound",
+    "StoreError",
+    "SyncRefused",
     "UnsupportedFile",
     "__version__",
 ]

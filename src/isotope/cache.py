@@ -11,25 +11,32 @@ the user; it is safe to delete.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
+import shlex
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from isotope.embedders import Embedder, Vectors
 from isotope.providers import LLM, BatchGenerationError, Prompt, Usage
 
+log = logging.getLogger(__name__)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, text TEXT NOT NULL,
     prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NULL);
 """
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -39,23 +46,93 @@ class CacheStats:
 
 
 class Cache:
-    """The cache file. Thread-safe; several processes may share it (SQLite WAL)."""
+    """The cache file. Thread-safe; several processes may share it (SQLite WAL).
+
+    Nothing touches the file system before the first lookup or store. A cache that cannot
+    be opened, read or written (not a database, corrupt, read-only, a folder where the file
+    should be, ...) turns itself off for the rest of its life with one warning: lookups
+    then find nothing and stores keep nothing, so the work goes on uncached. Only errors of
+    the cache file are absorbed so; the caller's own errors propagate."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._conn().executescript(_SCHEMA)
+        self._lock = threading.Lock()
+        self.broken: str | None = None
+        """Why the cache turned itself off (None: it is on)."""
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
+            # Opened on first use, once per thread: the folder and the tables too, as the
+            # file may have been deleted since another thread opened it.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=60, isolation_level=None,
                                    check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
             self._local.conn = conn
         return conn
+
+    def _use(self, work: Callable[[sqlite3.Connection], _T], default: _T) -> _T:
+        """``work`` on this thread's connection, or ``default`` if the cache is off or
+        fails now (which turns it off)."""
+        if self.broken is None:
+            try:
+                return work(self._conn())
+            except (sqlite3.Error, OSError) as exc:
+                self._disable(exc)
+        self.close()
+        return default
+
+    def _disable(self, exc: sqlite3.Error | OSError) -> None:
+        with self._lock:
+            if self.broken is not None:
+                return
+            self.broken = self._reason(exc)
+        log.warning("the cache at %s is unusable (%s); working without it. %s",
+                    self.path, self.broken, self._advice())
+
+    def _blocking_file(self) -> Path | None:
+        """The nearest existing ancestor of the cache file, if it is not a folder."""
+        for parent in self.path.parents:
+            try:
+                if parent.exists():
+                    return None if parent.is_dir() else parent
+            except OSError:
+                return None
+        return None
+
+    def _reason(self, exc: sqlite3.Error | OSError) -> str:
+        if isinstance(exc, sqlite3.Error):
+            return str(exc) or type(exc).__name__
+        blocking = self._blocking_file()
+        if blocking is not None:
+            return f"{blocking} is not a directory"
+        if exc.strerror and exc.filename:
+            return f"{exc.strerror}: {exc.filename}"
+        return str(exc) or type(exc).__name__
+
+    def _advice(self) -> str:
+        try:
+            if self._blocking_file() is not None:
+                return ("Set cache_dir (ISOTOPE_CACHE_DIR) to a folder, or turn the cache "
+                        "off (ISOTOPE_CACHE=false).")
+            if self.path.is_dir():
+                return f"Deleting it is safe: rm -r {shlex.quote(str(self.path))}"
+            if self.path.exists():
+                files = [self.path, *(Path(f"{self.path}{end}") for end in ("-wal", "-shm"))]
+                names = " ".join(shlex.quote(str(f)) for f in files if f.exists())
+                return f"Deleting it is safe: rm {names}"
+        except OSError:
+            pass
+        return ("Set cache_dir (ISOTOPE_CACHE_DIR) to a writable folder, or turn the cache "
+                "off (ISOTOPE_CACHE=false).")
 
     @staticmethod
     def reply_key(model_id: str, prompt: Prompt, params: dict[str, Any]) -> str:
@@ -67,42 +144,61 @@ class Cache:
         return hashlib.sha256(f"{model_id}\x1f{text}".encode()).hexdigest()
 
     def get_replies(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int]]:
-        found: dict[str, tuple[str, int, int]] = {}
-        for start in range(0, len(keys), 500):
-            part = keys[start : start + 500]
-            rows = self._conn().execute(
-                f"SELECT key, text, prompt_tokens, completion_tokens FROM replies "
-                f"WHERE key IN ({','.join('?' * len(part))})", list(part),
-            )
-            found.update({r[0]: (r[1], r[2], r[3]) for r in rows})
-        return found
+        """The cached replies among ``keys`` (none if the cache is off or fails)."""
+        if not keys:
+            return {}
+
+        def read(conn: sqlite3.Connection) -> dict[str, tuple[str, int, int]]:
+            found: dict[str, tuple[str, int, int]] = {}
+            for start in range(0, len(keys), 500):
+                part = keys[start : start + 500]
+                rows = conn.execute(
+                    f"SELECT key, text, prompt_tokens, completion_tokens FROM replies "
+                    f"WHERE key IN ({','.join('?' * len(part))})", list(part),
+                )
+                # A row of the wrong types (a damaged page) is a miss.
+                found.update({r[0]: (r[1], r[2], r[3]) for r in rows
+                              if isinstance(r[1], str) and isinstance(r[2], int)
+                              and isinstance(r[3], int)})
+            return found
+
+        return self._use(read, {})
 
     def put_replies(self, rows: Sequence[tuple[str, str, int, int]]) -> None:
         if rows:
-            self._conn().executemany(
-                "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", list(rows)
-            )
+            self._use(lambda conn: conn.executemany(
+                "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?)", list(rows)), None)
 
     def get_embeddings(self, keys: Sequence[str]) -> dict[str, bytes]:
-        found: dict[str, bytes] = {}
-        for start in range(0, len(keys), 500):
-            part = keys[start : start + 500]
-            rows = self._conn().execute(
-                f"SELECT key, vector FROM embeddings WHERE key IN ({','.join('?' * len(part))})",
-                list(part),
-            )
-            found.update({r[0]: r[1] for r in rows})
-        return found
+        """The cached vectors among ``keys`` (none if the cache is off or fails)."""
+        if not keys:
+            return {}
+
+        def read(conn: sqlite3.Connection) -> dict[str, bytes]:
+            found: dict[str, bytes] = {}
+            for start in range(0, len(keys), 500):
+                part = keys[start : start + 500]
+                rows = conn.execute(
+                    f"SELECT key, vector FROM embeddings "
+                    f"WHERE key IN ({','.join('?' * len(part))})", list(part),
+                )
+                found.update({r[0]: r[1] for r in rows if isinstance(r[1], bytes)})
+            return found
+
+        return self._use(read, {})
 
     def put_embeddings(self, rows: Sequence[tuple[str, bytes]]) -> None:
         if rows:
-            self._conn().executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?)", list(rows))
+            self._use(lambda conn: conn.executemany(
+                "INSERT OR REPLACE INTO embeddings VALUES (?, ?)", list(rows)), None)
 
     def close(self) -> None:
+        """Close this thread's connection (the next use opens another)."""
         conn = getattr(self._local, "conn", None)
         if conn is not None:
-            conn.close()
             self._local.conn = None
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
 
 
 class CachedLLM(LLM):
@@ -237,7 +333,9 @@ class CachedEmbedder(Embedder):
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         keys = [self.cache.embedding_key(self.model_id, t) for t in texts]
-        found = self.cache.get_embeddings(keys)
+        size = self.dim * np.dtype(np.float32).itemsize
+        # A vector of the wrong size (a damaged page) is a miss, and is stored again.
+        found = {k: v for k, v in self.cache.get_embeddings(keys).items() if len(v) == size}
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         missing = [i for i, k in enumerate(keys) if k not in found]
         for i, k in enumerate(keys):

@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Column, Table
+from rich.text import Text
 
+from isotope import __version__
 from isotope.errors import IsotopeError
 from isotope.retrieval import MODES, thresholds
 
@@ -25,8 +29,38 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+
+
+def visible(text: str) -> str:
+    """``text`` with control and format characters (terminal escape sequences,
+    bidirectional overrides) written out as ``\\x1b``-style escapes, so that a file name
+    or a document cannot clear the screen, retitle the window or reorder what is shown."""
+    if text.isprintable():
+        return text
+    return "".join(c if c == "\n" or c.isprintable() or unicodedata.category(c) == "Zs"
+                   else ascii(c)[1:-1] for c in text)
+
+
+class _Console(Console):
+    """A console that never interprets markup in what it is given (a file named
+    ``[red]x.txt`` is shown as such) and shows control characters of the text it prints
+    visibly (:func:`visible`); its own styles and the progress bar's cursor moves pass."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(highlight=False, markup=False, soft_wrap=True, **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            s if s.control else Segment(visible(s.text), s.style) for s in buffer)
+
+
+out = _Console()
+err = _Console(stderr=True)
+
+
+def _labelled(label: str, style: str, message: str) -> Text:
+    """``label`` in ``style``, then ``message`` as it is."""
+    return Text.assemble((label, style), " ", message)
 
 IndexOpt = Annotated[
     Path | None,
@@ -55,7 +89,7 @@ PlainOpt = Annotated[bool, typer.Option(
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[red]error:[/red] {message}", markup=True, highlight=False, soft_wrap=True)
+    err.print(_labelled("error:", "red", message))
     raise typer.Exit(code)
 
 
@@ -94,10 +128,26 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(f"isotope {__version__}")
+        raise typer.Exit()
+
+
+_verbose = False
+
+
 @app.callback()
 def _main(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log what happens.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Log what happens, and show the traceback of an unexpected "
+        "error.")] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print isotope's version and exit.")] = False,
 ) -> None:
+    global _verbose
+    _verbose = verbose
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -119,6 +169,9 @@ def ingest(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Only count chunks, atoms and model calls (and cache hits).")] = False,
     chunk_context: ContextOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Ingest unchanged files again too, reusing nothing stored (cached "
+        "model replies still answer).")] = False,
     plain: PlainOpt = False,
     wait: WaitOpt = None,
     as_json: JsonOpt = False,
@@ -138,7 +191,8 @@ def ingest(
                 else:
                     _print_plan(plan)
                 return
-            report = _ingest_with_progress(iso.ingest, paths, include, exclude, plain, as_json)
+            report = _ingest_with_progress(partial(iso.ingest, force=force), paths, include,
+                                           exclude, plain, as_json)
     _finish_ingest(report, as_json)
 
 
@@ -149,14 +203,20 @@ def sync(
     project: ProjectOpt = None,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Remove the sources of deleted files even when that is all or most "
+        "of a folder's sources (refused otherwise: an unmounted folder looks like that).")
+    ] = False,
     plain: PlainOpt = False,
     wait: WaitOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Make the index match these paths: ingest new and changed files, and remove the
-    sources whose files were deleted (with sync_strategy=source_aware, the default)."""
+    sources whose files were deleted (with sync_strategy=source_aware, the default).
+    A sync that would remove all or most of a folder's sources refuses without --force."""
     with _errors(), _open(index, project, create=True, lock_wait=wait) as iso:
-        report = _ingest_with_progress(iso.sync, paths, include, exclude, plain, as_json)
+        report = _ingest_with_progress(partial(iso.sync, force=force), paths, include,
+                                       exclude, plain, as_json)
     _finish_ingest(report, as_json)
 
 
@@ -194,8 +254,9 @@ def _with_bar(run: Callable[[Callable[[Any], None]], Any]) -> Any:
     from isotope.ingest import Progress as Event
 
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=err, transient=True,
+        TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+        MofNCompleteColumn(), TextColumn("{task.fields[counts]}", markup=False),
+        TimeElapsedColumn(), console=err, transient=True,
     ) as bar:
         task = bar.add_task("ingesting", total=None, counts="")
 
@@ -212,7 +273,7 @@ def _with_bar(run: Callable[[Callable[[Any], None]], Any]) -> Any:
 
 def _print_plan(plan: Any) -> None:
     for problem in plan.errors:
-        err.print(f"[red]error:[/red] {problem.path}: {problem.message}", soft_wrap=True)
+        err.print(_labelled("error:", "red", f"{problem.path}: {problem.message}"))
     out.print(
         f"would ingest {plan.sources} source(s) ({plan.unchanged} unchanged): {plan.chunks} "
         f"chunks, {plan.atoms} atoms"
@@ -226,9 +287,9 @@ def _print_plan(plan: Any) -> None:
 
 def _print_report(report: Any) -> None:
     for problem in report.errors:
-        err.print(f"[red]error:[/red] {problem.path}: {problem.message}", soft_wrap=True)
+        err.print(_labelled("error:", "red", f"{problem.path}: {problem.message}"))
     for skipped in report.skipped:
-        err.print(f"[yellow]skipped:[/yellow] {skipped.path}: {skipped.message}", soft_wrap=True)
+        err.print(_labelled("skipped:", "yellow", f"{skipped.path}: {skipped.message}"))
     total = sum(report.timings.values())
     removed = f", {len(report.removed)} removed" if report.removed else ""
     out.print(
@@ -250,11 +311,9 @@ def _print_report(report: Any) -> None:
     if report.contexts or report.failed_contexts:
         out.print(f"{report.contexts} chunk context(s) written")
     for failed in report.failed_contexts[:10]:
-        err.print(f"[yellow]no context:[/yellow] {failed.path}: {failed.message}",
-                  soft_wrap=True)
+        err.print(_labelled("no context:", "yellow", f"{failed.path}: {failed.message}"))
     for failed in report.failed_atoms[:10]:
-        err.print(f"[yellow]no questions:[/yellow] {failed.path}: {failed.message}",
-                  soft_wrap=True)
+        err.print(_labelled("no questions:", "yellow", f"{failed.path}: {failed.message}"))
     if report.failed_atoms:
         err.print(f"{len(report.failed_atoms)} atom(s) got no questions; run the same ingest "
                   "again to retry only those")
@@ -293,9 +352,9 @@ def query(
         _print_json(response.model_dump(mode="json"))
         return
     if response.rewrites:
-        out.print("searched also: " + " | ".join(response.rewrites), soft_wrap=True)
+        out.print("searched also: " + " | ".join(response.rewrites), )
     if response.answer is not None:
-        out.print(escape(response.answer), soft_wrap=True)
+        out.print(response.answer)
         out.print()
     if not response.results:
         out.print("no results")
@@ -305,18 +364,17 @@ def query(
             place += f" (page {r.chunk.metadata['page']})"
         elif r.chunk.metadata.get("headings"):
             place += " > " + " > ".join(r.chunk.metadata["headings"])
-        stale = "  [yellow](stale: the file changed; run isotope sync)[/yellow]" if (
-            r.chunk.stale) else ""
-        out.print(f"[bold][{r.rank}][/bold] {r.score:.3f}  {place}{stale}", soft_wrap=True)
+        out.print(Text.assemble(
+            (f"[{r.rank}]", "bold"), f" {r.score:.3f}  {place}",
+            ("  (stale: the file changed; run isotope sync)" if r.chunk.stale else "",
+             "yellow")))
         if r.matched_questions:
-            out.print(f"    matched: {escape(r.matched_questions[0].text)}", soft_wrap=True)
+            out.print(f"    matched: {r.matched_questions[0].text}")
         if raw or response.answer is None:
             if r.chunk.context:
-                out.print(f"    [dim]context: {escape(r.chunk.context)}[/dim]",
-                          soft_wrap=True)
+                out.print(f"    context: {r.chunk.context}", style="dim")
             snippet = " ".join(r.chunk.text.split())
-            out.print(f"    {escape(snippet[:300])}{'…' if len(snippet) > 300 else ''}",
-                      soft_wrap=True)
+            out.print(f"    {snippet[:300]}{'…' if len(snippet) > 300 else ''}")
     if response.results:
         out.print(f"suggested action: {response.suggested_action} (top score "
                   f"{response.top_score:.3f}, lead {response.score_spread:.3f})")
@@ -341,8 +399,8 @@ def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
     stale = sum(i.state in ("changed", "missing") for i in infos)
     table = Table("status", "type", "chunks", "questions", "ingested")
     table.columns.insert(0, Column("source", overflow="fold"))
-    labels = {"changed": "[yellow]changed on disk[/yellow]", "missing": "[red]missing[/red]",
-              "incomplete": "[yellow]incomplete[/yellow]"}
+    labels = {"changed": Text("changed on disk", "yellow"), "missing": Text("missing", "red"),
+              "incomplete": Text("incomplete", "yellow")}
     for i in infos:
         table.add_row(_display(i.source.uri), labels.get(i.state, i.state or "-"),
                       i.source.loader, str(i.chunks),
@@ -377,7 +435,9 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
         _print_json(info.model_dump(mode="json"))
         return
     table = Table(show_header=False, box=None)
-    table.add_row("index", info.index)
+    table.add_column()
+    table.add_column(overflow="fold")
+    table.add_row("index", info.index + (f" (project {info.project})" if info.project else ""))
     table.add_row("schema", f"{info.schema_version} (created by isotope {info.isotope_version}"
                   f" on {info.created_at})")
     for name, count in info.counts.items():
@@ -424,26 +484,44 @@ def check(
     index: IndexOpt = None,
     project: ProjectOpt = None,
     repair: Annotated[bool, typer.Option(
-        "--repair", help="Rebuild the keyword indexes and the vector cache first.")] = False,
+        "--repair", help="Repair first: rebuild the keyword indexes and the vector cache, "
+        "ingest again the sources that lost rows, remove those that cannot be (each "
+        "named).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Check the index's integrity: every question has its atom, chunk and vector, every
-    chunk its source, no orphans, keyword and vector indexes in step with the tables.
-    Exit code 1 if a problem is found."""
+    chunk its source, each source holds what it stored, keyword and vector indexes agree
+    with the tables. Problems name the sources involved. Exit code 1 if a problem is
+    left."""
+    from dataclasses import asdict
+
     with _errors(), _open(index, project) as iso:
-        problems = iso.check(repair=repair)
+        done = iso.repair() if repair else None
+        problems = done.problems if done else iso.check()
         counts = iso.store.counts()
     if as_json:
-        _print_json({"ok": not problems, "problems": problems, "counts": counts})
-    elif problems:
-        for problem in problems:
-            err.print(f"[red]problem:[/red] {problem}", soft_wrap=True)
-        err.print("`isotope check --repair` rebuilds the keyword and vector indexes; "
-                  "re-ingesting the sources involved fixes the rest")
-    else:
-        out.print("ok: " + ", ".join(f"{n} {name}" for name, n in counts.items()))
+        _print_json({"ok": not problems, "problems": problems, "counts": counts,
+                     **({"repair": asdict(done)} if done else {})})
+        if problems:
+            raise typer.Exit(1)
+        return
+    if done:
+        for uri in done.reingested:
+            out.print(f"ingested again: {_display(uri)}")
+        for uri in done.removed:
+            err.print(_labelled("removed:", "yellow", f"{_display(uri)} (damaged, and it "
+                                "cannot be ingested again from here: ingest it yourself)"))
+        for failed in done.errors:
+            err.print(_labelled("error:", "red", f"{failed.path}: {failed.message}"))
     if problems:
+        for problem in problems:
+            err.print(_labelled("problem:", "red", problem))
+        if not done:
+            err.print("`isotope check --repair` rebuilds the keyword and vector indexes and "
+                      "ingests the sources named again (or removes those whose files are "
+                      "gone)")
         raise typer.Exit(1)
+    out.print("ok: " + ", ".join(f"{n} {name}" for name, n in counts.items()))
 
 
 project_app = typer.Typer(help="Named indexes, each with its own settings.",
@@ -626,8 +704,31 @@ def eval_(
         out.print(f"chart: {chart}")
 
 
+def _paragraphs(doc: str) -> str:
+    """A docstring as help text: each paragraph on one line (Rich would otherwise keep
+    the docstring's line breaks and break sentences in the middle)."""
+    import inspect
+
+    return "\n\n".join(" ".join(part.split()) for part in inspect.cleandoc(doc).split("\n\n"))
+
+
+for _command in (*app.registered_commands, *project_app.registered_commands):
+    if _command.help is None and _command.callback is not None and _command.callback.__doc__:
+        _command.help = _paragraphs(_command.callback.__doc__)
+
+
 def main() -> None:
-    app()
+    """The ``isotope`` command. Its last line of defence: an unexpected exception is one
+    line naming it, plus how to see the traceback (``-v`` shows it)."""
+    try:
+        app()
+    except Exception as exc:  # the last line of defence
+        if _verbose:
+            raise
+        err.print(_labelled("error:", "red", f"{type(exc).__name__}: {exc}"))
+        err.print("this is a bug in isotope or an unexpected condition; run the command "
+                  "again with -v (isotope -v ...) for the traceback")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

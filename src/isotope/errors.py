@@ -49,6 +49,18 @@ class MissingDependency(IsotopeError):
         self.extra = extra
         super().__init__(f"{what} needs an optional dependency: pip install 'isotopedb[{extra}]'")
 
+    @classmethod
+    def from_import(cls, exc: ImportError, what: str, extra: str) -> IsotopeError:
+        """The error for a failed import: a missing module is a missing dependency; an
+        installed one that fails to import (an interrupted import, a broken build) is
+        said as such, not reported as missing."""
+        if isinstance(exc, ModuleNotFoundError):
+            return cls(what, extra)
+        return IsotopeError(
+            f"{what}: an installed package failed to import ({exc}); run the command again, "
+            f"and if it fails again reinstall it: pip install --force-reinstall "
+            f"'isotopedb[{extra}]'")
+
 
 class ModelFileError(IsotopeError):
     """A model's weights are missing, incomplete or fail their checksum."""
@@ -60,3 +72,21 @@ class ProviderError(IsotopeError):
     fatal = False
     """Every later call would fail the same way (e.g. bad credentials): stop the ingest
     instead of going on with the next source."""
+
+
+class IndexDamaged(InvalidIndex):
+    """The index's database file is damaged; ``isotope check`` says what is affected."""
+
+
+class StoreError(IsotopeError):
+    """A write to the index failed (the disk is full, the index is read-only); nothing of
+    that write was stored."""
+
+
+class InvalidArgument(IsotopeError, ValueError):
+    """A value given to a call is out of range (``k``, an empty query...)."""
+
+
+class SyncRefused(IsotopeError):
+    """A sync would remove all or most of a root's sources (an unmounted or emptied
+    folder looks like that); nothing was removed. ``force=True`` (``--force``) removes."""

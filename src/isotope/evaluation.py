@@ -242,7 +242,7 @@ def chart(result: EvalResult, path: Path) -> Path:
     except ImportError as exc:
         from isotope.errors import MissingDependency
 
-        raise MissingDependency("the evaluation chart", "eval") from exc
+        raise MissingDependency.from_import(exc, "the evaluation chart", "eval") from exc
     metrics = [f"R@{k}" for k in RECALL_AT] + [f"MRR@{MRR_AT}"]
     rows = result.table()
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4.5))

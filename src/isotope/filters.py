@@ -20,6 +20,7 @@ to the database as bound parameters.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -74,6 +75,11 @@ def parse(filters: dict[str, Any] | None) -> list[Condition]:
 
 
 def _scalar(key: str, value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise FilterError(f"filter {key!r}: {value!r} is not a number to compare with")
+    if isinstance(value, int) and not isinstance(value, bool) and not (
+            -(2**63) <= value < 2**63):
+        return float(value)  # beyond what a database integer holds; compared as a number
     if isinstance(value, bool | int | float | str):
         return value
     if hasattr(value, "isoformat"):  # date, datetime

@@ -6,6 +6,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ from isotope.answer import ANSWER_PROMPT_VERSION, NOT_FOUND, answer_prompt, grou
 from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.embedders import Embedder
-from isotope.errors import ModelMismatch, SourceNotFound
+from isotope.errors import InvalidArgument, LoaderError, ModelMismatch, SourceNotFound, SyncRefused
+from isotope.files import read_file, source_path
 from isotope.filters import parse as parse_filters
-from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback
+from isotope.ingest import FileError, IngestPlan, IngestReport, Pipeline, ProgressCallback
 from isotope.models import Chunk, QueryResponse, SearchResult, Source, content_hash
 from isotope.providers import LLM
 from isotope.questions import PROMPT_VERSION, parse_questions
@@ -27,11 +29,21 @@ from isotope.settings import Settings, index_settings, resolve
 from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
 from isotope.stores.sqlite import SQLiteStore
 
+MAX_K = 10_000
+"""The most results a query may ask for."""
+SYNC_MAX_REMOVED = 0.5
+"""A sync refuses (without ``force``) to remove all of a root's sources, or more than this
+share of them when the root holds more than four: an unmounted or emptied folder looks
+like that."""
+
 
 class IndexStatus(BaseModel):
     """What ``Isotope.status()`` returns."""
 
     index: str
+    """The index's directory, absolute."""
+    project: str | None = None
+    """The project's name, when the index is a project."""
     schema_version: int
     isotope_version: str
     created_at: str | None
@@ -173,9 +185,24 @@ class Isotope:
             )
         return SentenceAtomizer(min_words=self.settings.min_atom_words)
 
-    def _pipeline(self) -> Pipeline:
+    def _pipeline(self, *, force: bool = False) -> Pipeline:
         return Pipeline(self.settings, self.store, self.embedder, self.atomizer(),
-                        lambda: self.llm(self.settings.question_model))
+                        lambda: self.llm(self.settings.question_model), force=force)
+
+    @property
+    def _max_bytes(self) -> int:
+        return int(self.settings.max_file_mb * 1e6)
+
+    def __repr__(self) -> str:
+        project = f", project={self.project!r}" if self.project else ""
+        return f"Isotope(index={str(Path(self.settings.index).absolute())!r}{project})"
+
+    @property
+    def project(self) -> str | None:
+        """The project's name when the index is a project's folder, else None."""
+        here = Path(self.settings.index).absolute()
+        base = Path(self.settings.projects_dir).absolute()
+        return here.name if here.parent == base else None
 
     # -- ingest ------------------------------------------------------------------------
     def ingest(
@@ -185,14 +212,19 @@ class Isotope:
         include: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
+        force: bool = False,
     ) -> IngestReport:
         """Ingest files and directories. Files that cannot be read are listed in the
-        report's ``errors``; the rest are ingested. An unchanged file is skipped; a changed
-        one replaces its old chunks, atoms and questions in one transaction."""
+        report's ``errors``; the rest are ingested. An unchanged file is skipped (with
+        ``force``, it is ingested again, reusing nothing stored); a changed one replaces
+        its old chunks, atoms and questions in one transaction.
+
+        A source is named by the path it was reached by, made absolute, with symbolic
+        links kept (see :mod:`isotope.files`)."""
         if isinstance(paths, str | Path):
             paths = [paths]
         with self.store.writer(self.settings.lock_wait):
-            return self._pipeline().ingest_paths(
+            return self._pipeline(force=force).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress
             )
 
@@ -203,38 +235,71 @@ class Isotope:
         include: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
+        force: bool = False,
     ) -> IngestReport:
         """Make the index match ``paths``: ingest new and changed files (as
         :meth:`ingest`), and remove the sources below these paths whose files were
         deleted (``report.removed``). A path that does not exist is an error and removes
-        nothing. With ``sync_strategy="none"`` nothing is removed."""
+        nothing. With ``sync_strategy="none"`` nothing is removed.
+
+        A sync that would remove all of a root's sources, or most of them
+        (:data:`SYNC_MAX_REMOVED`), raises :class:`SyncRefused` before changing anything:
+        an unmounted or emptied folder looks like that. ``force=True`` removes them."""
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
         with self.store.writer(self.settings.lock_wait):
+            gone = self._deleted_sources(paths, force)
             report = self._pipeline().ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress)
-            if self.settings.sync_strategy != "source_aware":
-                return report
-            roots = [str(Path(p).expanduser().resolve()) for p in paths
-                     if Path(p).expanduser().exists()]
-            for info in self.store.sources():
-                uri = info.source.uri
-                below = any(uri == r or uri.startswith(r.rstrip(os.sep) + os.sep)
-                            for r in roots)
-                if below and info.source.loader != "chunks" and not os.path.lexists(uri):
-                    self.store.delete_source(uri)
-                    report.removed.append(uri)
+            for uri in gone:
+                self.store.delete_source(uri)
+                report.removed.append(uri)
         return report
+
+    def _deleted_sources(self, paths: Sequence[str | Path], force: bool) -> list[str]:
+        """The file sources below ``paths`` whose files are gone; SyncRefused if that is
+        all or most of a root's sources and not ``force``."""
+        if self.settings.sync_strategy != "source_aware":
+            return []
+        infos = [i.source for i in self.store.sources() if i.source.loader != "chunks"]
+        gone: list[str] = []
+        for root in (source_path(p) for p in paths):
+            if not root.exists():
+                continue
+            top = str(root)
+            below = [s.uri for s in infos
+                     if s.uri == top or s.uri.startswith(top.rstrip(os.sep) + os.sep)]
+            missing = [uri for uri in below if not os.path.lexists(uri)]
+            most = len(missing) == len(below) or (
+                len(below) > 4 and len(missing) > SYNC_MAX_REMOVED * len(below))
+            if missing and most and not force:
+                raise SyncRefused(
+                    f"sync would remove {len(missing)} of the {len(below)} sources below "
+                    f"{top}, whose files are gone (is the folder unmounted or emptied?); "
+                    "nothing was changed. If the files really were deleted, run it again "
+                    "with --force (Isotope.sync(..., force=True))")
+            gone += [uri for uri in missing if uri not in gone]
+        return gone
 
     def ingest_chunks(
         self,
         chunks: Iterable[Chunk | str],
         *,
-        source: str = "chunks",
+        source: str | None = None,
         progress: ProgressCallback | None = None,
     ) -> IngestReport:
-        """Ingest ready-made chunks (strings, or :class:`Chunk` objects with a ``source``)."""
+        """Ingest ready-made chunks (strings, or :class:`Chunk` objects with a ``source``).
+
+        Chunks without a source of their own belong to ``source``; each source is stored
+        as a whole, replacing what that source held before. Without ``source``, they form
+        a new source named ``chunks-`` and a hash of their texts, so every batch is kept
+        (and ingesting the same batch again changes nothing); pass ``source=`` to replace
+        a batch later."""
+        items = [Chunk(text=c, source="") if isinstance(c, str) else c for c in chunks]
+        if source is None:
+            source = "chunks-" + content_hash("\x1f".join(c.text for c in items
+                                                          if not c.source))[:16]
         with self.store.writer(self.settings.lock_wait):
-            return self._pipeline().ingest_chunks(chunks, source=source, progress=progress)
+            return self._pipeline().ingest_chunks(items, source=source, progress=progress)
 
     def plan(
         self,
@@ -253,7 +318,7 @@ class Isotope:
         self,
         chunks: Iterable[Chunk | str],
         *,
-        source: str = "chunks",
+        source: str | None = None,
         progress: ProgressCallback | None = None,
     ) -> IngestReport:
         """:meth:`ingest_chunks` without blocking the event loop (runs in a worker thread)."""
@@ -271,7 +336,8 @@ class Isotope:
         already a question is first rewritten by the answer model into one to three
         questions; all are searched and the results fused. ``filters`` keeps only chunks
         whose source or metadata match (see :mod:`isotope.filters`)."""
-        k = k or self.settings.top_k
+        query = _valid_query(query)
+        k = _valid_k(self.settings.top_k if k is None else k)
         options: dict[str, Any] = {"alpha": self.settings.alpha, "fusion": self.settings.fusion,
                                    "weights": self.settings.weights,
                                    "aggregate": self.settings.aggregate,
@@ -298,7 +364,7 @@ class Isotope:
             chunks = references.read_back(
                 [r.chunk for r in response.results],
                 {uri: self.store.get_source(uri) for uri in uris},
-                int(self.settings.max_file_mb * 1e6))
+                self._max_bytes)
             for result, chunk in zip(response.results, chunks, strict=True):
                 result.chunk = chunk
         return retrieval.assess(response, self.settings.deliver_score,
@@ -309,7 +375,7 @@ class Isotope:
             filters: dict[str, Any] | None = None) -> QueryResponse:
         """Search, then have the answer model answer from the chunks found, citing them.
         Stale chunks (file references whose file changed) are not given to the model."""
-        response = self.search(query, k or self.settings.answer_k, mode=mode,
+        response = self.search(query, self.settings.answer_k if k is None else k, mode=mode,
                                transform=transform, filters=filters)
         readable = [r for r in response.results if not r.chunk.stale]
         if not readable:
@@ -338,7 +404,7 @@ class Isotope:
         """Remove a source (its path or identifier) and everything derived from it."""
         uri = str(source)
         if self.store.get_source(uri) is None:
-            resolved = str(Path(source).expanduser().resolve())
+            resolved = str(source_path(source))
             if self.store.get_source(resolved) is None:
                 raise SourceNotFound(
                     f"no source {uri!r} in the index; `isotope list` shows what is there"
@@ -355,23 +421,49 @@ class Isotope:
         infos = self.store.sources()
         if check_files:
             for info in infos:
-                info.state = source_state(info.source)
+                info.state = source_state(info.source, self._max_bytes)
         return infos
 
     def check(self, *, repair: bool = False) -> list[str]:
-        """Integrity problems of the index (empty: consistent). With ``repair``, rebuild
-        the keyword indexes and the vector cache first (under the writer lock)."""
+        """Integrity problems of the index (empty: consistent); each names the sources it
+        touches. With ``repair``, :meth:`repair` runs first."""
         if repair:
-            fix = getattr(self.store, "repair", None)
-            if fix is not None:
-                with self.store.writer(self.settings.lock_wait):
-                    fix()
+            return self.repair().problems
         return self.store.check()
+
+    def repair(self) -> RepairReport:
+        """Make a damaged index whole, under the writer lock: rebuild the keyword indexes
+        and the vector cache, drop rows no source owns, ingest again the sources that lost
+        rows or hold damaged vectors (their files, as they are now), and remove those that
+        cannot be ingested again (their file is gone, or they were ready-made chunks:
+        ``report.removed`` names them, to ingest again yourself). Returns what was done
+        and the problems left (a damaged database file cannot be repaired in place)."""
+        report = RepairReport()
+        with self.store.writer(self.settings.lock_wait):
+            damaged = self.store.damaged_sources()
+            self.store.repair()
+            redo: dict[Path, Path] = {}
+            for uri in damaged:
+                source = self.store.get_source(uri)
+                path = Path(uri)
+                if (source is None or source.loader != "chunks") and path.is_absolute() \
+                        and path.is_file():
+                    redo[path] = Path(source.root) if source and source.root else path
+                elif source is not None:
+                    self.store.delete_source(uri)
+                    report.removed.append(uri)
+            if redo:
+                ingested = self._pipeline(force=True).ingest_files(redo)
+                report.reingested = ingested.added + ingested.replaced
+                report.errors = ingested.errors
+        report.problems = self.store.check()
+        return report
 
     def status(self) -> IndexStatus:
         disk = getattr(self.store, "disk_size", None)
         return IndexStatus(
-            index=str(self.settings.index),
+            index=str(Path(self.settings.index).absolute()),
+            project=self.project,
             schema_version=int(self.store.get_meta("schema_version") or SCHEMA_VERSION),
             isotope_version=str(self.store.get_meta("isotope_version") or __version__),
             created_at=self.store.get_meta("created_at"),
@@ -390,9 +482,43 @@ class Isotope:
         )
 
 
-def source_state(source: Source) -> str:
+@dataclass
+class RepairReport:
+    """What :meth:`Isotope.repair` did."""
+
+    reingested: list[str] = field(default_factory=list)
+    """Sources ingested again from their files."""
+    removed: list[str] = field(default_factory=list)
+    """Damaged sources that could not be ingested again (file gone, or ready-made
+    chunks) and were removed: ingest them again yourself."""
+    errors: list[FileError] = field(default_factory=list)
+    """Files that failed to ingest again (their damaged source was left as it was)."""
+    problems: list[str] = field(default_factory=list)
+    """Problems left after the repair."""
+
+
+def _valid_query(query: str) -> str:
+    """The query, with undecodable bytes (lone surrogates from a terminal in another
+    encoding) shown as U+FFFD; an empty one is refused."""
+    if not isinstance(query, str):
+        raise InvalidArgument(f"a query is text, not {type(query).__name__}")
+    query = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in query)
+    if not query.strip():
+        raise InvalidArgument("the query is empty: ask a question, or give some keywords")
+    return query
+
+
+def _valid_k(k: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidArgument(f"k = {k!r}: the number of results must be a whole number "
+                              f"from 1 to {MAX_K}")
+    return k
+
+
+def source_state(source: Source, max_bytes: int) -> str:
     """``current``, ``changed``, ``missing`` or ``incomplete`` for a file source (the
-    file's size and mtime are compared first, its hash only when they differ)."""
+    file's size and mtime are compared first, its hash only when they differ; a file that
+    is no longer a regular file, or is over ``max_bytes``, is ``changed``)."""
     if source.loader == "chunks" or not os.path.isabs(source.uri):
         return "incomplete" if source.status == "incomplete" else ""
     try:
@@ -401,11 +527,10 @@ def source_state(source: Source) -> str:
         return "missing"
     if stat.st_size != source.size or stat.st_mtime != source.mtime:
         try:
-            with open(source.uri, "rb") as fh:
-                if content_hash(fh.read()) != source.content_hash:
-                    return "changed"
-        except OSError:
-            return "missing"
+            if content_hash(read_file(source.uri, max_bytes)[1]) != source.content_hash:
+                return "changed"
+        except LoaderError:
+            return "changed"
     return "incomplete" if source.status == "incomplete" else "current"
 
 

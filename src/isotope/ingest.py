@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from stat import S_ISREG
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from isotope.atomizers import Atomizer, SentenceAtomizer
 from isotope.chunking import chunk_text, section_metadata
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, LoaderError, ProviderError
+from isotope.files import read_file, source_path
 from isotope.generation import CHUNK_PROMPT_VERSION, NUMBERED_PROMPT_VERSION, QuestionGenerator
 from isotope.models import Atom, Chunk, Question, Source, content_hash, stable_id
 from isotope.providers import LLM
@@ -157,25 +157,40 @@ class _Timer:
 def discover(
     paths: Iterable[str | Path], include: Sequence[str], exclude: Sequence[str]
 ) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
-    """Files to ingest under ``paths`` (directories are walked), each with the resolved
-    path it was found under (its root), files skipped, and paths that do not exist."""
+    """Files to ingest under ``paths`` (directories are walked), each as the absolute path
+    it was reached by (see :mod:`isotope.files`) with the path it was found under (its
+    root); files skipped; and paths that do not exist. A file reached twice (a symbolic
+    link to a file already found) is ingested once, under the first path."""
     files: dict[Path, Path] = {}
     skipped: list[FileError] = []
     missing: list[FileError] = []
+    seen: dict[tuple[int, int], Path] = {}
+
+    def add(file: Path, root: Path) -> None:
+        try:
+            stat = file.stat()
+        except OSError:
+            files.setdefault(file, root)  # reported when it is read
+            return
+        first = seen.setdefault((stat.st_dev, stat.st_ino), file)
+        if first != file:
+            skipped.append(FileError(str(file), f"the same file as {first} (a link to it); "
+                                     "ingested once"))
+        else:
+            files.setdefault(file, root)
+
     for raw in paths:
-        path = Path(raw).expanduser()
+        path = source_path(raw)
         if not path.exists():
             missing.append(FileError(str(path), "no such file or directory"))
         elif path.is_dir():
-            root = path.resolve()
             for file in _walk(path, include, exclude):
                 if loaders.loader_for(file) is None:
                     skipped.append(FileError(str(file), f"unsupported file type {file.suffix!r}"))
                 else:
-                    files.setdefault(file, root)
+                    add(file, path)
         else:
-            # Named explicitly: an unsupported type is an error, not a skip.
-            files.setdefault(path, path.resolve())
+            add(path, path)  # named explicitly: an unsupported type is an error, not a skip
     return files, skipped, missing
 
 
@@ -216,8 +231,14 @@ class Pipeline:
         embedder: Embedder,
         atomizer: Atomizer,
         llm: Callable[[], LLM],
+        *,
+        force: bool = False,
     ) -> None:
         self.settings = settings
+        self.force = force
+        """Ingest every source again, unchanged ones included, reusing nothing stored
+        (the cache still answers for unchanged text)."""
+        self.max_bytes = int(settings.max_file_mb * 1e6)
         self.store = store
         self.embedder = embedder
         self.atomizer = atomizer
@@ -242,13 +263,20 @@ class Pipeline:
         exclude: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
     ) -> IngestReport:
-        report = IngestReport()
-        meter = self._meter()
-        files, report.skipped, report.errors = discover(
+        files, skipped, missing = discover(
             paths,
             self.settings.include if include is None else include,
             self.settings.exclude if exclude is None else exclude,
         )
+        report = self.ingest_files(files, progress=progress)
+        report.skipped[:0], report.errors[:0] = skipped, missing
+        return report
+
+    def ingest_files(self, files: dict[Path, Path], *,
+                     progress: ProgressCallback | None = None) -> IngestReport:
+        """Ingest files, each given with its root (the folder it was found under)."""
+        report = IngestReport()
+        meter = self._meter()
         queue = _Queue(self, report, progress)
         for done, (path, root) in enumerate(files.items()):
             self._notify(progress, "load", str(path), done, len(files), report)
@@ -307,7 +335,7 @@ class Pipeline:
     ) -> _Work | None:
         with _Timer(report, "load"):
             stat, data = self._read(path)
-            uri = str(path.resolve())
+            uri = str(path)
             digest = content_hash(data)
             existing = self.store.get_source(uri)
             if self._is_current(existing, digest):
@@ -324,27 +352,7 @@ class Pipeline:
                              document=document.text)
 
     def _read(self, path: Path) -> tuple[os.stat_result, bytes]:
-        """A regular file's status and bytes; anything else (a FIFO, a device, a file over
-        ``max_file_mb``) is a :class:`LoaderError` before a byte is read."""
-        try:
-            stat = path.stat()
-            if not S_ISREG(stat.st_mode):
-                raise LoaderError(path, "not a regular file (a FIFO, socket or device); "
-                                  "exclude it")
-            limit = self.settings.max_file_mb
-            if stat.st_size > limit * 1e6:
-                raise LoaderError(
-                    path, f"the file is {stat.st_size / 1e6:.0f} MB, over the max_file_mb "
-                    f"limit of {limit:g} MB; split it, or raise the limit "
-                    "(ISOTOPE_MAX_FILE_MB)")
-            with open(path, "rb") as fh:  # read at most the limit, even if the file grows
-                data = fh.read(int(limit * 1e6) + 1)
-        except OSError as exc:
-            raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
-        if len(data) > limit * 1e6:
-            raise LoaderError(path, f"the file grew over the max_file_mb limit of {limit:g} "
-                              "MB while being read")
-        return stat, data
+        return read_file(path, self.max_bytes)
 
     def plan(
         self,
@@ -368,7 +376,7 @@ class Pipeline:
         for path in files:
             try:
                 _, data = self._read(path)
-                if self._is_current(self.store.get_source(str(path.resolve())),
+                if self._is_current(self.store.get_source(str(path)),
                                     content_hash(data)):
                     plan.unchanged += 1
                     continue
@@ -380,7 +388,7 @@ class Pipeline:
                 plan.errors.append(FileError(exc.path, exc.reason))
                 continue
             plan.sources += 1
-            chunks = self._chunk(document, str(path.resolve()), counter)
+            chunks = self._chunk(document, str(path), counter)
             plan.chunks += len(chunks)
             if self.settings.atomizer == "llm":
                 plan.llm_calls += len(chunks)
@@ -443,6 +451,7 @@ class Pipeline:
         """The stored source is of this content, made by this pipeline, and complete."""
         return (
             existing is not None
+            and not self.force
             and self.settings.sync_strategy == "source_aware"
             and existing.content_hash == digest
             and existing.metadata.get("pipeline") == self.fingerprint
@@ -492,6 +501,7 @@ class Pipeline:
         report.chunks += len(chunks)
         reused: dict[int, StoredChunk] = {}
         if (existing is not None and self.settings.sync_strategy == "source_aware"
+                and not self.force
                 and existing.metadata.get("pipeline") == self.fingerprint):
             stored = self.store.stored_chunks(source.uri)
             for digest in existing.metadata.get("incomplete_chunks", []):

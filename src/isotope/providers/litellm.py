@@ -23,7 +23,8 @@ class LiteLLMChat(AsyncFirst, LLM):
         try:
             import litellm
         except ImportError as exc:
-            raise MissingDependency(f"the litellm model {model!r}", "litellm") from exc
+            raise MissingDependency.from_import(
+                exc, f"the litellm model {model!r}", "litellm") from exc
         self._litellm: Any = litellm
         self.model = model
         self.model_id = f"litellm:{model}"

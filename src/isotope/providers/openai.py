@@ -51,7 +51,8 @@ class _Client:
         try:
             import openai
         except ImportError as exc:
-            raise MissingDependency("OpenAI-compatible providers", "openai") from exc
+            raise MissingDependency.from_import(
+                exc, "OpenAI-compatible providers", "openai") from exc
         self.openai = openai
         self.base_url = base_url
         self.api_key = api_key or "not-needed"

@@ -28,7 +28,7 @@ from isotope.models import Atom, Chunk, Question, Source
 
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass
@@ -165,4 +165,13 @@ class Store(ABC):
     def check(self) -> list[str]:
         """Problems found by an integrity check (empty: consistent)."""
         return []
+
+    def damaged_sources(self) -> list[str]:
+        """Sources the check found damaged (lost rows, bad vectors): to ingest again or
+        remove. Default: none known."""
+        return []
+
+    def repair(self) -> None:  # noqa: B027 - optional
+        """Rebuild what can be rebuilt from the stored rows (keyword and vector indexes)
+        and drop rows no source owns. Default: nothing to rebuild."""
 

@@ -3,9 +3,12 @@
 SQLite is the source of truth for sources, chunks, atoms, questions and their vectors;
 FTS5 tables (kept in step by triggers) serve keyword search. Vector search is exact: the
 vectors of a kind are held as one contiguous float32 matrix and scored with one matrix
-product. The matrix is cached in ``vectors/`` beside the database, stamped with the
-index's generation (bumped by every write), so a new process loads it without reading
-every row; a stale or missing cache is rebuilt from SQLite.
+product. The matrix is cached in ``vectors/`` beside the database, in files named by the
+index's state id: a random id that every write replaces, so a cache file can only ever
+describe the one database state it was built from (a counter could repeat after a database
+file is restored from a copy). A cache file is also spot-checked against the table when
+loaded and compared row by row by :meth:`SQLiteStore.check`; a stale, missing or wrong
+cache is rebuilt from SQLite.
 """
 
 from __future__ import annotations
@@ -18,18 +21,19 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from isotope.embedders import Vectors
-from isotope.errors import IndexLocked, InvalidIndex
+from isotope.errors import IndexDamaged, IndexLocked, InvalidIndex, IsotopeError, StoreError
 from isotope.filters import Condition
 from isotope.models import Atom, Chunk, Question, Source, content_hash
 from isotope.stores import (
@@ -51,7 +55,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sources (
     uri TEXT PRIMARY KEY, content_hash TEXT NOT NULL, size INTEGER NOT NULL,
     mtime REAL, loader TEXT NOT NULL, ingested_at TEXT NOT NULL, metadata TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'complete', root TEXT
+    status TEXT NOT NULL DEFAULT 'complete', root TEXT, counts TEXT
 );
 CREATE TABLE IF NOT EXISTS chunks (
     rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
@@ -110,7 +114,78 @@ _MIGRATIONS: dict[int, list[str]] = {
         "DROP TRIGGER IF EXISTS chunks_ai", "DROP TRIGGER IF EXISTS chunks_ad",
         "DROP TABLE IF EXISTS chunks_fts", *_fts("chunks"),
         "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')"],
+    # schema 3 -> 4: what each source stored (chunks, atoms, questions), so that `check`
+    # finds rows lost since; a state id replaces the generation counter
+    3: ["ALTER TABLE sources ADD COLUMN counts TEXT",
+        "DELETE FROM meta WHERE key = 'generation'"],
 }
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _writable(directory: Path, db: Path) -> bool:
+    """Whether the index can be written: its folder (for SQLite's side files) and its
+    database file."""
+    return os.access(directory, os.W_OK) and (not db.exists() or os.access(db, os.W_OK))
+
+
+def _connect(db: Path, read_only: bool) -> sqlite3.Connection:
+    """A connection to ``db``. A read-only index (a read-only folder or file system) is
+    opened with ``mode=ro``, or, when SQLite cannot create the WAL side files it would
+    need for that, as ``immutable`` (nobody can write it anyway)."""
+    if not read_only:
+        conn = sqlite3.connect(db, timeout=60, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+    from urllib.parse import quote
+
+    path = quote(str(db.resolve()))
+    for mode in ("mode=ro", "immutable=1"):
+        conn = sqlite3.connect(f"file:{path}?{mode}", uri=True, timeout=60,
+                               isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+    raise sqlite3.OperationalError("unable to open the database read-only")
+
+
+def _store_error(db: Path, exc: sqlite3.DatabaseError) -> IsotopeError:
+    """The named isotope error for a failure of SQLite on ``db``."""
+    text = str(exc)
+    if "full" in text:
+        return StoreError(f"the disk holding {db} is full ({text}); nothing of this write "
+                          "was stored: free some space and run the same command again")
+    if "readonly" in text or "read-only" in text:
+        return StoreError(f"the index at {db.parent} is read-only ({text}); copy it to a "
+                          "writable folder to change it")
+    if "locked" in text or "busy" in text:
+        return IndexLocked(f"the index at {db.parent} is busy ({text}); try again, or "
+                           "wait longer (--wait SECONDS)")
+    return IndexDamaged(f"the index file {db} is damaged ({text}); `isotope check` names "
+                        "the sources affected, or ingest into a new index")
+
+
+def _guarded(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``method`` with SQLite's errors turned into named isotope errors that name the
+    index file."""
+    import functools
+
+    @functools.wraps(method)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            store = args[0]
+            assert isinstance(store, SQLiteStore)
+            raise _store_error(store.directory / DB_NAME, exc) from exc
+
+    return run
 
 
 class SQLiteStore(Store):
@@ -128,24 +203,35 @@ class SQLiteStore(Store):
             if self.directory.exists() and not self.directory.is_dir():
                 raise InvalidIndex(f"{self.directory} is a file, not an index directory")
             self.directory.mkdir(parents=True, exist_ok=True)
+        elif not create and db.stat().st_size == 0:  # SQLite would write a header in it
+            raise InvalidIndex(f"{db} is not an isotope index (it is empty); give the right "
+                               "--index, or delete the file and ingest again")
         self._local = threading.local()
         self._matrices: dict[Kind, _Vectors] = {}
+        self.read_only = not _writable(self.directory, db)
         conn = self._conn()
         version = self._schema_version(conn)
         if version is None:
+            if not create or self.read_only:
+                raise InvalidIndex(
+                    f"{db} is not an isotope index (it is empty or has no isotope tables); "
+                    "give the right --index, or delete the file and ingest again")
             conn.executescript(
                 "BEGIN IMMEDIATE;" + _SCHEMA + "".join(";\n".join(_fts(t)) + ";\n" for t in KINDS)
-                + "INSERT OR IGNORE INTO meta VALUES ('generation', '0');"
                 + f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
                 + "COMMIT;"
             )
-        elif version in _MIGRATIONS:
+        elif version in _MIGRATIONS and not self.read_only:
             self._migrate(conn, version)
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(
                 f"{self.directory} has index schema {version}; this isotope reads schema "
                 f"{SCHEMA_VERSION}. Upgrade isotope, or re-ingest into a new index"
+                + (" (the index is read-only, so it cannot be migrated in place)"
+                   if self.read_only and version in _MIGRATIONS else "")
             )
+        if not self.read_only and self.get_meta("state") is None:
+            self.set_meta("state", uuid.uuid4().hex)
 
     def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
         conn.execute("BEGIN IMMEDIATE")
@@ -167,18 +253,13 @@ class SQLiteStore(Store):
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
+            db = self.directory / DB_NAME
             try:
-                conn = sqlite3.connect(
-                    self.directory / DB_NAME, timeout=60, isolation_level=None,
-                    check_same_thread=False,
-                )
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute("PRAGMA foreign_keys=ON")
+                conn = _connect(db, self.read_only)
             except sqlite3.DatabaseError as exc:
-                raise InvalidIndex(
-                    f"{self.directory / DB_NAME} is not a readable isotope index ({exc})"
-                ) from exc
+                raise IndexDamaged(
+                    f"{db} is not a readable isotope index ({exc}): it is damaged or not an "
+                    "index; ingest the sources again into a new index") from exc
             self._local.conn = conn
         return conn
 
@@ -194,19 +275,30 @@ class SQLiteStore(Store):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that bumps the index generation."""
+        """A write transaction that gives the index a new state id. If it fails, nothing
+        of it is stored, and the error that made it fail is the one raised (SQLite may
+        already have rolled back, e.g. when the disk is full)."""
+        if self.read_only:
+            raise StoreError(f"the index at {self.directory} is read-only; copy it to a "
+                             "writable folder to change it")
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            yield conn
-            conn.execute(
-                "INSERT INTO meta(key, value) VALUES ('generation', '1') ON CONFLICT(key) "
-                "DO UPDATE SET value = CAST(value AS INTEGER) + 1"
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("INSERT INTO meta(key, value) VALUES ('state', ?) ON "
+                             "CONFLICT(key) DO UPDATE SET value = excluded.value",
+                             (json.dumps(uuid.uuid4().hex),))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        log.debug("rollback failed", exc_info=True)
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise _store_error(self.directory / DB_NAME, exc) from exc
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -215,11 +307,18 @@ class SQLiteStore(Store):
         if conn.in_transaction:
             yield
             return
-        conn.execute("BEGIN")
+        try:
+            conn.execute("BEGIN")
+        except sqlite3.DatabaseError as exc:
+            raise _store_error(self.directory / DB_NAME, exc) from exc
         try:
             yield
         finally:
-            conn.execute("COMMIT")
+            if conn.in_transaction:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error:  # ending a read: nothing to lose
+                    log.debug("ending a read transaction failed", exc_info=True)
 
     @contextmanager
     def writer(self, wait: float = 0.0) -> Iterator[None]:
@@ -228,6 +327,9 @@ class SQLiteStore(Store):
         import fcntl
 
         path = self.directory / "write.lock"
+        if self.read_only:
+            raise StoreError(f"the index at {self.directory} is read-only; copy it to a "
+                             "writable folder to change it")
         with open(path, "a+") as fh:
             deadline = time.monotonic() + wait
             while True:
@@ -262,10 +364,12 @@ class SQLiteStore(Store):
             self._local.conn = None
 
     # -- meta --------------------------------------------------------------------------
+    @_guarded
     def get_meta(self, key: str) -> Any:
         row = self._conn().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
+    @_guarded
     def set_meta(self, key: str, value: Any) -> None:
         self._conn().execute(
             "INSERT INTO meta(key, value) VALUES (?, ?) "
@@ -274,17 +378,19 @@ class SQLiteStore(Store):
         )
 
     # -- writes ------------------------------------------------------------------------
+    @_guarded
     def add(self, batch: SourceBatch) -> None:
         source = batch.source
         with self._write() as conn:
             conn.execute("DELETE FROM sources WHERE uri=?", (source.uri,))
             conn.execute(
                 "INSERT INTO sources(uri, content_hash, size, mtime, loader, ingested_at, "
-                "metadata, status, root) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "metadata, status, root, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     source.uri, source.content_hash, source.size, source.mtime, source.loader,
                     (source.ingested_at or datetime.now(UTC)).isoformat(),
                     json.dumps(source.metadata), source.status, source.root,
+                    json.dumps([len(batch.chunks), len(batch.atoms), len(batch.questions)]),
                 ),
             )
             hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
@@ -313,40 +419,36 @@ class SQLiteStore(Store):
                 ],
             )
 
+    @_guarded
     def delete_source(self, uri: str) -> bool:
         with self._write() as conn:
             return conn.execute("DELETE FROM sources WHERE uri=?", (uri,)).rowcount > 0
 
     # -- reads -------------------------------------------------------------------------
     def _matrix(self, kind: Kind) -> _Vectors:
-        """The vectors of ``kind`` as of the current generation, from memory, from the
-        ``vectors/`` cache (immutable files named by generation), or rebuilt from SQLite."""
-        generation = int(self.get_meta("generation") or 0)
+        """The vectors of ``kind`` as of the index's current state: from memory, from the
+        ``vectors/`` cache (immutable files named by state id, spot-checked against the
+        table), or rebuilt from SQLite."""
+        state = self.get_meta("state")
         cached = self._matrices.get(kind)
-        if cached and cached.generation == generation:
+        if cached and state is not None and cached.state == state:
             return cached
-        folder = self.directory / "vectors"
-        try:
-            if json.loads((folder / f"{kind}.json").read_text())["generation"] == generation:
-                index = np.load(folder / f"{kind}-{generation}.idx.npy")
-                matrix = np.load(folder / f"{kind}-{generation}.npy", mmap_mode="r")
-                if index.shape == (2, len(matrix)):
-                    found = _Vectors(generation, index[0], index[1], matrix)
-                    self._matrices[kind] = found
-                    return found
-        except (OSError, ValueError, KeyError):
-            pass
+        found = self._load_matrix(kind, state)
+        if found is not None:
+            self._matrices[kind] = found
+            return found
         conn = self._conn()
-        chunk_rowid = {
-            "questions": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
-            "atoms": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
-            "chunks": "t.rowid",
-        }[kind]
         with self.snapshot():
-            generation = int(self.get_meta("generation") or 0)
-            data = conn.execute(
-                f"SELECT t.rowid, {chunk_rowid}, t.vector FROM {kind} t ORDER BY t.rowid"
-            ).fetchall()
+            state = self.get_meta("state")
+            data = conn.execute(f"SELECT t.rowid, {_CHUNK_ROWID[kind]}, t.vector FROM {kind} t "
+                                "ORDER BY t.rowid").fetchall()
+        size = self._vector_bytes(data)
+        sound = [r for r in data if len(r[2]) == size and r[1] is not None]
+        if len(sound) < len(data):  # `check` names their sources, `repair` redoes them
+            log.warning("%d %s of the index at %s are damaged (a vector of the wrong size, "
+                        "or no chunk) and left out of search; run `isotope check`",
+                        len(data) - len(sound), kind, self.directory)
+            data = sound
         rows = np.fromiter((r[0] for r in data), dtype=np.int64, count=len(data))
         groups = np.fromiter((r[1] for r in data), dtype=np.int64, count=len(data))
         if data:
@@ -354,33 +456,86 @@ class SQLiteStore(Store):
             matrix = matrix.reshape(len(data), -1)
         else:
             matrix = np.zeros((0, 0), dtype=np.float32)
-        built = _Vectors(generation, rows, groups, matrix)
+        built = _Vectors(state, rows, groups, matrix)
         self._matrices[kind] = built
-        self._save_matrix(kind, built)
+        if state is not None:
+            self._save_matrix(kind, built)
         return built
+
+    def _vector_bytes(self, data: Sequence[Sequence[Any]]) -> int:
+        """The size of a sound vector: the index's dimension, else the commonest size."""
+        dim = (self.get_meta("embedding") or {}).get("dim")
+        if dim:
+            return 4 * int(dim)
+        sizes = [len(r[2]) for r in data]
+        return max(set(sizes), key=sizes.count) if sizes else 0
+
+    def _load_matrix(self, kind: Kind, state: str | None) -> _Vectors | None:
+        """The cached matrix of ``state``, if its files are there, readable, of the right
+        shape, and agree with the table on a sample of rows."""
+        if state is None:
+            return None
+        folder = self.directory / "vectors"
+        try:
+            if json.loads((folder / f"{kind}.json").read_text()).get("state") != state:
+                return None
+            index = np.load(folder / f"{kind}-{state}.idx.npy")
+            matrix = np.load(folder / f"{kind}-{state}.npy", mmap_mode="r")
+        except (OSError, ValueError, KeyError, AttributeError):
+            return None
+        if index.shape != (2, len(matrix)) or matrix.ndim != 2:
+            return None
+        found = _Vectors(state, index[0], index[1], matrix)
+        rng = np.random.default_rng()
+        sample = rng.choice(len(matrix), size=min(8, len(matrix)), replace=False)
+        if self._differences(kind, found, sample):
+            log.warning("the vector cache of %s in %s does not match the index; rebuilding it",
+                        kind, folder)
+            return None
+        return found
+
+    def _differences(self, kind: Kind, found: _Vectors, positions: Sequence[int] | np.ndarray
+                     ) -> list[int]:
+        """SQLite rowids among ``positions`` of a cached matrix whose vector or chunk
+        there differs from the table's."""
+        if not len(positions):
+            return []
+        rows = [int(found.rows[i]) for i in positions]
+        marks = ",".join("?" * len(rows))
+        stored = {r[0]: (r[1], r[2]) for r in self._conn().execute(
+            f"SELECT t.rowid, {_CHUNK_ROWID[kind]}, t.vector FROM {kind} t "
+            f"WHERE t.rowid IN ({marks})", rows)}
+        wrong = []
+        for i, row in zip(positions, rows, strict=True):
+            group, blob = stored.get(row, (None, b""))
+            if (group != int(found.groups[i])
+                    or blob != np.asarray(found.matrix[i], dtype=np.float32).tobytes()):
+                wrong.append(row)
+        return wrong
 
     def _save_matrix(self, kind: Kind, vectors: _Vectors) -> None:
         folder = self.directory / "vectors"
-        generation = vectors.generation
+        state = vectors.state
         try:
             folder.mkdir(exist_ok=True)
             index = np.vstack([vectors.rows, vectors.groups])
-            for name, array in ((f"{kind}-{generation}.idx.npy", index),
-                                (f"{kind}-{generation}.npy", vectors.matrix)):
+            for name, array in ((f"{kind}-{state}.idx.npy", index),
+                                (f"{kind}-{state}.npy", vectors.matrix)):
                 fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
                 with os.fdopen(fd, "wb") as fh:
                     np.save(fh, array)
                 os.replace(tmp, folder / name)
             fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "w") as fh:
-                json.dump({"generation": generation}, fh)
+                json.dump({"state": state}, fh)
             os.replace(tmp, folder / f"{kind}.json")
-            for old in folder.glob(f"{kind}-*.npy"):  # older generations
-                if not old.name.startswith(f"{kind}-{generation}."):
+            for old in folder.glob(f"{kind}-*.npy"):  # other states
+                if not old.name.startswith(f"{kind}-{state}."):
                     old.unlink(missing_ok=True)
         except OSError:  # a read-only index still answers, just without the cache
             log.debug("cannot write the vector cache in %s", folder, exc_info=True)
 
+    @_guarded
     def search(self, kind: Kind, vector: Vectors, k: int,
                filters: Sequence[Condition] = ()) -> list[Hit]:
         found = self._matrix(kind)
@@ -390,6 +545,7 @@ class SQLiteStore(Store):
         top = [i for i in _top(scores, k) if scores[i] > -np.inf]
         return self._hits(kind, [(int(found.rows[i]), float(scores[i])) for i in top])
 
+    @_guarded
     def search_by_chunk(
         self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3,
         filters: Sequence[Condition] = (),
@@ -436,6 +592,7 @@ class SQLiteStore(Store):
                 np.float32)
         return scores
 
+    @_guarded
     def keyword_search(self, kind: Kind, query: str, k: int,
                        filters: Sequence[Condition] = ()) -> list[Hit]:
         terms = re.findall(r"\w+", query.lower())
@@ -474,6 +631,7 @@ class SQLiteStore(Store):
             if row in found
         ]
 
+    @_guarded
     def get_chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
         if not ids:
             return {}
@@ -489,6 +647,7 @@ class SQLiteStore(Store):
             for r in found
         }
 
+    @_guarded
     def get_source(self, uri: str) -> Source | None:
         row = self._conn().execute(
             "SELECT uri, content_hash, size, mtime, loader, ingested_at, metadata, status, "
@@ -496,6 +655,7 @@ class SQLiteStore(Store):
         ).fetchone()
         return _source(row) if row else None
 
+    @_guarded
     def sources(self) -> list[SourceInfo]:
         rows = self._conn().execute(
             "SELECT s.uri, s.content_hash, s.size, s.mtime, s.loader, s.ingested_at, s.metadata,"
@@ -508,6 +668,7 @@ class SQLiteStore(Store):
         ).fetchall()
         return [SourceInfo(_source(r[:9]), r[9], r[10], r[11]) for r in rows]
 
+    @_guarded
     def counts(self) -> dict[str, int]:
         conn = self._conn()
         return {
@@ -515,6 +676,7 @@ class SQLiteStore(Store):
             for table in ("sources", "chunks", "atoms", "questions")
         }
 
+    @_guarded
     def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
         conn = self._conn()
         found: dict[str, StoredChunk] = {}
@@ -543,73 +705,116 @@ class SQLiteStore(Store):
 
     def check(self) -> list[str]:
         """Integrity: SQLite's own check, foreign keys, provenance (every question has
-        its atom and chunk, every atom its chunk, every chunk its source), vector sizes,
-        the FTS indexes against their tables, and the vector cache against the tables."""
+        its atom and chunk, every atom its chunk, every chunk its source), what each
+        source stored against what it holds now, vector sizes, the keyword indexes
+        against their tables, and the vector cache against the tables, row by row. Each
+        problem names the sources it touches."""
+        return self._inspect()[0]
+
+    def damaged_sources(self) -> list[str]:
+        """Sources that lost rows or hold damaged vectors: ingesting them again (or
+        removing them) makes the index whole."""
+        return sorted(self._inspect()[1])
+
+    def _inspect(self) -> tuple[list[str], set[str]]:
         conn = self._conn()
         problems: list[str] = []
-        with self.snapshot():
-            for (row,) in conn.execute("PRAGMA quick_check"):
-                if row != "ok":
-                    problems.append(f"sqlite: {row}")
-            for table, rowid, parent, _ in conn.execute("PRAGMA foreign_key_check"):
-                problems.append(f"{table} row {rowid} points to a missing {parent} row")
-            orphans = {
-                "questions without their atom": "SELECT COUNT(*) FROM questions q WHERE NOT "
-                "EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id)",
-                "questions without their chunk": "SELECT COUNT(*) FROM questions q WHERE NOT "
-                "EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id AND a.chunk_id = "
-                "q.chunk_id)",
-                "atoms without their chunk": "SELECT COUNT(*) FROM atoms a WHERE NOT EXISTS "
-                "(SELECT 1 FROM chunks c WHERE c.id = a.chunk_id)",
-                "chunks without their source": "SELECT COUNT(*) FROM chunks c WHERE NOT "
-                "EXISTS (SELECT 1 FROM sources s WHERE s.uri = c.source)",
-            }
-            for what, sql in orphans.items():
-                count = conn.execute(sql).fetchone()[0]
-                if count:
-                    problems.append(f"{count} {what}")
-            dim = (self.get_meta("embedding") or {}).get("dim")
-            for kind in KINDS:
-                rows = conn.execute(f"SELECT COUNT(*) FROM {kind}").fetchone()[0]
-                if dim:
-                    bad = conn.execute(f"SELECT COUNT(*) FROM {kind} WHERE length(vector) "
-                                       "!= ?", (4 * dim,)).fetchone()[0]
-                    if bad:
-                        problems.append(f"{bad} {kind} with a vector that is not {dim}-d")
-                indexed = conn.execute(f"SELECT COUNT(*) FROM {kind}_fts_docsize").fetchone()[0]
-                if indexed != rows:
-                    problems.append(f"keyword index of {kind} has {indexed} rows, the table "
-                                    f"{rows}")
-                try:
-                    conn.execute(f"INSERT INTO {kind}_fts({kind}_fts, rank) "
-                                 "VALUES ('integrity-check', 1)")
-                except sqlite3.DatabaseError as exc:
-                    problems.append(f"keyword index of {kind}: {exc}")
-                problems.extend(self._check_vector_cache(kind, rows))
-        return problems
+        damaged: set[str] = set()
+
+        def found(count: int, what: str, uris: set[str]) -> None:
+            if count:
+                named = sorted(uris)
+                more = f" and {len(named) - 5} more" if len(named) > 5 else ""
+                problems.append(f"{count} {what}" + (
+                    f" (sources: {', '.join(named[:5])}{more})" if named else ""))
+                damaged.update(uris)
+
+        try:
+            with self.snapshot():
+                for (row,) in conn.execute("PRAGMA quick_check"):
+                    if row != "ok":
+                        problems.append(f"sqlite: {row}")
+                for table, rowid, parent, _ in conn.execute("PRAGMA foreign_key_check"):
+                    problems.append(f"{table} row {rowid} points to a missing {parent} row")
+                for what, sql in _ORPHANS.items():
+                    uris = [r[0] for r in conn.execute(sql)]
+                    found(len(uris), what, {u for u in uris if u is not None})
+                for uri, counts, *now in conn.execute(_COUNTS):
+                    if counts is not None and json.loads(counts) != now:
+                        stored = json.loads(counts)
+                        lost = ", ".join(f"{n - m} {kind}" for kind, n, m in
+                                         zip(("chunks", "atoms", "questions"), stored, now,
+                                             strict=True) if n != m)
+                        found(1, f"source lost rows since it was stored ({lost})", {uri})
+                dim = (self.get_meta("embedding") or {}).get("dim")
+                for kind in KINDS:
+                    rows = conn.execute(f"SELECT COUNT(*) FROM {kind}").fetchone()[0]
+                    if dim:
+                        uris = [r[0] for r in conn.execute(
+                            f"SELECT c.source FROM {kind} t LEFT JOIN chunks c ON "
+                            f"c.rowid = {_CHUNK_ROWID[kind]} WHERE length(t.vector) != ?",
+                            (4 * dim,))]
+                        found(len(uris), f"{kind} with a vector that is not {dim}-d",
+                              {u for u in uris if u is not None})
+                    indexed = conn.execute(
+                        f"SELECT COUNT(*) FROM {kind}_fts_docsize").fetchone()[0]
+                    if indexed != rows:
+                        problems.append(f"keyword index of {kind} has {indexed} rows, the "
+                                        f"table {rows}")
+                    try:
+                        conn.execute(f"INSERT INTO {kind}_fts({kind}_fts, rank) "
+                                     "VALUES ('integrity-check', 1)")
+                    except sqlite3.DatabaseError as exc:
+                        problems.append(f"keyword index of {kind}: {exc}")
+                    problems.extend(self._check_vector_cache(kind, rows))
+        except sqlite3.DatabaseError as exc:
+            problems.append(
+                f"the database file {self.directory / DB_NAME} is damaged ({exc}): it cannot "
+                "be repaired in place; ingest the sources again into a new index (and "
+                "restore this one from a backup if you have one)")
+        return problems, damaged
 
     def _check_vector_cache(self, kind: Kind, rows: int) -> list[str]:
-        """The cached matrix of the current generation, if any, has one row per item."""
+        """The cached matrix of the current state, if any, holds exactly the table's
+        vectors (compared row by row, in slices)."""
+        state = self.get_meta("state")
         folder = self.directory / "vectors"
-        generation = int(self.get_meta("generation") or 0)
         try:
-            stamp = json.loads((folder / f"{kind}.json").read_text())["generation"]
-        except (OSError, ValueError, KeyError):
+            stamp = json.loads((folder / f"{kind}.json").read_text()).get("state")
+        except (OSError, ValueError, AttributeError):
             return []  # no cache: it is rebuilt from the tables when needed
-        if stamp != generation:
+        if state is None or stamp != state:
             return []  # stale: ignored and rebuilt
         try:
-            matrix = np.load(folder / f"{kind}-{generation}.npy", mmap_mode="r")
-            index = np.load(folder / f"{kind}-{generation}.idx.npy")
+            matrix = np.load(folder / f"{kind}-{state}.npy", mmap_mode="r")
+            index = np.load(folder / f"{kind}-{state}.idx.npy")
         except (OSError, ValueError):
-            return [f"vector cache of {kind} is unreadable (it is rebuilt on the next query)"]
-        if len(matrix) != rows or index.shape != (2, rows):
-            return [f"vector cache of {kind} has {len(matrix)} rows, the table {rows}"]
+            return [f"vector cache of {kind} is unreadable (`isotope check --repair` drops "
+                    "it; it is rebuilt on the next query)"]
+        if matrix.ndim != 2 or index.shape != (2, len(matrix)):
+            return [f"vector cache of {kind} has {len(matrix)} rows, the table {rows} "
+                    "(`isotope check --repair` drops it)"]
+        found = _Vectors(state, index[0], index[1], matrix)
+        wrong = sum(len(self._differences(kind, found, range(a, min(len(matrix), a + 2048))))
+                    for a in range(0, len(matrix), 2048))
+        sound = self._conn().execute(
+            f"SELECT COUNT(*) FROM {kind} t WHERE length(t.vector) = ? AND "
+            f"{_CHUNK_ROWID[kind]} IS NOT NULL", (4 * matrix.shape[1],)).fetchone()[0]
+        if wrong or sound != len(matrix):
+            return [f"vector cache of {kind} disagrees with the table ({wrong} of "
+                    f"{len(matrix)} rows differ; the table has {sound} sound rows): "
+                    "`isotope check --repair` drops it, and it is rebuilt on the next query"]
         return []
 
     def repair(self) -> None:
-        """Rebuild the keyword indexes and drop the vector cache (rebuilt on demand)."""
+        """Rebuild the keyword indexes, drop orphan rows that no source owns and the
+        vector cache (rebuilt on demand). Sources that lost rows are for the caller to
+        ingest again or remove (:meth:`damaged_sources`)."""
         with self._write() as conn:
+            conn.execute("DELETE FROM chunks WHERE source NOT IN (SELECT uri FROM sources)")
+            conn.execute("DELETE FROM atoms WHERE chunk_id NOT IN (SELECT id FROM chunks)")
+            conn.execute("DELETE FROM questions WHERE atom_id NOT IN (SELECT id FROM atoms) "
+                         "OR chunk_id NOT IN (SELECT id FROM chunks)")
             for kind in KINDS:
                 conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
         for path in (self.directory / "vectors").glob("*"):
@@ -622,9 +827,10 @@ class SQLiteStore(Store):
 
 @dataclass(frozen=True)
 class _Vectors:
-    """All vectors of one kind: SQLite rowids, the rowid of each one's chunk, the matrix."""
+    """All vectors of one kind as of one state of the index: SQLite rowids, the rowid of
+    each one's chunk, the matrix."""
 
-    generation: int
+    state: str | None
     rows: npt.NDArray[np.int64]
     groups: npt.NDArray[np.int64]
     matrix: Vectors
@@ -643,6 +849,33 @@ def _array(blobs: list[bytes]) -> Vectors:
         return np.zeros((0, 0), dtype=np.float32)
     return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
 
+
+_CHUNK_ROWID: dict[Kind, str] = {
+    "questions": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
+    "atoms": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
+    "chunks": "t.rowid",
+}
+"""SQL for the rowid of the chunk of an item ``t`` of each kind."""
+
+_ORPHANS = {
+    "questions without their atom": "SELECT c.source FROM questions q LEFT JOIN chunks c ON "
+    "c.id = q.chunk_id WHERE NOT EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id)",
+    "questions without their chunk": "SELECT c.source FROM questions q LEFT JOIN chunks c ON "
+    "c.id = q.chunk_id WHERE EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id) AND NOT "
+    "EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id AND a.chunk_id = q.chunk_id)",
+    "atoms without their chunk": "SELECT NULL FROM atoms a WHERE NOT EXISTS "
+    "(SELECT 1 FROM chunks c WHERE c.id = a.chunk_id)",
+    "chunks without their source": "SELECT c.source FROM chunks c WHERE NOT EXISTS "
+    "(SELECT 1 FROM sources s WHERE s.uri = c.source)",
+}
+"""Rows whose parent is gone, each query giving the source involved (NULL if unknown)."""
+
+_COUNTS = (
+    "SELECT s.uri, s.counts, (SELECT COUNT(*) FROM chunks c WHERE c.source = s.uri), "
+    "(SELECT COUNT(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id WHERE c.source = s.uri),"
+    " (SELECT COUNT(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id "
+    "WHERE c.source = s.uri) FROM sources s")
+"""Each source's stored counts (JSON, NULL before schema 4) and what it holds now."""
 
 _OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 _COLUMNS = {"ingested_at": "s.ingested_at", "size": "s.size"}

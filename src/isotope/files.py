@@ -1,0 +1,47 @@
+"""Reading a user's files, and naming them. Every path that reads a user file goes through
+:func:`read_file`: it reads only regular files (never a FIFO, socket or device, which
+could block forever or never end) and at most ``max_bytes``, even if the file grows.
+
+A source is the path it was reached by (made absolute, symbolic links *not* resolved), so
+ingest, sync, delete, filters and file references all agree on one name: after
+``current -> r1`` becomes ``current -> r2``, ``current/x`` is the same source with new
+content, and a deleted link is a deleted source.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from stat import S_ISREG
+
+from isotope.errors import LoaderError
+
+
+def source_path(path: str | Path) -> Path:
+    """The absolute path a file was reached by: ``~`` expanded, ``.`` and ``..`` folded,
+    symbolic links kept."""
+    return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def read_file(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes]:
+    """A regular file's status and its bytes; anything else (a FIFO, a device, a file
+    over ``max_bytes``) is a :class:`LoaderError` before a byte is read."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+        if not S_ISREG(stat.st_mode):
+            raise LoaderError(path, "not a regular file (a FIFO, socket or device); "
+                              "exclude it")
+        if stat.st_size > max_bytes:
+            raise LoaderError(
+                path, f"the file is {stat.st_size / 1e6:.0f} MB, over the max_file_mb "
+                f"limit of {max_bytes / 1e6:g} MB; split it, or raise the limit "
+                "(ISOTOPE_MAX_FILE_MB)")
+        with open(path, "rb") as fh:  # at most the limit, even if the file grows
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
+    if len(data) > max_bytes:
+        raise LoaderError(path, f"the file grew over the max_file_mb limit of "
+                          f"{max_bytes / 1e6:g} MB while being read")
+    return stat, data

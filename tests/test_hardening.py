@@ -1,0 +1,500 @@
+"""What an adversarial run found (issue 16): wrong results, a wiped index, hangs and
+tracebacks. Each test fails without its fix; everything is real but the model's reply."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from isotope import Chunk, Isotope
+from isotope.cli import app
+from isotope.embedders import Embedder
+from isotope.errors import InvalidArgument, StoreError, SyncRefused
+
+from conftest import FakeLLM
+
+runner = CliRunner()
+ENV = {"ISOTOPE_QUESTION_MODEL": "fake/echo", "ISOTOPE_ANSWER_MODEL": "fake/echo"}
+GARAGE = "The parking garage opens at six in the morning and closes at midnight."
+POOL = "The swimming pool is heated to twenty-eight degrees all year round."
+GYM = "The gym on the second floor has rowing machines and free weights."
+
+
+def _open(index: Path, embedder: Embedder, **settings: object) -> Isotope:
+    return Isotope.open(index, embedder=embedder, llm=FakeLLM(), **settings)
+
+
+def _write(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _top(iso: Isotope, query: str) -> str:
+    return Path(iso.search(query, k=1).results[0].chunk.source).name
+
+
+# -- 1. the vector cache belongs to one database state -----------------------------------
+def test_a_restored_database_never_reads_another_states_vector_cache(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL, "c.txt": GYM})
+    index = tmp_path / "index"
+    with _open(index, embedder) as iso:
+        iso.ingest(docs / "a.txt")
+        assert _top(iso, "When does the parking garage open?") == "a.txt"
+    shutil.copy(index / "isotope.db", tmp_path / "aside.db")
+    with _open(index, embedder) as iso:
+        iso.ingest(docs / "b.txt")
+        iso.search("How warm is the swimming pool?")  # caches a+b's vectors
+    shutil.copy(tmp_path / "aside.db", index / "isotope.db")
+    with _open(index, embedder) as iso:
+        iso.ingest(docs / "c.txt")  # a counter would now repeat b's generation
+        assert _top(iso, "When does the parking garage open?") == "a.txt"
+        assert {Path(i.source.uri).name for i in iso.sources()} == {"a.txt", "c.txt"}
+        assert iso.check() == []
+
+
+def test_check_compares_the_vector_cache_with_the_table_and_search_rebuilds_it(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL})
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        iso.search("When does the parking garage open?")
+        state = iso.store.get_meta("state")
+    cached = np.load(tmp_path / "index" / "vectors" / f"questions-{state}.npy", mmap_mode="r+")
+    cached[:] = 0  # zeroed in place: the same shape, the same state id
+    cached.flush()
+    del cached
+    with _open(tmp_path / "index", embedder) as iso:
+        problems = iso.check()
+        assert any("vector cache of questions disagrees" in p for p in problems), problems
+        assert _top(iso, "When does the parking garage open?") == "a.txt"
+        assert iso.check() == []  # the search rebuilt it
+
+
+# -- 2. sync never mass-deletes on an emptied or unmounted folder ------------------------
+def test_sync_of_an_emptied_folder_refuses_and_removes_nothing(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    mount = _write(tmp_path / "mnt", {"a.txt": GARAGE, "b.txt": POOL})
+    index = tmp_path / "index"
+    with _open(index, embedder) as iso:
+        iso.ingest(mount)
+    for file in mount.iterdir():  # unmounted: an empty directory remains
+        file.unlink()
+    result = runner.invoke(app, ["sync", str(mount), "--index", str(index)], env=ENV)
+    assert result.exit_code == 1
+    assert "would remove 2 of the 2 sources" in result.output and "--force" in result.output
+    with _open(index, embedder) as iso:
+        assert len(iso.sources()) == 2
+        with pytest.raises(SyncRefused):
+            iso.sync(mount)
+        assert sorted(Path(u).name for u in iso.sync(mount, force=True).removed) == [
+            "a.txt", "b.txt"]
+        assert iso.sources() == []
+
+
+def test_sync_removes_a_few_deleted_files_without_force(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _write(tmp_path / "docs", {f"{n}.txt": f"{GARAGE} Floor {n}." for n in range(6)})
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        (docs / "0.txt").unlink()
+        (docs / "1.txt").unlink()
+        assert len(iso.sync(docs).removed) == 2
+        for n in range(2, 6):
+            (docs / f"{n}.txt").unlink()
+        with pytest.raises(SyncRefused, match="4 of the 4"):
+            iso.sync(docs)
+
+
+# -- 3. a source is the path it was reached by -------------------------------------------
+def test_sources_are_the_paths_they_were_reached_by(tmp_path: Path, embedder: Embedder,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "r1", {"hotline.txt": "The support hotline number is 555-0101."})
+    _write(tmp_path / "r2", {"hotline.txt": "The support hotline number is 555-0202."})
+    (tmp_path / "current").symlink_to("r1")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest("current")
+        (tmp_path / "current").unlink()
+        (tmp_path / "current").symlink_to("r2")
+        report = iso.sync("current")
+        assert report.replaced == [str(tmp_path / "current" / "hotline.txt")]
+        infos = iso.sources()
+        assert [(i.source.uri, i.state) for i in infos] == [
+            (str(tmp_path / "current" / "hotline.txt"), "current")]
+        hits = iso.search("What is the support hotline number?", k=5).results
+        assert "555-0202" in hits[0].chunk.text
+        assert all("555-0101" not in h.chunk.text for h in hits)
+        found = iso.search("hotline number?", filters={"source": "current/*"}).results
+        assert found and found[0].chunk.source.endswith("current/hotline.txt")
+
+        # a link to a file outside the folder is a source of the folder; deleting the
+        # link deletes the source
+        _write(tmp_path / "outside", {"secret.txt": POOL})
+        docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": GYM, "c.txt": "Lunch."})
+        (docs / "link.txt").symlink_to("../outside/secret.txt")
+        iso.ingest(docs)
+        (docs / "link.txt").unlink()
+        assert iso.sync(docs).removed == [str(docs / "link.txt")]
+        iso.delete("current/hotline.txt")
+        assert all("hotline" not in i.source.uri for i in iso.sources())
+
+
+def test_a_symlinked_duplicate_is_ingested_once_and_the_report_counts_what_is_stored(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _write(tmp_path / "docs", {"a.txt": GARAGE})
+    (docs / "b.txt").symlink_to("a.txt")
+    with _open(tmp_path / "index", embedder) as iso:
+        report = iso.ingest(docs)
+        assert report.added == [str(docs / "a.txt")]
+        assert [s.path for s in report.skipped] == [str(docs / "b.txt")]
+        assert "the same file as" in report.skipped[0].message
+        assert report.questions == iso.status().counts["questions"] > 0
+
+
+# -- 4. ingest_chunks in batches ---------------------------------------------------------
+def test_ingest_chunks_without_a_source_keeps_every_batch(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest_chunks([GARAGE])
+        iso.ingest_chunks([POOL])
+        assert iso.status().counts["sources"] == 2
+        assert _top(iso, "When does the parking garage open?") != _top(
+            iso, "How warm is the swimming pool?")
+        assert iso.ingest_chunks([POOL]).unchanged  # the same batch again: nothing new
+        iso.ingest_chunks([GYM], source="batch")
+        iso.ingest_chunks([Chunk(text=GYM + " It opens at seven.")], source="batch")
+        assert iso.status().counts["sources"] == 3  # a named source is replaced
+
+
+# -- 5. every read of a user file is guarded ----------------------------------------------
+def _finishes(run: object, seconds: float = 30) -> object:
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(run()), daemon=True)  # type: ignore[operator]
+    worker.start()
+    worker.join(seconds)
+    assert result, "did not finish (it hangs reading a FIFO or a device)"
+    return result[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_list_does_not_read_a_fifo_or_a_device_that_replaced_a_file(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL})
+    with _open(tmp_path / "index", embedder, max_file_mb=1) as iso:
+        iso.ingest(docs)
+        (docs / "a.txt").unlink()
+        os.mkfifo(docs / "a.txt")
+        (docs / "b.txt").unlink()
+        (docs / "b.txt").symlink_to("/dev/zero")
+        infos = _finishes(lambda: iso.sources())
+        assert {Path(i.source.uri).name: i.state for i in infos} == {  # type: ignore[attr-defined]
+            "a.txt": "changed", "b.txt": "changed"}
+
+
+# -- 6. check and a damaged database --------------------------------------------------------
+def test_check_names_the_sources_that_lost_rows_and_repair_redoes_them(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL})
+    index = tmp_path / "index"
+    with _open(index, embedder) as iso:
+        iso.ingest(docs)
+    db = sqlite3.connect(index / "isotope.db")
+    db.execute("PRAGMA foreign_keys=ON")  # the atom's questions go with it
+    db.execute("DELETE FROM atoms WHERE chunk_id IN (SELECT id FROM chunks WHERE source "
+               "LIKE '%a.txt')")
+    db.commit()
+    db.close()
+    checked = runner.invoke(app, ["check", "--index", str(index)])
+    assert checked.exit_code == 1 and "source lost rows" in checked.output
+    assert str(docs / "a.txt") in checked.output and str(docs / "b.txt") not in checked.output
+    with _open(index, embedder) as iso:
+        assert iso.ingest(docs).unchanged  # an ingest skips it: the content did not change
+        assert iso.ingest(docs / "a.txt", force=True).replaced == [str(docs / "a.txt")]
+        assert iso.check() == []
+        assert _top(iso, "When does the parking garage open?") == "a.txt"
+
+
+def test_a_truncated_vector_neither_crashes_queries_nor_passes_check(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL})
+    index = tmp_path / "index"
+    with _open(index, embedder) as iso:
+        iso.ingest(docs)
+        iso.store._conn().execute(  # type: ignore[attr-defined]
+            "UPDATE questions SET vector = substr(vector, 1, 100) WHERE chunk_id IN "
+            "(SELECT id FROM chunks WHERE source LIKE '%b.txt')")
+        assert _top(iso, "When does the parking garage open?") == "a.txt"
+        problems = iso.check()
+        assert any("not 384-d" in p and "b.txt" in p for p in problems), problems
+    repaired = runner.invoke(app, ["check", "--repair", "--index", str(index)], env=ENV)
+    assert repaired.exit_code == 0, repaired.output
+    assert "ingested again: docs/b.txt" in repaired.output  # relative to where it runs
+    with _open(index, embedder) as iso:
+        assert _top(iso, "How warm is the swimming pool?") == "b.txt"
+
+
+def test_repair_removes_and_names_damaged_sources_it_cannot_ingest_again(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest_chunks([GARAGE], source="notes")
+        iso.ingest_chunks([POOL], source="pool")
+        iso.store._conn().execute("DELETE FROM atoms WHERE chunk_id IN (SELECT id FROM "  # type: ignore[attr-defined]
+                                  "chunks WHERE source = 'notes')")
+        report = iso.repair()
+        assert report.removed == ["notes"] and report.problems == []
+        assert [i.source.uri for i in iso.sources()] == ["pool"]
+
+
+def test_a_damaged_database_gives_one_line_errors_and_check_reports_it(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _write(tmp_path / "docs", {f"{n}.txt": f"{GARAGE} Level {n}. " * 40
+                                      for n in range(12)})
+    index = tmp_path / "index"
+    with _open(index, embedder) as iso:
+        iso.ingest(docs)
+    db = index / "isotope.db"
+    pages = db.stat().st_size // 4096
+    with open(db, "r+b") as fh:  # garbage over one page in the middle (not the schema)
+        fh.seek((pages // 2) * 4096)
+        fh.write(os.urandom(4096))
+    for command in (["check"], ["check", "--repair"], ["list"], ["status"],
+                    ["query", "When does the parking garage open?", "--raw"]):
+        result = runner.invoke(app, [*command, "--index", str(index)], env=ENV)
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            import traceback
+            traceback.print_exception(result.exception)
+            raise AssertionError(command)
+        if result.exit_code:
+            assert "isotope.db" in result.output or "sqlite" in result.output, command
+    checked = runner.invoke(app, ["check", "--index", str(index)])
+    assert checked.exit_code == 1
+    assert "damaged" in checked.output or "malformed" in checked.output
+
+
+def test_a_read_only_command_never_writes_a_schema_into_an_empty_file(
+    tmp_path: Path,
+) -> None:
+    index = tmp_path / "index"
+    index.mkdir()
+    (index / "isotope.db").write_bytes(b"")
+    for command in (["check"], ["list"], ["status"], ["query", "x?", "--raw"]):
+        result = runner.invoke(app, [*command, "--index", str(index)])
+        assert result.exit_code == 1 and "not an isotope index" in result.output, command
+    assert (index / "isotope.db").stat().st_size == 0
+
+
+def test_disk_full_during_ingest_names_the_real_error_and_keeps_what_was_stored(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    first = _write(tmp_path / "first", {"a.txt": GARAGE})
+    more = _write(tmp_path / "more", {f"{n}.txt": f"{POOL} Lane {n}. " * 200
+                                      for n in range(5)})
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(first)
+        conn = iso.store._conn()  # type: ignore[attr-defined]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages + 2}")  # the disk fills up
+        with pytest.raises(StoreError, match=r"full.*nothing of this write was stored"):
+            iso.ingest(more)
+        assert _top(iso, "When does the parking garage open?") == "a.txt"
+        assert iso.check() == []
+
+
+# -- 8. a read-only index answers -----------------------------------------------------------
+def _read_only_mount_works(path: Path) -> bool:
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        return False
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount --bind {path} {path} && "
+         f"mount -o remount,bind,ro {path} {path}"], capture_output=True)
+    return probe.returncode == 0
+
+
+def test_a_read_only_index_can_be_queried(tmp_path: Path, embedder: Embedder) -> None:
+    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL})
+    index = tmp_path / "index"
+    with _open(index, embedder) as iso:
+        iso.ingest(docs)
+    assert not (index / "isotope.db-wal").exists()  # closed cleanly
+    isotope = [sys.executable, "-m", "isotope"]
+    query = [*isotope, "query", "When does the parking garage open?", "--raw", "--json",
+             "--index", str(index)]
+    env = {**os.environ, "ISOTOPE_CACHE": "false"}
+    if _read_only_mount_works(index):  # root ignores file modes: a read-only mount
+        script = (f"mount --bind {index} {index} && mount -o remount,bind,ro {index} "
+                  f"{index} && exec \"$@\"")
+        command = ["unshare", "-m", "sh", "-c", script, "sh", *query]
+    elif os.geteuid() != 0:
+        for path in (index, *index.iterdir()):
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        command = query
+    else:
+        pytest.skip("no way to make a read-only folder here")
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["results"][0]["chunk"]["source"].endswith("a.txt")
+
+
+# -- 9, 12. values that are refused with one line ----------------------------------------------
+@pytest.fixture
+def small_index(tmp_path: Path, embedder: Embedder) -> Path:
+    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL, "c.txt": GYM,
+                                      "d.txt": "Lunch is served from noon."})
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+    return tmp_path / "index"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-k", "-1"], "from 1 to"),
+    (["-k", "0"], "from 1 to"),
+    (["-k", "99999999999999999999"], "from 1 to"),
+])
+def test_out_of_range_k_is_one_line(small_index: Path, args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["query", "When does the garage open?", "--raw", *args,
+                                 "--index", str(small_index)], env=ENV)
+    assert result.exit_code == 1 and message in result.output
+    assert result.output.count("\n") == 1
+
+
+def test_empty_queries_are_refused_and_undecodable_bytes_are_searched(
+    small_index: Path, embedder: Embedder
+) -> None:
+    with _open(small_index, embedder) as iso:
+        for query in ("", "   \n"):
+            with pytest.raises(InvalidArgument, match="empty"):
+                iso.search(query)
+        # what a terminal in another encoding gives Python: lone surrogates
+        assert _top(iso, "parking garage \udcff\udcfe open?") == "a.txt"
+    huge = runner.invoke(app, ["query", "garage?", "--raw", "--where",
+                               "page>=99999999999999999999", "--index", str(small_index)])
+    assert huge.exit_code == 0 and "no results" in huge.output
+
+
+def test_an_unexpected_error_is_one_line_and_v_shows_the_traceback(
+    small_index: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from isotope import cli
+    from isotope.index import Isotope as Index
+
+    def broken(self: Index) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Index, "status", broken)
+    monkeypatch.setattr(sys, "argv", ["isotope", "status", "--index", str(small_index)])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "error: RuntimeError: a bug" in err and "-v" in err and "Traceback" not in err
+    monkeypatch.setattr(sys, "argv", ["isotope", "-v", "status", "--index", str(small_index)])
+    with pytest.raises(RuntimeError):
+        cli.main()
+
+
+# -- 10, 11. what a terminal shows ---------------------------------------------------------------
+def test_control_characters_and_brackets_from_user_data_are_shown_as_they_are(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _write(tmp_path / "docs", {
+        "\x1b[2Jclear.txt": "The parking garage \x1b]0;pwned\x07 opens at six.",
+        "[red]x.txt": POOL,
+    })
+    (docs / "[local]notes.txt").write_text(GYM)
+    index = str(tmp_path / "index")
+    with _open(tmp_path / "index", embedder):
+        pass
+    assert runner.invoke(app, ["ingest", str(docs), "--index", index], env=ENV).exit_code == 0
+    listed = runner.invoke(app, ["list", "--index", index])
+    shown = runner.invoke(app, ["query", "When does the parking garage open?", "--raw",
+                                "--index", index])
+    for output in (listed.output, shown.output):
+        assert "\x1b" not in output and "\x07" not in output
+    assert "\\x1b[2Jclear.txt" in listed.output and "[red]x.txt" in listed.output
+    assert "\\x1b]0;pwned" in shown.output
+    deleted = runner.invoke(app, ["delete", str(docs / "[local]notes.txt"), "--index", index])
+    assert deleted.exit_code == 0 and "[local]notes.txt" in deleted.output
+    gone = runner.invoke(app, ["delete", str(docs / "\x1b[2Jclear.txt"), "--index", index])
+    assert gone.exit_code == 0 and "\x1b" not in gone.output
+
+
+def test_an_install_hint_keeps_its_brackets(small_index: Path) -> None:
+    result = runner.invoke(app, ["query", "When does the garage open?", "--index",
+                                 str(small_index)], env={"ISOTOPE_ANSWER_MODEL": "litellm/x"})
+    assert result.exit_code == 1
+    assert "pip install 'isotopedb[litellm]'" in result.output
+
+
+def test_from_import_tells_a_broken_install_from_a_missing_one() -> None:
+    from isotope.errors import IsotopeError, MissingDependency
+
+    missing = MissingDependency.from_import(ModuleNotFoundError("no llama_cpp"), "x", "local")
+    assert isinstance(missing, MissingDependency)
+    broken = MissingDependency.from_import(
+        ImportError("cannot import name 'Llama' from partially initialized module"), "x",
+        "local")
+    assert not isinstance(broken, MissingDependency) and isinstance(broken, IsotopeError)
+    assert "run the command again" in str(broken)
+
+
+# -- newcomer polish ------------------------------------------------------------------------------
+def test_version_summary_lines_and_where_the_index_is(
+    small_index: Path, tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from isotope import __version__
+
+    assert runner.invoke(app, ["--version"]).output.strip() == f"isotope {__version__}"
+    docs = _write(tmp_path / "more", {"e.txt": "Parcels are left at the front desk."})
+    result = runner.invoke(app, ["ingest", str(docs), "--index", str(small_index)], env=ENV)
+    assert any(line.startswith("ingested 1 new") and line.endswith("skipped")
+               for line in result.output.splitlines()), result.output
+    with Isotope.open("notes", embedder=embedder, llm=FakeLLM()) as iso:
+        where = str(tmp_path / "projects" / "notes")
+        assert repr(iso) == f"Isotope(index={where!r}, project='notes')"
+        assert iso.status().index == where and iso.status().project == "notes"
+    status = runner.invoke(app, ["status", "--project", "notes"])
+    assert "(project notes)" in status.output
+
+
+def test_help_paragraphs_are_not_broken_mid_sentence() -> None:
+    import inspect
+
+    from isotope.cli import project_app
+
+    for command in (*app.registered_commands, *project_app.registered_commands):
+        assert command.callback is not None
+        group = [] if command in app.registered_commands else ["project"]
+        name = command.name or command.callback.__name__.rstrip("_").replace("_", "-")
+        if group:
+            name = name.removeprefix("project-")
+        shown = runner.invoke(app, [*group, name, "--help"], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, name
+        lines = [" ".join(line.strip(" │").split()) for line in shown.output.splitlines()]
+        for part in inspect.cleandoc(command.callback.__doc__ or "").split("\n\n"):
+            paragraph = " ".join(part.split())
+            if len(paragraph) < 150:
+                assert paragraph in lines, (name, paragraph)
