@@ -5,16 +5,35 @@ Index settings (models, chunking, question generation) are saved inside the inde
 is created, so an index describes itself; opening it later with other values for them in
 the environment or arguments uses those values for new work, except the embedding model,
 which must match (see :class:`isotope.errors.ModelMismatch`).
+
+``.env`` (in the working directory) is read by :func:`read_dotenv` only: once per version
+of the file, as UTF-8, its python-dotenv warnings shown once per process. Every float
+setting refuses ``inf`` and ``nan``. List settings (``include``, ``exclude``) take a JSON
+list or globs separated by commas; ``weights`` takes a JSON object.
 """
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import os
+import re
+import stat
+import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings import SettingsError as SourceError
 
 from isotope.errors import SettingsError
 
@@ -32,11 +51,128 @@ def _default_cache_dir() -> Path:
     return Path(base) / "isotope"
 
 
+DOTENV = Path(".env")
+"""The ``.env`` file read, relative to the working directory."""
+
+
+class _OncePerProcess(logging.Filter):
+    """Drops a record whose message was already let through, and names the file being
+    parsed in python-dotenv's warnings (they only give a line number)."""
+
+    isotope_once = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        parsing = getattr(_parsing, "path", None)
+        if parsing is not None and "could not parse" in message:
+            message = f"{message} of {parsing} (the line is ignored)"
+            record.msg, record.args = message, ()
+        with self._lock:
+            if message in self._seen:
+                return False
+            self._seen.add(message)
+        return True
+
+
+_parsing = threading.local()
+_dotenv_logger = logging.getLogger("dotenv.main")
+if not any(getattr(f, "isotope_once", False) for f in _dotenv_logger.filters):
+    _dotenv_logger.addFilter(_OncePerProcess())
+
+_dotenv_cache: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
+
+
+def read_dotenv(path: Path = DOTENV) -> Mapping[str, str]:
+    """The variables set in ``path`` (``.env`` in the working directory), names upper-cased,
+    ``{}`` when there is no such file. Variables without a value (a line ``NAME`` without
+    ``=``) are left out, as pydantic-settings does.
+
+    The file is parsed once per version (path, modification time, size, inode), so the
+    settings and :func:`env_origin` see one reading, and a line python-dotenv cannot parse
+    is warned about once. A file that cannot be read or is not UTF-8 text (a UTF-8 byte
+    order mark is fine) is a :class:`SettingsError`.
+    """
+    try:
+        info = path.stat()
+    except OSError:
+        return {}
+    if not stat.S_ISREG(info.st_mode):
+        return {}
+    key = str(path.absolute())
+    version = (info.st_mtime_ns, info.st_size, info.st_ino)
+    cached = _dotenv_cache.get(key)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SettingsError(f"{path} cannot be read ({exc.strerror or exc}): make it readable "
+                            "or remove it") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff")
+        what = "it looks like UTF-16" if utf16 else (
+            f"byte 0x{raw[exc.start]:02x} at position {exc.start} of {path.absolute()}")
+        raise SettingsError(f"{path} is not UTF-8 text ({what}): save it as UTF-8") from None
+    from dotenv import dotenv_values
+
+    _parsing.path = path.absolute()
+    try:
+        parsed = dotenv_values(stream=io.StringIO(text))
+    finally:
+        _parsing.path = None
+    values = {name.upper(): value for name, value in parsed.items() if value is not None}
+    _dotenv_cache[key] = (version, values)
+    return values
+
+
+class _DotEnvSource(PydanticBaseSettingsSource):
+    """The ``ISOTOPE_*`` variables of ``.env``, from :func:`read_dotenv` (instead of
+    pydantic-settings' own reading: it would parse the file again for every Settings and
+    fail with a traceback on a file that is not UTF-8)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        key = f"ISOTOPE_{field_name.upper()}"
+        return read_dotenv().get(key), key, False
+
+    def __call__(self) -> dict[str, Any]:
+        values = read_dotenv()
+        return {name: values[key] for name in self.settings_cls.model_fields
+                if (key := f"ISOTOPE_{name.upper()}") in values}
+
+
+def _globs(value: Any) -> Any:
+    """A list setting from text: a JSON list, or globs separated by commas."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"not a JSON list ({exc}); write a JSON list of globs, "
+                             'e.g. ["*.pdf", "build/**"], or globs separated by commas') from None
+    return [glob.strip() for glob in text.split(",") if glob.strip()]
+
+
+Globs = Annotated[list[str], NoDecode]
+"""A list of globs; from text, a JSON list or globs separated by commas (see
+:func:`_globs`)."""
+Weight = Annotated[float, Field(ge=0, le=1000)]
+
+
 class Settings(BaseSettings):
     """All of isotope's settings. Environment variables use the ``ISOTOPE_`` prefix."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ISOTOPE_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+        # env_file=None: .env is read by _DotEnvSource (see settings_customise_sources)
+        env_prefix="ISOTOPE_", env_file=None, extra="ignore", allow_inf_nan=False,
     )
 
     index: Path = Field(Path(".isotope"), description="Index directory used when none is given")
@@ -70,7 +206,8 @@ class Settings(BaseSettings):
         0.3, ge=-1, le=1, description="Drop questions less similar (cosine) to their atom"
     )
     dedup_threshold: float | None = Field(
-        0.85, description="Drop questions this similar to a kept one of the chunk (None: off)"
+        0.85, ge=-1, le=1,
+        description="Drop questions this similar (cosine) to a kept one of the chunk (None: off)"
     )
 
     chunk_size: int = Field(256, ge=16, description="Chunk size in tokens")
@@ -86,8 +223,8 @@ class Settings(BaseSettings):
     mode: str = Field("hybrid", description="Retrieval mode (isotope query --help)")
     alpha: float = Field(0.5, ge=0, le=1, description="Hybrid: weight of dense signals "
                          "(1 - alpha for keyword signals)")
-    weights: dict[str, float] = Field(
-        default_factory=dict, description="Hybrid: weight per signal, e.g. "
+    weights: Annotated[dict[str, Weight], NoDecode] = Field(
+        default_factory=dict, description="Hybrid: weight per signal (0 to 1000), e.g. "
         '{"questions-bm25": 0.5}, over alpha and the defaults (0 leaves a signal out)')
     fusion: Literal["zscore", "rrf"] = Field("zscore", description="Hybrid fusion method")
     aggregate: Literal["max", "softsum"] = Field(
@@ -118,9 +255,12 @@ class Settings(BaseSettings):
         description="API key for openai/ models (default: $OPENAI_API_KEY)",
     )
     llm_concurrency: int = Field(8, ge=1, description="Remote model calls in flight at once")
-    requests_per_minute: float | None = Field(None, description="Remote request budget")
-    tokens_per_minute: float | None = Field(None, description="Remote token budget")
-    llm_timeout: float = Field(120.0, gt=0, description="Seconds before a remote call times out")
+    requests_per_minute: float | None = Field(
+        None, ge=0, description="Remote request budget (None or 0: none)")
+    tokens_per_minute: float | None = Field(
+        None, ge=0, description="Remote token budget (None or 0: none)")
+    llm_timeout: float = Field(120.0, gt=0, le=86_400,
+                               description="Seconds before a remote call times out")
     llm_max_retries: int = Field(5, ge=0, description="Retries of a failed remote call")
 
     storage: Literal["content", "file-reference"] = Field(
@@ -130,7 +270,8 @@ class Settings(BaseSettings):
         "source_aware", description="source_aware: skip unchanged files, replace changed "
         "ones reusing unchanged chunks, sync removes deleted files; none: re-index every "
         "file, remove nothing")
-    max_file_mb: float = Field(64.0, gt=0, description="Larger files are reported, not read")
+    max_file_mb: float = Field(64.0, gt=0, le=1_000_000,
+                               description="Larger files are reported, not read")
     lock_wait: float = Field(0.0, ge=0, description="Seconds to wait for another process "
                              "writing to the index (0: fail at once)")
     projects_dir: Path = Field(
@@ -138,13 +279,42 @@ class Settings(BaseSettings):
         description="Where named indexes (projects) live")
     project: str | None = Field(None, description="Project used when no index is given")
 
-    include: list[str] = Field(
-        default_factory=list, description="Globs a file in a directory must match"
+    include: Globs = Field(
+        default_factory=list, description="Globs a file in a directory must match (a JSON "
+        "list, or globs separated by commas)"
     )
-    exclude: list[str] = Field(
+    exclude: Globs = Field(
         default_factory=lambda: [".*", "**/.*", "**/node_modules/**", "**/__pycache__/**"],
-        description="Globs of files and folders skipped in a directory",
+        description="Globs of files and folders skipped in a directory (a JSON list, or "
+        "globs separated by commas)",
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _DotEnvSource(settings_cls), file_secret_settings
+
+    @field_validator("include", "exclude", mode="before")
+    @classmethod
+    def _split_globs(cls, value: Any) -> Any:
+        return _globs(value)
+
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _weights_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not a JSON object ({exc}); write e.g. "
+                                 '{"questions-bm25": 0.5}') from None
+        return value
 
     @field_validator("dedup_threshold", mode="before")
     @classmethod
@@ -191,13 +361,7 @@ def env_origin(name: str) -> str | None:
     key = f"ISOTOPE_{name.upper()}"
     if any(k.upper() == key for k in os.environ):
         return "env"
-    env_file = Path(".env")
-    if env_file.is_file():
-        from dotenv import dotenv_values
-
-        if any(k.upper() == key for k in dotenv_values(env_file)):
-            return ".env"
-    return None
+    return ".env" if key in read_dotenv() else None
 
 
 def resolve(saved: dict[str, Any] | None, **overrides: Any) -> tuple[Settings, dict[str, str]]:
@@ -211,6 +375,30 @@ def resolve(saved: dict[str, Any] | None, **overrides: Any) -> tuple[Settings, d
         return _resolve(saved, explicit)
     except ValidationError as exc:
         raise SettingsError(_describe(exc, explicit)) from None
+    except SourceError as exc:  # pydantic-settings could not decode a variable
+        raise SettingsError(_describe_source(exc)) from None
+
+
+def _origin(name: str, explicit: dict[str, Any]) -> str:
+    origin = env_origin(name)
+    return ("argument" if name in explicit else
+            f"$ISOTOPE_{name.upper()}" if origin == "env" else
+            origin or "the index's saved settings")
+
+
+def _describe_source(exc: SourceError) -> str:
+    """One line for pydantic-settings' own errors (they name the field, not the variable,
+    and carry the cause apart)."""
+    found = re.search(r'field "([^"]+)"', str(exc))
+    reason = " ".join(str(exc.__cause__ or exc).split())
+    if not found:
+        return f"invalid setting: {' '.join(str(exc).split())}"
+    name = found.group(1)
+    origin = env_origin(name)
+    where = (f"$ISOTOPE_{name.upper()}" if origin == "env" else
+             f"ISOTOPE_{name.upper()} in .env" if origin == ".env" else
+             f"ISOTOPE_{name.upper()}")
+    return f"invalid setting: {name} (from {where}): {reason}"
 
 
 def _describe(exc: ValidationError, explicit: dict[str, Any]) -> str:
@@ -222,9 +410,7 @@ def _describe(exc: ValidationError, explicit: dict[str, Any]) -> str:
         if not name:
             problems.append(message)
             continue
-        origin = ("argument" if name in explicit else
-                  f"${'ISOTOPE_' + name.upper()}" if env_origin(name) == "env" else
-                  env_origin(name) or "the index's saved settings")
+        origin = _origin(str(error["loc"][0]), explicit)
         problems.append(f"{name} = {error.get('input')!r} (from {origin}): {message}")
     return "invalid setting: " + "; ".join(problems)
 

@@ -1,0 +1,199 @@
+"""Settings, projects and evaluation inputs that used to end in a traceback: each is now
+one line naming what is wrong, where it came from and how to fix it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import isotope
+from isotope.cli import app
+from isotope.errors import SettingsError
+from isotope.settings import Settings, resolve
+
+runner = CliRunner()
+SRC = Path(isotope.__file__).resolve().parents[1]
+
+
+def _isotope(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``isotope ARGS`` as a fresh process, with this checkout's code."""
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.run([sys.executable, "-m", "isotope", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _one_line(stderr: str) -> str:
+    assert stderr.count("\n") == 1, stderr
+    assert "Traceback" not in stderr
+    return stderr
+
+
+# -- 1. non-finite and absurd numbers -------------------------------------------------
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e300", "Infinity"])
+def test_max_file_mb_refuses_non_finite_and_absurd_sizes(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ISOTOPE_MAX_FILE_MB", value)
+    with pytest.raises(SettingsError, match=r"max_file_mb = .* \(from \$ISOTOPE_MAX_FILE_MB\)"):
+        resolve(None)
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code == 1
+    assert "max_file_mb" in _one_line(result.stderr)
+
+
+def test_a_large_but_sane_max_file_mb_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ISOTOPE_MAX_FILE_MB", "4096")
+    assert resolve(None)[0].max_file_mb == 4096
+
+
+FLOATS = [name for name, field in Settings.model_fields.items()
+          if "float" in str(field.annotation) and "dict" not in str(field.annotation)]
+
+
+@pytest.mark.parametrize("name", FLOATS)
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_every_float_setting_refuses_inf_and_nan(
+    name: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(f"ISOTOPE_{name.upper()}", value)
+    with pytest.raises(SettingsError, match=rf"{name} = .* \(from \$ISOTOPE_{name.upper()}\)"):
+        resolve(None)
+    with pytest.raises(SettingsError, match=rf"{name} = .* \(from argument\)"):
+        resolve(None, **{name: float(value)})
+
+
+def test_dedup_threshold_is_a_cosine_or_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in ("1.5", "-2", "nan"):
+        monkeypatch.setenv("ISOTOPE_DEDUP_THRESHOLD", bad)
+        with pytest.raises(SettingsError, match="dedup_threshold"):
+            resolve(None)
+    for good, expected in (("0.9", 0.9), ("-1", -1.0), ("off", None), ("none", None)):
+        monkeypatch.setenv("ISOTOPE_DEDUP_THRESHOLD", good)
+        assert resolve(None)[0].dedup_threshold == expected
+
+
+@pytest.mark.parametrize("weights", ['{"questions-bm25": -1}', '{"questions-bm25": 1e9}',
+                                     '{"questions-bm25": NaN}', '{"questions-bm25": Infinity}'])
+def test_weights_refuse_negative_non_finite_and_absurd_values(
+    weights: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ISOTOPE_WEIGHTS", weights)
+    with pytest.raises(SettingsError) as caught:
+        resolve(None)
+    assert "weights.questions-bm25" in str(caught.value)
+    assert "(from $ISOTOPE_WEIGHTS)" in str(caught.value)
+    with pytest.raises(SettingsError, match=r"weights\.x = .* \(from argument\)"):
+        resolve(None, weights={"x": -0.5})
+
+
+def test_weights_that_are_not_json_are_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ISOTOPE_WEIGHTS", "questions-bm25=0.5")
+    with pytest.raises(SettingsError, match=r"weights .*\$ISOTOPE_WEIGHTS"):
+        resolve(None)
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code == 1 and "ISOTOPE_WEIGHTS" in _one_line(result.stderr)
+    monkeypatch.setenv("ISOTOPE_WEIGHTS", '{"questions-bm25": 0.5, "chunks-dense": 0}')
+    assert resolve(None)[0].weights == {"questions-bm25": 0.5, "chunks-dense": 0.0}
+
+
+# -- 2. list settings from the environment --------------------------------------------
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("*.pdf", ["*.pdf"]),
+    ("*.pdf, build/**,**/*.tmp", ["*.pdf", "build/**", "**/*.tmp"]),
+    ('["*.pdf", "a,b"]', ["*.pdf", "a,b"]),
+    ("", []),
+])
+def test_exclude_and_include_take_a_json_list_or_comma_separated_globs(
+    raw: str, expected: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("ISOTOPE_EXCLUDE", raw)
+    assert resolve(None)[0].exclude == expected
+    (tmp_path / ".env").write_text(f"ISOTOPE_INCLUDE='{raw}'\n")
+    settings, origins = resolve(None)
+    assert settings.include == expected and origins["include"] == ".env"
+    result = runner.invoke(app, ["config", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["exclude"] == {"value": expected, "from": "env"}
+
+
+def test_a_broken_json_list_is_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ISOTOPE_EXCLUDE", '["*.pdf"')
+    with pytest.raises(SettingsError, match=r"exclude = .* \(from \$ISOTOPE_EXCLUDE\)"):
+        resolve(None)
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code == 1 and "ISOTOPE_EXCLUDE" in _one_line(result.stderr)
+
+
+def test_a_plain_glob_in_the_environment_works_from_a_fresh_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ISOTOPE_EXCLUDE", "*.pdf")
+    done = _isotope("config", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["exclude"]["value"] == ["*.pdf"]
+
+
+# -- 3. a .env file that is not UTF-8 -------------------------------------------------
+
+def test_a_utf16_env_file_is_one_line_saying_to_save_it_as_utf8(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_bytes("ISOTOPE_TOP_K=7\n".encode("utf-16"))
+    with pytest.raises(SettingsError, match=r"^\.env is not UTF-8 text \(.*\): save it as UTF-8"):
+        resolve(None)
+    result = runner.invoke(app, ["config"])
+    assert result.exit_code == 1
+    assert ".env is not UTF-8 text" in _one_line(result.stderr)
+
+
+def test_a_utf8_env_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_bytes("ISOTOPE_TOP_K=7\n".encode("utf-8-sig"))
+    settings, origins = resolve(None)
+    assert settings.top_k == 7 and origins["top_k"] == ".env"
+
+
+def test_an_edited_env_file_is_read_again(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text("ISOTOPE_TOP_K=7\n")
+    assert resolve(None)[0].top_k == 7
+    env.write_text("ISOTOPE_TOP_K=11\n")
+    assert resolve(None)[0].top_k == 11
+    env.unlink()
+    settings, origins = resolve(None)
+    assert settings.top_k == 5 and origins["top_k"] == "default"
+
+
+# -- 4. one warning per bad .env line -------------------------------------------------
+
+BAD_ENV = "# settings\nISOTOPE_TOP_K=7\nISOTOPE_ALPHA=0.4\n'unclosed = x\nISOTOPE_CACHE=false\n"
+
+
+def test_a_bad_env_line_is_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / ".env").write_text(BAD_ENV)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            settings, origins = resolve(None)
+    warnings = [r for r in caplog.records if "could not parse" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "line 4" in warnings[0].getMessage()
+    assert settings.top_k == 7 and settings.cache is False and origins["alpha"] == ".env"
+
+
+def test_a_bad_env_line_is_warned_about_once_per_command(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text(BAD_ENV)
+    done = _isotope("config", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("could not parse") == 1, done.stderr
