@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import isotope
+from isotope import projects
 from isotope.cli import app
 from isotope.errors import SettingsError
 from isotope.settings import Settings, resolve
@@ -197,3 +198,76 @@ def test_a_bad_env_line_is_warned_about_once_per_command(tmp_path: Path) -> None
     done = _isotope("config", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("could not parse") == 1, done.stderr
+
+
+# -- 5. a project named "default" -----------------------------------------------------
+
+def test_a_project_named_default_then_another_made_the_default() -> None:
+    assert runner.invoke(app, ["project", "create", "default"]).exit_code == 0
+    made = runner.invoke(app, ["project", "create", "foo", "--use"])
+    assert made.exit_code == 0, made.output
+    assert projects.default() == "foo"
+    listed = json.loads(runner.invoke(app, ["project", "list", "--json"]).stdout)
+    assert {p["name"]: p["is_default"] for p in listed} == {"default": False, "foo": True}
+    assert runner.invoke(app, ["project", "use", "default"]).exit_code == 0
+    assert projects.default() == "default"
+
+
+def test_a_default_project_then_one_named_default() -> None:
+    assert runner.invoke(app, ["project", "create", "foo", "--use"]).exit_code == 0
+    made = runner.invoke(app, ["project", "create", "default"])
+    assert made.exit_code == 0, made.output
+    assert projects.default() == "foo" and projects.exists("default")
+    assert runner.invoke(app, ["project", "delete", "foo", "--yes"]).exit_code == 0
+    assert projects.default() is None and projects.exists("default")
+
+
+def test_the_default_chosen_before_the_pointer_moved_is_still_the_default(
+    tmp_path: Path,
+) -> None:
+    assert runner.invoke(app, ["project", "create", "foo"]).exit_code == 0
+    (tmp_path / "projects" / "default").write_text("foo\n")  # written by earlier versions
+    assert projects.default() == "foo"
+    made = runner.invoke(app, ["project", "create", "default"])
+    assert made.exit_code == 0, made.output
+    assert projects.default() == "foo" and projects.exists("default")
+
+
+# -- 6. a project folder that is a symbolic link --------------------------------------
+
+def test_deleting_a_linked_project_removes_the_link_and_keeps_the_folder(
+    tmp_path: Path,
+) -> None:
+    assert runner.invoke(app, ["project", "create", "docs"]).exit_code == 0
+    elsewhere = tmp_path / "elsewhere" / "docs"
+    elsewhere.parent.mkdir()
+    link = tmp_path / "projects" / "docs"
+    link.rename(elsewhere)
+    link.symlink_to(elsewhere, target_is_directory=True)
+    assert projects.exists("docs")
+
+    deleted = projects.delete("docs")
+    assert deleted.path == link and deleted.kept == elsewhere
+    assert "left in place" in deleted.message() and str(elsewhere) in deleted.message()
+    assert not link.is_symlink() and not link.exists()
+    assert (elsewhere / "isotope.db").is_file() or any(elsewhere.iterdir())
+    assert not projects.exists("docs")
+    assert runner.invoke(app, ["project", "list", "--json"]).stdout.strip() == "[]"
+
+
+def test_deleting_a_linked_project_from_the_cli(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["project", "create", "docs"]).exit_code == 0
+    elsewhere = tmp_path / "kept"
+    link = tmp_path / "projects" / "docs"
+    link.rename(elsewhere)
+    link.symlink_to(elsewhere, target_is_directory=True)
+    result = runner.invoke(app, ["project", "delete", "docs", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert not link.is_symlink() and elsewhere.is_dir()
+
+
+def test_deleting_a_plain_project_removes_its_folder(tmp_path: Path) -> None:
+    assert runner.invoke(app, ["project", "create", "docs"]).exit_code == 0
+    deleted = projects.delete("docs")
+    assert deleted.kept is None and not deleted.path.exists()
+    assert deleted.message() == f"deleted project docs ({deleted.path})"

@@ -6,10 +6,17 @@ Which index a command uses, first match wins: ``--index DIR`` (or a path given t
 ``Isotope.open``), ``--project NAME`` (or a bare name given to ``Isotope.open``), the
 ``ISOTOPE_INDEX`` setting, the ``ISOTOPE_PROJECT`` setting, the default project, and
 finally ``./.isotope``.
+
+The default project's name is kept in ``.default`` in the projects folder: a name no
+project can have (project names start with a letter or digit). Earlier versions kept it in
+``default``, which collided with a project named ``default``; that file is still read, and
+moved to ``.default`` when the default is next written or a project ``default`` created.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -25,7 +32,10 @@ from isotope.settings import (
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-DEFAULT_FILE = "default"
+DEFAULT_FILE = ".default"
+"""The file in the projects folder holding the default project's name."""
+LEGACY_DEFAULT_FILE = "default"
+"""Where versions before ``.default`` kept it (a project may be named ``default``)."""
 
 
 class ProjectError(IsotopeError):
@@ -79,19 +89,50 @@ def require(name: str, settings: Settings | None = None) -> Path:
     return path_of(name, settings)
 
 
-def default(settings: Settings | None = None) -> str | None:
-    marker = _settings(settings).projects_dir / DEFAULT_FILE
-    try:
-        name = marker.read_text().strip()
-    except OSError:
+def _read_marker(path: Path) -> str | None:
+    if not path.is_file():  # a project named "default" is a folder
         return None
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write_marker(base: Path, name: str | None) -> None:
+    """Point ``.default`` at ``name`` (None: no default), replacing it atomically, and
+    drop the pointer file of earlier versions."""
+    marker = base / DEFAULT_FILE
+    if name is None:
+        marker.unlink(missing_ok=True)
+    else:
+        base.mkdir(parents=True, exist_ok=True)
+        partial = base / f"{DEFAULT_FILE}.{os.getpid()}.tmp"
+        partial.write_text(name + "\n", encoding="utf-8")
+        os.replace(partial, marker)
+    legacy = base / LEGACY_DEFAULT_FILE
+    if legacy.is_file() and not legacy.is_symlink():
+        with contextlib.suppress(OSError):
+            legacy.unlink()
+
+
+def _migrate(base: Path) -> None:
+    """Move the pointer file of earlier versions (``default``) to ``.default``."""
+    legacy = base / LEGACY_DEFAULT_FILE
+    if legacy.is_file() and not legacy.is_symlink():
+        current = _read_marker(base / DEFAULT_FILE)
+        _write_marker(base, current or _read_marker(legacy))
+
+
+def default(settings: Settings | None = None) -> str | None:
+    """The default project, if one is set and exists."""
+    base = _settings(settings).projects_dir
+    name = _read_marker(base / DEFAULT_FILE) or _read_marker(base / LEGACY_DEFAULT_FILE)
     return name if name and _NAME.match(name) and exists(name, settings) else None
 
 
 def set_default(name: str, settings: Settings | None = None) -> None:
     require(name, settings)
-    base = _settings(settings).projects_dir
-    (base / DEFAULT_FILE).write_text(name + "\n")
+    _write_marker(_settings(settings).projects_dir, name)
 
 
 def index_path(settings: Settings, origins: dict[str, str]) -> Path:
@@ -112,6 +153,8 @@ def create(name: str, **values: Any) -> Path:
     path = path_of(name, base)
     if exists(name, base):
         raise ProjectError(f"project {name!r} already exists ({path})")
+    if name == LEGACY_DEFAULT_FILE:  # the old default pointer would be in the way
+        _migrate(base.projects_dir)
     unknown = set(values) - set(Settings.model_fields)
     if unknown:
         raise ProjectError(f"unknown setting(s): {', '.join(sorted(unknown))}; "
@@ -150,17 +193,57 @@ def listing(settings: Settings | None = None) -> list[ProjectInfo]:
             if p.is_dir() and _NAME.match(p.name) and exists(p.name, settings)]
 
 
-def delete(name: str, settings: Settings | None = None) -> Path:
-    """Delete a project's index directory (its cache entries stay in the shared cache)."""
+@dataclass
+class Deleted:
+    """What :func:`delete` removed."""
+
+    name: str
+    path: Path
+    """The project's entry in the projects folder (now gone)."""
+    kept: Path | None = None
+    """When that entry was a symbolic link: the folder it pointed to, left in place with
+    its index (only the link was removed). None when the folder itself was deleted."""
+
+    def message(self) -> str:
+        """One line for the user, e.g. ``deleted project docs (/path/to/docs)``."""
+        if self.kept is None:
+            return f"deleted project {self.name} ({self.path})"
+        return (f"deleted project {self.name}: removed the link {self.path}; the folder it "
+                f"pointed to, {self.kept}, was left in place (delete it yourself if you no "
+                "longer need it)")
+
+
+def delete(name: str, settings: Settings | None = None) -> Deleted:
+    """Delete a project: its index directory (its cache entries stay in the shared cache).
+
+    When the project's entry in the projects folder is a symbolic link to a folder
+    elsewhere, only the link is removed: the folder it points to and the index in it are
+    left in place, and the returned :class:`Deleted` names it in ``kept`` (its
+    :meth:`Deleted.message` says so). A link whose folder is gone is removed too.
+    """
+    path = path_of(name, settings)
+    if path.is_symlink() and not exists(name, settings):  # a dangling link
+        path.unlink()
+        _forget_default(name, settings)
+        return Deleted(name, path)
     path = require(name, settings)
     from isotope.stores.sqlite import SQLiteStore
 
+    kept = None
     store = SQLiteStore(path, create=False)
     try:
         with store.writer():  # not while something writes to it
-            shutil.rmtree(path)
+            if path.is_symlink():
+                kept = path.resolve()
+                path.unlink()
+            else:
+                shutil.rmtree(path)
     finally:
         store.close()
+    _forget_default(name, settings)
+    return Deleted(name, path, kept)
+
+
+def _forget_default(name: str, settings: Settings | None) -> None:
     if default(settings) is None:
-        (_settings(settings).projects_dir / DEFAULT_FILE).unlink(missing_ok=True)
-    return path
+        _write_marker(_settings(settings).projects_dir, None)
