@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 import isotope
-from isotope import projects
+from isotope import evaluation, projects
 from isotope.cli import app
-from isotope.errors import SettingsError
+from isotope.errors import IsotopeError, SettingsError
 from isotope.settings import Settings, resolve
 
 runner = CliRunner()
@@ -271,3 +272,55 @@ def test_deleting_a_plain_project_removes_its_folder(tmp_path: Path) -> None:
     deleted = projects.delete("docs")
     assert deleted.kept is None and not deleted.path.exists()
     assert deleted.message() == f"deleted project docs ({deleted.path})"
+
+
+# -- 7. evaluation inputs -------------------------------------------------------------
+
+def test_eval_of_a_missing_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"question": "Why?", "gold_pid": "1"}\n')
+    missing = tmp_path / "nonexistent.jsonl"
+    result = runner.invoke(app, ["eval", str(missing), str(queries)])
+    assert result.exit_code == 1, result.output
+    assert str(missing) in _one_line(result.stderr) and "no such file" in result.stderr
+    with pytest.raises(IsotopeError, match=r"nonexistent\.jsonl: no such file"):
+        evaluation.load(missing, queries)
+    with pytest.raises(IsotopeError, match="is a folder"):
+        evaluation.load(tmp_path, queries)
+
+
+def test_eval_of_a_line_that_is_not_json_names_the_file_and_line(tmp_path: Path) -> None:
+    passages = tmp_path / "p.jsonl"
+    passages.write_text('{"pid": "1", "text": "Robots."}\n\n{"pid": 2, text: "x"}\n')
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"question": "Why?", "gold_pid": "1"}\n')
+    where = re.escape(str(passages))
+    with pytest.raises(IsotopeError, match=rf"^{where}:3: not JSON .*one JSON object"):
+        evaluation.load(passages, queries)
+    result = runner.invoke(app, ["eval", str(passages), str(queries)])
+    assert result.exit_code == 1 and f"{passages}:3" in _one_line(result.stderr)
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    ('["1", "Robots."]', "not a JSON object"),
+    ("42", "not a JSON object"),
+    ('{"pid": "1", "text": 5}', "text must be a string"),
+])
+def test_eval_of_a_line_of_the_wrong_shape_names_the_file_and_line(
+    line: str, problem: str, tmp_path: Path
+) -> None:
+    passages = tmp_path / "p.jsonl"
+    passages.write_text('{"pid": "0", "text": "Robots."}\n' + line + "\n")
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"question": "Why?", "gold_pid": "0"}\n')
+    with pytest.raises(IsotopeError, match=rf"^{re.escape(str(passages))}:2: {problem}"):
+        evaluation.load(passages, queries)
+
+
+def test_eval_of_a_file_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    passages = tmp_path / "p.jsonl"
+    passages.write_bytes(b'{"pid": "0", "text": "Robots."}\n{"pid": "1", "text": "\xff"}\n')
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"question": "Why?", "gold_pid": "0"}\n')
+    with pytest.raises(IsotopeError, match=rf"^{re.escape(str(passages))}:2: not UTF-8"):
+        evaluation.load(passages, queries)

@@ -113,30 +113,72 @@ class EvalResult:
         ]
 
 
-def read_jsonl(path: Path, required: Sequence[str]) -> list[dict[str, Any]]:
+PASSAGE_EXAMPLE = '{"pid": "p1", "text": "The passage.", "title": "optional"}'
+QUERY_EXAMPLE = '{"question": "What does the passage say?", "gold_pid": "p1"}'
+
+
+def read_jsonl(path: Path, required: Sequence[str], strings: Sequence[str] = (),
+               example: str | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON lines file (blank lines skipped), each with the
+    ``required`` fields, those in ``strings`` being strings. A file that cannot be read,
+    or a line that is not UTF-8, not JSON, not an object or misses a field, is an
+    :class:`IsotopeError` naming the file and line, and showing ``example`` (a line)."""
+    example = example or "{" + ", ".join(f'"{k}": ...' for k in required) + "}"
+    fix = f"each line must be one JSON object, e.g. {example}"
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise IsotopeError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-            missing = [k for k in required if k not in row]
-            if missing:
-                raise IsotopeError(f"{path}:{number}: missing {', '.join(missing)}")
-            rows.append(row)
+    try:
+        handle = path.open("rb")
+    except IsADirectoryError:
+        raise IsotopeError(f"{path} is a folder; give a JSON lines file ({fix})") from None
+    except FileNotFoundError:
+        raise IsotopeError(f"{path}: no such file; give a JSON lines file ({fix})") from None
+    except OSError as exc:
+        raise IsotopeError(f"{path} cannot be read ({exc.strerror or exc}); check the path "
+                           "and its permissions") from None
+    with handle:
+        try:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise IsotopeError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte "
+                                       f"{exc.start} of the line); save the file as UTF-8"
+                                       ) from None
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise IsotopeError(f"{path}:{number}: not JSON ({exc.msg} at column "
+                                       f"{exc.colno}); {fix}") from None
+                if not isinstance(row, dict):
+                    raise IsotopeError(f"{path}:{number}: not a JSON object but a "
+                                       f"{type(row).__name__}; {fix}")
+                missing = [k for k in required if k not in row]
+                if missing:
+                    raise IsotopeError(f"{path}:{number}: missing {', '.join(missing)}; {fix}")
+                for key in strings:
+                    if not isinstance(row[key], str):
+                        raise IsotopeError(f"{path}:{number}: {key} must be a string, not "
+                                           f"{json.dumps(row[key])}; {fix}")
+                rows.append(row)
+        except OSError as exc:  # e.g. an I/O error in the middle of the file
+            raise IsotopeError(f"{path} cannot be read ({exc.strerror or exc})") from None
     return rows
 
 
 def load(passages_path: Path, queries_path: Path, limit_passages: int | None = None
          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Passages (the first ``limit_passages``) and the queries whose gold passage is among
-    them."""
-    passages = read_jsonl(passages_path, ("pid", "text"))[:limit_passages]
+    them. Files that cannot be read or lines that are not what :func:`read_jsonl` expects
+    are :class:`IsotopeError`."""
+    if limit_passages is not None and limit_passages < 1:
+        raise IsotopeError(f"limit_passages must be at least 1, not {limit_passages}")
+    passages = read_jsonl(passages_path, ("pid", "text"), ("text",), PASSAGE_EXAMPLE)
+    passages = passages[:limit_passages]
     pids = {str(p["pid"]) for p in passages}
-    queries = [q for q in read_jsonl(queries_path, ("question", "gold_pid"))
+    queries = [q for q in read_jsonl(queries_path, ("question", "gold_pid"),
+                                     ("question",), QUERY_EXAMPLE)
                if str(q["gold_pid"]) in pids]
     if not passages or not queries:
         raise IsotopeError(f"no passages with questions in {passages_path} and {queries_path}")
