@@ -324,3 +324,18 @@ def test_eval_of_a_file_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     queries.write_text('{"question": "Why?", "gold_pid": "0"}\n')
     with pytest.raises(IsotopeError, match=rf"^{re.escape(str(passages))}:2: not UTF-8"):
         evaluation.load(passages, queries)
+
+
+# -- 8. packaging ---------------------------------------------------------------------
+
+def test_the_license_is_an_spdx_expression_setuptools_understands() -> None:
+    """A TOML table for project.license is deprecated (setuptools warns on every
+    install); an SPDX string needs setuptools 77."""
+    import tomllib
+
+    pyproject = tomllib.loads((SRC.parent / "pyproject.toml").read_text())
+    assert pyproject["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in pyproject["build-system"]["requires"]
+    # NoDecode, which the list settings use, came in pydantic-settings 2.7
+    assert any(d.replace(" ", "").startswith("pydantic-settings>=2.7")
+               for d in pyproject["project"]["dependencies"])
