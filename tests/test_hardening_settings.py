@@ -265,6 +265,7 @@ def test_deleting_a_linked_project_from_the_cli(tmp_path: Path) -> None:
     result = runner.invoke(app, ["project", "delete", "docs", "--yes"])
     assert result.exit_code == 0, result.output
     assert not link.is_symlink() and elsewhere.is_dir()
+    assert f"{elsewhere}, was left in place" in " ".join(result.output.split())
 
 
 def test_deleting_a_plain_project_removes_its_folder(tmp_path: Path) -> None:

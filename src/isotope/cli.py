@@ -629,8 +629,8 @@ def project_delete(
                 _fail(f"deleting project {name} needs confirmation: pass --yes")
             typer.confirm(f"delete project {name} ({found.counts['sources']} sources, "
                           f"{found.path})?", abort=True)
-        projects.delete(name)
-    out.print(f"deleted project {name}")
+        deleted = projects.delete(name)
+    out.print(deleted.message())
 
 
 @app.command("eval")
