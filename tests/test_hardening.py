@@ -41,6 +41,15 @@ def _write(folder: Path, files: dict[str, str]) -> Path:
     return folder
 
 
+def _ingested(tmp_path: Path, embedder: Embedder, files: dict[str, str],
+              folder: str = "docs") -> tuple[Path, Path]:
+    """A folder of ``files`` ingested into ``tmp_path/index``: (the folder, the index)."""
+    docs = _write(tmp_path / folder, files)
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+    return docs, tmp_path / "index"
+
+
 def _top(iso: Isotope, query: str) -> str:
     return Path(iso.search(query, k=1).results[0].chunk.source).name
 
@@ -89,10 +98,7 @@ def test_check_compares_the_vector_cache_with_the_table_and_search_rebuilds_it(
 def test_sync_of_an_emptied_folder_refuses_and_removes_nothing(
     tmp_path: Path, embedder: Embedder
 ) -> None:
-    mount = _write(tmp_path / "mnt", {"a.txt": GARAGE, "b.txt": POOL})
-    index = tmp_path / "index"
-    with _open(index, embedder) as iso:
-        iso.ingest(mount)
+    mount, index = _ingested(tmp_path, embedder, {"a.txt": GARAGE, "b.txt": POOL}, "mnt")
     for file in mount.iterdir():  # unmounted: an empty directory remains
         file.unlink()
     result = runner.invoke(app, ["sync", str(mount), "--index", str(index)], env=ENV)
@@ -215,10 +221,7 @@ def test_list_does_not_read_a_fifo_or_a_device_that_replaced_a_file(
 def test_check_names_the_sources_that_lost_rows_and_repair_redoes_them(
     tmp_path: Path, embedder: Embedder
 ) -> None:
-    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL})
-    index = tmp_path / "index"
-    with _open(index, embedder) as iso:
-        iso.ingest(docs)
+    docs, index = _ingested(tmp_path, embedder, {"a.txt": GARAGE, "b.txt": POOL})
     db = sqlite3.connect(index / "isotope.db")
     db.execute("PRAGMA foreign_keys=ON")  # the atom's questions go with it
     db.execute("DELETE FROM atoms WHERE chunk_id IN (SELECT id FROM chunks WHERE source "
@@ -238,10 +241,8 @@ def test_check_names_the_sources_that_lost_rows_and_repair_redoes_them(
 def test_a_truncated_vector_neither_crashes_queries_nor_passes_check(
     tmp_path: Path, embedder: Embedder
 ) -> None:
-    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL})
-    index = tmp_path / "index"
+    _, index = _ingested(tmp_path, embedder, {"a.txt": GARAGE, "b.txt": POOL})
     with _open(index, embedder) as iso:
-        iso.ingest(docs)
         iso.store._conn().execute(  # type: ignore[attr-defined]
             "UPDATE questions SET vector = substr(vector, 1, 100) WHERE chunk_id IN "
             "(SELECT id FROM chunks WHERE source LIKE '%b.txt')")
@@ -271,11 +272,8 @@ def test_repair_removes_and_names_damaged_sources_it_cannot_ingest_again(
 def test_a_damaged_database_gives_one_line_errors_and_check_reports_it(
     tmp_path: Path, embedder: Embedder
 ) -> None:
-    docs = _write(tmp_path / "docs", {f"{n}.txt": f"{GARAGE} Level {n}. " * 40
-                                      for n in range(12)})
-    index = tmp_path / "index"
-    with _open(index, embedder) as iso:
-        iso.ingest(docs)
+    _, index = _ingested(tmp_path, embedder, {f"{n}.txt": f"{GARAGE} Level {n}. " * 40
+                                              for n in range(12)})
     db = index / "isotope.db"
     pages = db.stat().st_size // 4096
     with open(db, "r+b") as fh:  # garbage over one page in the middle (not the schema)
@@ -335,10 +333,7 @@ def _read_only_mount_works(path: Path) -> bool:
 
 
 def test_a_read_only_index_can_be_queried(tmp_path: Path, embedder: Embedder) -> None:
-    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL})
-    index = tmp_path / "index"
-    with _open(index, embedder) as iso:
-        iso.ingest(docs)
+    _, index = _ingested(tmp_path, embedder, {"a.txt": GARAGE, "b.txt": POOL})
     assert not (index / "isotope.db-wal").exists()  # closed cleanly
     isotope = [sys.executable, "-m", "isotope"]
     query = [*isotope, "query", "When does the parking garage open?", "--raw", "--json",
