@@ -437,6 +437,35 @@ def test_control_characters_and_brackets_from_user_data_are_shown_as_they_are(
     assert gone.exit_code == 0 and "\x1b" not in gone.output
 
 
+def test_emoji_codes_and_log_lines_are_shown_as_they_are(tmp_path: Path) -> None:
+    docs = _write(tmp_path / "docs", {":warning:notes.txt": GARAGE, "\x1b]0;x\x07.txt": ""})
+    index = str(tmp_path / "index")
+    result = runner.invoke(app, ["ingest", str(docs), "--index", index], env=ENV)
+    assert "\x1b" not in result.output and "\\x1b]0;x" in result.output  # the log line too
+    listed = runner.invoke(app, ["list", "--index", index])
+    assert ":warning:notes.txt" in listed.output
+
+
+def test_eval_refuses_a_device_instead_of_reading_it_forever(tmp_path: Path) -> None:
+    queries = _write(tmp_path, {"q.jsonl": '{"question": "Why?", "gold_pid": "1"}\n'})
+    result = runner.invoke(app, ["eval", "/dev/zero", str(queries / "q.jsonl")])
+    assert result.exit_code == 1 and "not a regular file" in result.output
+
+
+def test_check_and_search_survive_an_empty_vector_cache_file(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    _, index = _ingested(tmp_path, embedder, {"a.txt": GARAGE, "b.txt": POOL})
+    with _open(index, embedder) as iso:
+        iso.search("When does the parking garage open?")
+        state = iso.store.get_meta("state")
+    (index / "vectors" / f"questions-{state}.npy").write_bytes(b"")  # a crash after replace
+    with _open(index, embedder) as iso:
+        assert any("vector cache of questions" in p for p in iso.check())
+        assert _top(iso, "When does the parking garage open?") == "a.txt"
+        assert iso.check() == []
+
+
 def test_an_install_hint_keeps_its_brackets(small_index: Path) -> None:
     result = runner.invoke(app, ["query", "When does the garage open?", "--index",
                                  str(small_index)], env={"ISOTOPE_ANSWER_MODEL": "litellm/x"})

@@ -47,7 +47,8 @@ class _Console(Console):
     visibly (:func:`visible`); its own styles and the progress bar's cursor moves pass."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(highlight=False, markup=False, soft_wrap=True, **kwargs)
+        super().__init__(highlight=False, markup=False, emoji=False, soft_wrap=True,
+                         **kwargs)
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(
@@ -56,6 +57,13 @@ class _Console(Console):
 
 out = _Console()
 err = _Console(stderr=True)
+
+
+class _VisibleFormatter(logging.Formatter):
+    """Log lines with control characters shown as escapes (they carry file names)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
 
 
 def _labelled(label: str, style: str, message: str) -> Text:
@@ -152,6 +160,8 @@ def _main(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:  # log lines name files too
+        handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
 
 
 @app.command()
@@ -498,7 +508,10 @@ def check(
     with _errors(), _open(index, project) as iso:
         done = iso.repair() if repair else None
         problems = done.problems if done else iso.check()
-        counts = iso.store.counts()
+        try:
+            counts = iso.store.counts()
+        except IsotopeError:  # a damaged database: the problems above say so
+            counts = {}
     if as_json:
         _print_json({"ok": not problems, "problems": problems, "counts": counts,
                      **({"repair": asdict(done)} if done else {})})
@@ -511,6 +524,10 @@ def check(
         for uri in done.removed:
             err.print(_labelled("removed:", "yellow", f"{_display(uri)} (damaged, and it "
                                 "cannot be ingested again from here: ingest it yourself)"))
+        for uri in done.kept:
+            err.print(_labelled("kept:", "yellow", f"{_display(uri)} (damaged, but the folder "
+                                "it was ingested from is gone: mount it and repair again, "
+                                "or delete it)"))
         for failed in done.errors:
             err.print(_labelled("error:", "red", f"{failed.path}: {failed.message}"))
     if problems:

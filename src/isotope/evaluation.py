@@ -126,6 +126,9 @@ def read_jsonl(path: Path, required: Sequence[str], strings: Sequence[str] = (),
     example = example or "{" + ", ".join(f'"{k}": ...' for k in required) + "}"
     fix = f"each line must be one JSON object, e.g. {example}"
     rows = []
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise IsotopeError(f"{path} is not a regular file (a FIFO, socket or device); give "
+                           f"a JSON lines file ({fix})")
     try:
         handle = path.open("rb")
     except IsADirectoryError:

@@ -426,7 +426,8 @@ class Isotope:
 
     def check(self, *, repair: bool = False) -> list[str]:
         """Integrity problems of the index (empty: consistent); each names the sources it
-        touches. With ``repair``, :meth:`repair` runs first."""
+        touches. With ``repair``, :meth:`repair` runs first (use it directly to learn
+        which sources it ingested again or removed)."""
         if repair:
             return self.repair().problems
         return self.store.check()
@@ -436,22 +437,34 @@ class Isotope:
         and the vector cache, drop rows no source owns, ingest again the sources that lost
         rows or hold damaged vectors (their files, as they are now), and remove those that
         cannot be ingested again (their file is gone, or they were ready-made chunks:
-        ``report.removed`` names them, to ingest again yourself). Returns what was done
-        and the problems left (a damaged database file cannot be repaired in place)."""
+        ``report.removed`` names them, to ingest again yourself); a damaged source whose
+        folder is gone (unmounted?) is left alone (``report.kept``). Returns what was done
+        and the problems left. A database file whose SQLite structures are damaged is not
+        touched at all: it cannot be repaired in place."""
         report = RepairReport()
         with self.store.writer(self.settings.lock_wait):
+            found = self.store.check()
+            if any(p.startswith("sqlite:") or "database file" in p for p in found):
+                # SQLite's own structures are damaged: deleting "orphans" could delete
+                # live rows that a broken index no longer finds. Nothing is touched.
+                report.problems = found
+                return report
             damaged = self.store.damaged_sources()
             self.store.repair()
             redo: dict[Path, Path] = {}
             for uri in damaged:
                 source = self.store.get_source(uri)
                 path = Path(uri)
+                root = Path(source.root) if source and source.root else path
                 if (source is None or source.loader != "chunks") and path.is_absolute() \
                         and path.is_file():
-                    redo[path] = Path(source.root) if source and source.root else path
-                elif source is not None:
-                    self.store.delete_source(uri)
-                    report.removed.append(uri)
+                    redo[path] = root
+                elif source is not None and source.loader != "chunks" and not root.exists():
+                    report.kept.append(uri)  # its folder is gone (unmounted?): left alone
+                else:
+                    if source is not None:
+                        self.store.delete_source(uri)
+                    report.removed.append(uri)  # without a row, its rows were orphans
             if redo:
                 ingested = self._pipeline(force=True).ingest_files(redo)
                 report.reingested = ingested.added + ingested.replaced
@@ -491,6 +504,9 @@ class RepairReport:
     removed: list[str] = field(default_factory=list)
     """Damaged sources that could not be ingested again (file gone, or ready-made
     chunks) and were removed: ingest them again yourself."""
+    kept: list[str] = field(default_factory=list)
+    """Damaged sources left as they are because the folder they were ingested from is
+    gone (an unmounted drive?): mount it and repair again, or delete them."""
     errors: list[FileError] = field(default_factory=list)
     """Files that failed to ingest again (their damaged source was left as it was)."""
     problems: list[str] = field(default_factory=list)

@@ -134,7 +134,8 @@ def _writable(directory: Path, db: Path) -> bool:
 def _connect(db: Path, read_only: bool) -> sqlite3.Connection:
     """A connection to ``db``. A read-only index (a read-only folder or file system) is
     opened with ``mode=ro``, or, when SQLite cannot create the WAL side files it would
-    need for that, as ``immutable`` (nobody can write it anyway)."""
+    need for that, as ``immutable``, but only when no write waits in the WAL file
+    (``immutable`` would not see it)."""
     if not read_only:
         conn = sqlite3.connect(db, timeout=60, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -144,7 +145,9 @@ def _connect(db: Path, read_only: bool) -> sqlite3.Connection:
     from urllib.parse import quote
 
     path = quote(str(db.resolve()))
-    for mode in ("mode=ro", "immutable=1"):
+    wal = db.with_name(db.name + "-wal")
+    pending = wal.exists() and wal.stat().st_size > 0
+    for mode in ("mode=ro",) if pending else ("mode=ro", "immutable=1"):
         conn = sqlite3.connect(f"file:{path}?{mode}", uri=True, timeout=60,
                                isolation_level=None, check_same_thread=False)
         try:
@@ -152,7 +155,10 @@ def _connect(db: Path, read_only: bool) -> sqlite3.Connection:
             return conn
         except sqlite3.OperationalError:
             conn.close()
-    raise sqlite3.OperationalError("unable to open the database read-only")
+    raise sqlite3.OperationalError(
+        "unable to open the read-only database" + (
+            f": recent writes wait in {wal.name}; open the index once where it can be "
+            "written (or copy it with its -wal file to a writable folder)" if pending else ""))
 
 
 def _store_error(db: Path, exc: sqlite3.DatabaseError) -> IsotopeError:
@@ -481,9 +487,9 @@ class SQLiteStore(Store):
                 return None
             index = np.load(folder / f"{kind}-{state}.idx.npy")
             matrix = np.load(folder / f"{kind}-{state}.npy", mmap_mode="r")
-        except (OSError, ValueError, KeyError, AttributeError):
+        except Exception:  # any damage (a 0-byte file raises EOFError): rebuilt
             return None
-        if index.shape != (2, len(matrix)) or matrix.ndim != 2:
+        if matrix.ndim != 2 or index.shape != (2, len(matrix)):
             return None
         found = _Vectors(state, index[0], index[1], matrix)
         rng = np.random.default_rng()
@@ -761,9 +767,12 @@ class SQLiteStore(Store):
                     if indexed != rows:
                         problems.append(f"keyword index of {kind} has {indexed} rows, the "
                                         f"table {rows}")
-                    try:
-                        conn.execute(f"INSERT INTO {kind}_fts({kind}_fts, rank) "
-                                     "VALUES ('integrity-check', 1)")
+                    try:  # FTS5 runs this check as a write: not on a read-only index
+                        if not self.read_only:
+                            conn.execute(f"INSERT INTO {kind}_fts({kind}_fts, rank) "
+                                         "VALUES ('integrity-check', 1)")
+                    except sqlite3.OperationalError as exc:  # busy: not checked this time
+                        log.info("keyword index of %s not checked: %s", kind, exc)
                     except sqlite3.DatabaseError as exc:
                         problems.append(f"keyword index of {kind}: {exc}")
                     problems.extend(self._check_vector_cache(kind, rows))
@@ -781,22 +790,22 @@ class SQLiteStore(Store):
         folder = self.directory / "vectors"
         try:
             stamp = json.loads((folder / f"{kind}.json").read_text()).get("state")
-        except (OSError, ValueError, AttributeError):
-            return []  # no cache: it is rebuilt from the tables when needed
+        except Exception:
+            return []  # no cache (or no readable stamp): rebuilt from the tables when needed
         if state is None or stamp != state:
             return []  # stale: ignored and rebuilt
         try:
             matrix = np.load(folder / f"{kind}-{state}.npy", mmap_mode="r")
             index = np.load(folder / f"{kind}-{state}.idx.npy")
-        except (OSError, ValueError):
+        except Exception:  # any damage (a 0-byte file raises EOFError)
             return [f"vector cache of {kind} is unreadable (`isotope check --repair` drops "
                     "it; it is rebuilt on the next query)"]
         if matrix.ndim != 2 or index.shape != (2, len(matrix)):
             return [f"vector cache of {kind} has {len(matrix)} rows, the table {rows} "
                     "(`isotope check --repair` drops it)"]
         found = _Vectors(state, index[0], index[1], matrix)
-        wrong = sum(len(self._differences(kind, found, range(a, min(len(matrix), a + 2048))))
-                    for a in range(0, len(matrix), 2048))
+        wrong = sum(len(self._differences(kind, found, range(a, min(len(matrix), a + 500))))
+                    for a in range(0, len(matrix), 500))
         sound = self._conn().execute(
             f"SELECT COUNT(*) FROM {kind} t WHERE length(t.vector) = ? AND "
             f"{_CHUNK_ROWID[kind]} IS NOT NULL", (4 * matrix.shape[1],)).fetchone()[0]
