@@ -113,6 +113,21 @@ def test_sync_of_an_emptied_folder_refuses_and_removes_nothing(
         assert iso.sources() == []
 
 
+def test_sync_refuses_to_empty_an_unmounted_subfolder(tmp_path: Path,
+                                                      embedder: Embedder) -> None:
+    files = {f"{n}.txt": f"{GYM} Room {n}." for n in range(6)}
+    files.update({f"usb/{n}.txt": f"{POOL} Lane {n}." for n in range(2)})
+    (tmp_path / "docs" / "usb").mkdir(parents=True)
+    docs, _ = _ingested(tmp_path, embedder, files)
+    for n in range(2):
+        (docs / "usb" / f"{n}.txt").unlink()  # the drive mounted at usb/ is gone
+    with _open(tmp_path / "index", embedder) as iso:
+        with pytest.raises(SyncRefused, match="usb, now an empty folder"):
+            iso.sync(docs)
+        assert len(iso.sources()) == 8
+        assert len(iso.sync(docs, force=True).removed) == 2
+
+
 def test_sync_removes_a_few_deleted_files_without_force(
     tmp_path: Path, embedder: Embedder
 ) -> None:
@@ -145,6 +160,7 @@ def test_sources_are_the_paths_they_were_reached_by(tmp_path: Path, embedder: Em
         assert [(i.source.uri, i.state) for i in infos] == [
             (str(tmp_path / "current" / "hotline.txt"), "current")]
         hits = iso.search("What is the support hotline number?", k=5).results
+        assert hits, "the index is empty"
         assert "555-0202" in hits[0].chunk.text
         assert all("555-0101" not in h.chunk.text for h in hits)
         found = iso.search("hotline number?", filters={"source": "current/*"}).results
@@ -160,6 +176,23 @@ def test_sources_are_the_paths_they_were_reached_by(tmp_path: Path, embedder: Em
         assert iso.sync(docs).removed == [str(docs / "link.txt")]
         iso.delete("current/hotline.txt")
         assert all("hotline" not in i.source.uri for i in iso.sources())
+
+
+def test_sources_stored_under_resolved_paths_by_an_older_isotope_are_taken_over(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    real = _write(tmp_path / "real", {"a.txt": GARAGE, "b.txt": POOL})
+    (tmp_path / "docs").symlink_to("real")
+    docs = tmp_path / "docs"
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(real)  # what an older isotope stored for `ingest docs`
+        (real / "b.txt").unlink()
+        report = iso.sync(docs)
+        assert sorted(report.replaced) == [str(docs / "a.txt")]
+        assert report.removed == [str(real / "b.txt")]
+        assert report.reused_chunks == 1  # nothing generated again
+        assert [i.source.uri for i in iso.sources()] == [str(docs / "a.txt")]
+        assert iso.check() == []
 
 
 def test_a_symlinked_duplicate_is_ingested_once_and_the_report_counts_what_is_stored(

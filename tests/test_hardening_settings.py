@@ -340,3 +340,14 @@ def test_the_license_is_an_spdx_expression_setuptools_understands() -> None:
     # NoDecode, which the list settings use, came in pydantic-settings 2.7
     assert any(d.replace(" ", "").startswith("pydantic-settings>=2.7")
                for d in pyproject["project"]["dependencies"])
+
+
+@pytest.mark.parametrize("name, value", [
+    ("llm_context", "99999999999999999999"), ("top_k", "10001"), ("threads", "100000"),
+    ("chunk_size", "10000000"), ("answer_k", "1000"),
+])
+def test_absurd_whole_numbers_are_refused(monkeypatch: pytest.MonkeyPatch, name: str,
+                                          value: str) -> None:
+    monkeypatch.setenv(f"ISOTOPE_{name.upper()}", value)
+    with pytest.raises(SettingsError, match=rf"{name} = '{value}' \(from \$ISOTOPE_"):
+        resolve(None)

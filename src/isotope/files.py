@@ -16,6 +16,9 @@ from stat import S_ISREG
 
 from isotope.errors import LoaderError
 
+DEFAULT_MAX_BYTES = 64_000_000
+"""The default of the ``max_file_mb`` setting, in bytes."""
+
 
 def source_path(path: str | Path) -> Path:
     """The absolute path a file was reached by: ``~`` expanded, ``.`` and ``..`` folded,

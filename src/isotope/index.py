@@ -266,17 +266,21 @@ class Isotope:
             if not root.exists():
                 continue
             top = str(root)
-            below = [s.uri for s in infos
-                     if s.uri == top or s.uri.startswith(top.rstrip(os.sep) + os.sep)]
-            missing = [uri for uri in below if not os.path.lexists(uri)]
+            # below the path as given, and below its resolved path (where an older isotope
+            # stored the sources it reached through links)
+            tops = {top.rstrip(os.sep) + os.sep, str(root.resolve()).rstrip(os.sep) + os.sep}
+            below = [s.uri for s in infos if s.uri == top or s.uri.startswith(tuple(tops))]
+            missing = [uri for uri in below if _gone(uri)]
             most = len(missing) == len(below) or (
                 len(below) > 4 and len(missing) > SYNC_MAX_REMOVED * len(below))
-            if missing and most and not force:
+            emptied = _emptied_folder(missing, top)
+            if missing and (most or emptied) and not force:
+                where = (f"{len(missing)} of the {len(below)} sources below {top}" if most
+                         else f"the sources of {emptied}, now an empty folder")
                 raise SyncRefused(
-                    f"sync would remove {len(missing)} of the {len(below)} sources below "
-                    f"{top}, whose files are gone (is the folder unmounted or emptied?); "
-                    "nothing was changed. If the files really were deleted, run it again "
-                    "with --force (Isotope.sync(..., force=True))")
+                    f"sync would remove {where}, whose files are gone (is a folder unmounted "
+                    "or emptied?); nothing was changed. If the files really were deleted, "
+                    "run it again with --force (Isotope.sync(..., force=True))")
             gone += [uri for uri in missing if uri not in gone]
         return gone
 
@@ -511,6 +515,33 @@ class RepairReport:
     """Files that failed to ingest again (their damaged source was left as it was)."""
     problems: list[str] = field(default_factory=list)
     """Problems left after the repair."""
+
+
+def _emptied_folder(missing: Sequence[str], top: str) -> str | None:
+    """A folder below ``top`` that exists but is empty and would lose two or more of the
+    ``missing`` sources: an unmounted drive inside the tree looks like that."""
+    lost: dict[str, int] = {}
+    for uri in missing:
+        folder = os.path.dirname(uri)
+        while folder.startswith(top) and folder != top:
+            lost[folder] = lost.get(folder, 0) + 1
+            folder = os.path.dirname(folder)
+    for folder, count in sorted(lost.items()):
+        if count >= 2 and os.path.isdir(folder) and not os.listdir(folder):
+            return folder
+    return None
+
+
+def _gone(path: str) -> bool:
+    """The file is not there: not found (a folder unreadable, or a stale network mount,
+    is not proof of deletion)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _valid_query(query: str) -> str:

@@ -141,6 +141,8 @@ class _Work:
     failed: int = 0
     failed_chunks: set[int] = field(default_factory=set)
     failed_contexts: int = 0
+    replaces: str | None = None
+    """The stored source this one takes the place of, when its name differs."""
 
 
 class _Timer:
@@ -338,7 +340,10 @@ class Pipeline:
             uri = str(path)
             digest = content_hash(data)
             existing = self.store.get_source(uri)
-            if self._is_current(existing, digest):
+            if existing is None and str(path.resolve()) != uri:
+                # stored by an older isotope under its resolved path: take its place
+                existing = self.store.get_source(str(path.resolve()))
+            if self._is_current(existing, digest) and existing and existing.uri == uri:
                 report.unchanged.append(uri)
                 return None
             document, loader = loaders.load(path, data)
@@ -503,7 +508,7 @@ class Pipeline:
         if (existing is not None and self.settings.sync_strategy == "source_aware"
                 and not self.force
                 and existing.metadata.get("pipeline") == self.fingerprint):
-            stored = self.store.stored_chunks(source.uri)
+            stored = self.store.stored_chunks(existing.uri)
             for digest in existing.metadata.get("incomplete_chunks", []):
                 stored.pop(digest, None)  # asked again
             for i, chunk in enumerate(chunks):
@@ -524,7 +529,8 @@ class Pipeline:
             ]
         self._notify(progress, "generate", source.uri, done, total, report)
         return _Work(source, chunks, atoms_per_chunk, existing is not None, done, total,
-                     reused, failed_chunks=failed_contexts, failed_contexts=len(failed_contexts))
+                     reused, failed_chunks=failed_contexts, failed_contexts=len(failed_contexts),
+                     replaces=existing.uri if existing and existing.uri != source.uri else None)
 
     def _situate(self, source: Source, chunks: list[Chunk], reused: dict[int, StoredChunk],
                  document: str, report: IngestReport) -> set[int]:
@@ -644,7 +650,7 @@ class Pipeline:
                     if chunks else vectors[:0],
                     atom_vectors=_stack(atom_parts, vectors),
                     question_vectors=_stack(question_parts, vectors),
-                    chunk_hashes=hashes,
+                    chunk_hashes=hashes, replaces=work.replaces,
                 )
             )
         (report.replaced if work.replacing else report.added).append(source.uri)

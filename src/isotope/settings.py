@@ -201,7 +201,7 @@ class Settings(BaseSettings):
         "batched", description="One model call per atom, one per chunk, or batched decoding "
         "(local models; others use atom)"
     )
-    max_repairs: int = Field(2, ge=0, description="Retries of a reply in the wrong format")
+    max_repairs: int = Field(2, ge=0, le=20, description="Retries of a reply in the wrong format")
     min_question_similarity: float = Field(
         0.3, ge=-1, le=1, description="Drop questions less similar (cosine) to their atom"
     )
@@ -210,7 +210,7 @@ class Settings(BaseSettings):
         description="Drop questions this similar (cosine) to a kept one of the chunk (None: off)"
     )
 
-    chunk_size: int = Field(256, ge=16, description="Chunk size in tokens")
+    chunk_size: int = Field(256, ge=16, le=100_000, description="Chunk size in tokens")
     chunk_overlap: int = Field(32, ge=0, description="Overlap between chunks in tokens")
     chunk_context: bool = Field(
         False, description="Contextual enrichment: the question model writes a short context "
@@ -219,7 +219,7 @@ class Settings(BaseSettings):
         6000, ge=200, description="Characters of the document shown to the model with each "
         "chunk (chunk_context; the document's beginning)")
 
-    top_k: int = Field(5, ge=1, description="Chunks returned by a query")
+    top_k: int = Field(5, ge=1, le=10_000, description="Chunks returned by a query")
     mode: str = Field("hybrid", description="Retrieval mode (isotope query --help)")
     alpha: float = Field(0.5, ge=0, le=1, description="Hybrid: weight of dense signals "
                          "(1 - alpha for keyword signals)")
@@ -233,7 +233,7 @@ class Settings(BaseSettings):
     query_transform: bool = Field(
         False, description="Rewrite keyword queries into questions with the model first"
     )
-    answer_k: int = Field(3, ge=1, description="Chunks given to the answer model")
+    answer_k: int = Field(3, ge=1, le=100, description="Chunks given to the answer model")
     deliver_score: float | None = Field(
         None, ge=0, le=1, description="Top score from which a query's suggested action is "
         "'deliver' (default: calibrated per mode)")
@@ -241,8 +241,9 @@ class Settings(BaseSettings):
         None, ge=0, le=1, description="Top score under which the suggested action is "
         "'refine_query' (default: calibrated per mode)")
 
-    threads: int = Field(2, ge=1, description="CPU threads for the local models")
-    llm_context: int = Field(4096, ge=512, description="Context window of the local model")
+    threads: int = Field(2, ge=1, le=1024, description="CPU threads for the local models")
+    llm_context: int = Field(4096, ge=512, le=1_048_576,
+                             description="Context window of the local model")
     temperature: float = Field(0.5, ge=0, description="Sampling temperature for questions")
     seed: int = Field(0, description="Sampling seed of the local model")
 
@@ -254,14 +255,15 @@ class Settings(BaseSettings):
         if os.environ.get("OPENAI_API_KEY") else None,
         description="API key for openai/ models (default: $OPENAI_API_KEY)",
     )
-    llm_concurrency: int = Field(8, ge=1, description="Remote model calls in flight at once")
+    llm_concurrency: int = Field(8, ge=1, le=1024,
+                                 description="Remote model calls in flight at once")
     requests_per_minute: float | None = Field(
         None, ge=0, description="Remote request budget (None or 0: none)")
     tokens_per_minute: float | None = Field(
         None, ge=0, description="Remote token budget (None or 0: none)")
     llm_timeout: float = Field(120.0, gt=0, le=86_400,
                                description="Seconds before a remote call times out")
-    llm_max_retries: int = Field(5, ge=0, description="Retries of a failed remote call")
+    llm_max_retries: int = Field(5, ge=0, le=100, description="Retries of a failed remote call")
 
     storage: Literal["content", "file-reference"] = Field(
         "content", description="content: chunk text is stored; file-reference: only "

@@ -84,10 +84,9 @@ def load(path: Path, data: bytes | None = None) -> tuple[Document, Loader]:
             f"supported: {', '.join(supported_extensions())}",
         )
     if data is None:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
+        from isotope.files import DEFAULT_MAX_BYTES, read_file
+
+        data = read_file(path, DEFAULT_MAX_BYTES)[1]
     if not data.strip():
         raise LoaderError(path, "file is empty; nothing to index")
     document = loader.func(path, data)

@@ -46,6 +46,9 @@ class SourceBatch:
     chunk_hashes: list[str] | None = None
     """sha256 of each chunk's text (default: computed from ``chunks``; given when the
     stored text is not the chunk's own, as with file references)."""
+    replaces: str | None = None
+    """Another source this one takes the place of (the same file stored under its resolved
+    path by an older isotope): removed in the same transaction."""
 
 
 @dataclass

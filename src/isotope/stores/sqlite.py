@@ -389,6 +389,8 @@ class SQLiteStore(Store):
         source = batch.source
         with self._write() as conn:
             conn.execute("DELETE FROM sources WHERE uri=?", (source.uri,))
+            if batch.replaces:
+                conn.execute("DELETE FROM sources WHERE uri=?", (batch.replaces,))
             conn.execute(
                 "INSERT INTO sources(uri, content_hash, size, mtime, loader, ingested_at, "
                 "metadata, status, root, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
