@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-import isotope.questions
 from isotope import IngestReport, Isotope
 from isotope.embedders import Embedder
 from isotope.providers import BatchGenerationError, Prompt
@@ -52,20 +49,6 @@ def test_a_second_index_of_the_same_corpus_makes_no_model_or_embedding_call(
         assert second.questions == first.questions
         assert iso.search("How many vacation days do new employees get?", k=1).results[
             0].chunk.source.endswith("handbook.md")
-
-
-def test_changing_the_question_prompt_regenerates_questions_but_not_atoms(
-    tmp_path: Path, embedder: Embedder, examples: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    llm = FakeLLM()
-    first = _ingest(tmp_path / "one", examples, embedder=embedder, llm=llm, atomizer="llm")
-    monkeypatch.setattr(isotope.questions, "SYSTEM", isotope.questions.SYSTEM + " Be brief.")
-    llm.prompts.clear()
-    second = _ingest(tmp_path / "two", examples, embedder=embedder, llm=llm, atomizer="llm")
-    asked = [p[0]["content"] for p in llm.prompts]
-    assert asked and all(a.endswith("Be brief.") for a in asked), "only question prompts"
-    assert second.llm_calls == first.atoms
-    assert second.llm_cache_hits == first.chunks  # the atomizer's replies
 
 
 def test_changing_the_embedding_model_re_embeds_but_does_not_regenerate(

@@ -10,24 +10,22 @@ from __future__ import annotations
 import re
 
 from isotope.models import SearchResult
-from isotope.providers import Prompt, messages
+from isotope.prompts import PROMPTS, PromptSpec
+from isotope.providers import Prompt
 
-ANSWER_PROMPT_VERSION = "ans2"
+ANSWER_PROMPT_VERSION = PROMPTS["answer"].version
 NOT_FOUND = "The indexed documents do not contain the answer."
-SYSTEM = (
-    "You answer questions using only the numbered passages given, in one to three sentences, "
-    "citing the passages you used as [1], [2]."
-)
 GROUNDED_SHARE = 0.6
 """Share of an answer's new content words that must appear in the passages it cites."""
 MAX_PASSAGE_CHARS = 2000
 
 
-def answer_prompt(query: str, results: list[SearchResult]) -> Prompt:
+def answer_prompt(query: str, results: list[SearchResult],
+                  spec: PromptSpec = PROMPTS["answer"]) -> Prompt:
     passages = "\n\n".join(
         f"[{i}] {r.chunk.text[:MAX_PASSAGE_CHARS]}" for i, r in enumerate(results, start=1)
     )
-    return messages(SYSTEM, f"Passages:\n{passages}\n\nQuestion: {query}")
+    return spec.render(passages=passages, query=query)
 
 
 def citations(answer: str, count: int) -> list[int]:

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from isotope.models import Atom, Chunk
+from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM, Prompt
 from isotope.sentences import split_sentences
 
@@ -48,28 +49,12 @@ class SentenceAtomizer(Atomizer):
         return out
 
 
-ATOMIZER_PROMPT_VERSION = "a2"
-_ATOM_SYSTEM = (
-    "Rewrite the passage as a list of atomic facts. One fact per line. Each fact is a short, "
-    "complete sentence that can be understood alone: replace every pronoun (he, she, it, "
-    "they, his, her, its, their, this) with the name of the person or thing it refers to. "
-    "Keep names and numbers exactly as written. Write nothing else."
-)
-_EXAMPLE_PASSAGE = "The Acme X1 is a drone. It weighs 900 grams and its battery lasts 30 minutes."
-_EXAMPLE_FACTS = (
-    "The Acme X1 is a drone.\nThe Acme X1 weighs 900 grams.\n"
-    "The battery of the Acme X1 lasts 30 minutes."
-)
+ATOMIZER_PROMPT_VERSION = PROMPTS["atomizer"].version
 
 
-def atomizer_prompt(chunk: str) -> Prompt:
+def atomizer_prompt(chunk: str, spec: PromptSpec = PROMPTS["atomizer"]) -> Prompt:
     """One worked example (pronouns resolved), then the chunk."""
-    return [
-        {"role": "system", "content": _ATOM_SYSTEM},
-        {"role": "user", "content": f"Passage:\n{_EXAMPLE_PASSAGE}"},
-        {"role": "assistant", "content": _EXAMPLE_FACTS},
-        {"role": "user", "content": f"Passage:\n{chunk}"},
-    ]
+    return spec.render(chunk=chunk)
 
 
 def parse_atoms(reply: str, min_words: int) -> list[str]:
@@ -92,15 +77,17 @@ class LLMAtomizer(Atomizer):
 
     name = "llm"
 
-    def __init__(self, llm: LLM, *, min_words: int = 3, max_tokens: int = 512) -> None:
+    def __init__(self, llm: LLM, *, min_words: int = 3, max_tokens: int = 512,
+                 prompt: PromptSpec = PROMPTS["atomizer"]) -> None:
         self.llm = llm
+        self.prompt = prompt
         self.min_words = min_words
         self.max_tokens = max_tokens
         self._fallback = SentenceAtomizer(min_words=min_words)
 
     def atomize_batch(self, chunks: Sequence[Chunk]) -> list[list[Atom]]:
         replies = self.llm.complete_batch(
-            [atomizer_prompt(c.text) for c in chunks], max_tokens=self.max_tokens
+            [atomizer_prompt(c.text, self.prompt) for c in chunks], max_tokens=self.max_tokens
         )
         out: list[list[Atom]] = []
         for chunk, reply in zip(chunks, replies, strict=True):

@@ -457,6 +457,8 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
     for role, model in info.models.items():
         table.add_row(f"{role} model", model)
     table.add_row("embedding", f"{info.embedding.get('model_id')} ({info.embedding.get('dim')}-d)")
+    table.add_row("prompts", ", ".join(f"{name} {version}"
+                                       for name, version in info.prompt_versions.items()))
     for name in ("chunk_size", "chunk_overlap", "questions_per_atom", "dedup_threshold"):
         table.add_row(name, str(info.settings[name]))
     out.print(table)
@@ -467,6 +469,7 @@ def config(index: IndexOpt = None, project: ProjectOpt = None,
            as_json: JsonOpt = False) -> None:
     """Show the resolved settings and where each value came from."""
     from isotope import projects
+    from isotope import prompts as prompt_specs
     from isotope.settings import Settings, resolve
     from isotope.stores.sqlite import DB_NAME, SQLiteStore
 
@@ -479,14 +482,19 @@ def config(index: IndexOpt = None, project: ProjectOpt = None,
             saved = store.get_meta("settings")
             store.close()
         settings, origins = resolve(saved, index=path, project=project)
+        overridden = {name: str(spec.source) for name, spec in
+                      prompt_specs.load(settings.prompts_dir).items() if spec.source}
     values = settings.model_dump(mode="json")
     if as_json:
-        _print_json({name: {"value": values[name], "from": origins[name]} for name in values})
+        _print_json({**{name: {"value": values[name], "from": origins[name]}
+                        for name in values}, "overridden_prompts": overridden})
         return
     table = Table("setting (env ISOTOPE_<NAME>)", Column("value", overflow="fold"), "from")
     for name in Settings.model_fields:
         table.add_row(name, json.dumps(values[name]), origins[name])
     out.print(table)
+    for name, file in overridden.items():
+        out.print(f"prompt {name}: overridden by {file}")
 
 
 @app.command()

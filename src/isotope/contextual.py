@@ -19,23 +19,16 @@ from collections.abc import Sequence
 
 from isotope.errors import ProviderError
 from isotope.models import Chunk
-from isotope.providers import LLM, BatchGenerationError, Prompt, messages
+from isotope.prompts import PROMPTS, PromptSpec
+from isotope.providers import LLM, BatchGenerationError, Prompt
 
 log = logging.getLogger(__name__)
 
-CONTEXT_PROMPT_VERSION = "context-1"
+CONTEXT_PROMPT_VERSION = PROMPTS["context"].version
 MAX_TOKENS = 100
 MAX_CHARS = 600
 """Longer replies are cut at a sentence or word boundary."""
 
-SYSTEM = "You help a search engine by situating passages within their documents."
-_ASK = (
-    "Here is the chunk we want to situate within the whole document:\n<chunk>\n{chunk}\n"
-    "</chunk>\nGive a short succinct context (one or two sentences) to situate this chunk "
-    "within the overall document for the purposes of improving search retrieval of the "
-    "chunk: what the document is about and what this part of it covers. Answer only with "
-    "the succinct context and nothing else."
-)
 _LABEL = re.compile(r"^\s*(?:\*\*)?(?:succinct\s+)?context(?:\*\*)?\s*:\s*", re.IGNORECASE)
 
 
@@ -50,12 +43,12 @@ def excerpt(document: str, max_chars: int) -> str:
 
 
 def prompts(document: str, chunks: Sequence[Chunk], *, title: str | None = None,
-            max_chars: int = 6000) -> list[Prompt]:
+            max_chars: int = 6000, spec: PromptSpec = PROMPTS["context"]) -> list[Prompt]:
     """One prompt per chunk. They all begin with the same document text (and ``title``),
     so a model with a prompt cache evaluates it once."""
     head = f"Title: {title}\n" if title else ""
-    shown = f"<document>\n{head}{excerpt(document, max_chars)}\n</document>\n"
-    return [messages(SYSTEM, shown + _ASK.format(chunk=chunk.text)) for chunk in chunks]
+    shown = excerpt(document, max_chars)
+    return [spec.render(title=head, document=shown, chunk=chunk.text) for chunk in chunks]
 
 
 def clean(reply: str) -> str:
@@ -70,10 +63,11 @@ def clean(reply: str) -> str:
 
 
 def situate(llm: LLM, document: str, chunks: Sequence[Chunk], *, title: str | None = None,
-            max_chars: int = 6000) -> list[str | None]:
+            max_chars: int = 6000, spec: PromptSpec = PROMPTS["context"]
+            ) -> list[str | None]:
     """The context of each chunk, or None where the model failed (the others are kept).
     Raises only a fatal :class:`ProviderError` (bad key, unknown model)."""
-    asked = prompts(document, chunks, title=title, max_chars=max_chars)
+    asked = prompts(document, chunks, title=title, max_chars=max_chars, spec=spec)
     try:
         replies: Sequence[str | None] = llm.complete_batch(
             asked, max_tokens=MAX_TOKENS, temperature=0.0)

@@ -26,34 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from isotope.models import Atom, Chunk
-from isotope.providers import LLM, BatchGenerationError, Prompt, messages
+from isotope.prompts import PROMPTS, PromptSpec
+from isotope.providers import LLM, BatchGenerationError, Prompt
 from isotope.questions import SYSTEM, parse_questions, question_prompt
 
 log = logging.getLogger(__name__)
 Mode = Literal["atom", "chunk", "batched"]
-CHUNK_PROMPT_VERSION = "qc1"
-NUMBERED_PROMPT_VERSION = "qn1"
+CHUNK_PROMPT_VERSION = PROMPTS["questions-chunk"].version
+NUMBERED_PROMPT_VERSION = PROMPTS["questions-numbered"].version
 QUESTION_TOKENS = 40
-REPAIR = (
-    "Your reply was not in the requested format. Reply again with only the questions, "
-    "one per line, each a complete question ending with a question mark."
-)
-CHUNK_SYSTEM = (
-    "You write search questions for a document index. You get a passage and its statements, "
-    "numbered. For every statement, write questions that the statement answers. Every "
-    "question must make sense on its own: name people, places and things explicitly; never "
-    "use pronouns such as he, she, it, they or this. Reply with a JSON object that maps each "
-    "statement number to a list of questions."
-)
-
-
-NUMBERED_SYSTEM = (
-    "You write search questions for a document index. You get a passage whose statements "
-    "are numbered like [1], and the number of one statement. Write questions that this "
-    "statement answers. Every question must make sense on its own: name people, places and "
-    "things explicitly; never use pronouns such as he, she, it, they or this. Write one "
-    "question per line, with no numbering and no answers."
-)
 
 
 @dataclass
@@ -65,13 +46,10 @@ class Generated:
     calls: int = 0
 
 
-def chunk_prompt(chunk: str, atoms: Sequence[str], n: int) -> Prompt:
+def chunk_prompt(chunk: str, atoms: Sequence[str], n: int,
+                 spec: PromptSpec = PROMPTS["questions-chunk"]) -> Prompt:
     listing = "\n".join(f"{i}. {a}" for i, a in enumerate(atoms, start=1))
-    user = (
-        f"Passage:\n{chunk}\n\nStatements:\n{listing}\n\n"
-        f"Write {n} questions for each of the {len(atoms)} statements."
-    )
-    return messages(CHUNK_SYSTEM, user)
+    return spec.render(chunk=chunk, statements=listing, n=n, count=len(atoms))
 
 
 def numbered_passage(chunk: Chunk, atoms: Sequence[Atom]) -> str:
@@ -88,11 +66,11 @@ def numbered_passage(chunk: Chunk, atoms: Sequence[Atom]) -> str:
     return "".join(text) + chunk.text[last:]
 
 
-def numbered_prompts(chunk: Chunk, atoms: Sequence[Atom], n: int) -> list[Prompt]:
+def numbered_prompts(chunk: Chunk, atoms: Sequence[Atom], n: int,
+                     spec: PromptSpec = PROMPTS["questions-numbered"]) -> list[Prompt]:
     """One prompt per atom; they differ only in the statement number at the end."""
     passage = numbered_passage(chunk, atoms)
-    return [messages(NUMBERED_SYSTEM, f"Passage:\n{passage}\n\nWrite {n} different "
-                     f"questions answered by statement [{number}].")
+    return [spec.render(passage=passage, n=n, number=number)
             for number in range(1, len(atoms) + 1)]
 
 
@@ -132,8 +110,9 @@ class QuestionGenerator:
     """Writes ``n`` questions per atom with ``llm`` in the given mode."""
 
     def __init__(self, llm: LLM, *, n: int, mode: Mode = "atom", temperature: float = 0.5,
-                 max_repairs: int = 2) -> None:
+                 max_repairs: int = 2, prompts: dict[str, PromptSpec] | None = None) -> None:
         self.llm = llm
+        self.prompts = prompts or PROMPTS
         self.n = n
         self.mode = mode
         self.temperature = temperature
@@ -155,14 +134,16 @@ class QuestionGenerator:
             return [], 0
         kwargs: dict[str, Any] = {"max_tokens": self.max_tokens}
         if self.mode == "chunk":
-            prompts = [chunk_prompt(chunk.text, [a.text for a in atoms], self.n)]
+            prompts = [chunk_prompt(chunk.text, [a.text for a in atoms], self.n,
+                                    self.prompts["questions-chunk"])]
             kwargs = {"max_tokens": self.max_tokens * len(atoms),
                       "json_schema": chunk_schema(len(atoms), self.n)}
         elif self.mode == "batched" and _can_sample(self.llm):
-            prompts = numbered_prompts(chunk, atoms, self.n)
+            prompts = numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
             kwargs["batched"] = self.n
         else:
-            prompts = [question_prompt(chunk.text, a.text, self.n) for a in atoms]
+            prompts = [question_prompt(chunk.text, a.text, self.n, self.prompts["questions"])
+                       for a in atoms]
         cached = getattr(self.llm, "cached", None)
         if cached is None:
             return prompts, 0
@@ -199,7 +180,8 @@ class QuestionGenerator:
                   todo: list[tuple[int, int]], results: list[Generated]) -> None:
         """One call per atom for the (group, atom) pairs in ``todo``, with repairs."""
         prompts = {
-            (g, i): question_prompt(groups[g][0].text, groups[g][1][i].text, self.n)
+            (g, i): question_prompt(groups[g][0].text, groups[g][1][i].text, self.n,
+                                    self.prompts["questions"])
             for g, i in todo
         }
         for attempt in range(self.max_repairs + 1):
@@ -220,7 +202,8 @@ class QuestionGenerator:
                     result.failed.pop(i, None)
                 elif attempt < self.max_repairs:
                     prompts[(g, i)] = [*prompts[(g, i)], {"role": "assistant", "content": reply},
-                                       {"role": "user", "content": REPAIR}]
+                                       {"role": "user",
+                                        "content": self.prompts["questions-repair"].text()}]
                     retry.append((g, i))
                 else:
                     result.failed[i] = f"no question in the reply after {attempt + 1} tries"
@@ -236,7 +219,8 @@ class QuestionGenerator:
             chunk, atoms = groups[g]
             results[g].calls += 1
             (reply,), _ = self._complete(
-                [chunk_prompt(chunk.text, [a.text for a in atoms], self.n)],
+                [chunk_prompt(chunk.text, [a.text for a in atoms], self.n,
+                              self.prompts["questions-chunk"])],
                 self.max_tokens * len(atoms), json_schema=chunk_schema(len(atoms), self.n),
             )
             if reply is not None:
@@ -253,7 +237,8 @@ class QuestionGenerator:
         """One reply per atom, all decoded together (local model); returns the atoms with
         no question, which are then asked one by one with repairs."""
         replies: list[list[str]] = self.llm.sample_batched(  # type: ignore[attr-defined]
-            [numbered_prompts(chunk, atoms, self.n) for chunk, atoms in groups],
+            [numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
+             for chunk, atoms in groups],
             max_tokens=self.max_tokens, temperature=self.temperature, questions=self.n)
         missing: list[tuple[int, int]] = []
         for g, per_atom in enumerate(replies):

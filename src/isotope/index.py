@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from isotope import __version__, embedders, projects, providers, references, retrieval
-from isotope.answer import ANSWER_PROMPT_VERSION, NOT_FOUND, answer_prompt, grounded
+from isotope import prompts as prompt_specs
+from isotope.answer import NOT_FOUND, answer_prompt, grounded
 from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.embedders import Embedder
@@ -24,7 +25,7 @@ from isotope.filters import parse as parse_filters
 from isotope.ingest import FileError, IngestPlan, IngestReport, Pipeline, ProgressCallback
 from isotope.models import Chunk, QueryResponse, SearchResult, Source, content_hash
 from isotope.providers import LLM
-from isotope.questions import PROMPT_VERSION, parse_questions
+from isotope.questions import parse_questions
 from isotope.settings import Settings, index_settings, resolve
 from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
 from isotope.stores.sqlite import SQLiteStore
@@ -77,6 +78,8 @@ class Isotope:
         self.settings = settings
         self.embedder = embedder
         self.origins = origins or {}
+        self.prompts = prompt_specs.load(settings.prompts_dir)
+        """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""
         self.cache = Cache(settings.cache_dir / "cache.db") if settings.cache else None
         self._llms: dict[str, CachedLLM] = {}
         if llm is not None:
@@ -181,13 +184,14 @@ class Isotope:
     def atomizer(self) -> Atomizer:
         if self.settings.atomizer == "llm":
             return LLMAtomizer(
-                self.llm(self.settings.atomizer_model), min_words=self.settings.min_atom_words
-            )
+                self.llm(self.settings.atomizer_model), min_words=self.settings.min_atom_words,
+                prompt=self.prompts["atomizer"])
         return SentenceAtomizer(min_words=self.settings.min_atom_words)
 
     def _pipeline(self, *, force: bool = False) -> Pipeline:
         return Pipeline(self.settings, self.store, self.embedder, self.atomizer(),
-                        lambda: self.llm(self.settings.question_model), force=force)
+                        lambda: self.llm(self.settings.question_model), force=force,
+                        prompts=self.prompts)
 
     @property
     def _max_bytes(self) -> int:
@@ -353,7 +357,8 @@ class Isotope:
                 retrieval.search(self.store, self.embedder, query, k, mode, **options))
         started = time.perf_counter()
         reply = self.llm(self.settings.answer_model).complete(
-            retrieval.transform_prompt(query), max_tokens=120, temperature=0.0
+            retrieval.transform_prompt(query, self.prompts["transform"]), max_tokens=120,
+            temperature=0.0
         )
         rewrites = parse_questions(reply, 3)
         response = retrieval.search_many(self.store, self.embedder, query, rewrites, k, mode,
@@ -389,7 +394,8 @@ class Isotope:
             return response
         started = time.perf_counter()
         text = self.llm(self.settings.answer_model).complete(
-            answer_prompt(query, readable), max_tokens=256, temperature=0.0
+            answer_prompt(query, readable, self.prompts["answer"]), max_tokens=256,
+            temperature=0.0
         ).strip()
         response.timings["answer"] = time.perf_counter() - started
         cited = grounded(text, query, readable)
@@ -494,7 +500,7 @@ class Isotope:
                 "atomizer": self.settings.atomizer
                 + (f" ({self.settings.atomizer_model})" if self.settings.atomizer == "llm" else ""),
             },
-            prompt_versions={"questions": PROMPT_VERSION, "answers": ANSWER_PROMPT_VERSION},
+            prompt_versions=prompt_specs.versions(self.prompts),
             settings=self.settings.model_dump(mode="json"),
         )
 

@@ -17,15 +17,17 @@ from pathlib import Path
 import numpy as np
 
 from isotope import contextual, loaders, references
+from isotope import prompts as prompt_specs
 from isotope.atomizers import Atomizer, SentenceAtomizer
 from isotope.chunking import chunk_text, section_metadata
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, LoaderError, ProviderError
 from isotope.files import read_file, source_path
-from isotope.generation import CHUNK_PROMPT_VERSION, NUMBERED_PROMPT_VERSION, QuestionGenerator
+from isotope.generation import QuestionGenerator
 from isotope.models import Atom, Chunk, Question, Source, content_hash, stable_id
+from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM
-from isotope.questions import PROMPT_VERSION, diverse_mask, keep_mask, normalize_question
+from isotope.questions import diverse_mask, keep_mask, normalize_question
 from isotope.settings import Settings, index_settings
 from isotope.stores import SourceBatch, Store, StoredChunk
 
@@ -235,6 +237,7 @@ class Pipeline:
         llm: Callable[[], LLM],
         *,
         force: bool = False,
+        prompts: dict[str, PromptSpec] | None = None,
     ) -> None:
         self.settings = settings
         self.force = force
@@ -245,15 +248,19 @@ class Pipeline:
         self.embedder = embedder
         self.atomizer = atomizer
         self._llm = llm
+        self.prompts = prompts or PROMPTS
         # What a source's stored content depends on: a source made under another
         # fingerprint is generated again. Settings that do not change the content (how
         # chunks are stored) stay out, so adding such a setting does not invalidate indexes.
         left_out = NOT_CONTENT + (() if settings.chunk_context else CONTEXT_SETTINGS)
         content = {k: v for k, v in index_settings(settings).items() if k not in left_out}
-        context_prompt = [contextual.CONTEXT_PROMPT_VERSION] if settings.chunk_context else []
+        # The prompts whose output is stored (as they were listed before the prompts
+        # moved to one module, so existing fingerprints are unchanged).
+        used = (("context",) if settings.chunk_context else ()) + prompt_specs.CONTENT + (
+            ("atomizer",) if settings.atomizer == "llm" else ())
         self.fingerprint = stable_id(
-            sorted(content.items()), *context_prompt, PROMPT_VERSION, CHUNK_PROMPT_VERSION,
-            NUMBERED_PROMPT_VERSION, embedder.model_id
+            sorted(content.items()), *prompt_specs.fingerprint(self.prompts, used),
+            embedder.model_id
         )
 
     # -- entry points ------------------------------------------------------------------
@@ -415,6 +422,7 @@ class Pipeline:
                        chunks: list[Chunk], counter: Callable[[str], int]) -> None:
         title = document.metadata.get("title")
         prompts = contextual.prompts(document.text, chunks, title=str(title) if title else None,
+                                     spec=self.prompts["context"],
                                      max_chars=self.settings.context_chars)
         cached = getattr(self._llm(), "cached", None)
         hits = sum(cached(prompts, max_tokens=contextual.MAX_TOKENS)) if cached else 0
@@ -468,6 +476,7 @@ class Pipeline:
         return QuestionGenerator(
             self._llm(), n=self.settings.questions_per_atom, mode=self.settings.generation,
             temperature=self.settings.temperature, max_repairs=self.settings.max_repairs,
+            prompts=self.prompts,
         )
 
     def _chunk(self, document: loaders.Document, uri: str,
@@ -545,7 +554,8 @@ class Pipeline:
         with _Timer(report, "context"):
             written = contextual.situate(
                 self._llm(), document, [chunks[i] for i in todo],
-                title=str(title) if title else None, max_chars=self.settings.context_chars)
+                title=str(title) if title else None, max_chars=self.settings.context_chars,
+                spec=self.prompts["context"])
         failed: set[int] = set()
         for i, context in zip(todo, written, strict=True):
             if context is None:

@@ -9,27 +9,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from isotope.embedders import Vectors
-from isotope.providers import Prompt, messages
+from isotope.prompts import PROMPTS, PromptSpec
+from isotope.providers import Prompt
 
-PROMPT_VERSION = "q1"
-"""Bumped whenever the prompt changes, so cached questions of an older prompt are redone."""
-
-SYSTEM = (
-    "You write search questions for a document index. Given a passage and one statement "
-    "from it, write questions that the statement answers. Every question must make sense "
-    "on its own: name people, places and things explicitly; never use pronouns such as he, "
-    "she, it, they or this. Write one question per line, with no numbering and no answers."
-)
+PROMPT_VERSION = PROMPTS["questions"].version
+"""The question prompt's version (see :mod:`isotope.prompts`)."""
+SYSTEM = PROMPTS["questions"].system
 
 
-def question_prompt(chunk: str, atom: str, n: int) -> Prompt:
+def question_prompt(chunk: str, atom: str, n: int,
+                    spec: PromptSpec = PROMPTS["questions"]) -> Prompt:
     """The prompt for ``n`` questions about ``atom``; the chunk comes first so that
     consecutive prompts for atoms of one chunk share their beginning (the model's cache)."""
-    user = (
-        f"Passage:\n{chunk}\n\nStatement: {atom}\n\n"
-        f"Write {n} different questions answered by the statement."
-    )
-    return messages(SYSTEM, user)
+    return spec.render(chunk=chunk, atom=atom, n=n)
 
 
 _PREFIX = re.compile(

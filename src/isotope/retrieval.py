@@ -14,23 +14,19 @@ from typing import Any, Literal, get_args
 from isotope.embedders import Embedder, Vectors
 from isotope.filters import Condition
 from isotope.models import Action, Chunk, MatchedQuestion, QueryResponse, SearchResult
-from isotope.providers import Prompt, messages
+from isotope.prompts import PROMPTS, PromptSpec
+from isotope.providers import Prompt
 from isotope.questions import STOPWORDS
 from isotope.stores import Hit, Kind, Store
 
 MATCHES_PER_CHUNK = 3
 
 
-TRANSFORM_PROMPT_VERSION = "t1"
-TRANSFORM_SYSTEM = (
-    "Rewrite the user's search query as one to three short, complete questions that a "
-    "document could answer. Keep every name and number. Write one question per line and "
-    "nothing else."
-)
+TRANSFORM_PROMPT_VERSION = PROMPTS["transform"].version
 
 
-def transform_prompt(query: str) -> Prompt:
-    return messages(TRANSFORM_SYSTEM, query)
+def transform_prompt(query: str, spec: PromptSpec = PROMPTS["transform"]) -> Prompt:
+    return spec.render(query=query)
 
 
 def search_many(

@@ -276,6 +276,9 @@ class Settings(BaseSettings):
                                description="Larger files are reported, not read")
     lock_wait: float = Field(0.0, ge=0, description="Seconds to wait for another process "
                              "writing to the index (0: fail at once)")
+    prompts_dir: Path | None = Field(
+        None, description="A folder of NAME.txt files overriding prompts by name (isotope "
+        "status lists the names); only the work an overridden prompt does is redone")
     projects_dir: Path = Field(
         default_factory=lambda: _default_data_dir() / "projects",
         description="Where named indexes (projects) live")
