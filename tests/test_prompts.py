@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +16,7 @@ from isotope import Isotope, prompts
 from isotope.cli import app
 from isotope.embedders import Embedder
 from isotope.errors import SettingsError
+from isotope.providers import LLM, Prompt
 
 from conftest import FakeLLM
 
@@ -126,3 +129,53 @@ def test_a_bad_prompt_file_is_one_error_naming_it(tmp_path: Path, name: str, tex
     with pytest.raises(SettingsError, match=message) as raised:
         prompts.load(tmp_path / "prompts")
     assert f"{name}.txt" in str(raised.value)
+
+
+class _BatchedFake(FakeLLM):
+    """A model with batched decoding, declared; its replies are the fake's."""
+
+    batch_sequences = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batched_calls = 0
+
+    def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
+                       temperature: float, questions: int) -> list[list[str]]:
+        self.batched_calls += 1
+        return [[self._reply("Statement: " + p[-1]["content"].split("\n")[1] + "\n")
+                 for p in prompts] for prompts in groups]
+
+
+class _Logging(LLM):
+    """A user's own wrapper around a model: it forwards what it declares."""
+
+    def __init__(self, inner: LLM) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.batch_sequences = inner.batch_sequences
+
+    def complete_batch(self, prompts: Sequence[Prompt], **kwargs: Any) -> list[str]:
+        return self.inner.complete_batch(prompts, **kwargs)
+
+    def sample_batched(self, groups: Sequence[Sequence[Prompt]], **kwargs: Any
+                       ) -> list[list[str]]:
+        return self.inner.sample_batched(groups, **kwargs)
+
+
+def test_batched_generation_survives_wrappers(tmp_path: Path, embedder: Embedder,
+                                              examples: Path) -> None:
+    from isotope.cache import Cache, CachedLLM
+    from isotope.generation import QuestionGenerator
+
+    model = _BatchedFake()
+    wrapped = CachedLLM(_Logging(model), Cache(tmp_path / "cache.db"))
+    generator = QuestionGenerator(wrapped, n=2, mode="batched")
+    assert generator.window(8) == 16  # four fillings of the model's 4 slots
+    with Isotope.open(tmp_path / "idx", embedder=embedder, llm=_Logging(model),
+                      generation="batched") as iso:
+        report = iso.ingest(examples / "handbook.md")
+    assert model.batched_calls >= 1 and report.questions > 0
+    assert FakeLLM().batch_sequences == 0  # a plain model declares none
+    with pytest.raises(NotImplementedError, match="no batched decoding"):
+        FakeLLM().sample_batched([], max_tokens=1, temperature=0, questions=1)

@@ -19,13 +19,13 @@ import shlex
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from isotope.embedders import Embedder, Vectors
+from isotope.models import CacheStats
 from isotope.providers import LLM, BatchGenerationError, Prompt, Usage
 
 log = logging.getLogger(__name__)
@@ -37,12 +37,6 @@ CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, vector BLOB NOT NUL
 """
 
 _T = TypeVar("_T")
-
-
-@dataclass
-class CacheStats:
-    hits: int = 0
-    misses: int = 0
 
 
 class Cache:
@@ -207,10 +201,13 @@ class CachedLLM(LLM):
     succeeded and a re-run asks only for the missing ones. With ``cache=None`` it only
     counts the calls (``stats.misses``)."""
 
+    stats: CacheStats
+
     def __init__(self, inner: LLM, cache: Cache | None, *, seed: int = 0) -> None:
         self.inner = inner
         self.cache = cache
         self.model_id = inner.model_id
+        self.batch_sequences = inner.batch_sequences  # forwarded: see sample_batched
         self.seed = seed
         self.stats = CacheStats()
 
@@ -285,7 +282,7 @@ class CachedLLM(LLM):
                        temperature: float, questions: int) -> list[list[str]]:
         """Batched decoding of the wrapped local model, each reply cached like any other;
         the prompts the cache lacks go to the model in one call."""
-        sampler = self.inner.sample_batched  # type: ignore[attr-defined]
+        sampler = self.inner.sample_batched
         keys = [self._batched_keys(prompts, max_tokens, temperature, questions)
                 for prompts in groups]
         found = self.cache.get_replies([k for ks in keys for k in ks]) if self.cache else {}
@@ -307,18 +304,14 @@ class CachedLLM(LLM):
                 self.cache.put_replies(rows)
         return [[r or "" for r in rs] for rs in out]
 
-    def __getattr__(self, name: str) -> Any:
-        # Other capabilities of the wrapped model, uncached.
-        return getattr(self.inner, name)
-
     def close(self) -> None:
-        closer = getattr(self.inner, "close", None)
-        if callable(closer):
-            closer()
+        self.inner.close()
 
 
 class CachedEmbedder(Embedder):
     """Embeds only texts the cache has not seen with this model."""
+
+    stats: CacheStats
 
     def __init__(self, inner: Embedder, cache: Cache) -> None:
         self.inner = inner

@@ -123,8 +123,7 @@ class QuestionGenerator:
         """How many atoms to hand :meth:`generate_many` at once to keep the model busy:
         two rounds of concurrent calls, or four fillings of batched decoding's slots."""
         if self.mode == "batched" and _can_sample(self.llm):
-            slots: int = getattr(getattr(self.llm, "inner", self.llm), "batch_sequences", 32)
-            return 4 * slots
+            return 4 * self.llm.batch_sequences
         return 2 * concurrency
 
     def plan(self, chunk: Chunk, atoms: Sequence[Atom]) -> tuple[list[Prompt], int]:
@@ -144,10 +143,7 @@ class QuestionGenerator:
         else:
             prompts = [question_prompt(chunk.text, a.text, self.n, self.prompts["questions"])
                        for a in atoms]
-        cached = getattr(self.llm, "cached", None)
-        if cached is None:
-            return prompts, 0
-        hits = cached(prompts, temperature=self.temperature, **kwargs)
+        hits = self.llm.cached(prompts, temperature=self.temperature, **kwargs)
         return prompts, sum(hits)
 
     def generate(self, chunk: Chunk, atoms: Sequence[Atom]) -> Generated:
@@ -236,7 +232,7 @@ class QuestionGenerator:
                  results: list[Generated]) -> list[tuple[int, int]]:
         """One reply per atom, all decoded together (local model); returns the atoms with
         no question, which are then asked one by one with repairs."""
-        replies: list[list[str]] = self.llm.sample_batched(  # type: ignore[attr-defined]
+        replies: list[list[str]] = self.llm.sample_batched(
             [numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
              for chunk, atoms in groups],
             max_tokens=self.max_tokens, temperature=self.temperature, questions=self.n)
@@ -251,8 +247,7 @@ class QuestionGenerator:
 
 
 def _can_sample(llm: LLM) -> bool:
-    inner = getattr(llm, "inner", llm)
-    return callable(getattr(inner, "sample_batched", None))
+    return llm.batch_sequences > 0
 
 
 __all__ = ["SYSTEM", "Generated", "Mode", "QuestionGenerator"]

@@ -483,7 +483,6 @@ class Isotope:
         return report
 
     def status(self) -> IndexStatus:
-        disk = getattr(self.store, "disk_size", None)
         return IndexStatus(
             index=str(Path(self.settings.index).absolute()),
             project=self.project,
@@ -491,7 +490,7 @@ class Isotope:
             isotope_version=str(self.store.get_meta("isotope_version") or __version__),
             created_at=self.store.get_meta("created_at"),
             counts=self.store.counts(),
-            disk_bytes=disk() if callable(disk) else None,
+            disk_bytes=self.store.disk_size(),
             embedding=self.store.get_meta("embedding") or {},
             models={
                 "embedding": self.settings.embedding_model,

@@ -424,8 +424,7 @@ class Pipeline:
         prompts = contextual.prompts(document.text, chunks, title=str(title) if title else None,
                                      spec=self.prompts["context"],
                                      max_chars=self.settings.context_chars)
-        cached = getattr(self._llm(), "cached", None)
-        hits = sum(cached(prompts, max_tokens=contextual.MAX_TOKENS)) if cached else 0
+        hits = sum(self._llm().cached(prompts, max_tokens=contextual.MAX_TOKENS))
         plan.llm_calls += len(prompts)
         plan.cached_calls += hits
         share = (len(prompts) - hits) / len(prompts)
@@ -439,8 +438,7 @@ class Pipeline:
         llm, embedder = self._llm(), self.embedder
 
         def read() -> tuple[int, int, int, int, int, int]:
-            stats = getattr(llm, "stats", None)
-            embed_stats = getattr(embedder, "stats", None)
+            stats, embed_stats = llm.stats, embedder.stats
             return (
                 stats.misses if stats else llm.usage.calls,
                 stats.hits if stats else 0,

@@ -9,6 +9,7 @@ extracted from the file).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -152,3 +153,12 @@ class QueryResponse(_Record):
 
 
 Stage = Literal["load", "chunk", "atomize", "generate", "embed", "store"]
+
+
+@dataclass
+class CacheStats:
+    """Answers a model or an embedder got from the cache (``hits``) and had to compute
+    (``misses``)."""
+
+    hits: int = 0
+    misses: int = 0

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from isotope.models import CacheStats
+
 if TYPE_CHECKING:
     from isotope.settings import Settings
 
@@ -28,6 +30,8 @@ class Embedder(ABC):
     """Identifies the model and its weights; saved in the index and checked on open."""
     dim: int = 0
     batch_size: int = 32
+    stats: CacheStats | None = None
+    """Vectors from the cache and computed, when an embedding cache wraps the model."""
 
     @abstractmethod
     def embed_batch(self, texts: Sequence[str]) -> Vectors:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from isotope.errors import ProviderError
+from isotope.models import CacheStats
 
 if TYPE_CHECKING:
     from isotope.settings import Settings
@@ -75,6 +76,11 @@ class LLM(ABC):
 
     model_id: str = ""
     """Identifies the model (and its weights); recorded with what it generated."""
+    batch_sequences: int = 0
+    """Sequences :meth:`sample_batched` decodes in parallel; 0: the model has no batched
+    decoding (question generation then makes one call per atom)."""
+    stats: CacheStats | None = None
+    """Replies from the cache and from the model, when a reply cache wraps the model."""
     _usage: Usage | None = None
 
     @property
@@ -91,6 +97,23 @@ class LLM(ABC):
     ) -> list[str]:
         """One reply text per prompt, in order. With ``json_schema``, the reply should be a
         JSON object of that schema (constrained where the provider can, else asked for)."""
+
+    def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
+                       temperature: float, questions: int) -> list[list[str]]:
+        """Batched decoding: a reply for every prompt of every group, the prompts of a group
+        sharing their beginning. Only for models with ``batch_sequences`` > 0."""
+        raise NotImplementedError(f"{self.model_id or type(self).__name__} has no batched "
+                                  "decoding (batch_sequences = 0)")
+
+    def cached(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
+               temperature: float = 0.0, json_schema: dict[str, Any] | None = None,
+               batched: int | None = None) -> list[bool]:
+        """Which prompts a reply cache already answers (for dry runs): none, for a model
+        without one."""
+        return [False] * len(prompts)
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release the model (weights, connections)."""
 
     def complete(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0) -> str:
         return self.complete_batch([prompt], max_tokens=max_tokens, temperature=temperature)[0]

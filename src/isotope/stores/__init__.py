@@ -169,6 +169,10 @@ class Store(ABC):
         """Problems found by an integrity check (empty: consistent)."""
         return []
 
+    def disk_size(self) -> int | None:
+        """Bytes the index takes on disk, if the store knows. Default: unknown."""
+        return None
+
     def damaged_sources(self) -> list[str]:
         """Sources the check found damaged (lost rows, bad vectors): to ingest again or
         remove. Default: none known."""
