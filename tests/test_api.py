@@ -193,7 +193,7 @@ def test_settings_come_from_env_and_dotenv(
         assert iso.settings.top_k == 7 and iso.origins["top_k"] == ".env"
         assert iso.settings.questions_per_atom == 3 and iso.origins["questions_per_atom"] == "env"
         assert iso.settings.dedup_threshold is None
-    assert Settings().index == Path(".isotope")
+    assert Settings().index == ".isotope"  # a location: a folder or a store URL
 
 
 def test_opening_a_missing_or_broken_index_fails_clearly(tmp_path: Path) -> None:
@@ -211,14 +211,14 @@ def test_a_new_process_reads_the_vector_cache_and_sees_new_writes(
 ) -> None:
     iso.ingest(examples / "handbook.md")
     first = iso.search("vacation days", k=1).results[0].chunk.id
-    assert (iso.settings.index / "vectors" / "questions.json").exists()
+    assert (Path(iso.settings.index) / "vectors" / "questions.json").exists()
     with Isotope.open(iso.settings.index, embedder=embedder, llm=fake_llm) as other:
         assert other.search("vacation days", k=1).results[0].chunk.id == first
         other.ingest(examples / "faq.html")
     # the first handle sees the other's write (the index has a new state id)
     assert iso.search("Orbit R2 battery", k=1).results[0].chunk.source.endswith("faq.html")
     state = iso.store.get_meta("state")
-    assert sorted(p.name for p in (iso.settings.index / "vectors").glob("questions*")) == [
+    assert sorted(p.name for p in (Path(iso.settings.index) / "vectors").glob("questions*")) == [
         f"questions-{state}.idx.npy", f"questions-{state}.npy", "questions.json"]
 
 

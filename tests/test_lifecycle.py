@@ -191,7 +191,7 @@ def test_projects_have_their_own_settings_and_a_default(
     with Isotope.open("docs") as iso:  # a bare name is a project
         assert iso.settings.chunk_size == 64 and iso.settings.mode == "questions-dense"
         assert iso.status().counts["sources"] == 4
-        assert iso.settings.index == tmp_path / "projects" / "docs"
+        assert iso.settings.index == str(tmp_path / "projects" / "docs")
     shown = runner.invoke(app, ["project", "show", "docs", "--json"])
     assert '"chunk_size": 64' in shown.output
     # no default yet: commands use ./.isotope

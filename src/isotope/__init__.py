@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 
-__version__ = "0.1.0"  # before the imports below: isotope.index reads it
-
+from isotope._version import __version__
 from isotope.errors import (
     IndexDamaged,
     IndexLocked,

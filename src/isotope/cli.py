@@ -18,7 +18,7 @@ from rich.segment import Segment
 from rich.table import Column, Table
 from rich.text import Text
 
-from isotope import __version__
+from isotope._version import __version__
 from isotope.errors import IsotopeError
 from isotope.retrieval import MODES, thresholds
 
@@ -71,9 +71,9 @@ def _labelled(label: str, style: str, message: str) -> Text:
     return Text.assemble((label, style), " ", message)
 
 IndexOpt = Annotated[
-    Path | None,
-    typer.Option("--index", "-i", help="Index directory (default: the ISOTOPE_INDEX setting, "
-                 "else ./.isotope).", show_default=False),
+    str | None,
+    typer.Option("--index", "-i", help="Index directory, or a store URL (default: the "
+                 "ISOTOPE_INDEX setting, else ./.isotope).", show_default=False),
 ]
 ProjectOpt = Annotated[
     str | None,
@@ -109,8 +109,9 @@ def _errors() -> Iterator[None]:
         _fail(str(exc))
 
 
-def _open(index: Path | None, project: str | None = None, *, create: bool = False,
+def _open(index: str | Path | None, project: str | None = None, *, create: bool = False,
           **settings: Any) -> Any:
+    from isotope import stores
     from isotope.index import Isotope
 
     if project is not None:
@@ -121,6 +122,8 @@ def _open(index: Path | None, project: str | None = None, *, create: bool = Fals
 
         projects.require(project, resolve(None)[0])
         return Isotope.open(create=False, project=project, **settings)
+    if index is not None and stores.scheme(index) is None:
+        index = Path(index)  # --index NAME is the folder ./NAME, never a project
     return Isotope.open(index, create=create, **settings)
 
 
@@ -468,17 +471,16 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
 def config(index: IndexOpt = None, project: ProjectOpt = None,
            as_json: JsonOpt = False) -> None:
     """Show the resolved settings and where each value came from."""
-    from isotope import projects
+    from isotope import projects, stores
     from isotope import prompts as prompt_specs
     from isotope.settings import Settings, resolve
-    from isotope.stores.sqlite import DB_NAME, SQLiteStore
 
     with _errors():
         base, origins = resolve(None, index=index, project=project)
         path = projects.index_path(base, origins)
         saved = None
-        if (path / DB_NAME).exists():
-            store = SQLiteStore(path, create=False)
+        if stores.exists(path):
+            store = stores.open(path, create=False)
             saved = store.get_meta("settings")
             store.close()
         settings, origins = resolve(saved, index=path, project=project)

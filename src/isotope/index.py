@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from isotope import __version__, embedders, projects, providers, references, retrieval
+from isotope import embedders, projects, providers, references, retrieval, stores
 from isotope import prompts as prompt_specs
+from isotope._version import __version__
 from isotope.answer import NOT_FOUND, answer_prompt, grounded
 from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.cache import Cache, CachedEmbedder, CachedLLM
@@ -28,7 +29,6 @@ from isotope.providers import LLM
 from isotope.questions import parse_questions
 from isotope.settings import Settings, index_settings, resolve
 from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
-from isotope.stores.sqlite import SQLiteStore
 
 MAX_K = 10_000
 """The most results a query may ask for."""
@@ -124,7 +124,7 @@ class Isotope:
             settings["project"], path = path, None
         base, origins = resolve(None, **settings)
         if path is not None:
-            settings["index"] = Path(path)
+            settings["index"] = str(path)
         elif (create and origins["project"] == "argument" and base.project
               and not projects.exists(base.project, base)):
             settings["index"] = projects.create(base.project)
@@ -132,7 +132,7 @@ class Isotope:
             settings["index"] = projects.index_path(base, origins)
         base, _ = resolve(None, **settings)
         if store is None:
-            store = SQLiteStore(base.index, create=create)
+            store = stores.open(base.index, create=create)
         resolved, origins = resolve(store.get_meta("settings"), **settings)
         if embedder is None:
             embedder = embeddings_for(resolved)
@@ -199,12 +199,14 @@ class Isotope:
 
     def __repr__(self) -> str:
         project = f", project={self.project!r}" if self.project else ""
-        return f"Isotope(index={str(Path(self.settings.index).absolute())!r}{project})"
+        return f"Isotope(index={stores.describe(self.settings.index)!r}{project})"
 
     @property
     def project(self) -> str | None:
         """The project's name when the index is a project's folder, else None."""
-        here = Path(self.settings.index).absolute()
+        if stores.scheme(self.settings.index) is not None:
+            return None
+        here = Path(self.settings.index).expanduser().absolute()
         base = Path(self.settings.projects_dir).absolute()
         return here.name if here.parent == base else None
 
@@ -484,7 +486,7 @@ class Isotope:
 
     def status(self) -> IndexStatus:
         return IndexStatus(
-            index=str(Path(self.settings.index).absolute()),
+            index=stores.describe(self.settings.index),
             project=self.project,
             schema_version=int(self.store.get_meta("schema_version") or SCHEMA_VERSION),
             isotope_version=str(self.store.get_meta("isotope_version") or __version__),

@@ -135,19 +135,20 @@ def set_default(name: str, settings: Settings | None = None) -> None:
     _write_marker(_settings(settings).projects_dir, name)
 
 
-def index_path(settings: Settings, origins: dict[str, str]) -> Path:
-    """The index a command uses when given none explicitly (see the module docstring)."""
+def index_path(settings: Settings, origins: dict[str, str]) -> str:
+    """The location of the index a command uses when given none explicitly (see the
+    module docstring): a directory, or a store URL."""
     if origins.get("index") != "default":
         return settings.index
     if settings.project:
-        return require(settings.project, settings)
+        return str(require(settings.project, settings))
     name = default(settings)
-    return path_of(name, settings) if name else settings.index
+    return str(path_of(name, settings)) if name else settings.index
 
 
 def create(name: str, **values: Any) -> Path:
     """Create an empty project whose saved settings are ``values`` over the defaults."""
-    from isotope.stores.sqlite import SQLiteStore
+    from isotope import stores
 
     base, _ = resolve(None)
     path = path_of(name, base)
@@ -164,7 +165,7 @@ def create(name: str, **values: Any) -> Path:
     except SettingsError as exc:
         raise ProjectError(f"project {name!r}: {exc}") from None
     saved = {**index_settings(settings), **project_settings(settings, values)}
-    store = SQLiteStore(path, create=True)
+    store = stores.open(path, create=True)
     try:
         store.set_meta("settings", saved)
         store.set_meta("project", name)
@@ -174,10 +175,10 @@ def create(name: str, **values: Any) -> Path:
 
 
 def info(name: str, settings: Settings | None = None) -> ProjectInfo:
-    from isotope.stores.sqlite import SQLiteStore
+    from isotope import stores
 
     path = require(name, settings)
-    store = SQLiteStore(path, create=False)
+    store = stores.open(path, create=False)
     try:
         return ProjectInfo(name, path, default(settings) == name, store.counts(),
                            store.get_meta("settings") or {})
@@ -227,10 +228,10 @@ def delete(name: str, settings: Settings | None = None) -> Deleted:
         _forget_default(name, settings)
         return Deleted(name, path)
     path = require(name, settings)
-    from isotope.stores.sqlite import SQLiteStore
+    from isotope import stores
 
     kept = None
-    store = SQLiteStore(path, create=False)
+    store = stores.open(path, create=False)
     try:
         with store.writer():  # not while something writes to it
             if path.is_symlink():

@@ -175,7 +175,8 @@ class Settings(BaseSettings):
         env_prefix="ISOTOPE_", env_file=None, extra="ignore", allow_inf_nan=False,
     )
 
-    index: Path = Field(Path(".isotope"), description="Index directory used when none is given")
+    index: str = Field(".isotope", description="Index used when none is given: a directory, "
+                       "or the URL of a store backend")
     cache_dir: Path = Field(
         default_factory=_default_cache_dir,
         description="Where the cache of model replies and embeddings lives",
@@ -320,6 +321,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"not a JSON object ({exc}); write e.g. "
                                  '{"questions-bm25": 0.5}') from None
         return value
+
+    @field_validator("index", mode="before")
+    @classmethod
+    def _location(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
 
     @field_validator("dedup_threshold", mode="before")
     @classmethod

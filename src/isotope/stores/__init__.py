@@ -12,17 +12,24 @@ with pgvector, say) can implement it without the pipeline changing:
   unchanged chunks), :meth:`Store.check` (integrity);
 - plus bookkeeping: :meth:`Store.sources`, :meth:`Store.counts`, and the index's own
   description (:meth:`Store.get_meta` / :meth:`Store.set_meta`).
+
+Every store is built by :func:`open` from an index *location*, a string: a directory is
+the embedded SQLite store; a URL (``scheme://...``) is the backend registered for its
+scheme with :func:`register`, imported only when used.
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from isotope.embedders import Vectors
+from isotope.errors import InvalidIndex, MissingDependency
 from isotope.filters import Condition
 from isotope.models import Atom, Chunk, Question, Source
 
@@ -182,3 +189,69 @@ class Store(ABC):
         """Rebuild what can be rebuilt from the stored rows (keyword and vector indexes)
         and drop rows no source owns. Default: nothing to rebuild."""
 
+
+StoreFactory = Callable[..., Store]
+"""``factory(location, create=...)``: the store at ``location``."""
+
+_BACKENDS: dict[str, tuple[StoreFactory | str, str | None]] = {}
+
+
+def register(scheme: str, backend: StoreFactory | str, *, extra: str | None = None) -> None:
+    """Serve locations ``scheme://...`` with ``backend``: a factory, or ``"module:Class"``
+    imported on first use (a class taking ``(location, create=...)``). ``extra`` names the
+    optional dependencies it needs (``pip install 'isotopedb[extra]'``)."""
+    _BACKENDS[scheme.lower()] = (backend, extra)
+
+
+def scheme(location: str | Path) -> str | None:
+    """The URL scheme of an index location (``postgresql``), or None for a directory."""
+    text = str(location)
+    head, sep, _ = text.partition("://")
+    return head.lower() if sep and head.replace("+", "").isalnum() else None
+
+
+def describe(location: str | Path) -> str:
+    """A location as a user should see it: a directory made absolute, a URL as given
+    without its password."""
+    if scheme(location) is None:
+        return str(Path(location).expanduser().absolute())
+    text = str(location)
+    head, rest = text.split("://", 1)
+    credentials, at, host = rest.rpartition("@")
+    if at and ":" in credentials:
+        rest = credentials.split(":", 1)[0] + ":***@" + host
+    return f"{head}://{rest}"
+
+
+def exists(location: str | Path) -> bool:
+    """Whether an index is at ``location`` (a URL is assumed to be, the backend says)."""
+    if scheme(location) is not None:
+        return True
+    from isotope.stores.sqlite import DB_NAME
+
+    return (Path(location).expanduser() / DB_NAME).is_file()
+
+
+def open(location: str | Path, *, create: bool = True) -> Store:
+    """The store at ``location``: a directory (the embedded SQLite store), or a URL whose
+    scheme a backend registered. ``create``: make an empty index if there is none."""
+    name = scheme(location)
+    if name is None:
+        from isotope.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(Path(location).expanduser(), create=create)
+    if name not in _BACKENDS:
+        known = ", ".join(f"{s}://" for s in sorted(_BACKENDS)) or "none yet"
+        raise InvalidIndex(f"no store serves {name}:// locations ({describe(location)}); "
+                           f"give a directory, or a URL of a registered backend: {known}")
+    backend, extra = _BACKENDS[name]
+    if isinstance(backend, str):
+        module, _, attribute = backend.partition(":")
+        try:
+            backend = getattr(importlib.import_module(module), attribute)
+        except ImportError as exc:
+            raise MissingDependency.from_import(
+                exc, f"an index at {name}://", extra or name) from exc
+    assert callable(backend)
+    store: Store = backend(str(location), create=create)
+    return store
