@@ -1,0 +1,168 @@
+"""The Store contract, as every backend must keep it. The ``store`` fixture is
+parametrised by backend: the embedded SQLite store today; a server store adds its
+parameter here and runs the same suite. Real vectors from the bundled embedder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from isotope import stores
+from isotope.embedders import Embedder
+from isotope.errors import IndexLocked
+from isotope.filters import parse
+from isotope.models import Atom, Chunk, Question, Source, content_hash
+from isotope.stores import SourceBatch, Store
+
+DOCS = {
+    "/docs/garage.md": ["The parking garage opens at six in the morning.",
+                        "Visitors park on level two of the garage."],
+    "/docs/pool.md": ["The swimming pool is heated to twenty-eight degrees."],
+    "/docs/gym.txt": ["The gym has rowing machines and free weights."],
+}
+
+
+@pytest.fixture(params=["sqlite"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where each backend keeps a fresh index."""
+    return {"sqlite": str(tmp_path / "index")}[request.param]
+
+
+@pytest.fixture
+def store(location: str) -> Iterator[Store]:
+    opened = stores.open(location)
+    yield opened
+    opened.close()
+
+
+def _batch(embedder: Embedder, uri: str, texts: list[str], **metadata: object) -> SourceBatch:
+    chunks = [Chunk(text=t, source=uri, index=i, start=0, end=len(t),
+                    metadata={"n": i}) for i, t in enumerate(texts)]
+    atoms = [Atom(text=c.text, chunk_id=c.id, index=0, start=0, end=len(c.text))
+             for c in chunks]
+    questions = [Question(text=f"What is said about {c.text.split()[1]}?", atom_id=a.id,
+                          chunk_id=c.id) for c, a in zip(chunks, atoms, strict=True)]
+    return SourceBatch(
+        source=Source(uri=uri, content_hash=content_hash("".join(texts)), loader="text",
+                      metadata=dict(metadata), root="/docs"),
+        chunks=chunks, atoms=atoms, questions=questions,
+        chunk_vectors=embedder.embed(texts), atom_vectors=embedder.embed(texts),
+        question_vectors=embedder.embed([q.text for q in questions]))
+
+
+@pytest.fixture
+def filled(store: Store, embedder: Embedder) -> Store:
+    for uri, texts in DOCS.items():
+        store.add(_batch(embedder, uri, texts, kind=Path(uri).suffix[1:]))
+    return store
+
+
+def test_add_stores_a_source_with_everything_derived(filled: Store) -> None:
+    assert filled.counts() == {"sources": 3, "chunks": 4, "atoms": 4, "questions": 4}
+    source = filled.get_source("/docs/garage.md")
+    assert source is not None and source.loader == "text" and source.root == "/docs"
+    assert [(i.source.uri, i.chunks, i.atoms, i.questions) for i in filled.sources()] == [
+        ("/docs/garage.md", 2, 2, 2), ("/docs/gym.txt", 1, 1, 1), ("/docs/pool.md", 1, 1, 1)]
+    assert filled.get_source("/docs/none.md") is None
+
+
+def test_add_replaces_what_a_source_had(filled: Store, embedder: Embedder) -> None:
+    filled.add(_batch(embedder, "/docs/garage.md", ["The garage is closed on Sundays."]))
+    assert filled.counts()["chunks"] == 3
+    texts = [h.text for h in filled.keyword_search("chunks", "garage", 10)]
+    assert texts == ["The garage is closed on Sundays."]
+
+
+def test_add_can_take_the_place_of_another_source(filled: Store, embedder: Embedder) -> None:
+    batch = _batch(embedder, "/link/pool.md", DOCS["/docs/pool.md"])
+    batch.replaces = "/docs/pool.md"
+    filled.add(batch)
+    assert [i.source.uri for i in filled.sources()] == [
+        "/docs/garage.md", "/docs/gym.txt", "/link/pool.md"]
+
+
+@pytest.mark.parametrize("kind", ["questions", "atoms", "chunks"])
+def test_search_finds_the_nearest_items_best_first(filled: Store, embedder: Embedder,
+                                                   kind: str) -> None:
+    hits = filled.search(kind, embedder.embed_one("How warm is the swimming pool?"),  # type: ignore[arg-type]
+                         3)
+    assert len(hits) == 3 and hits[0].kind == kind
+    assert filled.get_chunks([hits[0].chunk_id])[hits[0].chunk_id].source == "/docs/pool.md"
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert -1.0 <= hits[-1].score <= hits[0].score <= 1.0
+    assert filled.search(kind, embedder.embed_one("pool"), 0) == []  # type: ignore[arg-type]
+
+
+def test_search_keeps_only_chunks_meeting_the_filters(filled: Store, embedder: Embedder
+                                                      ) -> None:
+    query = embedder.embed_one("How warm is the swimming pool?")
+    hits = filled.search("chunks", query, 10, parse({"kind": "txt"}))
+    assert [filled.get_chunks([h.chunk_id])[h.chunk_id].source for h in hits] == [
+        "/docs/gym.txt"]
+    assert filled.search("chunks", query, 10, parse({"source": "/docs/garage*"})) != []
+    assert filled.search("chunks", query, 10, parse({"n": {"gte": 1}})) and all(
+        filled.get_chunks([h.chunk_id])[h.chunk_id].metadata["n"] >= 1
+        for h in filled.search("chunks", query, 10, parse({"n": {"gte": 1}})))
+
+
+def test_search_by_chunk_groups_the_hits_of_each_chunk(filled: Store, embedder: Embedder
+                                                       ) -> None:
+    found = filled.search_by_chunk("questions", embedder.embed_one("garage"), 2, per_chunk=2)
+    assert len(found) == 2 and len({chunk for chunk, _ in found}) == 2
+    assert all(hits and all(h.chunk_id == chunk for h in hits) for chunk, hits in found)
+
+
+def test_keyword_search_ranks_by_bm25(filled: Store) -> None:
+    hits = filled.keyword_search("chunks", "garage level visitors", 5)
+    assert hits[0].text == "Visitors park on level two of the garage."
+    assert filled.keyword_search("chunks", "   ", 5) == []
+    assert filled.keyword_search("questions", "NOT OR \"AND", 5) == []  # no query syntax
+    assert [h.text for h in filled.keyword_search("chunks", "garage", 5,
+                                                  parse({"n": 0}))] == [
+        "The parking garage opens at six in the morning."]
+
+
+def test_delete_source_removes_everything_derived(filled: Store) -> None:
+    assert filled.delete_source("/docs/garage.md") is True
+    assert filled.delete_source("/docs/garage.md") is False
+    assert filled.counts() == {"sources": 2, "chunks": 2, "atoms": 2, "questions": 2}
+    assert filled.keyword_search("chunks", "garage", 5) == []
+
+
+def test_get_chunks_leaves_out_unknown_ids(filled: Store) -> None:
+    hit = filled.keyword_search("chunks", "pool", 1)[0]
+    found = filled.get_chunks([hit.chunk_id, "nope"])
+    assert list(found) == [hit.chunk_id] and found[hit.chunk_id].metadata == {"n": 0}
+
+
+def test_meta_round_trips_json(store: Store) -> None:
+    store.set_meta("settings", {"a": [1, 2.5, None, "x"]})
+    assert store.get_meta("settings") == {"a": [1, 2.5, None, "x"]}
+    assert store.get_meta("nothing") is None
+
+
+def test_stored_chunks_are_keyed_by_the_text_hash(filled: Store) -> None:
+    stored = filled.stored_chunks("/docs/garage.md")
+    text = DOCS["/docs/garage.md"][1]
+    assert set(stored) == {content_hash(t) for t in DOCS["/docs/garage.md"]}
+    assert [q.text for q in stored[content_hash(text)].questions] == [
+        "What is said about park?"]
+
+
+def test_one_writer_at_a_time(store: Store, location: str) -> None:
+    other = stores.open(location, create=False)
+    try:
+        with store.writer(), pytest.raises(IndexLocked), other.writer():
+            pass
+        with other.writer():  # free again
+            pass
+    finally:
+        other.close()
+
+
+def test_a_sound_store_checks_clean(filled: Store) -> None:
+    with filled.snapshot():
+        assert filled.counts()["sources"] == 3
+    assert filled.check() == [] and filled.damaged_sources() == []
