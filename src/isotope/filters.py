@@ -16,11 +16,17 @@ A filter is a dict, as in ``iso.search(q, filters={...})``:
 All conditions must hold. The CLI's ``--where`` takes ``key=value``, ``key!=value``,
 ``key>=value``, ``key>value``, ``key<=value`` and ``key<value``. Values are always passed
 to the database as bound parameters.
+
+What a filter means is settled here, once, for every store: :func:`parse` resolves
+``source`` patterns into globs (:func:`source_globs`), dates into ISO text and numbers
+beyond a database integer into floats; a store only translates the resulting
+:class:`Condition` list into its own query language.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -56,7 +62,8 @@ def parse(filters: dict[str, Any] | None) -> list[Condition]:
                               "control characters")
         if key == "source":
             patterns = spec if isinstance(spec, list | tuple) else [spec]
-            conditions.append(Condition(key, "glob", tuple(str(p) for p in patterns)))
+            conditions.append(Condition(key, "glob", tuple(
+                glob for p in patterns for glob in source_globs(str(p)))))
         elif isinstance(spec, dict):
             for op, value in spec.items():
                 if op not in OPS:
@@ -72,6 +79,17 @@ def parse(filters: dict[str, Any] | None) -> list[Condition]:
         else:
             conditions.append(Condition(key, "eq", (_scalar(key, spec),)))
     return conditions
+
+
+def source_globs(pattern: str) -> list[str]:
+    """The globs a ``source`` pattern means, resolved here once so that every store only
+    matches them: an absolute pattern as it is (``~`` expanded); a relative one against
+    the working directory, and in any folder (``*/docs/*.md``), and as given (sources
+    that are not files)."""
+    expanded = os.path.expanduser(pattern)
+    if os.path.isabs(expanded):
+        return [expanded]
+    return [os.path.join(os.getcwd(), expanded), f"*/{pattern}", pattern]
 
 
 def _scalar(key: str, value: Any) -> Any:

@@ -898,16 +898,9 @@ def _where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
     parts: list[str] = []
     params: list[Any] = []
     for cond in conditions:
-        if cond.key == "source":
-            globs: list[str] = []
-            for pattern in cond.values:
-                expanded = os.path.expanduser(pattern)
-                if os.path.isabs(expanded):
-                    globs.append(expanded)
-                else:
-                    globs += [os.path.join(os.getcwd(), expanded), f"*/{pattern}", pattern]
-            parts.append("(" + " OR ".join("c.source GLOB ?" for _ in globs) + ")")
-            params += globs
+        if cond.key == "source":  # globs resolved by isotope.filters
+            parts.append("(" + " OR ".join("c.source GLOB ?" for _ in cond.values) + ")")
+            params += list(cond.values)
             continue
         if cond.key == "type":
             marks = ",".join("?" * len(cond.values))
