@@ -281,38 +281,41 @@ def test_a_second_writer_fails_with_a_clear_message_or_waits(
         other.close()
 
 
-# What undoes each migration, newest first: applied down to the schema a test starts from.
-_DOWNGRADES = {
-    3: "ALTER TABLE sources DROP COLUMN counts; DELETE FROM meta WHERE key = 'state'; "
-       "INSERT INTO meta VALUES ('generation', '7');",
-    2: "DROP TRIGGER chunks_ai; DROP TRIGGER chunks_ad; DROP TABLE chunks_fts; "
-       "ALTER TABLE chunks DROP COLUMN context; "
-       "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', "
-       "content_rowid='rowid', tokenize='porter unicode61'); "
-       "CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN INSERT INTO chunks_fts(rowid, "
-       "text) VALUES (new.rowid, new.text); END; "
-       "CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN INSERT INTO chunks_fts("
-       "chunks_fts, rowid, text) VALUES ('delete', old.rowid, old.text); END; "
-       "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');",
-    1: "ALTER TABLE sources DROP COLUMN status; ALTER TABLE sources DROP COLUMN root; "
-       "ALTER TABLE chunks DROP COLUMN hash;",
-}
+def _index_at_schema(current: Path, old: Path, version: int) -> None:
+    """An index of schema ``version`` holding ``current``'s content: steps 1..version
+    applied to an empty database, then the rows copied over in the columns that schema
+    has (with the meta an index of that schema kept)."""
+    from isotope.stores.sqlite_schema import upgrade
+
+    old.mkdir()
+    db = sqlite3.connect(old / "isotope.db", isolation_level=None)
+    upgrade(db, version)
+    db.execute("ATTACH DATABASE ? AS new", (str(current / "isotope.db"),))
+    db.execute("BEGIN")
+    for table in ("sources", "chunks", "atoms", "questions"):
+        cols = ", ".join(f'"{r[1]}"' for r in db.execute(f"PRAGMA main.table_info({table})"))
+        db.execute(f"INSERT INTO main.{table}({cols}) SELECT {cols} FROM new.{table}")
+    db.execute("INSERT INTO main.meta SELECT * FROM new.meta WHERE key NOT IN "
+               "('schema_version', 'state')")
+    if version < 4:
+        db.execute("INSERT INTO main.meta VALUES ('generation', '7')")
+    db.execute("COMMIT")
+    db.execute("DETACH DATABASE new")
+    for kind in ("questions", "atoms", "chunks"):
+        db.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
+    db.close()
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_index_of_an_older_schema_is_migrated_in_place(
     tmp_path: Path, embedder: Embedder, examples: Path, version: int
 ) -> None:
-    with _open(tmp_path, embedder, FakeLLM()) as iso:
+    with _open(tmp_path / "made", embedder, FakeLLM()) as iso:
         iso.ingest(examples)
         before = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
-    db = sqlite3.connect(tmp_path / "index" / "isotope.db")
-    for step in sorted(_DOWNGRADES, reverse=True):
-        if step >= version:
-            db.executescript(_DOWNGRADES[step])
-    db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
-    db.commit()
-    db.close()
+    _index_at_schema(tmp_path / "made" / "index", tmp_path / "index", version)
+    assert sqlite3.connect(tmp_path / "index" / "isotope.db").execute(
+        "SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(version),)
     with _open(tmp_path, embedder, FakeLLM()) as iso:
         assert iso.status().schema_version == 4
         assert len(iso.sources()) == 4 and iso.check() == []
@@ -321,6 +324,22 @@ def test_an_index_of_an_older_schema_is_migrated_in_place(
         assert len(iso.ingest(examples).unchanged) == 4  # nothing is generated again
         iso.delete(examples / "faq.html")
         assert iso.check() == []
+
+
+def test_a_new_index_is_the_steps_from_zero(tmp_path: Path) -> None:
+    """Creating an index and applying every step to an empty database give one schema."""
+    from isotope.stores.sqlite import SQLiteStore
+    from isotope.stores.sqlite_schema import upgrade
+
+    SQLiteStore(tmp_path / "a").close()
+    (tmp_path / "b").mkdir()
+    upgrade(sqlite3.connect(tmp_path / "b" / "isotope.db", isolation_level=None))
+
+    def schema(path: Path) -> list[tuple[str, str]]:
+        return sorted(sqlite3.connect(path / "isotope.db").execute(
+            "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"))
+
+    assert schema(tmp_path / "a") == schema(tmp_path / "b")
 
 
 def test_cli_sync_list_and_check(tmp_path: Path, embedder: Embedder, examples: Path) -> None:

@@ -46,80 +46,10 @@ from isotope.stores import (
     Store,
     StoredChunk,
 )
+from isotope.stores.sqlite_schema import schema_version, upgrade
 
 log = logging.getLogger(__name__)
 DB_NAME = "isotope.db"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sources (
-    uri TEXT PRIMARY KEY, content_hash TEXT NOT NULL, size INTEGER NOT NULL,
-    mtime REAL, loader TEXT NOT NULL, ingested_at TEXT NOT NULL, metadata TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'complete', root TEXT, counts TEXT
-);
-CREATE TABLE IF NOT EXISTS chunks (
-    rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
-    source TEXT NOT NULL REFERENCES sources(uri) ON DELETE CASCADE,
-    idx INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
-    text TEXT NOT NULL, metadata TEXT NOT NULL, vector BLOB NOT NULL, hash TEXT,
-    context TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS chunks_source ON chunks(source);
-CREATE TABLE IF NOT EXISTS atoms (
-    rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
-    chunk_id TEXT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
-    idx INTEGER NOT NULL, start INTEGER, "end" INTEGER, text TEXT NOT NULL,
-    vector BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS atoms_chunk ON atoms(chunk_id);
-CREATE TABLE IF NOT EXISTS questions (
-    rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
-    atom_id TEXT NOT NULL REFERENCES atoms(id) ON DELETE CASCADE,
-    chunk_id TEXT NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS questions_atom ON questions(atom_id);
-"""
-_FTS = """
-CREATE VIRTUAL TABLE IF NOT EXISTS {t}_fts USING fts5(
-    {cols}, content='{t}', content_rowid='rowid', tokenize='porter unicode61');
-CREATE TRIGGER IF NOT EXISTS {t}_ai AFTER INSERT ON {t} BEGIN
-    INSERT INTO {t}_fts(rowid, {cols}) VALUES (new.rowid, {new}); END;
-CREATE TRIGGER IF NOT EXISTS {t}_ad AFTER DELETE ON {t} BEGIN
-    INSERT INTO {t}_fts({t}_fts, rowid, {cols}) VALUES ('delete', old.rowid, {old}); END;
-"""
-FTS_COLUMNS: dict[Kind, tuple[str, ...]] = {
-    "questions": ("text",), "atoms": ("text",), "chunks": ("text", "context"),
-}
-"""Columns of each keyword index: a chunk is found by its text and its context."""
-
-
-def _fts(table: Kind) -> list[str]:
-    """The statements creating ``table``'s keyword index and the triggers keeping it in
-    step (a trigger's body holds a semicolon, so they are split on a semicolon and a
-    newline)."""
-    cols = FTS_COLUMNS[table]
-    script = _FTS.format(t=table, cols=", ".join(cols),
-                         new=", ".join(f"new.{c}" for c in cols),
-                         old=", ".join(f"old.{c}" for c in cols))
-    return [part.strip() for part in script.split(";\n") if part.strip()]
-
-
-_MIGRATIONS: dict[int, list[str]] = {
-    # schema 1 -> 2: the source registry's status and ingest root; a hash per chunk
-    1: ["ALTER TABLE sources ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'",
-        "ALTER TABLE sources ADD COLUMN root TEXT",
-        "ALTER TABLE chunks ADD COLUMN hash TEXT"],
-    # schema 2 -> 3: a chunk's context (chunk_context), keyword-searched with its text
-    2: ["ALTER TABLE chunks ADD COLUMN context TEXT NOT NULL DEFAULT ''",
-        "DROP TRIGGER IF EXISTS chunks_ai", "DROP TRIGGER IF EXISTS chunks_ad",
-        "DROP TABLE IF EXISTS chunks_fts", *_fts("chunks"),
-        "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')"],
-    # schema 3 -> 4: what each source stored (chunks, atoms, questions), so that `check`
-    # finds rows lost since; a state id replaces the generation counter
-    3: ["ALTER TABLE sources ADD COLUMN counts TEXT",
-        "DELETE FROM meta WHERE key = 'generation'"],
-}
-
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -217,43 +147,21 @@ class SQLiteStore(Store):
         self.read_only = not _writable(self.directory, db)
         conn = self._conn()
         version = self._schema_version(conn)
-        if version is None:
-            if not create or self.read_only:
-                raise InvalidIndex(
-                    f"{db} is not an isotope index (it is empty or has no isotope tables); "
-                    "give the right --index, or delete the file and ingest again")
-            conn.executescript(
-                "BEGIN IMMEDIATE;" + _SCHEMA + "".join(";\n".join(_fts(t)) + ";\n" for t in KINDS)
-                + f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
-                + "COMMIT;"
-            )
-        elif version in _MIGRATIONS and not self.read_only:
-            self._migrate(conn, version)
+        if version is None and (not create or self.read_only):
+            raise InvalidIndex(
+                f"{db} is not an isotope index (it is empty or has no isotope tables); "
+                "give the right --index, or delete the file and ingest again")
+        if (version or 0) < SCHEMA_VERSION and not self.read_only:
+            upgrade(conn)  # a new index from step 1, an older one from its next step
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(
                 f"{self.directory} has index schema {version}; this isotope reads schema "
                 f"{SCHEMA_VERSION}. Upgrade isotope, or re-ingest into a new index"
                 + (" (the index is read-only, so it cannot be migrated in place)"
-                   if self.read_only and version in _MIGRATIONS else "")
+                   if self.read_only and (version or 0) < SCHEMA_VERSION else "")
             )
         if not self.read_only and self.get_meta("state") is None:
             self.set_meta("state", uuid.uuid4().hex)
-
-    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            while version in _MIGRATIONS:  # another process may have migrated meanwhile
-                if self._schema_version(conn) != version:
-                    break
-                for statement in _MIGRATIONS[version]:
-                    conn.execute(statement)
-                version += 1
-                conn.execute("UPDATE meta SET value=? WHERE key='schema_version'",
-                             (json.dumps(version),))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     # -- connections -------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -272,12 +180,9 @@ class SQLiteStore(Store):
     @staticmethod
     def _schema_version(conn: sqlite3.Connection) -> int | None:
         try:
-            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        except sqlite3.OperationalError:
-            return None
+            return schema_version(conn)
         except sqlite3.DatabaseError as exc:
             raise InvalidIndex(f"not a readable isotope index ({exc})") from exc
-        return int(json.loads(row[0])) if row else None
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

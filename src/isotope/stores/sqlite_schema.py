@@ -1,0 +1,108 @@
+"""The SQLite store's schema, as numbered steps from an empty database (as simonw/llm and
+sqlite-utils keep theirs): a new index applies steps 1..N, an index of schema k applies
+k+1..N, in one transaction. A step is never edited once released; a change is a new step.
+Tests build an index of an older schema by applying steps 1..k."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from isotope.stores import KINDS, SCHEMA_VERSION, Kind
+
+_FTS = """
+CREATE VIRTUAL TABLE IF NOT EXISTS {t}_fts USING fts5(
+    {cols}, content='{t}', content_rowid='rowid', tokenize='porter unicode61');
+CREATE TRIGGER IF NOT EXISTS {t}_ai AFTER INSERT ON {t} BEGIN
+    INSERT INTO {t}_fts(rowid, {cols}) VALUES (new.rowid, {new}); END;
+CREATE TRIGGER IF NOT EXISTS {t}_ad AFTER DELETE ON {t} BEGIN
+    INSERT INTO {t}_fts({t}_fts, rowid, {cols}) VALUES ('delete', old.rowid, {old}); END;
+"""
+FTS_COLUMNS: dict[Kind, tuple[str, ...]] = {
+    "questions": ("text",), "atoms": ("text",), "chunks": ("text", "context"),
+}
+"""Columns of each keyword index: a chunk is found by its text and its context."""
+
+
+def fts(table: Kind, cols: tuple[str, ...] | None = None) -> list[str]:
+    """The statements creating ``table``'s keyword index over ``cols`` (default: today's)
+    and the triggers keeping it in step."""
+    cols = cols or FTS_COLUMNS[table]
+    script = _FTS.format(t=table, cols=", ".join(cols),
+                         new=", ".join(f"new.{c}" for c in cols),
+                         old=", ".join(f"old.{c}" for c in cols))
+    return [part.strip() for part in script.split(";\n") if part.strip()]
+
+
+_TABLES_1 = [
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS sources (
+    uri TEXT PRIMARY KEY, content_hash TEXT NOT NULL, size INTEGER NOT NULL,
+    mtime REAL, loader TEXT NOT NULL, ingested_at TEXT NOT NULL, metadata TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS chunks (
+    rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
+    source TEXT NOT NULL REFERENCES sources(uri) ON DELETE CASCADE,
+    idx INTEGER NOT NULL, start INTEGER NOT NULL, "end" INTEGER NOT NULL,
+    text TEXT NOT NULL, metadata TEXT NOT NULL, vector BLOB NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS chunks_source ON chunks(source)",
+    """CREATE TABLE IF NOT EXISTS atoms (
+    rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
+    chunk_id TEXT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL, start INTEGER, "end" INTEGER, text TEXT NOT NULL,
+    vector BLOB NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS atoms_chunk ON atoms(chunk_id)",
+    """CREATE TABLE IF NOT EXISTS questions (
+    rowid INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
+    atom_id TEXT NOT NULL REFERENCES atoms(id) ON DELETE CASCADE,
+    chunk_id TEXT NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS questions_atom ON questions(atom_id)",
+]
+
+STEPS: dict[int, list[str]] = {
+    # 1: sources, chunks, atoms, questions with their vectors; a keyword index of each
+    1: [*_TABLES_1, *(s for t in KINDS for s in fts(t, ("text",)))],
+    # 2: the source registry's status and ingest root; a hash per chunk
+    2: ["ALTER TABLE sources ADD COLUMN status TEXT NOT NULL DEFAULT 'complete'",
+        "ALTER TABLE sources ADD COLUMN root TEXT",
+        "ALTER TABLE chunks ADD COLUMN hash TEXT"],
+    # 3: a chunk's context (chunk_context), keyword-searched with its text
+    3: ["ALTER TABLE chunks ADD COLUMN context TEXT NOT NULL DEFAULT ''",
+        "DROP TRIGGER IF EXISTS chunks_ai", "DROP TRIGGER IF EXISTS chunks_ad",
+        "DROP TABLE IF EXISTS chunks_fts", *fts("chunks", ("text", "context")),
+        "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')"],
+    # 4: what each source stored (chunks, atoms, questions), so that `check` finds rows
+    # lost since; a state id (set on open) replaces the generation counter
+    4: ["ALTER TABLE sources ADD COLUMN counts TEXT",
+        "DELETE FROM meta WHERE key = 'generation'"],
+}
+assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
+
+
+def schema_version(conn: sqlite3.Connection) -> int | None:
+    """The schema an index is at (None: no isotope tables)."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return int(json.loads(row[0])) if row else None
+
+
+def upgrade(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Apply the steps after the database's schema (none: an empty database) up to
+    ``target``, in one write transaction; returns the schema it is at. Another process
+    may have upgraded it meanwhile: the version is read inside the transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = schema_version(conn) or 0
+        for step in range(version + 1, target + 1):
+            for statement in STEPS[step]:
+                conn.execute(statement)
+            conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON "
+                         "CONFLICT(key) DO UPDATE SET value = excluded.value",
+                         (json.dumps(step),))
+            version = step
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return version
