@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -32,6 +31,8 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from isotope.ann import search_groups
+from isotope.ann.exact import ExactIndex
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, IndexLocked, InvalidIndex, IsotopeError, StoreError
 from isotope.filters import Condition
@@ -143,7 +144,8 @@ class SQLiteStore(Store):
             raise InvalidIndex(f"{db} is not an isotope index (it is empty); give the right "
                                "--index, or delete the file and ingest again")
         self._local = threading.local()
-        self._matrices: dict[Kind, _Vectors] = {}
+        self._indexes: dict[Kind, tuple[str | None, ExactIndex]] = {}
+        """Each kind's vector index with the state it is of."""
         self.read_only = not _writable(self.directory, db)
         conn = self._conn()
         version = self._schema_version(conn)
@@ -338,18 +340,26 @@ class SQLiteStore(Store):
             return conn.execute("DELETE FROM sources WHERE uri=?", (uri,)).rowcount > 0
 
     # -- reads -------------------------------------------------------------------------
-    def _matrix(self, kind: Kind) -> _Vectors:
-        """The vectors of ``kind`` as of the index's current state: from memory, from the
-        ``vectors/`` cache (immutable files named by state id, spot-checked against the
-        table), or rebuilt from SQLite."""
+    def _index(self, kind: Kind) -> ExactIndex:
+        """The vector index of ``kind`` as of the index's current state: from memory,
+        from ``vectors/`` (files named by state id, spot-checked against the table), or
+        built from SQLite."""
         state = self.get_meta("state")
-        cached = self._matrices.get(kind)
-        if cached and state is not None and cached.state == state:
-            return cached
-        found = self._load_matrix(kind, state)
-        if found is not None:
-            self._matrices[kind] = found
-            return found
+        cached = self._indexes.get(kind)
+        if cached and state is not None and cached[0] == state:
+            return cached[1]
+        loaded = self._load_index(kind, state)
+        if loaded is not None:
+            self._indexes[kind] = (state, loaded)
+            return loaded
+        state, built = self._build_index(kind)
+        if state is not None:
+            self._save_index(kind, state, built)
+        self._indexes[kind] = (state, built)
+        return built
+
+    def _build_index(self, kind: Kind) -> tuple[str | None, ExactIndex]:
+        """Every sound vector of ``kind`` from the table, with the state it is of."""
         conn = self._conn()
         with self.snapshot():
             state = self.get_meta("state")
@@ -361,19 +371,13 @@ class SQLiteStore(Store):
             log.warning("%d %s of the index at %s are damaged (a vector of the wrong size, "
                         "or no chunk) and left out of search; run `isotope check`",
                         len(data) - len(sound), kind, self.directory)
-            data = sound
-        rows = np.fromiter((r[0] for r in data), dtype=np.int64, count=len(data))
-        groups = np.fromiter((r[1] for r in data), dtype=np.int64, count=len(data))
-        if data:
-            matrix = np.frombuffer(b"".join(r[2] for r in data), dtype=np.float32)
-            matrix = matrix.reshape(len(data), -1)
-        else:
-            matrix = np.zeros((0, 0), dtype=np.float32)
-        built = _Vectors(state, rows, groups, matrix)
-        self._matrices[kind] = built
-        if state is not None:
-            self._save_matrix(kind, built)
-        return built
+        index = ExactIndex()
+        if sound:
+            index.add(np.fromiter((r[0] for r in sound), dtype=np.int64, count=len(sound)),
+                      np.fromiter((r[1] for r in sound), dtype=np.int64, count=len(sound)),
+                      np.frombuffer(b"".join(r[2] for r in sound),
+                                    dtype=np.float32).reshape(len(sound), -1))
+        return state, index
 
     def _vector_bytes(self, data: Sequence[Sequence[Any]]) -> int:
         """The size of a sound vector: the index's dimension, else the commonest size."""
@@ -383,61 +387,54 @@ class SQLiteStore(Store):
         sizes = [len(r[2]) for r in data]
         return max(set(sizes), key=sizes.count) if sizes else 0
 
-    def _load_matrix(self, kind: Kind, state: str | None) -> _Vectors | None:
-        """The cached matrix of ``state``, if its files are there, readable, of the right
-        shape, and agree with the table on a sample of rows."""
+    def _saved_index(self, kind: Kind, state: str | None) -> ExactIndex | None:
+        """The saved index of ``state``, if its stamp and files are there and readable."""
         if state is None:
             return None
         folder = self.directory / "vectors"
         try:
             if json.loads((folder / f"{kind}.json").read_text()).get("state") != state:
                 return None
-            index = np.load(folder / f"{kind}-{state}.idx.npy")
-            matrix = np.load(folder / f"{kind}-{state}.npy", mmap_mode="r")
-        except Exception:  # any damage (a 0-byte file raises EOFError): rebuilt
+        except Exception:  # no stamp, or a damaged one
             return None
-        if matrix.ndim != 2 or index.shape != (2, len(matrix)):
+        return ExactIndex.load(folder, f"{kind}-{state}")
+
+    def _load_index(self, kind: Kind, state: str | None) -> ExactIndex | None:
+        """The saved index of ``state`` if it agrees with the table on a sample of rows."""
+        found = self._saved_index(kind, state)
+        if found is None:
             return None
-        found = _Vectors(state, index[0], index[1], matrix)
         rng = np.random.default_rng()
-        sample = rng.choice(len(matrix), size=min(8, len(matrix)), replace=False)
+        sample = rng.choice(len(found), size=min(8, len(found)), replace=False)
         if self._differences(kind, found, sample):
             log.warning("the vector cache of %s in %s does not match the index; rebuilding it",
-                        kind, folder)
+                        kind, self.directory / "vectors")
             return None
         return found
 
-    def _differences(self, kind: Kind, found: _Vectors, positions: Sequence[int] | np.ndarray
-                     ) -> list[int]:
-        """SQLite rowids among ``positions`` of a cached matrix whose vector or chunk
-        there differs from the table's."""
+    def _differences(self, kind: Kind, found: ExactIndex,
+                     positions: Sequence[int] | npt.NDArray[np.intp]) -> list[int]:
+        """SQLite rowids among ``positions`` of a vector index whose vector or chunk there
+        differs from the table's."""
         if not len(positions):
             return []
-        rows = [int(found.rows[i]) for i in positions]
+        ids, groups, vectors = found.items(positions)
+        rows = [int(i) for i in ids]
         marks = ",".join("?" * len(rows))
         stored = {r[0]: (r[1], r[2]) for r in self._conn().execute(
             f"SELECT t.rowid, {_CHUNK_ROWID[kind]}, t.vector FROM {kind} t "
             f"WHERE t.rowid IN ({marks})", rows)}
         wrong = []
-        for i, row in zip(positions, rows, strict=True):
-            group, blob = stored.get(row, (None, b""))
-            if (group != int(found.groups[i])
-                    or blob != np.asarray(found.matrix[i], dtype=np.float32).tobytes()):
+        for row, group, vector in zip(rows, groups, vectors, strict=True):
+            chunk, blob = stored.get(row, (None, b""))
+            if chunk != int(group) or blob != np.asarray(vector, dtype=np.float32).tobytes():
                 wrong.append(row)
         return wrong
 
-    def _save_matrix(self, kind: Kind, vectors: _Vectors) -> None:
+    def _save_index(self, kind: Kind, state: str, index: ExactIndex) -> None:
         folder = self.directory / "vectors"
-        state = vectors.state
         try:
-            folder.mkdir(exist_ok=True)
-            index = np.vstack([vectors.rows, vectors.groups])
-            for name, array in ((f"{kind}-{state}.idx.npy", index),
-                                (f"{kind}-{state}.npy", vectors.matrix)):
-                fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-                with os.fdopen(fd, "wb") as fh:
-                    np.save(fh, array)
-                os.replace(tmp, folder / name)
+            index.save(folder, f"{kind}-{state}")
             fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "w") as fh:
                 json.dump({"state": state}, fh)
@@ -451,59 +448,35 @@ class SQLiteStore(Store):
     @_guarded
     def search(self, kind: Kind, vector: Vectors, k: int,
                filters: Sequence[Condition] = ()) -> list[Hit]:
-        found = self._matrix(kind)
-        if not len(found.rows) or k <= 0:
-            return []
-        scores = self._scores(found, vector, filters)
-        top = [i for i in _top(scores, k) if scores[i] > -np.inf]
-        return self._hits(kind, [(int(found.rows[i]), float(scores[i])) for i in top])
+        found = self._index(kind).search(vector, k, self._allowed(filters))
+        return self._hits(kind, [(item, score) for item, _, score in found])
 
     @_guarded
     def search_by_chunk(
         self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3,
         filters: Sequence[Condition] = (),
     ) -> list[tuple[str, list[Hit]]]:
-        found = self._matrix(kind)
-        if not len(found.rows) or k <= 0:
+        if k <= 0:
             return []
-        scores = self._scores(found, vector, filters)
-        pool = max(64, 4 * k * per_chunk)
-        while True:
-            top = _top(scores, pool)
-            picked: dict[int, list[int]] = {}
-            for i in top:
-                if scores[i] == -np.inf:  # filtered out
-                    break
-                group = picked.get(int(found.groups[i]))
-                if group is None:
-                    if len(picked) < k:
-                        picked[int(found.groups[i])] = [int(i)]
-                elif len(group) < per_chunk:
-                    group.append(int(i))
-            if len(picked) >= k or pool >= len(scores):
-                break
-            pool *= 4
-        chosen = [i for group in picked.values() for i in group]
-        hits = self._hits(kind, [(int(found.rows[i]), float(scores[i])) for i in chosen])
+        groups = search_groups(self._index(kind), vector, k, per_chunk,
+                               self._allowed(filters))
+        hits = self._hits(kind, [hit for _, found in groups for hit in found])
         by_chunk: dict[str, list[Hit]] = {}
         for hit in hits:
             by_chunk.setdefault(hit.chunk_id, []).append(hit)
         return list(by_chunk.items())
 
-    def _scores(self, found: _Vectors, vector: Vectors,
-                filters: Sequence[Condition]) -> npt.NDArray[np.float32]:
-        scores: npt.NDArray[np.float32] = found.matrix @ np.asarray(vector, dtype=np.float32)
-        if filters:
-            where, params = _where(filters)
-            allowed = np.fromiter(
-                (r[0] for r in self._conn().execute(
-                    f"SELECT c.rowid FROM chunks c JOIN sources s ON s.uri = c.source "
-                    f"WHERE {where}", params)),
-                dtype=np.int64,
-            )
-            scores = np.where(np.isin(found.groups, allowed), scores, -np.inf).astype(
-                np.float32)
-        return scores
+    def _allowed(self, filters: Sequence[Condition]) -> npt.NDArray[np.int64] | None:
+        """The rowids of the chunks meeting ``filters`` (None: no filter)."""
+        if not filters:
+            return None
+        where, params = _where(filters)
+        return np.fromiter(
+            (r[0] for r in self._conn().execute(
+                f"SELECT c.rowid FROM chunks c JOIN sources s ON s.uri = c.source "
+                f"WHERE {where}", params)),
+            dtype=np.int64,
+        )
 
     @_guarded
     def keyword_search(self, kind: Kind, query: str, k: int,
@@ -691,7 +664,7 @@ class SQLiteStore(Store):
         return problems, damaged
 
     def _check_vector_cache(self, kind: Kind, rows: int) -> list[str]:
-        """The cached matrix of the current state, if any, holds exactly the table's
+        """The saved vector index of the current state, if any, holds exactly the table's
         vectors (compared row by row, in slices)."""
         state = self.get_meta("state")
         folder = self.directory / "vectors"
@@ -701,24 +674,19 @@ class SQLiteStore(Store):
             return []  # no cache (or no readable stamp): rebuilt from the tables when needed
         if state is None or stamp != state:
             return []  # stale: ignored and rebuilt
-        try:
-            matrix = np.load(folder / f"{kind}-{state}.npy", mmap_mode="r")
-            index = np.load(folder / f"{kind}-{state}.idx.npy")
-        except Exception:  # any damage (a 0-byte file raises EOFError)
+        found = ExactIndex.load(folder, f"{kind}-{state}")
+        if found is None:
             return [f"vector cache of {kind} is unreadable (`isotope check --repair` drops "
                     "it; it is rebuilt on the next query)"]
-        if matrix.ndim != 2 or index.shape != (2, len(matrix)):
-            return [f"vector cache of {kind} has {len(matrix)} rows, the table {rows} "
-                    "(`isotope check --repair` drops it)"]
-        found = _Vectors(state, index[0], index[1], matrix)
-        wrong = sum(len(self._differences(kind, found, range(a, min(len(matrix), a + 500))))
-                    for a in range(0, len(matrix), 500))
+        wrong = sum(len(self._differences(kind, found, range(a, min(len(found), a + 500))))
+                    for a in range(0, len(found), 500))
+        width = found.vectors.shape[1] if len(found) else 0
         sound = self._conn().execute(
             f"SELECT COUNT(*) FROM {kind} t WHERE length(t.vector) = ? AND "
-            f"{_CHUNK_ROWID[kind]} IS NOT NULL", (4 * matrix.shape[1],)).fetchone()[0]
-        if wrong or sound != len(matrix):
+            f"{_CHUNK_ROWID[kind]} IS NOT NULL", (4 * width,)).fetchone()[0]
+        if wrong or sound != len(found) or (not len(found) and rows):
             return [f"vector cache of {kind} disagrees with the table ({wrong} of "
-                    f"{len(matrix)} rows differ; the table has {sound} sound rows): "
+                    f"{len(found)} rows differ; the table has {sound} sound rows): "
                     "`isotope check --repair` drops it, and it is rebuilt on the next query"]
         return []
 
@@ -735,29 +703,10 @@ class SQLiteStore(Store):
                 conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
         for path in (self.directory / "vectors").glob("*"):
             path.unlink(missing_ok=True)
-        self._matrices.clear()
+        self._indexes.clear()
 
     def disk_size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
-
-
-@dataclass(frozen=True)
-class _Vectors:
-    """All vectors of one kind as of one state of the index: SQLite rowids, the rowid of
-    each one's chunk, the matrix."""
-
-    state: str | None
-    rows: npt.NDArray[np.int64]
-    groups: npt.NDArray[np.int64]
-    matrix: Vectors
-
-
-def _top(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
-    """Indices of the ``k`` highest scores, best first."""
-    k = min(k, len(scores))
-    top = np.argpartition(-scores, k - 1)[:k]
-    ordered: npt.NDArray[np.intp] = top[np.argsort(-scores[top], kind="stable")]
-    return ordered
 
 
 def _array(blobs: list[bytes]) -> Vectors:
