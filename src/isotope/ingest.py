@@ -5,11 +5,10 @@ as one large one); each source is then stored in one transaction."""
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,32 +19,25 @@ from isotope import contextual, loaders, references
 from isotope import prompts as prompt_specs
 from isotope.atomizers import Atomizer, SentenceAtomizer
 from isotope.chunking import chunk_text, section_metadata
+from isotope.discovery import FileError, discover
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, LoaderError, ProviderError
-from isotope.files import read_file, source_path
+from isotope.files import read_file
 from isotope.generation import QuestionGenerator
 from isotope.models import Atom, Chunk, Question, Source, content_hash, stable_id
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM
-from isotope.questions import diverse_mask, keep_mask, normalize_question
+from isotope.selection import select_questions
 from isotope.settings import Settings, index_settings
 from isotope.stores import SourceBatch, Store, StoredChunk
 
 log = logging.getLogger(__name__)
-REATTRIBUTE_MARGIN = 0.05
-"""A question moves to another atom of its chunk when it is this much closer to it."""
 STAGES = ("load", "chunk", "context", "atomize", "generate", "embed", "store")
 NOT_CONTENT = ("storage",)
 """Index settings that do not change what is generated (left out of the fingerprint)."""
 CONTEXT_SETTINGS = ("chunk_context", "context_chars")
 """Settings of contextual enrichment: part of the pipeline's fingerprint only when it is on
 (so indexes made before it existed stay current)."""
-
-
-@dataclass
-class FileError:
-    path: str
-    message: str
 
 
 @dataclass
@@ -156,73 +148,6 @@ class _Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.report.timings[self.stage] += time.perf_counter() - self.started
-
-
-def discover(
-    paths: Iterable[str | Path], include: Sequence[str], exclude: Sequence[str]
-) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
-    """Files to ingest under ``paths`` (directories are walked), each as the absolute path
-    it was reached by (see :mod:`isotope.files`) with the path it was found under (its
-    root); files skipped; and paths that do not exist. A file reached twice (a symbolic
-    link to a file already found) is ingested once, under the first path."""
-    files: dict[Path, Path] = {}
-    skipped: list[FileError] = []
-    missing: list[FileError] = []
-    seen: dict[tuple[int, int], Path] = {}
-
-    def add(file: Path, root: Path) -> None:
-        try:
-            stat = file.stat()
-        except OSError:
-            files.setdefault(file, root)  # reported when it is read
-            return
-        first = seen.setdefault((stat.st_dev, stat.st_ino), file)
-        if first != file:
-            skipped.append(FileError(str(file), f"the same file as {first} (a link to it); "
-                                     "ingested once"))
-        else:
-            files.setdefault(file, root)
-
-    for raw in paths:
-        path = source_path(raw)
-        if not path.exists():
-            missing.append(FileError(str(path), "no such file or directory"))
-        elif path.is_dir():
-            for file in _walk(path, include, exclude):
-                if loaders.loader_for(file) is None:
-                    skipped.append(FileError(str(file), f"unsupported file type {file.suffix!r}"))
-                else:
-                    add(file, path)
-        else:
-            add(path, path)  # named explicitly: an unsupported type is an error, not a skip
-    return files, skipped, missing
-
-
-def _walk(root: Path, include: Sequence[str], exclude: Sequence[str]) -> Iterator[Path]:
-    seen: set[tuple[int, int]] = set()
-    for folder, dirs, names in os.walk(root, followlinks=True):
-        stat = os.stat(folder)
-        if (stat.st_dev, stat.st_ino) in seen:  # a symlink loop
-            dirs[:] = []
-            continue
-        seen.add((stat.st_dev, stat.st_ino))
-        rel_folder = Path(folder).relative_to(root)
-        dirs[:] = sorted(
-            d for d in dirs if not _matches((rel_folder / d).as_posix() + "/", exclude)
-        )
-        for name in sorted(names):
-            rel = (rel_folder / name).as_posix()
-            if _matches(rel, exclude) or (include and not _matches(rel, include)):
-                continue
-            yield Path(folder) / name
-
-
-def _matches(rel: str, patterns: Sequence[str]) -> bool:
-    name = rel.rstrip("/").rsplit("/", 1)[-1]
-    return any(
-        fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(rel.rstrip("/"), p) or fnmatch.fnmatch(name, p)
-        for p in patterns
-    )
 
 
 class Pipeline:
@@ -668,51 +593,9 @@ class Pipeline:
         self, atoms: list[Atom], atom_vectors: np.ndarray, questions: list[Question],
         question_vectors: np.ndarray,
     ) -> tuple[list[Question], list[bool]]:
-        """Attribute each question to the atom of its chunk that it is closest to (a model
-        given the whole chunk sometimes asks about a neighbouring statement), apply the
-        relevance filter against that atom, then the diversity filter per chunk."""
-        atoms_of_chunk: dict[str, list[int]] = {}
-        for i, atom in enumerate(atoms):
-            atoms_of_chunk.setdefault(atom.chunk_id, []).append(i)
-        position = {a.id: i for i, a in enumerate(atoms)}
-        attributed: list[Question] = []
-        by_atom: dict[int, list[int]] = {}
-        for i, question in enumerate(questions):
-            candidates = atoms_of_chunk[question.chunk_id]
-            similarity = atom_vectors[candidates] @ question_vectors[i]
-            best = candidates[int(np.argmax(similarity))]
-            own = position[question.atom_id]
-            if best != own and float(np.max(similarity)) > float(
-                atom_vectors[own] @ question_vectors[i]
-            ) + REATTRIBUTE_MARGIN:
-                question = Question(text=question.text, atom_id=atoms[best].id,
-                                    chunk_id=question.chunk_id)
-                own = best
-            attributed.append(question)
-            by_atom.setdefault(own, []).append(i)
-        keep = [False] * len(questions)
-        for atom_index, idx in by_atom.items():
-            mask = keep_mask(
-                [questions[i].text for i in idx], question_vectors[idx],
-                atom_vectors[atom_index],
-                min_similarity=self.settings.min_question_similarity,
-            )
-            for i, ok in zip(idx, mask, strict=True):
-                keep[i] = ok
-        seen: set[tuple[str, str]] = set()
-        by_chunk: dict[str, list[int]] = {}
-        for i, q in enumerate(questions):
-            key = (q.chunk_id, normalize_question(q.text))
-            if keep[i] and key in seen:
-                keep[i] = False  # the same question, asked for two atoms of the chunk
-            elif keep[i]:
-                seen.add(key)
-                by_chunk.setdefault(q.chunk_id, []).append(i)
-        for idx in by_chunk.values():
-            mask = diverse_mask(question_vectors[idx], self.settings.dedup_threshold)
-            for i, ok in zip(idx, mask, strict=True):
-                keep[i] = ok
-        return attributed, keep
+        return select_questions(atoms, atom_vectors, questions, question_vectors,
+                                min_similarity=self.settings.min_question_similarity,
+                                dedup_threshold=self.settings.dedup_threshold)
 
     @staticmethod
     def _notify(

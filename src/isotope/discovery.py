@@ -1,0 +1,89 @@
+"""Finding the files to ingest: folders walked (links followed, loops walked once),
+include/exclude globs applied, each file named by the path it was reached by
+(:func:`isotope.files.source_path`) with the folder it was found under. Pure: it reads
+directory entries and file status, never file contents."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from isotope import loaders
+from isotope.files import source_path
+
+
+@dataclass
+class FileError:
+    path: str
+    message: str
+
+
+
+def discover(
+    paths: Iterable[str | Path], include: Sequence[str], exclude: Sequence[str]
+) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
+    """Files to ingest under ``paths`` (directories are walked), each as the absolute path
+    it was reached by (see :mod:`isotope.files`) with the path it was found under (its
+    root); files skipped; and paths that do not exist. A file reached twice (a symbolic
+    link to a file already found) is ingested once, under the first path."""
+    files: dict[Path, Path] = {}
+    skipped: list[FileError] = []
+    missing: list[FileError] = []
+    seen: dict[tuple[int, int], Path] = {}
+
+    def add(file: Path, root: Path) -> None:
+        try:
+            stat = file.stat()
+        except OSError:
+            files.setdefault(file, root)  # reported when it is read
+            return
+        first = seen.setdefault((stat.st_dev, stat.st_ino), file)
+        if first != file:
+            skipped.append(FileError(str(file), f"the same file as {first} (a link to it); "
+                                     "ingested once"))
+        else:
+            files.setdefault(file, root)
+
+    for raw in paths:
+        path = source_path(raw)
+        if not path.exists():
+            missing.append(FileError(str(path), "no such file or directory"))
+        elif path.is_dir():
+            for file in _walk(path, include, exclude):
+                if loaders.loader_for(file) is None:
+                    skipped.append(FileError(str(file), f"unsupported file type {file.suffix!r}"))
+                else:
+                    add(file, path)
+        else:
+            add(path, path)  # named explicitly: an unsupported type is an error, not a skip
+    return files, skipped, missing
+
+
+def _walk(root: Path, include: Sequence[str], exclude: Sequence[str]) -> Iterator[Path]:
+    seen: set[tuple[int, int]] = set()
+    for folder, dirs, names in os.walk(root, followlinks=True):
+        stat = os.stat(folder)
+        if (stat.st_dev, stat.st_ino) in seen:  # a symlink loop
+            dirs[:] = []
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
+        rel_folder = Path(folder).relative_to(root)
+        dirs[:] = sorted(
+            d for d in dirs if not _matches((rel_folder / d).as_posix() + "/", exclude)
+        )
+        for name in sorted(names):
+            rel = (rel_folder / name).as_posix()
+            if _matches(rel, exclude) or (include and not _matches(rel, include)):
+                continue
+            yield Path(folder) / name
+
+
+def _matches(rel: str, patterns: Sequence[str]) -> bool:
+    name = rel.rstrip("/").rsplit("/", 1)[-1]
+    return any(
+        fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(rel.rstrip("/"), p) or fnmatch.fnmatch(name, p)
+        for p in patterns
+    )
