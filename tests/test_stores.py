@@ -83,3 +83,26 @@ def test_a_password_in_a_location_is_never_shown() -> None:
         "postgresql://me:***@db.local/isotope")
     assert stores.scheme("postgresql+psycopg://x") == "postgresql+psycopg"
     assert stores.scheme("C:/data/index") is None and stores.scheme("./idx") is None
+
+
+def test_a_project_can_keep_its_index_at_a_location(tmp_path: Path, examples: Path,
+                                                     mirror: None) -> None:
+    runner = CliRunner()
+    env = {"ISOTOPE_QUESTION_MODEL": "fake/echo", "ISOTOPE_ANSWER_MODEL": "fake/echo"}
+    location = f"mirror://{tmp_path / 'served'}"
+    made = runner.invoke(app, ["project", "create", "shared", "--index", location, "--use"])
+    assert made.exit_code == 0 and f"at {location} (default)" in made.output, made.output
+    assert (tmp_path / "served" / "isotope.db").is_file()  # the index is there...
+    assert not (tmp_path / "projects" / "shared" / "isotope.db").exists()  # ...not here
+    done = runner.invoke(app, ["ingest", str(examples / "faq.html")], env=env)
+    assert done.exit_code == 0, done.output
+    shown = runner.invoke(app, ["project", "show", "shared", "--json"])
+    assert json.loads(shown.stdout)["location"] == location
+    assert json.loads(shown.stdout)["counts"]["sources"] == 1
+    status = runner.invoke(app, ["status", "--json"])
+    assert json.loads(status.stdout)["index"] == location
+    assert json.loads(status.stdout)["project"] == "shared"
+    gone = runner.invoke(app, ["project", "delete", "shared", "--yes"])
+    assert gone.exit_code == 0 and f"{location}, was left as it is" in " ".join(
+        gone.output.split())
+    assert (tmp_path / "served" / "isotope.db").is_file()

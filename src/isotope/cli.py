@@ -127,6 +127,12 @@ def _open(index: str | Path | None, project: str | None = None, *, create: bool 
     return Isotope.open(index, create=create, **settings)
 
 
+def _describe(location: str) -> str:
+    from isotope import stores
+
+    return stores.describe(location)
+
+
 def _display(uri: str) -> str:
     """A source as a user would type it: relative to the working directory when inside it."""
     try:
@@ -563,8 +569,11 @@ def project_create(
         "--set", help="A setting saved in the project, KEY=VALUE (repeatable), e.g. "
         "--set chunk_size=512 --set mode=questions-dense.")] = None,
     use: Annotated[bool, typer.Option("--use", help="Make it the default project.")] = False,
+    location: Annotated[str | None, typer.Option(
+        "--index", "-i", help="Keep the project's index there (a store URL, or a directory "
+        "elsewhere) instead of in the projects folder.")] = None,
 ) -> None:
-    """Create a project (an empty index in the projects folder)."""
+    """Create a project (an empty index in the projects folder, or at --index)."""
     from isotope import projects
 
     values: dict[str, Any] = {}
@@ -574,10 +583,11 @@ def project_create(
             _fail(f"--set {item!r}: write KEY=VALUE")
         values[key.strip()] = _setting_value(value.strip())
     with _errors():
-        path = projects.create(name, **values)
+        path = projects.create(name, location=location, **values)
         if use:
             projects.set_default(name)
-    out.print(f"created project {name} at {path}" + (" (default)" if use else ""))
+    where = path if location is None else _describe(location)
+    out.print(f"created project {name} at {where}" + (" (default)" if use else ""))
 
 
 def _setting_value(raw: str) -> Any:
@@ -624,6 +634,8 @@ def project_show(name: Annotated[str, typer.Argument()], as_json: JsonOpt = Fals
     table = Table(show_header=False, box=None)
     table.add_row("project", found.name + (" (default)" if found.is_default else ""))
     table.add_row("path", str(found.path))
+    if found.location != str(found.path):
+        table.add_row("index", found.location)
     for key, count in found.counts.items():
         table.add_row(key, str(count))
     for key, value in found.settings.items():

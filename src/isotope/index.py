@@ -203,7 +203,13 @@ class Isotope:
 
     @property
     def project(self) -> str | None:
-        """The project's name when the index is a project's folder, else None."""
+        """The project's name when the index is a project's (its own folder, or the
+        location the project points at), else None."""
+        name = self.settings.project or self.store.get_meta("project")
+        if (isinstance(name, str) and projects.is_name(name, self.settings)
+                and projects.exists(name, self.settings)
+                and projects.location_of(name, self.settings) == str(self.settings.index)):
+            return name
         if stores.scheme(self.settings.index) is not None:
             return None
         here = Path(self.settings.index).expanduser().absolute()

@@ -46,9 +46,12 @@ class ProjectError(IsotopeError):
 class ProjectInfo:
     name: str
     path: Path
+    """The project's folder in the projects folder."""
     is_default: bool
     counts: dict[str, int]
     settings: dict[str, Any]
+    location: str = ""
+    """Where its index is: the folder, or the location it points at (password hidden)."""
 
 
 def _settings(settings: Settings | None) -> Settings:
@@ -76,10 +79,25 @@ def path_of(name: str, settings: Settings | None = None) -> Path:
     return base / check_name(name)
 
 
+LOCATION_FILE = "location"
+"""In a project's folder instead of an index: the location of the index the project points
+at (a store URL, or a directory elsewhere)."""
+
+
 def exists(name: str, settings: Settings | None = None) -> bool:
     from isotope.stores.sqlite import DB_NAME
 
-    return (path_of(name, settings) / DB_NAME).is_file()
+    path = path_of(name, settings)
+    return (path / DB_NAME).is_file() or (path / LOCATION_FILE).is_file()
+
+
+def location_of(name: str, settings: Settings | None = None) -> str:
+    """Where a project's index is: its own folder, or the location the folder points at."""
+    path = require(name, settings)
+    pointer = path / LOCATION_FILE
+    if pointer.is_file():
+        return pointer.read_text(encoding="utf-8").strip()
+    return str(path)
 
 
 def require(name: str, settings: Settings | None = None) -> Path:
@@ -141,13 +159,15 @@ def index_path(settings: Settings, origins: dict[str, str]) -> str:
     if origins.get("index") != "default":
         return settings.index
     if settings.project:
-        return str(require(settings.project, settings))
+        return location_of(settings.project, settings)
     name = default(settings)
-    return str(path_of(name, settings)) if name else settings.index
+    return location_of(name, settings) if name else settings.index
 
 
-def create(name: str, **values: Any) -> Path:
-    """Create an empty project whose saved settings are ``values`` over the defaults."""
+def create(name: str, *, location: str | None = None, **values: Any) -> Path:
+    """Create an empty project whose saved settings are ``values`` over the defaults. With
+    ``location`` (a store URL, or a directory elsewhere), the project's folder points at
+    an index there instead of holding one."""
     from isotope import stores
 
     base, _ = resolve(None)
@@ -165,7 +185,12 @@ def create(name: str, **values: Any) -> Path:
     except SettingsError as exc:
         raise ProjectError(f"project {name!r}: {exc}") from None
     saved = {**index_settings(settings), **project_settings(settings, values)}
-    store = stores.open(path, create=True)
+    if location is not None:
+        store = stores.open(location, create=True)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / LOCATION_FILE).write_text(str(location) + "\n", encoding="utf-8")
+    else:
+        store = stores.open(path, create=True)
     try:
         store.set_meta("settings", saved)
         store.set_meta("project", name)
@@ -178,10 +203,11 @@ def info(name: str, settings: Settings | None = None) -> ProjectInfo:
     from isotope import stores
 
     path = require(name, settings)
-    store = stores.open(path, create=False)
+    location = location_of(name, settings)
+    store = stores.open(location, create=False)
     try:
         return ProjectInfo(name, path, default(settings) == name, store.counts(),
-                           store.get_meta("settings") or {})
+                           store.get_meta("settings") or {}, stores.describe(location))
     finally:
         store.close()
 
@@ -201,14 +227,18 @@ class Deleted:
     name: str
     path: Path
     """The project's entry in the projects folder (now gone)."""
-    kept: Path | None = None
+    kept: Path | str | None = None
     """When that entry was a symbolic link: the folder it pointed to, left in place with
-    its index (only the link was removed). None when the folder itself was deleted."""
+    its index (only the link was removed); when it pointed at a location (a store URL),
+    that location, whose index is left as it is. None when the folder itself was deleted."""
 
     def message(self) -> str:
         """One line for the user, e.g. ``deleted project docs (/path/to/docs)``."""
         if self.kept is None:
             return f"deleted project {self.name} ({self.path})"
+        if isinstance(self.kept, str):
+            return (f"deleted project {self.name}; the index it pointed at, {self.kept}, was "
+                    "left as it is (delete it there if you no longer need it)")
         return (f"deleted project {self.name}: removed the link {self.path}; the folder it "
                 f"pointed to, {self.kept}, was left in place (delete it yourself if you no "
                 "longer need it)")
@@ -230,6 +260,11 @@ def delete(name: str, settings: Settings | None = None) -> Deleted:
     path = require(name, settings)
     from isotope import stores
 
+    if (path / LOCATION_FILE).is_file():  # the index lives elsewhere: keep it
+        location = stores.describe(location_of(name, settings))
+        shutil.rmtree(path)
+        _forget_default(name, settings)
+        return Deleted(name, path, location)
     kept = None
     store = stores.open(path, create=False)
     try:
