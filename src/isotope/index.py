@@ -210,11 +210,7 @@ class Isotope:
                 and projects.exists(name, self.settings)
                 and projects.location_of(name, self.settings) == str(self.settings.index)):
             return name
-        if stores.scheme(self.settings.index) is not None:
-            return None
-        here = Path(self.settings.index).expanduser().absolute()
-        base = Path(self.settings.projects_dir).absolute()
-        return here.name if here.parent == base else None
+        return None
 
     # -- ingest ------------------------------------------------------------------------
     def ingest(
@@ -461,16 +457,15 @@ class Isotope:
         touched at all: it cannot be repaired in place."""
         report = RepairReport()
         with self.store.writer(self.settings.lock_wait):
-            found = self.store.check()
-            if any(p.startswith("sqlite:") or "database file" in p for p in found):
-                # SQLite's own structures are damaged: deleting "orphans" could delete
-                # live rows that a broken index no longer finds. Nothing is touched.
-                report.problems = found
+            found = self.store.inspect()
+            if found.storage_damaged:
+                # deleting "orphans" could delete live rows that a broken index no longer
+                # finds: nothing is touched
+                report.problems = found.problems
                 return report
-            damaged = self.store.damaged_sources()
             self.store.repair()
             redo: dict[Path, Path] = {}
-            for uri in damaged:
+            for uri in found.damaged_sources:
                 source = self.store.get_source(uri)
                 path = Path(uri)
                 root = Path(source.root) if source and source.root else path

@@ -272,9 +272,9 @@ class Pipeline:
             uri = str(path)
             digest = content_hash(data)
             existing = self.store.get_source(uri)
-            if existing is None and str(path.resolve()) != uri:
+            if existing is None and (resolved := str(path.resolve())) != uri:
                 # stored by an older isotope under its resolved path: take its place
-                existing = self.store.get_source(str(path.resolve()))
+                existing = self.store.get_source(resolved)
             if self._is_current(existing, digest) and existing and existing.uri == uri:
                 report.unchanged.append(uri)
                 return None

@@ -9,7 +9,8 @@ with pgvector, say) can implement it without the pipeline changing:
 - :meth:`Store.get_chunks` fetches chunks by id;
 - optional abilities with safe defaults: :meth:`Store.snapshot` (consistent reads),
   :meth:`Store.writer` (one writer at a time), :meth:`Store.stored_chunks` (reuse of
-  unchanged chunks), :meth:`Store.check` (integrity);
+  unchanged chunks), :meth:`Store.inspect` (integrity; :meth:`Store.check` and
+  :meth:`Store.damaged_sources` read it), :meth:`Store.repair`, :meth:`Store.disk_size`;
 - plus bookkeeping: :meth:`Store.sources`, :meth:`Store.counts`, and the index's own
   description (:meth:`Store.get_meta` / :meth:`Store.set_meta`).
 
@@ -80,6 +81,19 @@ class Hit:
     score: float
     text: str
     atom: str = ""
+
+
+@dataclass
+class Inspection:
+    """What an integrity check found (:meth:`Store.inspect`)."""
+
+    problems: list[str] = field(default_factory=list)
+    """Each problem, naming the sources it touches (empty: consistent)."""
+    damaged_sources: list[str] = field(default_factory=list)
+    """Sources that lost rows or hold damaged vectors: to ingest again or remove."""
+    storage_damaged: bool = False
+    """The storage's own structures are damaged (a garbage page): nothing can be repaired
+    in place, and deleting rows that look orphaned could delete live ones."""
 
 
 @dataclass
@@ -172,9 +186,14 @@ class Store(ABC):
         changes). Default: nothing, so everything is generated again."""
         return {}
 
+    def inspect(self) -> Inspection:
+        """An integrity check: its problems, the sources they touch, and whether the
+        storage itself is damaged. Default: nothing found."""
+        return Inspection()
+
     def check(self) -> list[str]:
         """Problems found by an integrity check (empty: consistent)."""
-        return []
+        return self.inspect().problems
 
     def disk_size(self) -> int | None:
         """Bytes the index takes on disk, if the store knows. Default: unknown."""
@@ -182,8 +201,8 @@ class Store(ABC):
 
     def damaged_sources(self) -> list[str]:
         """Sources the check found damaged (lost rows, bad vectors): to ingest again or
-        remove. Default: none known."""
-        return []
+        remove."""
+        return self.inspect().damaged_sources
 
     def repair(self) -> None:  # noqa: B027 - optional
         """Rebuild what can be rebuilt from the stored rows (keyword and vector indexes)

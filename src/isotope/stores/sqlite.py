@@ -41,6 +41,7 @@ from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,
     Hit,
+    Inspection,
     Kind,
     SourceBatch,
     SourceInfo,
@@ -387,17 +388,20 @@ class SQLiteStore(Store):
         sizes = [len(r[2]) for r in data]
         return max(set(sizes), key=sizes.count) if sizes else 0
 
+    def _stamp(self, kind: Kind) -> str | None:
+        """The state the saved vector index of ``kind`` is of (None: none saved, or its
+        stamp is unreadable)."""
+        try:
+            stamp = json.loads((self.directory / "vectors" / f"{kind}.json").read_text())
+            return str(stamp["state"])
+        except Exception:
+            return None
+
     def _saved_index(self, kind: Kind, state: str | None) -> ExactIndex | None:
         """The saved index of ``state``, if its stamp and files are there and readable."""
-        if state is None:
+        if state is None or self._stamp(kind) != state:
             return None
-        folder = self.directory / "vectors"
-        try:
-            if json.loads((folder / f"{kind}.json").read_text()).get("state") != state:
-                return None
-        except Exception:  # no stamp, or a damaged one
-            return None
-        return ExactIndex.load(folder, f"{kind}-{state}")
+        return ExactIndex.load(self.directory / "vectors", f"{kind}-{state}")
 
     def _load_index(self, kind: Kind, state: str | None) -> ExactIndex | None:
         """The saved index of ``state`` if it agrees with the table on a sample of rows."""
@@ -589,23 +593,16 @@ class SQLiteStore(Store):
                 )
         return found
 
-    def check(self) -> list[str]:
-        """Integrity: SQLite's own check, foreign keys, provenance (every question has
-        its atom and chunk, every atom its chunk, every chunk its source), what each
-        source stored against what it holds now, vector sizes, the keyword indexes
-        against their tables, and the vector cache against the tables, row by row. Each
-        problem names the sources it touches."""
-        return self._inspect()[0]
-
-    def damaged_sources(self) -> list[str]:
-        """Sources that lost rows or hold damaged vectors: ingesting them again (or
-        removing them) makes the index whole."""
-        return sorted(self._inspect()[1])
-
-    def _inspect(self) -> tuple[list[str], set[str]]:
+    def inspect(self) -> Inspection:
+        """SQLite's own check, foreign keys, provenance (every question has its atom and
+        chunk, every atom its chunk, every chunk its source), what each source stored
+        against what it holds now, vector sizes, the keyword indexes against their tables,
+        and the vector cache against the tables, row by row. Each problem names the
+        sources it touches."""
         conn = self._conn()
         problems: list[str] = []
         damaged: set[str] = set()
+        storage_damaged = False
 
         def found(count: int, what: str, uris: set[str]) -> None:
             if count:
@@ -620,6 +617,7 @@ class SQLiteStore(Store):
                 for (row,) in conn.execute("PRAGMA quick_check"):
                     if row != "ok":
                         problems.append(f"sqlite: {row}")
+                        storage_damaged = True
                 for table, rowid, parent, _ in conn.execute("PRAGMA foreign_key_check"):
                     problems.append(f"{table} row {rowid} points to a missing {parent} row")
                 for what, sql in _ORPHANS.items():
@@ -657,24 +655,20 @@ class SQLiteStore(Store):
                         problems.append(f"keyword index of {kind}: {exc}")
                     problems.extend(self._check_vector_cache(kind, rows))
         except sqlite3.DatabaseError as exc:
+            storage_damaged = True
             problems.append(
                 f"the database file {self.directory / DB_NAME} is damaged ({exc}): it cannot "
                 "be repaired in place; ingest the sources again into a new index (and "
                 "restore this one from a backup if you have one)")
-        return problems, damaged
+        return Inspection(problems, sorted(damaged), storage_damaged)
 
     def _check_vector_cache(self, kind: Kind, rows: int) -> list[str]:
         """The saved vector index of the current state, if any, holds exactly the table's
         vectors (compared row by row, in slices)."""
         state = self.get_meta("state")
-        folder = self.directory / "vectors"
-        try:
-            stamp = json.loads((folder / f"{kind}.json").read_text()).get("state")
-        except Exception:
-            return []  # no cache (or no readable stamp): rebuilt from the tables when needed
-        if state is None or stamp != state:
-            return []  # stale: ignored and rebuilt
-        found = ExactIndex.load(folder, f"{kind}-{state}")
+        if state is None or self._stamp(kind) != state:
+            return []  # none, or stale: rebuilt from the tables when needed
+        found = self._saved_index(kind, state)
         if found is None:
             return [f"vector cache of {kind} is unreadable (`isotope check --repair` drops "
                     "it; it is rebuilt on the next query)"]
