@@ -1,5 +1,6 @@
 """The pure stage functions the pipeline sequences, tested on their own with the real
-embedder: question selection and file discovery."""
+embedder: question selection, file discovery, generation windows, change detection and
+reuse."""
 
 from __future__ import annotations
 
@@ -47,3 +48,56 @@ def test_discover_walks_filters_and_reports(tmp_path: Path) -> None:
     assert [Path(m.path).name for m in missing] == ["nope"]
     only, _, _ = discover([docs], ["sub/*"], [])
     assert [p.name for p in only] == ["b.txt"]
+
+
+def test_windows_hold_about_a_window_of_atoms_and_never_split_an_item() -> None:
+    from isotope.windows import windows
+
+    assert windows([3, 3, 3, 3], 6) == [(0, 2), (2, 4)]
+    assert windows([10, 1, 1], 4) == [(0, 1), (1, 3)]  # a large item goes alone
+    assert windows([0, 0], 4) == [(0, 2)]
+    assert windows([], 4) == []
+
+
+def test_is_current_needs_same_content_pipeline_and_completeness() -> None:
+    from isotope.changes import is_current
+    from isotope.models import Source
+
+    def source(**metadata: object) -> Source:
+        return Source(uri="a.md", content_hash="h", metadata={"pipeline": "p", **metadata})
+
+    def current(existing: Source | None, digest: str = "h", **kw: object) -> bool:
+        options = {"force": False, "strategy": "source_aware", **kw}
+        return is_current(existing, digest, "p", **options)  # type: ignore[arg-type]
+
+    assert current(source())
+    assert not current(None)
+    assert not current(source(), "other")
+    assert not current(source(pipeline="older"))
+    assert not current(source(incomplete_atoms=2))
+    assert not current(source(incomplete_contexts=1))
+    assert not current(source(), force=True)
+    assert not current(source(), strategy="full")
+
+
+def test_reusable_keeps_stored_chunks_by_text_except_incomplete_ones() -> None:
+    import numpy as np
+
+    from isotope.changes import reusable
+    from isotope.models import content_hash
+    from isotope.stores import StoredChunk
+
+    old = [Chunk(text=t, source="s", index=i) for i, t in enumerate(["one", "two", "three"])]
+
+    def stored(chunk: Chunk, atoms: int = 1) -> StoredChunk:
+        made = [Atom(text=chunk.text, chunk_id=chunk.id, index=0)][:atoms]
+        return StoredChunk(vector=np.zeros((1, 4)), atoms=made,
+                           atom_vectors=np.zeros((atoms, 4)), questions=[],
+                           question_vectors=np.zeros((0, 4)))
+
+    held = {content_hash(c.text): stored(c) for c in old[:2]}
+    held[content_hash("three")] = stored(old[2], atoms=0)  # nothing to reuse
+    new = [Chunk(text=t, source="s", index=i) for i, t in enumerate(["zero", "two", "one",
+                                                                     "three"])]
+    assert sorted(reusable(new, held)) == [1, 2]
+    assert sorted(reusable(new, held, [content_hash("one")])) == [1]

@@ -1,30 +1,34 @@
-"""The ``Isotope`` class: one object for most users."""
+"""The ``Isotope`` class: one object for most users.
+
+Longer than the other modules on purpose: it is the public API, one class whose methods
+each check their arguments and hand the work to the module that holds it (``ingest``,
+``retrieval``, ``answer``, ``maintenance``, ``stores``); splitting it would split the
+API's documentation."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from isotope import embedders, projects, providers, references, retrieval, stores
+from isotope import embedders, maintenance, projects, providers, references, retrieval, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
 from isotope.answer import NOT_FOUND, answer_prompt, grounded
 from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.embedders import Embedder
-from isotope.errors import InvalidArgument, LoaderError, ModelMismatch, SourceNotFound, SyncRefused
-from isotope.files import read_file, source_path
+from isotope.errors import InvalidArgument, ModelMismatch, SourceNotFound
+from isotope.files import source_path
 from isotope.filters import parse as parse_filters
-from isotope.ingest import FileError, IngestPlan, IngestReport, Pipeline, ProgressCallback
-from isotope.models import Chunk, QueryResponse, SearchResult, Source, content_hash
+from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback
+from isotope.maintenance import RepairReport, source_state
+from isotope.models import Chunk, QueryResponse, SearchResult, content_hash
 from isotope.providers import LLM
 from isotope.questions import parse_questions
 from isotope.settings import Settings, index_settings, resolve
@@ -32,10 +36,7 @@ from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
 
 MAX_K = 10_000
 """The most results a query may ask for."""
-SYNC_MAX_REMOVED = 0.5
-"""A sync refuses (without ``force``) to remove all of a root's sources, or more than this
-share of them when the root holds more than four: an unmounted or emptied folder looks
-like that."""
+
 
 
 class IndexStatus(BaseModel):
@@ -251,46 +252,19 @@ class Isotope:
         nothing. With ``sync_strategy="none"`` nothing is removed.
 
         A sync that would remove all of a root's sources, or most of them
-        (:data:`SYNC_MAX_REMOVED`), raises :class:`SyncRefused` before changing anything:
-        an unmounted or emptied folder looks like that. ``force=True`` removes them."""
+        (:data:`isotope.maintenance.SYNC_MAX_REMOVED`), raises :class:`SyncRefused`
+        before changing anything: an unmounted or emptied folder looks like that.
+        ``force=True`` removes them."""
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
         with self.store.writer(self.settings.lock_wait):
-            gone = self._deleted_sources(paths, force)
+            gone = ([] if self.settings.sync_strategy != "source_aware" else
+                    maintenance.deleted_sources(self.store, paths, force=force))
             report = self._pipeline().ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress)
             for uri in gone:
                 self.store.delete_source(uri)
                 report.removed.append(uri)
         return report
-
-    def _deleted_sources(self, paths: Sequence[str | Path], force: bool) -> list[str]:
-        """The file sources below ``paths`` whose files are gone; SyncRefused if that is
-        all or most of a root's sources and not ``force``."""
-        if self.settings.sync_strategy != "source_aware":
-            return []
-        infos = [i.source for i in self.store.sources() if i.source.loader != "chunks"]
-        gone: list[str] = []
-        for root in (source_path(p) for p in paths):
-            if not root.exists():
-                continue
-            top = str(root)
-            # below the path as given, and below its resolved path (where an older isotope
-            # stored the sources it reached through links)
-            tops = {top.rstrip(os.sep) + os.sep, str(root.resolve()).rstrip(os.sep) + os.sep}
-            below = [s.uri for s in infos if s.uri == top or s.uri.startswith(tuple(tops))]
-            missing = [uri for uri in below if _gone(uri)]
-            most = len(missing) == len(below) or (
-                len(below) > 4 and len(missing) > SYNC_MAX_REMOVED * len(below))
-            emptied = _emptied_folder(missing, top)
-            if missing and (most or emptied) and not force:
-                where = (f"{len(missing)} of the {len(below)} sources below {top}" if most
-                         else f"the sources of {emptied}, now an empty folder")
-                raise SyncRefused(
-                    f"sync would remove {where}, whose files are gone (is a folder unmounted "
-                    "or emptied?); nothing was changed. If the files really were deleted, "
-                    "run it again with --force (Isotope.sync(..., force=True))")
-            gone += [uri for uri in missing if uri not in gone]
-        return gone
 
     def ingest_chunks(
         self,
@@ -455,34 +429,11 @@ class Isotope:
         folder is gone (unmounted?) is left alone (``report.kept``). Returns what was done
         and the problems left. A database file whose SQLite structures are damaged is not
         touched at all: it cannot be repaired in place."""
-        report = RepairReport()
         with self.store.writer(self.settings.lock_wait):
-            found = self.store.inspect()
-            if found.storage_damaged:
-                # deleting "orphans" could delete live rows that a broken index no longer
-                # finds: nothing is touched
-                report.problems = found.problems
-                return report
-            self.store.repair()
-            redo: dict[Path, Path] = {}
-            for uri in found.damaged_sources:
-                source = self.store.get_source(uri)
-                path = Path(uri)
-                root = Path(source.root) if source and source.root else path
-                if (source is None or source.loader != "chunks") and path.is_absolute() \
-                        and path.is_file():
-                    redo[path] = root
-                elif source is not None and source.loader != "chunks" and not root.exists():
-                    report.kept.append(uri)  # its folder is gone (unmounted?): left alone
-                else:
-                    if source is not None:
-                        self.store.delete_source(uri)
-                    report.removed.append(uri)  # without a row, its rows were orphans
-            if redo:
-                ingested = self._pipeline(force=True).ingest_files(redo)
-                report.reingested = ingested.added + ingested.replaced
-                report.errors = ingested.errors
-        report.problems = self.store.check()
+            report = maintenance.repair(
+                self.store, lambda files: self._pipeline(force=True).ingest_files(files))
+        if not report.problems:  # (a damaged database file was not touched)
+            report.problems = self.store.check()
         return report
 
     def status(self) -> IndexStatus:
@@ -507,51 +458,6 @@ class Isotope:
         )
 
 
-@dataclass
-class RepairReport:
-    """What :meth:`Isotope.repair` did."""
-
-    reingested: list[str] = field(default_factory=list)
-    """Sources ingested again from their files."""
-    removed: list[str] = field(default_factory=list)
-    """Damaged sources that could not be ingested again (file gone, or ready-made
-    chunks) and were removed: ingest them again yourself."""
-    kept: list[str] = field(default_factory=list)
-    """Damaged sources left as they are because the folder they were ingested from is
-    gone (an unmounted drive?): mount it and repair again, or delete them."""
-    errors: list[FileError] = field(default_factory=list)
-    """Files that failed to ingest again (their damaged source was left as it was)."""
-    problems: list[str] = field(default_factory=list)
-    """Problems left after the repair."""
-
-
-def _emptied_folder(missing: Sequence[str], top: str) -> str | None:
-    """A folder below ``top`` that exists but is empty and would lose two or more of the
-    ``missing`` sources: an unmounted drive inside the tree looks like that."""
-    lost: dict[str, int] = {}
-    for uri in missing:
-        folder = os.path.dirname(uri)
-        while folder.startswith(top) and folder != top:
-            lost[folder] = lost.get(folder, 0) + 1
-            folder = os.path.dirname(folder)
-    for folder, count in sorted(lost.items()):
-        if count >= 2 and os.path.isdir(folder) and not os.listdir(folder):
-            return folder
-    return None
-
-
-def _gone(path: str) -> bool:
-    """The file is not there: not found (a folder unreadable, or a stale network mount,
-    is not proof of deletion)."""
-    try:
-        os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return True
-    except OSError:
-        return False
-    return False
-
-
 def _valid_query(query: str) -> str:
     """The query, with undecodable bytes (lone surrogates from a terminal in another
     encoding) shown as U+FFFD; an empty one is refused."""
@@ -568,25 +474,6 @@ def _valid_k(k: int) -> int:
         raise InvalidArgument(f"k = {k!r}: the number of results must be a whole number "
                               f"from 1 to {MAX_K}")
     return k
-
-
-def source_state(source: Source, max_bytes: int) -> str:
-    """``current``, ``changed``, ``missing`` or ``incomplete`` for a file source (the
-    file's size and mtime are compared first, its hash only when they differ; a file that
-    is no longer a regular file, or is over ``max_bytes``, is ``changed``)."""
-    if source.loader == "chunks" or not os.path.isabs(source.uri):
-        return "incomplete" if source.status == "incomplete" else ""
-    try:
-        stat = os.stat(source.uri)
-    except OSError:
-        return "missing"
-    if stat.st_size != source.size or stat.st_mtime != source.mtime:
-        try:
-            if content_hash(read_file(source.uri, max_bytes)[1]) != source.content_hash:
-                return "changed"
-        except LoaderError:
-            return "changed"
-    return "incomplete" if source.status == "incomplete" else "current"
 
 
 def embeddings_for(settings: Settings) -> Embedder:

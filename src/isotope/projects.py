@@ -85,7 +85,7 @@ at (a store URL, or a directory elsewhere)."""
 
 
 def exists(name: str, settings: Settings | None = None) -> bool:
-    from isotope.stores.sqlite import DB_NAME
+    from isotope.stores.sqlite_connection import DB_NAME
 
     path = path_of(name, settings)
     return (path / DB_NAME).is_file() or (path / LOCATION_FILE).is_file()

@@ -10,6 +10,10 @@ which must match (see :class:`isotope.errors.ModelMismatch`).
 of the file, as UTF-8, its python-dotenv warnings shown once per process. Every float
 setting refuses ``inf`` and ``nan``. List settings (``include``, ``exclude``) take a JSON
 list or globs separated by commas; ``weights`` takes a JSON object.
+
+Longer than the other modules on purpose: it is the one table of settings (each a field
+with its default, bounds and documentation) with the code that reads them in order;
+``isotope config``, the README and the error messages are built from it.
 """
 
 from __future__ import annotations

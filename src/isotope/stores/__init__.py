@@ -246,7 +246,7 @@ def exists(location: str | Path) -> bool:
     """Whether an index is at ``location`` (a URL is assumed to be, the backend says)."""
     if scheme(location) is not None:
         return True
-    from isotope.stores.sqlite import DB_NAME
+    from isotope.stores.sqlite_connection import DB_NAME
 
     return (Path(location).expanduser() / DB_NAME).is_file()
 

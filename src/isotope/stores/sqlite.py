@@ -1,40 +1,32 @@
 """The embedded default store: one directory holding a SQLite database (WAL mode).
 
 SQLite is the source of truth for sources, chunks, atoms, questions and their vectors;
-FTS5 tables (kept in step by triggers) serve keyword search. Vector search is exact: the
-vectors of a kind are held as one contiguous float32 matrix and scored with one matrix
-product. The matrix is cached in ``vectors/`` beside the database, in files named by the
-index's state id: a random id that every write replaces, so a cache file can only ever
-describe the one database state it was built from (a counter could repeat after a database
-file is restored from a copy). A cache file is also spot-checked against the table when
-loaded and compared row by row by :meth:`SQLiteStore.check`; a stale, missing or wrong
-cache is rebuilt from SQLite.
+FTS5 tables (kept in step by triggers) serve keyword search. Vector search goes to one
+vector index per kind (``sqlite_vectors``). Its parts: connections, the writer lock and
+errors (``sqlite_connection``), the schema's numbered steps (``sqlite_schema``), filters
+as SQL (``sqlite_sql``) and the integrity check (``sqlite_check``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sqlite3
-import tempfile
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from isotope.ann import search_groups
-from isotope.ann.exact import ExactIndex
 from isotope.embedders import Vectors
-from isotope.errors import IndexDamaged, IndexLocked, InvalidIndex, IsotopeError, StoreError
+from isotope.errors import IndexDamaged, InvalidIndex, StoreError
 from isotope.filters import Condition
 from isotope.models import Atom, Chunk, Question, Source, content_hash
 from isotope.stores import (
@@ -48,82 +40,21 @@ from isotope.stores import (
     Store,
     StoredChunk,
 )
+from isotope.stores.sqlite_check import inspect
+from isotope.stores.sqlite_connection import (
+    DB_NAME,
+    connect,
+    guarded,
+    store_error,
+    writable,
+    write_lock,
+)
 from isotope.stores.sqlite_schema import schema_version, upgrade
+from isotope.stores.sqlite_sql import where
+from isotope.stores.sqlite_vectors import VectorCache
 
 log = logging.getLogger(__name__)
-DB_NAME = "isotope.db"
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _writable(directory: Path, db: Path) -> bool:
-    """Whether the index can be written: its folder (for SQLite's side files) and its
-    database file."""
-    return os.access(directory, os.W_OK) and (not db.exists() or os.access(db, os.W_OK))
-
-
-def _connect(db: Path, read_only: bool) -> sqlite3.Connection:
-    """A connection to ``db``. A read-only index (a read-only folder or file system) is
-    opened with ``mode=ro``, or, when SQLite cannot create the WAL side files it would
-    need for that, as ``immutable``, but only when no write waits in the WAL file
-    (``immutable`` would not see it)."""
-    if not read_only:
-        conn = sqlite3.connect(db, timeout=60, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        return conn
-    from urllib.parse import quote
-
-    path = quote(str(db.resolve()))
-    wal = db.with_name(db.name + "-wal")
-    pending = wal.exists() and wal.stat().st_size > 0
-    for mode in ("mode=ro",) if pending else ("mode=ro", "immutable=1"):
-        conn = sqlite3.connect(f"file:{path}?{mode}", uri=True, timeout=60,
-                               isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-            return conn
-        except sqlite3.OperationalError:
-            conn.close()
-    raise sqlite3.OperationalError(
-        "unable to open the read-only database" + (
-            f": recent writes wait in {wal.name}; open the index once where it can be "
-            "written (or copy it with its -wal file to a writable folder)" if pending else ""))
-
-
-def _store_error(db: Path, exc: sqlite3.DatabaseError) -> IsotopeError:
-    """The named isotope error for a failure of SQLite on ``db``."""
-    text = str(exc)
-    if "full" in text:
-        return StoreError(f"the disk holding {db} is full ({text}); nothing of this write "
-                          "was stored: free some space and run the same command again")
-    if "readonly" in text or "read-only" in text:
-        return StoreError(f"the index at {db.parent} is read-only ({text}); copy it to a "
-                          "writable folder to change it")
-    if "locked" in text or "busy" in text:
-        return IndexLocked(f"the index at {db.parent} is busy ({text}); try again, or "
-                           "wait longer (--wait SECONDS)")
-    return IndexDamaged(f"the index file {db} is damaged ({text}); `isotope check` names "
-                        "the sources affected, or ingest into a new index")
-
-
-def _guarded(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """``method`` with SQLite's errors turned into named isotope errors that name the
-    index file."""
-    import functools
-
-    @functools.wraps(method)
-    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(*args, **kwargs)
-        except sqlite3.DatabaseError as exc:
-            store = args[0]
-            assert isinstance(store, SQLiteStore)
-            raise _store_error(store.directory / DB_NAME, exc) from exc
-
-    return run
 
 
 class SQLiteStore(Store):
@@ -145,9 +76,9 @@ class SQLiteStore(Store):
             raise InvalidIndex(f"{db} is not an isotope index (it is empty); give the right "
                                "--index, or delete the file and ingest again")
         self._local = threading.local()
-        self._indexes: dict[Kind, tuple[str | None, ExactIndex]] = {}
-        """Each kind's vector index with the state it is of."""
-        self.read_only = not _writable(self.directory, db)
+        self._vectors = VectorCache(self.directory / "vectors", self._conn, self.snapshot,
+                                    self.get_meta)
+        self.read_only = not writable(self.directory, db)
         conn = self._conn()
         version = self._schema_version(conn)
         if version is None and (not create or self.read_only):
@@ -172,7 +103,7 @@ class SQLiteStore(Store):
         if conn is None:
             db = self.directory / DB_NAME
             try:
-                conn = _connect(db, self.read_only)
+                conn = connect(db, self.read_only)
             except sqlite3.DatabaseError as exc:
                 raise IndexDamaged(
                     f"{db} is not a readable isotope index ({exc}): it is damaged or not an "
@@ -212,7 +143,7 @@ class SQLiteStore(Store):
                         log.debug("rollback failed", exc_info=True)
                 raise
         except sqlite3.DatabaseError as exc:
-            raise _store_error(self.directory / DB_NAME, exc) from exc
+            raise store_error(self.directory / DB_NAME, exc) from exc
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -224,7 +155,7 @@ class SQLiteStore(Store):
         try:
             conn.execute("BEGIN")
         except sqlite3.DatabaseError as exc:
-            raise _store_error(self.directory / DB_NAME, exc) from exc
+            raise store_error(self.directory / DB_NAME, exc) from exc
         try:
             yield
         finally:
@@ -238,38 +169,11 @@ class SQLiteStore(Store):
     def writer(self, wait: float = 0.0) -> Iterator[None]:
         """The single-writer lock: an advisory lock on ``write.lock`` in the index
         directory, released by the system if the process dies."""
-        import fcntl
-
-        path = self.directory / "write.lock"
         if self.read_only:
             raise StoreError(f"the index at {self.directory} is read-only; copy it to a "
                              "writable folder to change it")
-        with open(path, "a+") as fh:
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        fh.seek(0)
-                        holder = fh.read().strip() or "unknown"
-                        raise IndexLocked(
-                            f"another process (pid {holder}) is writing to the index at "
-                            f"{self.directory}; wait for it to finish, or let this one wait "
-                            "(--wait SECONDS, or Isotope.open(..., lock_wait=SECONDS))"
-                        ) from None
-                    time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-            try:
-                fh.seek(0)
-                fh.truncate()
-                fh.write(str(os.getpid()))
-                fh.flush()
-                yield
-            finally:
-                fh.seek(0)
-                fh.truncate()
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with write_lock(self.directory, wait):
+            yield
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -278,12 +182,12 @@ class SQLiteStore(Store):
             self._local.conn = None
 
     # -- meta --------------------------------------------------------------------------
-    @_guarded
+    @guarded
     def get_meta(self, key: str) -> Any:
         row = self._conn().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    @_guarded
+    @guarded
     def set_meta(self, key: str, value: Any) -> None:
         self._conn().execute(
             "INSERT INTO meta(key, value) VALUES (?, ?) "
@@ -292,7 +196,7 @@ class SQLiteStore(Store):
         )
 
     # -- writes ------------------------------------------------------------------------
-    @_guarded
+    @guarded
     def add(self, batch: SourceBatch) -> None:
         source = batch.source
         with self._write() as conn:
@@ -335,134 +239,26 @@ class SQLiteStore(Store):
                 ],
             )
 
-    @_guarded
+    @guarded
     def delete_source(self, uri: str) -> bool:
         with self._write() as conn:
             return conn.execute("DELETE FROM sources WHERE uri=?", (uri,)).rowcount > 0
 
     # -- reads -------------------------------------------------------------------------
-    def _index(self, kind: Kind) -> ExactIndex:
-        """The vector index of ``kind`` as of the index's current state: from memory,
-        from ``vectors/`` (files named by state id, spot-checked against the table), or
-        built from SQLite."""
-        state = self.get_meta("state")
-        cached = self._indexes.get(kind)
-        if cached and state is not None and cached[0] == state:
-            return cached[1]
-        loaded = self._load_index(kind, state)
-        if loaded is not None:
-            self._indexes[kind] = (state, loaded)
-            return loaded
-        state, built = self._build_index(kind)
-        if state is not None:
-            self._save_index(kind, state, built)
-        self._indexes[kind] = (state, built)
-        return built
-
-    def _build_index(self, kind: Kind) -> tuple[str | None, ExactIndex]:
-        """Every sound vector of ``kind`` from the table, with the state it is of."""
-        conn = self._conn()
-        with self.snapshot():
-            state = self.get_meta("state")
-            data = conn.execute(f"SELECT t.rowid, {_CHUNK_ROWID[kind]}, t.vector FROM {kind} t "
-                                "ORDER BY t.rowid").fetchall()
-        size = self._vector_bytes(data)
-        sound = [r for r in data if len(r[2]) == size and r[1] is not None]
-        if len(sound) < len(data):  # `check` names their sources, `repair` redoes them
-            log.warning("%d %s of the index at %s are damaged (a vector of the wrong size, "
-                        "or no chunk) and left out of search; run `isotope check`",
-                        len(data) - len(sound), kind, self.directory)
-        index = ExactIndex()
-        if sound:
-            index.add(np.fromiter((r[0] for r in sound), dtype=np.int64, count=len(sound)),
-                      np.fromiter((r[1] for r in sound), dtype=np.int64, count=len(sound)),
-                      np.frombuffer(b"".join(r[2] for r in sound),
-                                    dtype=np.float32).reshape(len(sound), -1))
-        return state, index
-
-    def _vector_bytes(self, data: Sequence[Sequence[Any]]) -> int:
-        """The size of a sound vector: the index's dimension, else the commonest size."""
-        dim = (self.get_meta("embedding") or {}).get("dim")
-        if dim:
-            return 4 * int(dim)
-        sizes = [len(r[2]) for r in data]
-        return max(set(sizes), key=sizes.count) if sizes else 0
-
-    def _stamp(self, kind: Kind) -> str | None:
-        """The state the saved vector index of ``kind`` is of (None: none saved, or its
-        stamp is unreadable)."""
-        try:
-            stamp = json.loads((self.directory / "vectors" / f"{kind}.json").read_text())
-            return str(stamp["state"])
-        except Exception:
-            return None
-
-    def _saved_index(self, kind: Kind, state: str | None) -> ExactIndex | None:
-        """The saved index of ``state``, if its stamp and files are there and readable."""
-        if state is None or self._stamp(kind) != state:
-            return None
-        return ExactIndex.load(self.directory / "vectors", f"{kind}-{state}")
-
-    def _load_index(self, kind: Kind, state: str | None) -> ExactIndex | None:
-        """The saved index of ``state`` if it agrees with the table on a sample of rows."""
-        found = self._saved_index(kind, state)
-        if found is None:
-            return None
-        rng = np.random.default_rng()
-        sample = rng.choice(len(found), size=min(8, len(found)), replace=False)
-        if self._differences(kind, found, sample):
-            log.warning("the vector cache of %s in %s does not match the index; rebuilding it",
-                        kind, self.directory / "vectors")
-            return None
-        return found
-
-    def _differences(self, kind: Kind, found: ExactIndex,
-                     positions: Sequence[int] | npt.NDArray[np.intp]) -> list[int]:
-        """SQLite rowids among ``positions`` of a vector index whose vector or chunk there
-        differs from the table's."""
-        if not len(positions):
-            return []
-        ids, groups, vectors = found.items(positions)
-        rows = [int(i) for i in ids]
-        marks = ",".join("?" * len(rows))
-        stored = {r[0]: (r[1], r[2]) for r in self._conn().execute(
-            f"SELECT t.rowid, {_CHUNK_ROWID[kind]}, t.vector FROM {kind} t "
-            f"WHERE t.rowid IN ({marks})", rows)}
-        wrong = []
-        for row, group, vector in zip(rows, groups, vectors, strict=True):
-            chunk, blob = stored.get(row, (None, b""))
-            if chunk != int(group) or blob != np.asarray(vector, dtype=np.float32).tobytes():
-                wrong.append(row)
-        return wrong
-
-    def _save_index(self, kind: Kind, state: str, index: ExactIndex) -> None:
-        folder = self.directory / "vectors"
-        try:
-            index.save(folder, f"{kind}-{state}")
-            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"state": state}, fh)
-            os.replace(tmp, folder / f"{kind}.json")
-            for old in folder.glob(f"{kind}-*.npy"):  # other states
-                if not old.name.startswith(f"{kind}-{state}."):
-                    old.unlink(missing_ok=True)
-        except OSError:  # a read-only index still answers, just without the cache
-            log.debug("cannot write the vector cache in %s", folder, exc_info=True)
-
-    @_guarded
+    @guarded
     def search(self, kind: Kind, vector: Vectors, k: int,
                filters: Sequence[Condition] = ()) -> list[Hit]:
-        found = self._index(kind).search(vector, k, self._allowed(filters))
+        found = self._vectors.index(kind).search(vector, k, self._allowed(filters))
         return self._hits(kind, [(item, score) for item, _, score in found])
 
-    @_guarded
+    @guarded
     def search_by_chunk(
         self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3,
         filters: Sequence[Condition] = (),
     ) -> list[tuple[str, list[Hit]]]:
         if k <= 0:
             return []
-        groups = search_groups(self._index(kind), vector, k, per_chunk,
+        groups = search_groups(self._vectors.index(kind), vector, k, per_chunk,
                                self._allowed(filters))
         hits = self._hits(kind, [hit for _, found in groups for hit in found])
         by_chunk: dict[str, list[Hit]] = {}
@@ -474,15 +270,15 @@ class SQLiteStore(Store):
         """The rowids of the chunks meeting ``filters`` (None: no filter)."""
         if not filters:
             return None
-        where, params = _where(filters)
+        clause, params = where(filters)
         return np.fromiter(
             (r[0] for r in self._conn().execute(
                 f"SELECT c.rowid FROM chunks c JOIN sources s ON s.uri = c.source "
-                f"WHERE {where}", params)),
+                f"WHERE {clause}", params)),
             dtype=np.int64,
         )
 
-    @_guarded
+    @guarded
     def keyword_search(self, kind: Kind, query: str, k: int,
                        filters: Sequence[Condition] = ()) -> list[Hit]:
         terms = re.findall(r"\w+", query.lower())
@@ -491,10 +287,10 @@ class SQLiteStore(Store):
         match = " OR ".join(f'"{t}"' for t in dict.fromkeys(terms))
         restrict, params = "", list[Any]()
         if filters:
-            where, params = _where(filters)
+            clause, params = where(filters)
             join = "c.id = t.chunk_id" if kind != "chunks" else "c.rowid = t.rowid"
             restrict = (f" AND rowid IN (SELECT t.rowid FROM {kind} t JOIN chunks c ON {join}"
-                        f" JOIN sources s ON s.uri = c.source WHERE {where})")
+                        f" JOIN sources s ON s.uri = c.source WHERE {clause})")
         found = self._conn().execute(
             f"SELECT rowid, bm25({kind}_fts) FROM {kind}_fts WHERE {kind}_fts MATCH ?"
             f"{restrict} ORDER BY bm25({kind}_fts) LIMIT ?",
@@ -521,7 +317,7 @@ class SQLiteStore(Store):
             if row in found
         ]
 
-    @_guarded
+    @guarded
     def get_chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
         if not ids:
             return {}
@@ -537,7 +333,7 @@ class SQLiteStore(Store):
             for r in found
         }
 
-    @_guarded
+    @guarded
     def get_source(self, uri: str) -> Source | None:
         row = self._conn().execute(
             "SELECT uri, content_hash, size, mtime, loader, ingested_at, metadata, status, "
@@ -545,7 +341,7 @@ class SQLiteStore(Store):
         ).fetchone()
         return _source(row) if row else None
 
-    @_guarded
+    @guarded
     def sources(self) -> list[SourceInfo]:
         rows = self._conn().execute(
             "SELECT s.uri, s.content_hash, s.size, s.mtime, s.loader, s.ingested_at, s.metadata,"
@@ -558,7 +354,7 @@ class SQLiteStore(Store):
         ).fetchall()
         return [SourceInfo(_source(r[:9]), r[9], r[10], r[11]) for r in rows]
 
-    @_guarded
+    @guarded
     def counts(self) -> dict[str, int]:
         conn = self._conn()
         return {
@@ -566,7 +362,7 @@ class SQLiteStore(Store):
             for table in ("sources", "chunks", "atoms", "questions")
         }
 
-    @_guarded
+    @guarded
     def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
         conn = self._conn()
         found: dict[str, StoredChunk] = {}
@@ -594,95 +390,9 @@ class SQLiteStore(Store):
         return found
 
     def inspect(self) -> Inspection:
-        """SQLite's own check, foreign keys, provenance (every question has its atom and
-        chunk, every atom its chunk, every chunk its source), what each source stored
-        against what it holds now, vector sizes, the keyword indexes against their tables,
-        and the vector cache against the tables, row by row. Each problem names the
-        sources it touches."""
-        conn = self._conn()
-        problems: list[str] = []
-        damaged: set[str] = set()
-        storage_damaged = False
-
-        def found(count: int, what: str, uris: set[str]) -> None:
-            if count:
-                named = sorted(uris)
-                more = f" and {len(named) - 5} more" if len(named) > 5 else ""
-                problems.append(f"{count} {what}" + (
-                    f" (sources: {', '.join(named[:5])}{more})" if named else ""))
-                damaged.update(uris)
-
-        try:
-            with self.snapshot():
-                for (row,) in conn.execute("PRAGMA quick_check"):
-                    if row != "ok":
-                        problems.append(f"sqlite: {row}")
-                        storage_damaged = True
-                for table, rowid, parent, _ in conn.execute("PRAGMA foreign_key_check"):
-                    problems.append(f"{table} row {rowid} points to a missing {parent} row")
-                for what, sql in _ORPHANS.items():
-                    uris = [r[0] for r in conn.execute(sql)]
-                    found(len(uris), what, {u for u in uris if u is not None})
-                for uri, counts, *now in conn.execute(_COUNTS):
-                    if counts is not None and json.loads(counts) != now:
-                        stored = json.loads(counts)
-                        lost = ", ".join(f"{n - m} {kind}" for kind, n, m in
-                                         zip(("chunks", "atoms", "questions"), stored, now,
-                                             strict=True) if n != m)
-                        found(1, f"source lost rows since it was stored ({lost})", {uri})
-                dim = (self.get_meta("embedding") or {}).get("dim")
-                for kind in KINDS:
-                    rows = conn.execute(f"SELECT COUNT(*) FROM {kind}").fetchone()[0]
-                    if dim:
-                        uris = [r[0] for r in conn.execute(
-                            f"SELECT c.source FROM {kind} t LEFT JOIN chunks c ON "
-                            f"c.rowid = {_CHUNK_ROWID[kind]} WHERE length(t.vector) != ?",
-                            (4 * dim,))]
-                        found(len(uris), f"{kind} with a vector that is not {dim}-d",
-                              {u for u in uris if u is not None})
-                    indexed = conn.execute(
-                        f"SELECT COUNT(*) FROM {kind}_fts_docsize").fetchone()[0]
-                    if indexed != rows:
-                        problems.append(f"keyword index of {kind} has {indexed} rows, the "
-                                        f"table {rows}")
-                    try:  # FTS5 runs this check as a write: not on a read-only index
-                        if not self.read_only:
-                            conn.execute(f"INSERT INTO {kind}_fts({kind}_fts, rank) "
-                                         "VALUES ('integrity-check', 1)")
-                    except sqlite3.OperationalError as exc:  # busy: not checked this time
-                        log.info("keyword index of %s not checked: %s", kind, exc)
-                    except sqlite3.DatabaseError as exc:
-                        problems.append(f"keyword index of {kind}: {exc}")
-                    problems.extend(self._check_vector_cache(kind, rows))
-        except sqlite3.DatabaseError as exc:
-            storage_damaged = True
-            problems.append(
-                f"the database file {self.directory / DB_NAME} is damaged ({exc}): it cannot "
-                "be repaired in place; ingest the sources again into a new index (and "
-                "restore this one from a backup if you have one)")
-        return Inspection(problems, sorted(damaged), storage_damaged)
-
-    def _check_vector_cache(self, kind: Kind, rows: int) -> list[str]:
-        """The saved vector index of the current state, if any, holds exactly the table's
-        vectors (compared row by row, in slices)."""
-        state = self.get_meta("state")
-        if state is None or self._stamp(kind) != state:
-            return []  # none, or stale: rebuilt from the tables when needed
-        found = self._saved_index(kind, state)
-        if found is None:
-            return [f"vector cache of {kind} is unreadable (`isotope check --repair` drops "
-                    "it; it is rebuilt on the next query)"]
-        wrong = sum(len(self._differences(kind, found, range(a, min(len(found), a + 500))))
-                    for a in range(0, len(found), 500))
-        width = found.vectors.shape[1] if len(found) else 0
-        sound = self._conn().execute(
-            f"SELECT COUNT(*) FROM {kind} t WHERE length(t.vector) = ? AND "
-            f"{_CHUNK_ROWID[kind]} IS NOT NULL", (4 * width,)).fetchone()[0]
-        if wrong or sound != len(found) or (not len(found) and rows):
-            return [f"vector cache of {kind} disagrees with the table ({wrong} of "
-                    f"{len(found)} rows differ; the table has {sound} sound rows): "
-                    "`isotope check --repair` drops it, and it is rebuilt on the next query"]
-        return []
+        """See :func:`isotope.stores.sqlite_check.inspect`."""
+        return inspect(self._conn(), self.snapshot, self._vectors, self.get_meta,
+                       read_only=self.read_only, db=self.directory / DB_NAME)
 
     def repair(self) -> None:
         """Rebuild the keyword indexes, drop orphan rows that no source owns and the
@@ -695,9 +405,7 @@ class SQLiteStore(Store):
                          "OR chunk_id NOT IN (SELECT id FROM chunks)")
             for kind in KINDS:
                 conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
-        for path in (self.directory / "vectors").glob("*"):
-            path.unlink(missing_ok=True)
-        self._indexes.clear()
+        self._vectors.clear()
 
     def disk_size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
@@ -707,77 +415,6 @@ def _array(blobs: list[bytes]) -> Vectors:
     if not blobs:
         return np.zeros((0, 0), dtype=np.float32)
     return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
-
-
-_CHUNK_ROWID: dict[Kind, str] = {
-    "questions": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
-    "atoms": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
-    "chunks": "t.rowid",
-}
-"""SQL for the rowid of the chunk of an item ``t`` of each kind."""
-
-_ORPHANS = {
-    "questions without their atom": "SELECT c.source FROM questions q LEFT JOIN chunks c ON "
-    "c.id = q.chunk_id WHERE NOT EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id)",
-    "questions without their chunk": "SELECT c.source FROM questions q LEFT JOIN chunks c ON "
-    "c.id = q.chunk_id WHERE EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id) AND NOT "
-    "EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id AND a.chunk_id = q.chunk_id)",
-    "atoms without their chunk": "SELECT NULL FROM atoms a WHERE NOT EXISTS "
-    "(SELECT 1 FROM chunks c WHERE c.id = a.chunk_id)",
-    "chunks without their source": "SELECT c.source FROM chunks c WHERE NOT EXISTS "
-    "(SELECT 1 FROM sources s WHERE s.uri = c.source)",
-}
-"""Rows whose parent is gone, each query giving the source involved (NULL if unknown)."""
-
-_COUNTS = (
-    "SELECT s.uri, s.counts, (SELECT COUNT(*) FROM chunks c WHERE c.source = s.uri), "
-    "(SELECT COUNT(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id WHERE c.source = s.uri),"
-    " (SELECT COUNT(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id "
-    "WHERE c.source = s.uri) FROM sources s")
-"""Each source's stored counts (JSON, NULL before schema 4) and what it holds now."""
-
-_OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
-_COLUMNS = {"ingested_at": "s.ingested_at", "size": "s.size"}
-
-
-def _where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
-    """SQL over chunks ``c`` joined to sources ``s`` meeting every condition; values
-    (and metadata keys) are bound parameters."""
-    parts: list[str] = []
-    params: list[Any] = []
-    for cond in conditions:
-        if cond.key == "source":  # globs resolved by isotope.filters
-            parts.append("(" + " OR ".join("c.source GLOB ?" for _ in cond.values) + ")")
-            params += list(cond.values)
-            continue
-        if cond.key == "type":
-            marks = ",".join("?" * len(cond.values))
-            test = (f"(s.loader IN ({marks}) OR json_extract(s.metadata, '$.type') "
-                    f"IN ({marks}))")
-            parts.append(f"NOT {test}" if cond.op == "ne" else test)
-            params += [*cond.values, *cond.values]
-            continue
-        op = _OPS[cond.op]
-        numeric = all(isinstance(v, int | float) and not isinstance(v, bool)
-                      for v in cond.values)
-        if cond.key in _COLUMNS:
-            column = _COLUMNS[cond.key]
-            test = " OR ".join(f"{column} {op} ?" for _ in cond.values)
-            parts.append(f"NOT ({test})" if cond.op == "ne" else f"({test})")
-            params += list(cond.values)
-            continue
-        # A metadata value of the chunk or of its source; a list matches if any item does.
-        value = ("CAST(j.value AS REAL)" if numeric else "j.value")
-        kind = ("j.type IN ('integer', 'real') OR (j.type = 'text' AND "
-                "trim(j.value) GLOB '[0-9+-.]*')") if numeric else "j.type = 'text'"
-        test = " OR ".join(f"{value} {op} ?" for _ in cond.values)
-        exists = (f"EXISTS (SELECT 1 FROM json_each(c.metadata, ?) j WHERE ({kind}) AND "
-                  f"({test})) OR EXISTS (SELECT 1 FROM json_each(s.metadata, ?) j WHERE "
-                  f"({kind}) AND ({test}))")
-        path = f'$."{cond.key}"'
-        parts.append(f"NOT ({exists})" if cond.op == "ne" else f"({exists})")
-        params += [path, *cond.values, path, *cond.values]
-    return " AND ".join(parts) or "1", params
 
 
 def _blob(vector: Vectors) -> bytes:

@@ -1,0 +1,85 @@
+"""What the command prints: a console that shows user data as it is, and the helpers
+that print errors, JSON and source names."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import unicodedata
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.segment import Segment
+from rich.text import Text
+
+from isotope.errors import IsotopeError
+
+
+def visible(text: str) -> str:
+    """``text`` with control and format characters (terminal escape sequences,
+    bidirectional overrides) written out as ``\\x1b``-style escapes, so that a file name
+    or a document cannot clear the screen, retitle the window or reorder what is shown."""
+    if text.isprintable():
+        return text
+    return "".join(c if c == "\n" or c.isprintable() or unicodedata.category(c) == "Zs"
+                   else ascii(c)[1:-1] for c in text)
+
+
+class SafeConsole(Console):
+    """A console that never interprets markup in what it is given (a file named
+    ``[red]x.txt`` is shown as such) and shows control characters of the text it prints
+    visibly (:func:`visible`); its own styles and the progress bar's cursor moves pass."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(highlight=False, markup=False, emoji=False, soft_wrap=True,
+                         **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            s if s.control else Segment(visible(s.text), s.style) for s in buffer)
+
+
+out = SafeConsole()
+err = SafeConsole(stderr=True)
+
+
+class VisibleFormatter(logging.Formatter):
+    """Log lines with control characters shown as escapes (they carry file names)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
+
+
+def labelled(label: str, style: str, message: str) -> Text:
+    """``label`` in ``style``, then ``message`` as it is."""
+    return Text.assemble((label, style), " ", message)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(labelled("error:", "red", message))
+    raise typer.Exit(code)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    try:
+        yield
+    except IsotopeError as exc:
+        fail(str(exc))
+
+
+def display(uri: str) -> str:
+    """A source as a user would type it: relative to the working directory when inside it."""
+    try:
+        return str(Path(uri).relative_to(Path.cwd()))
+    except ValueError:
+        return uri
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n")

@@ -1,0 +1,189 @@
+"""``isotope ingest`` and ``isotope sync``, with their progress and reports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from isotope.cli.console import err, errors, labelled, out, print_json
+from isotope.cli.shell import (
+    ContextOpt,
+    ExcludeOpt,
+    IncludeOpt,
+    IndexOpt,
+    JsonOpt,
+    PlainOpt,
+    ProjectOpt,
+    WaitOpt,
+    app,
+    open_index,
+)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files and directories to ingest.")],
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    questions_per_atom: Annotated[int | None, typer.Option(
+        "--questions", "-n", help="Questions per atom.")] = None,
+    generation: Annotated[str | None, typer.Option(
+        "--generation", help="atom (one model call per atom), chunk (one per chunk) or "
+        "batched (local model, parallel sequences).")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only count chunks, atoms and model calls (and cache hits).")] = False,
+    chunk_context: ContextOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Ingest unchanged files again too, reusing nothing stored (cached "
+        "model replies still answer).")] = False,
+    plain: PlainOpt = False,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest files and directories: chunk, atomize, generate questions, embed, store.
+    Unchanged files are skipped; a changed file is replaced, keeping its unchanged chunks."""
+    from dataclasses import asdict
+
+    with errors():
+        iso = open_index(index, project, create=True, questions_per_atom=questions_per_atom,
+                    generation=generation, lock_wait=wait, chunk_context=chunk_context)
+        with iso:
+            if dry_run:
+                plan = iso.plan(paths, include=include, exclude=exclude)
+                if as_json:
+                    print_json(asdict(plan))
+                else:
+                    print_plan(plan)
+                return
+            report = _ingest_with_progress(partial(iso.ingest, force=force), paths, include,
+                                           exclude, plain, as_json)
+    _finish_ingest(report, as_json)
+
+
+@app.command()
+def sync(
+    paths: Annotated[list[Path], typer.Argument(help="Directories (or files) to mirror.")],
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Remove the sources of deleted files even when that is all or most "
+        "of a folder's sources (refused otherwise: an unmounted folder looks like that).")
+    ] = False,
+    plain: PlainOpt = False,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make the index match these paths: ingest new and changed files, and remove the
+    sources whose files were deleted (with sync_strategy=source_aware, the default).
+    A sync that would remove all or most of a folder's sources refuses without --force."""
+    with errors(), open_index(index, project, create=True, lock_wait=wait) as iso:
+        report = _ingest_with_progress(partial(iso.sync, force=force), paths, include,
+                                       exclude, plain, as_json)
+    _finish_ingest(report, as_json)
+
+
+def _ingest_with_progress(run: Callable[..., Any], paths: list[Path], include: Any,
+                          exclude: Any, plain: bool, as_json: bool) -> Any:
+    from isotope.ingest import Progress
+
+    if plain and not as_json:
+        def progress_cb(p: Progress) -> None:
+            if p.stage in ("load", "store") and p.source:
+                err.print(f"[{p.sources_done}/{p.sources_total}] {p.stage} {p.source} "
+                          f"chunks={p.chunks} atoms={p.atoms} questions={p.questions}")
+        return run(paths, include=include, exclude=exclude, progress=progress_cb)
+    if as_json or not err.is_terminal:
+        return run(paths, include=include, exclude=exclude)
+    return with_bar(lambda update: run(paths, include=include, exclude=exclude,
+                                        progress=update))
+
+
+def _finish_ingest(report: Any, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    if as_json:
+        print_json({**asdict(report), "ok": report.ok})
+    else:
+        print_report(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def with_bar(run: Callable[[Callable[[Any], None]], Any]) -> Any:
+    """``run(progress_callback)`` with a progress bar on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from isotope.ingest import Progress as Event
+
+    with Progress(
+        TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+        MofNCompleteColumn(), TextColumn("{task.fields[counts]}", markup=False),
+        TimeElapsedColumn(), console=err, transient=True,
+    ) as bar:
+        task = bar.add_task("ingesting", total=None, counts="")
+
+        def update(p: Event) -> None:
+            name = Path(p.source).name if p.source else ""
+            bar.update(
+                task, total=p.sources_total or None, completed=p.sources_done,
+                description=f"{p.stage} {name}"[:40],
+                counts=f"chunks {p.chunks} · atoms {p.atoms} · questions {p.questions}",
+            )
+
+        return run(update)
+
+
+def print_plan(plan: Any) -> None:
+    for problem in plan.errors:
+        err.print(labelled("error:", "red", f"{problem.path}: {problem.message}"))
+    out.print(
+        f"would ingest {plan.sources} source(s) ({plan.unchanged} unchanged): {plan.chunks} "
+        f"chunks, {plan.atoms} atoms"
+    )
+    out.print(
+        f"model calls: {plan.llm_calls} needed, {plan.cached_calls} already in the cache; "
+        f"about {plan.estimated_prompt_tokens} prompt + {plan.estimated_completion_tokens} "
+        "completion tokens for the rest"
+    )
+
+
+def print_report(report: Any) -> None:
+    for problem in report.errors:
+        err.print(labelled("error:", "red", f"{problem.path}: {problem.message}"))
+    for skipped in report.skipped:
+        err.print(labelled("skipped:", "yellow", f"{skipped.path}: {skipped.message}"))
+    total = sum(report.timings.values())
+    removed = f", {len(report.removed)} removed" if report.removed else ""
+    out.print(
+        f"ingested {len(report.added)} new, {len(report.replaced)} changed, "
+        f"{len(report.unchanged)} unchanged source(s){removed}; {len(report.errors)} "
+        f"error(s), {len(report.skipped)} skipped"
+    )
+    reused = (f"; {report.reused_chunks} unchanged chunks of changed files kept their "
+              "questions" if report.reused_chunks else "")
+    out.print(
+        f"{report.chunks} chunks, {report.atoms} atoms, {report.questions} questions stored "
+        f"({report.questions_dropped} dropped by the filters) in {total:.1f} s{reused}"
+    )
+    out.print(
+        f"model: {report.llm_calls} calls, {report.llm_cache_hits} answered by the cache, "
+        f"{report.prompt_tokens} prompt + {report.completion_tokens} completion tokens; "
+        f"embeddings: {report.embedded} computed, {report.embedding_cache_hits} from the cache"
+    )
+    if report.contexts or report.failed_contexts:
+        out.print(f"{report.contexts} chunk context(s) written")
+    for failed in report.failed_contexts[:10]:
+        err.print(labelled("no context:", "yellow", f"{failed.path}: {failed.message}"))
+    for failed in report.failed_atoms[:10]:
+        err.print(labelled("no questions:", "yellow", f"{failed.path}: {failed.message}"))
+    if report.failed_atoms:
+        err.print(f"{len(report.failed_atoms)} atom(s) got no questions; run the same ingest "
+                  "again to retry only those")

@@ -1,0 +1,172 @@
+"""``isotope list``, ``delete``, ``status``, ``config`` and ``check``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Column, Table
+from rich.text import Text
+
+from isotope.cli.console import display, err, errors, labelled, out, print_json
+from isotope.cli.shell import IndexOpt, JsonOpt, ProjectOpt, WaitOpt, app, open_index
+from isotope.errors import IsotopeError
+
+
+@app.command("list")
+def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
+                 as_json: JsonOpt = False) -> None:
+    """List the ingested sources: status (current, changed on disk, missing, incomplete)
+    and chunk, atom and question counts."""
+    with errors(), open_index(index, project) as iso:
+        infos = iso.sources()
+    if as_json:
+        print_json([
+            {**i.source.model_dump(mode="json"), "state": i.state, "chunks": i.chunks,
+             "atoms": i.atoms, "questions": i.questions} for i in infos
+        ])
+        return
+    if not infos:
+        out.print("the index has no sources")
+        return
+    stale = sum(i.state in ("changed", "missing") for i in infos)
+    table = Table("status", "type", "chunks", "questions", "ingested")
+    table.columns.insert(0, Column("source", overflow="fold"))
+    labels = {"changed": Text("changed on disk", "yellow"), "missing": Text("missing", "red"),
+              "incomplete": Text("incomplete", "yellow")}
+    for i in infos:
+        table.add_row(display(i.source.uri), labels.get(i.state, i.state or "-"),
+                      i.source.loader, str(i.chunks),
+                      str(i.questions),
+                      i.source.ingested_at.strftime("%Y-%m-%d") if i.source.ingested_at
+                      else "")
+    out.print(table)
+    if stale:
+        out.print(f"{stale} source(s) differ from their files; `isotope sync DIR` updates them")
+
+
+@app.command()
+def delete(
+    source: Annotated[str, typer.Argument(help="The source's path or identifier.")],
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    wait: WaitOpt = None,
+) -> None:
+    """Delete a source and its chunks, atoms and questions."""
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        iso.delete(source)
+    out.print(f"deleted {source}")
+
+
+@app.command()
+def status(index: IndexOpt = None, project: ProjectOpt = None,
+           as_json: JsonOpt = False) -> None:
+    """Counts, disk size, models and settings of an index."""
+    with errors(), open_index(index, project) as iso:
+        info = iso.status()
+    if as_json:
+        print_json(info.model_dump(mode="json"))
+        return
+    table = Table(show_header=False, box=None)
+    table.add_column()
+    table.add_column(overflow="fold")
+    table.add_row("index", info.index + (f" (project {info.project})" if info.project else ""))
+    table.add_row("schema", f"{info.schema_version} (created by isotope {info.isotope_version}"
+                  f" on {info.created_at})")
+    for name, count in info.counts.items():
+        table.add_row(name, str(count))
+    if info.disk_bytes is not None:
+        table.add_row("disk", f"{info.disk_bytes / 1e6:.1f} MB")
+    for role, model in info.models.items():
+        table.add_row(f"{role} model", model)
+    table.add_row("embedding", f"{info.embedding.get('model_id')} ({info.embedding.get('dim')}-d)")
+    table.add_row("prompts", ", ".join(f"{name} {version}"
+                                       for name, version in info.prompt_versions.items()))
+    for name in ("chunk_size", "chunk_overlap", "questions_per_atom", "dedup_threshold"):
+        table.add_row(name, str(info.settings[name]))
+    out.print(table)
+
+
+@app.command()
+def config(index: IndexOpt = None, project: ProjectOpt = None,
+           as_json: JsonOpt = False) -> None:
+    """Show the resolved settings and where each value came from."""
+    from isotope import projects, stores
+    from isotope import prompts as prompt_specs
+    from isotope.settings import Settings, resolve
+
+    with errors():
+        base, origins = resolve(None, index=index, project=project)
+        path = projects.index_path(base, origins)
+        saved = None
+        if stores.exists(path):
+            store = stores.open(path, create=False)
+            saved = store.get_meta("settings")
+            store.close()
+        settings, origins = resolve(saved, index=path, project=project)
+        overridden = {name: str(spec.source) for name, spec in
+                      prompt_specs.load(settings.prompts_dir).items() if spec.source}
+    values = settings.model_dump(mode="json")
+    if as_json:
+        print_json({**{name: {"value": values[name], "from": origins[name]}
+                        for name in values}, "overridden_prompts": overridden})
+        return
+    table = Table("setting (env ISOTOPE_<NAME>)", Column("value", overflow="fold"), "from")
+    for name in Settings.model_fields:
+        table.add_row(name, json.dumps(values[name]), origins[name])
+    out.print(table)
+    for name, file in overridden.items():
+        out.print(f"prompt {name}: overridden by {file}")
+
+
+@app.command()
+def check(
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="Repair first: rebuild the keyword indexes and the vector cache, "
+        "ingest again the sources that lost rows, remove those that cannot be (each "
+        "named).")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check the index's integrity: every question has its atom, chunk and vector, every
+    chunk its source, each source holds what it stored, keyword and vector indexes agree
+    with the tables. Problems name the sources involved. Exit code 1 if a problem is
+    left."""
+    from dataclasses import asdict
+
+    with errors(), open_index(index, project) as iso:
+        done = iso.repair() if repair else None
+        problems = done.problems if done else iso.check()
+        try:
+            counts = iso.store.counts()
+        except IsotopeError:  # a damaged database: the problems above say so
+            counts = {}
+    if as_json:
+        print_json({"ok": not problems, "problems": problems, "counts": counts,
+                     **({"repair": asdict(done)} if done else {})})
+        if problems:
+            raise typer.Exit(1)
+        return
+    if done:
+        for uri in done.reingested:
+            out.print(f"ingested again: {display(uri)}")
+        for uri in done.removed:
+            err.print(labelled("removed:", "yellow", f"{display(uri)} (damaged, and it "
+                                "cannot be ingested again from here: ingest it yourself)"))
+        for uri in done.kept:
+            err.print(labelled("kept:", "yellow", f"{display(uri)} (damaged, but the folder "
+                                "it was ingested from is gone: mount it and repair again, "
+                                "or delete it)"))
+        for failed in done.errors:
+            err.print(labelled("error:", "red", f"{failed.path}: {failed.message}"))
+    if problems:
+        for problem in problems:
+            err.print(labelled("problem:", "red", problem))
+        if not done:
+            err.print("`isotope check --repair` rebuilds the keyword and vector indexes and "
+                      "ingests the sources named again (or removes those whose files are "
+                      "gone)")
+        raise typer.Exit(1)
+    out.print("ok: " + ", ".join(f"{n} {name}" for name, n in counts.items()))

@@ -1,0 +1,73 @@
+"""``isotope query``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from isotope.cli.console import display, errors, out, print_json
+from isotope.cli.shell import IndexOpt, JsonOpt, ProjectOpt, app, open_index
+from isotope.retrieval import MODES
+
+
+@app.command()
+def query(
+    text: Annotated[str, typer.Argument(help="Your question.")],
+    index: IndexOpt = None,
+    k: Annotated[int | None, typer.Option("-k", help="Number of chunks to return.")] = None,
+    raw: Annotated[bool, typer.Option(
+        "--raw", help="Only the chunks found; no synthesised answer.")] = False,
+    mode: Annotated[str | None, typer.Option(
+        "--mode", "-m", help="Retrieval mode: " + ", ".join(MODES) + " (default: the mode "
+        "setting).")] = None,
+    transform: Annotated[bool | None, typer.Option(
+        "--transform/--no-transform",
+        help="Rewrite a keyword query into questions first (default: the query_transform "
+        "setting).")] = None,
+    where: Annotated[list[str] | None, typer.Option(
+        "--where", "-w", help="Only chunks whose metadata match: key=value, key!=value, "
+        "key>=value, key<value...; source=GLOB, type=pdf (repeatable; all must hold).")] = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer a question from the index, citing the chunks it used."""
+    from isotope.filters import parse_where
+
+    with errors():
+        filters = parse_where(where or [])
+        with open_index(index, project) as iso:
+            response = iso.search(text, k, mode=mode, transform=transform, filters=filters
+                                  ) if raw else iso.ask(text, k, mode=mode, transform=transform,
+                                                        filters=filters)
+    if as_json:
+        print_json(response.model_dump(mode="json"))
+        return
+    if response.rewrites:
+        out.print("searched also: " + " | ".join(response.rewrites), )
+    if response.answer is not None:
+        out.print(response.answer)
+        out.print()
+    if not response.results:
+        out.print("no results")
+    for r in response.results:
+        place = display(r.chunk.source)
+        if "page" in r.chunk.metadata:
+            place += f" (page {r.chunk.metadata['page']})"
+        elif r.chunk.metadata.get("headings"):
+            place += " > " + " > ".join(r.chunk.metadata["headings"])
+        out.print(Text.assemble(
+            (f"[{r.rank}]", "bold"), f" {r.score:.3f}  {place}",
+            ("  (stale: the file changed; run isotope sync)" if r.chunk.stale else "",
+             "yellow")))
+        if r.matched_questions:
+            out.print(f"    matched: {r.matched_questions[0].text}")
+        if raw or response.answer is None:
+            if r.chunk.context:
+                out.print(f"    context: {r.chunk.context}", style="dim")
+            snippet = " ".join(r.chunk.text.split())
+            out.print(f"    {snippet[:300]}{'…' if len(snippet) > 300 else ''}")
+    if response.results:
+        out.print(f"suggested action: {response.suggested_action} (top score "
+                  f"{response.top_score:.3f}, lead {response.score_spread:.3f})")

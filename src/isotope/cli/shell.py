@@ -1,0 +1,103 @@
+"""The ``isotope`` app: its options shared by commands, opening an index, and the global
+flags."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from isotope._version import __version__
+from isotope.cli.console import VisibleFormatter, fail, out
+
+app = typer.Typer(
+    name="isotope",
+    help="A question-indexed retrieval database: ingest documents, then ask questions.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+IndexOpt = Annotated[
+    str | None,
+    typer.Option("--index", "-i", help="Index directory, or a store URL (default: the "
+                 "ISOTOPE_INDEX setting, else ./.isotope).", show_default=False),
+]
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", "-p", help="A named index (isotope project list); default: "
+                 "the ISOTOPE_PROJECT setting, else the default project.", show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+WaitOpt = Annotated[float | None, typer.Option(
+    "--wait", help="Seconds to wait if another process is writing to the index "
+    "(default: the lock_wait setting, 0: fail at once).", show_default=False)]
+IncludeOpt = Annotated[list[str] | None, typer.Option(
+    "--include", help="Only files matching this glob (repeatable).")]
+ExcludeOpt = Annotated[list[str] | None, typer.Option(
+    "--exclude", help="Skip files matching this glob (repeatable).")]
+ContextOpt = Annotated[bool | None, typer.Option(
+    "--chunk-context/--no-chunk-context", help="Contextual enrichment: the model situates "
+    "each chunk in its document, and the chunk is searched with that context (one model "
+    "call per chunk; saved in a new index's settings).")]
+PlainOpt = Annotated[bool, typer.Option(
+    "--plain", help="Print one line per file instead of a progress bar.")]
+
+
+def open_index(index: str | Path | None, project: str | None = None, *, create: bool = False,
+          **settings: Any) -> Any:
+    from isotope import stores
+    from isotope.index import Isotope
+
+    if project is not None:
+        if index is not None:
+            fail("give --index or --project, not both")
+        from isotope import projects
+        from isotope.settings import resolve
+
+        projects.require(project, resolve(None)[0])
+        return Isotope.open(create=False, project=project, **settings)
+    if index is not None and stores.scheme(index) is None:
+        index = Path(index)  # --index NAME is the folder ./NAME, never a project
+    return Isotope.open(index, create=create, **settings)
+
+
+def describe(location: str) -> str:
+    from isotope import stores
+
+    return stores.describe(location)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(f"isotope {__version__}")
+        raise typer.Exit()
+
+
+class _State:
+    verbose = False
+
+
+state = _State()
+"""Set by the global flags (``-v``)."""
+
+
+@app.callback()
+def _main(
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Log what happens, and show the traceback of an unexpected "
+        "error.")] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print isotope's version and exit.")] = False,
+) -> None:
+    state.verbose = verbose
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    for handler in logging.getLogger().handlers:  # log lines name files too
+        handler.setFormatter(VisibleFormatter("%(levelname)s %(name)s: %(message)s"))

@@ -1,0 +1,80 @@
+"""The dry run (``isotope ingest --dry-run``): the chunks, atoms and model calls an ingest
+needs, how many calls the cache already answers, and the tokens the others will cost.
+Nothing is generated or stored."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from isotope import contextual, loaders
+from isotope.atomizers import SentenceAtomizer
+from isotope.discovery import FileError
+from isotope.errors import LoaderError
+from isotope.models import Chunk, content_hash
+from isotope.providers import Prompt
+from isotope.reports import IngestPlan
+
+if TYPE_CHECKING:
+    from isotope.ingest import Pipeline
+
+COMPLETION_TOKENS_PER_QUESTION = 16
+COMPLETION_TOKENS_PER_CONTEXT = 50
+MESSAGE_OVERHEAD_TOKENS = 8
+
+
+def plan(pipeline: Pipeline, files: dict[Path, Path], plan: IngestPlan) -> IngestPlan:
+    """Count into ``plan`` what ingesting ``files`` takes. With the ``llm`` atomizer, atoms
+    are estimated by sentences and its calls are counted as one per chunk."""
+    settings = pipeline.settings
+    generator = pipeline.generator()
+    estimate_atoms = SentenceAtomizer(min_words=settings.min_atom_words)
+    counter = pipeline.counter()
+    for path in files:
+        try:
+            _, data = pipeline.read(path)
+            if pipeline.is_current(pipeline.store.get_source(str(path)), content_hash(data)):
+                plan.unchanged += 1
+                continue
+            document, _ = loaders.load(path, data)
+        except OSError as exc:
+            plan.errors.append(FileError(str(path), f"cannot read: {exc.strerror or exc}"))
+            continue
+        except LoaderError as exc:
+            plan.errors.append(FileError(exc.path, exc.reason))
+            continue
+        plan.sources += 1
+        chunks = pipeline.chunk(document, str(path), counter)
+        plan.chunks += len(chunks)
+        if settings.atomizer == "llm":
+            plan.llm_calls += len(chunks)
+        if settings.chunk_context and chunks:
+            _contexts(pipeline, plan, document, chunks, counter)
+        for chunk, atoms in zip(chunks, estimate_atoms.atomize_batch(chunks), strict=True):
+            plan.atoms += len(atoms)
+            prompts, cached = generator.plan(chunk, atoms)
+            _count(plan, prompts, cached, counter,
+                   len(atoms) * settings.questions_per_atom * COMPLETION_TOKENS_PER_QUESTION)
+    return plan
+
+
+def _contexts(pipeline: Pipeline, plan: IngestPlan, document: loaders.Document,
+              chunks: list[Chunk], counter: Callable[[str], int]) -> None:
+    title = document.metadata.get("title")
+    prompts = contextual.prompts(document.text, chunks, title=str(title) if title else None,
+                                 spec=pipeline.prompts["context"],
+                                 max_chars=pipeline.settings.context_chars)
+    cached = sum(pipeline.llm().cached(prompts, max_tokens=contextual.MAX_TOKENS))
+    _count(plan, prompts, cached, counter, len(prompts) * COMPLETION_TOKENS_PER_CONTEXT)
+
+
+def _count(plan: IngestPlan, prompts: list[Prompt], cached: int,
+           counter: Callable[[str], int], completion: int) -> None:
+    """Calls and estimated tokens of ``prompts``, of which ``cached`` the cache answers."""
+    plan.llm_calls += len(prompts)
+    plan.cached_calls += cached
+    share = (len(prompts) - cached) / max(1, len(prompts))
+    plan.estimated_prompt_tokens += int(share * sum(
+        counter(m["content"]) + MESSAGE_OVERHEAD_TOKENS for p in prompts for m in p))
+    plan.estimated_completion_tokens += int(share * completion)

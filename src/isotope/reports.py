@@ -1,0 +1,103 @@
+"""What an ingest reports: the report of a finished run, the progress events of a
+running one, and the plan of a dry run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from isotope.discovery import FileError
+
+STAGES = ("load", "chunk", "context", "atomize", "generate", "embed", "store")
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did."""
+
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    """Sources whose files were deleted (``sync`` only)."""
+    skipped: list[FileError] = field(default_factory=list)
+    """Files left out on purpose (unsupported type)."""
+    errors: list[FileError] = field(default_factory=list)
+    """Files that could not be ingested; everything else was."""
+    failed_atoms: list[FileError] = field(default_factory=list)
+    """Atoms whose questions could not be generated (their source is stored without them
+    and is completed by the next ingest)."""
+    chunks: int = 0
+    contexts: int = 0
+    """Chunks the model wrote a context for (``chunk_context``)."""
+    failed_contexts: list[FileError] = field(default_factory=list)
+    """Chunks whose context could not be written (stored without; asked again next time)."""
+    reused_chunks: int = 0
+    """Chunks of changed sources that were unchanged and kept their atoms, questions and
+    vectors (no model or embedding calls for them)."""
+    atoms: int = 0
+    questions: int = 0
+    """Questions stored (kept by the filters)."""
+    questions_generated: int = 0
+    questions_dropped: int = 0
+    llm_calls: int = 0
+    """Calls the language model answered (cache hits are not calls)."""
+    llm_cache_hits: int = 0
+    embedding_cache_hits: int = 0
+    embedded: int = 0
+    """Texts the embedding model embedded (cache hits excluded; 0 when the cache is off)."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass
+class Progress:
+    """Passed to a progress callback as work goes on."""
+
+    stage: str
+    source: str
+    sources_done: int
+    sources_total: int
+    chunks: int
+    atoms: int
+    questions: int
+    """Questions generated so far."""
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass
+class IngestPlan:
+    """What an ingest would do (``isotope ingest --dry-run``): nothing is generated or
+    stored. Token counts are estimates for the calls the cache does not answer."""
+
+    sources: int = 0
+    unchanged: int = 0
+    chunks: int = 0
+    atoms: int = 0
+    llm_calls: int = 0
+    cached_calls: int = 0
+    estimated_prompt_tokens: int = 0
+    estimated_completion_tokens: int = 0
+    skipped: list[FileError] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+
+
+class Timer:
+    """Adds the time spent in a ``with`` block to one stage of a report."""
+
+    def __init__(self, report: IngestReport, stage: str) -> None:
+        self.report, self.stage = report, stage
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.report.timings[self.stage] += time.perf_counter() - self.started
