@@ -1,5 +1,7 @@
 """A separate process that ingests a folder with the fake model (for the crash and
-concurrency tests): ``python ingest_worker.py INDEX FOLDER [SECONDS_PER_CALL]``."""
+concurrency tests): ``python ingest_worker.py INDEX FOLDER [SECONDS_PER_CALL] [hnsw]``.
+With ``hnsw``, the vectors go to HNSW indexes, compacted after every few writes (so that
+a kill lands in compactions too)."""
 
 from __future__ import annotations
 
@@ -27,8 +29,13 @@ class SlowLLM(FakeLLM):
 def main() -> None:
     index, folder = sys.argv[1], sys.argv[2]
     delay = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    vector_index = sys.argv[4] if len(sys.argv) > 4 else "auto"
+    if vector_index == "hnsw":
+        from isotope.stores import sqlite_vectors
+
+        sqlite_vectors.COMPACT_AFTER = 6
     with Isotope.open(Path(index), llm=SlowLLM(delay), cache=False, chunk_size=48,
-                      chunk_overlap=0, threads=1) as iso:
+                      chunk_overlap=0, threads=1, vector_index=vector_index) as iso:
         print("started", flush=True)
         report = iso.ingest(folder)
     import resource

@@ -119,7 +119,7 @@ def test_delete_sources_and_status(iso: Isotope, examples: Path) -> None:
     assert status.embedding["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert status.embedding["dim"] == 384
     assert status.disk_bytes and status.disk_bytes > 0
-    assert status.schema_version == 4
+    assert status.schema_version == 5
     iso.delete(examples / "faq.html")
     assert iso.status().counts["sources"] == 3
     assert all("faq" not in r.chunk.source for r in iso.search("Orbit R2 battery", k=5).results)
@@ -206,20 +206,25 @@ def test_opening_a_missing_or_broken_index_fails_clearly(tmp_path: Path) -> None
         Isotope.open(broken)
 
 
-def test_a_new_process_reads_the_vector_cache_and_sees_new_writes(
+def test_a_new_process_maps_the_vectors_and_sees_new_writes(
     iso: Isotope, examples: Path, embedder: Embedder, fake_llm: FakeLLM
 ) -> None:
     iso.ingest(examples / "handbook.md")
+    assert iso.compact()["questions"] == "exact"
     first = iso.search("vacation days", k=1).results[0].chunk.id
-    assert (Path(iso.settings.index) / "vectors" / "questions.json").exists()
+    vectors = Path(iso.settings.index) / "vectors"
+    saved = sorted(p.name for p in vectors.glob("questions*"))
+    assert len(saved) == 2  # one base: ids and vectors
     with Isotope.open(iso.settings.index, embedder=embedder, llm=fake_llm) as other:
         assert other.search("vacation days", k=1).results[0].chunk.id == first
-        other.ingest(examples / "faq.html")
-    # the first handle sees the other's write (the index has a new state id)
+        other.ingest(examples / "faq.html")  # logged, not compacted: the base stays
+    # the first handle sees the other's write at once
     assert iso.search("Orbit R2 battery", k=1).results[0].chunk.source.endswith("faq.html")
-    state = iso.store.get_meta("state")
-    assert sorted(p.name for p in (Path(iso.settings.index) / "vectors").glob("questions*")) == [
-        f"questions-{state}.idx.npy", f"questions-{state}.npy", "questions.json"]
+    assert sorted(p.name for p in vectors.glob("questions*")) == saved
+    iso.compact()
+    assert sorted(p.name for p in vectors.glob("questions*")) != saved  # old files gone
+    assert len(list(vectors.glob("questions*"))) == 2
+    assert iso.search("Orbit R2 battery", k=1).results[0].chunk.source.endswith("faq.html")
 
 
 def test_chunk_size_setting_is_used(tmp_path: Path, embedder: Embedder, examples: Path) -> None:

@@ -293,8 +293,14 @@ def _index_at_schema(current: Path, old: Path, version: int) -> None:
     db.execute("ATTACH DATABASE ? AS new", (str(current / "isotope.db"),))
     db.execute("BEGIN")
     for table in ("sources", "chunks", "atoms", "questions"):
-        cols = ", ".join(f'"{r[1]}"' for r in db.execute(f"PRAGMA main.table_info({table})"))
-        db.execute(f"INSERT INTO main.{table}({cols}) SELECT {cols} FROM new.{table}")
+        names = [r[1] for r in db.execute(f"PRAGMA main.table_info({table})")]
+        cols = ", ".join(f'"{n}"' for n in names)
+        # before schema 5 each row held its vector (since, the vector log does)
+        values = ", ".join(
+            f"(SELECT v.vector FROM new.vector_log v WHERE v.kind = '{table}' AND "
+            f"v.item = t.rowid ORDER BY v.seq DESC LIMIT 1)" if n == "vector" else f't."{n}"'
+            for n in names)
+        db.execute(f"INSERT INTO main.{table}({cols}) SELECT {values} FROM new.{table} t")
     db.execute("INSERT INTO main.meta SELECT * FROM new.meta WHERE key NOT IN "
                "('schema_version', 'state')")
     if version < 4:
@@ -306,21 +312,32 @@ def _index_at_schema(current: Path, old: Path, version: int) -> None:
     db.close()
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_an_index_of_an_older_schema_is_migrated_in_place(
     tmp_path: Path, embedder: Embedder, examples: Path, version: int
 ) -> None:
     with _open(tmp_path / "made", embedder, FakeLLM()) as iso:
         iso.ingest(examples)
         before = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
+        dense = [(r.chunk.id, round(r.score, 5)) for r in iso.search(
+            "How many vacation days do I get?", mode="questions-dense").results]
     _index_at_schema(tmp_path / "made" / "index", tmp_path / "index", version)
     assert sqlite3.connect(tmp_path / "index" / "isotope.db").execute(
         "SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(version),)
     with _open(tmp_path, embedder, FakeLLM()) as iso:
-        assert iso.status().schema_version == 4
+        assert iso.status().schema_version == 5
         assert len(iso.sources()) == 4 and iso.check() == []
         after = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
         assert after == before and after
+        assert dense == [(r.chunk.id, round(r.score, 5)) for r in iso.search(
+            "How many vacation days do I get?", mode="questions-dense").results]
+        # the vectors left the tables: each row's is in the vector log, until compacted
+        rows = iso.store._conn().execute(  # type: ignore[attr-defined]
+            "SELECT COUNT(*) FROM questions WHERE length(vector) > 0").fetchone()[0]
+        assert rows == 0 and iso.compact() == {
+            "questions": "exact", "atoms": "exact", "chunks": "exact"}
+        assert dense == [(r.chunk.id, round(r.score, 5)) for r in iso.search(
+            "How many vacation days do I get?", mode="questions-dense").results]
         assert len(iso.ingest(examples).unchanged) == 4  # nothing is generated again
         iso.delete(examples / "faq.html")
         assert iso.check() == []

@@ -56,14 +56,19 @@ def _content(iso: Isotope) -> dict[str, tuple[list[str], list[str]]]:
     return content
 
 
-def _worker(index: Path, folder: Path, delay: float = 0.0) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, str(WORKER), str(index), str(folder), str(delay)],
+def _worker(index: Path, folder: Path, delay: float = 0.0,
+            vector_index: str = "auto") -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(WORKER), str(index), str(folder), str(delay),
+                             vector_index],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.parametrize("vector_index", ["auto", "hnsw"])
 def test_sigkill_at_random_moments_never_corrupts_and_a_rerun_completes(
-    tmp_path: Path, embedder: Embedder
+    tmp_path: Path, embedder: Embedder, vector_index: str
 ) -> None:
+    """With ``hnsw`` the worker compacts its vectors into HNSW indexes every few writes,
+    so kills land in compactions too (the checks here compact back to exact ones)."""
     corpus = _corpus(tmp_path / "corpus")
     with _open(tmp_path / "reference", embedder) as ref:
         ref.ingest(corpus)
@@ -75,7 +80,7 @@ def test_sigkill_at_random_moments_never_corrupts_and_a_rerun_completes(
     stored_counts = []
     for run in range(20):
         assert time.monotonic() < deadline, f"crash runs took too long (run {run})"
-        worker = _worker(index, corpus, delay=0.02)
+        worker = _worker(index, corpus, delay=0.02, vector_index=vector_index)
         assert worker.stdout is not None
         assert worker.stdout.readline().strip() == "started", worker.stderr
         time.sleep(rng.uniform(0.0, 4.0))
@@ -84,6 +89,10 @@ def test_sigkill_at_random_moments_never_corrupts_and_a_rerun_completes(
         with _open(index, embedder) as iso:
             assert iso.check() == [], f"run {run}"
             content = _content(iso)
+            if content:  # every stored question is found by its own text
+                name, (_, questions) = next(iter(content.items()))
+                found = iso.search(questions[0], k=3, mode="questions-dense").results
+                assert any(name in r.chunk.source for r in found), f"run {run}"
             for name, stored in content.items():  # a stored source is whole
                 assert stored == expected[name], f"run {run}: {name}"
             stored_counts.append(len(content))

@@ -78,6 +78,7 @@ class Isotope:
         self.store = store
         self.settings = settings
         self.embedder = embedder
+        store.set_vector_index(settings.vector_index)
         self.origins = origins or {}
         self.prompts = prompt_specs.load(settings.prompts_dir)
         """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""
@@ -422,7 +423,8 @@ class Isotope:
 
     def repair(self) -> RepairReport:
         """Make a damaged index whole, under the writer lock: rebuild the keyword indexes
-        and the vector cache, drop rows no source owns, ingest again the sources that lost
+        and the vector indexes (embedding again the items whose vectors were lost or
+        damaged), drop rows no source owns, ingest again the sources that lost
         rows or hold damaged vectors (their files, as they are now), and remove those that
         cannot be ingested again (their file is gone, or they were ready-made chunks:
         ``report.removed`` names them, to ingest again yourself); a damaged source whose
@@ -431,10 +433,20 @@ class Isotope:
         touched at all: it cannot be repaired in place."""
         with self.store.writer(self.settings.lock_wait):
             report = maintenance.repair(
-                self.store, lambda files: self._pipeline(force=True).ingest_files(files))
+                self.store, lambda files: self._pipeline(force=True).ingest_files(files),
+                self.embedder.embed)
         if not report.problems:  # (a damaged database file was not touched)
             report.problems = self.store.check()
         return report
+
+    def compact(self) -> dict[str, str]:
+        """Fold the vectors written since the vector indexes were last saved into new
+        ones, of the implementation the ``vector_index`` setting wants, and give freed
+        space back to the file system; returns each kind's vector index (``exact`` or
+        ``hnsw``). Writes do this on their own once a kind has gathered enough changes;
+        searches never wait for it."""
+        with self.store.writer(self.settings.lock_wait):
+            return self.store.compact()
 
     def status(self) -> IndexStatus:
         return IndexStatus(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from isotope.discovery import FileError
+from isotope.embedders import Vectors
 from isotope.errors import LoaderError, SyncRefused
 from isotope.files import read_file, source_path
 from isotope.models import Source, content_hash
@@ -49,9 +50,11 @@ def deleted_sources(store: Store, paths: Sequence[str | Path], *, force: bool) -
     return gone
 
 
-def repair(store: Store, reingest: Callable[[dict[Path, Path]], IngestReport]) -> RepairReport:
+def repair(store: Store, reingest: Callable[[dict[Path, Path]], IngestReport],
+           embed: Callable[[list[str]], Vectors] | None = None) -> RepairReport:
     """Make a damaged index whole (the caller holds the writer lock): see
-    :meth:`isotope.Isotope.repair`. ``reingest`` ingests files again, unchanged or not.
+    :meth:`isotope.Isotope.repair`. ``reingest`` ingests files again, unchanged or not;
+    ``embed`` embeds again the items whose vectors were lost.
     ``report.problems`` is left for the caller to fill after the lock is released."""
     report = RepairReport()
     found = store.inspect()
@@ -60,7 +63,7 @@ def repair(store: Store, reingest: Callable[[dict[Path, Path]], IngestReport]) -
         # nothing is touched
         report.problems = found.problems
         return report
-    store.repair()
+    store.repair(embed)
     redo: dict[Path, Path] = {}
     for uri in found.damaged_sources:
         source = store.get_source(uri)

@@ -273,6 +273,10 @@ class Settings(BaseSettings):
     storage: Literal["content", "file-reference"] = Field(
         "content", description="content: chunk text is stored; file-reference: only "
         "offsets and a hash, text read from the file at query time")
+    vector_index: Literal["auto", "exact", "hnsw"] = Field(
+        "auto", description="Vector index of each kind of item: auto (exact below 20,000 "
+        "items, HNSW over int8 vectors from there), exact, or hnsw; applied when the "
+        "vectors are next compacted (isotope compact)")
     sync_strategy: Literal["source_aware", "none"] = Field(
         "source_aware", description="source_aware: skip unchanged files, replace changed "
         "ones reusing unchanged chunks, sync removes deleted files; none: re-index every "

@@ -5,16 +5,16 @@ an index can always be rebuilt from the store's rows.
 
 The contract is small (:class:`VectorIndex`): ``add``, ``remove``, ``search`` (top k,
 optionally only among allowed groups), ``save``/``load`` (files named by a tag the store
-chooses, such as its state id), ``items`` (for checking an index against the store).
-Shared behaviour, such as grouping hits by chunk, lives once above it
-(:func:`search_groups`). The exact numpy index (:mod:`isotope.ann.exact`) is the first
-implementation; approximate ones are chosen by name (:func:`create`).
+chooses), ``get`` (the stored vectors of some ids) and ``ids`` (every id with its group,
+for checking an index against the store). Shared behaviour, such as grouping hits by
+chunk, lives once above it (:func:`search_groups`). Two implementations, chosen by name
+(:func:`create`): the exact numpy index (:mod:`isotope.ann.exact`, float32) and HNSW
+(:mod:`isotope.ann.hnsw`, usearch, int8), approximate, for large indexes.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -51,19 +51,26 @@ class VectorIndex(ABC):
     def __len__(self) -> int: ...
 
     @abstractmethod
-    def items(self, positions: Sequence[int] | npt.NDArray[np.intp]
-              ) -> tuple[Ids, Ids, Vectors]:
-        """Ids, groups and vectors of the items at ``positions`` (0 to ``len - 1``), to
-        check an index against the store it was built from."""
+    def ids(self) -> tuple[Ids, Ids]:
+        """Every id, sorted, with its group."""
+
+    @abstractmethod
+    def get(self, ids: Ids) -> tuple[Ids, Vectors]:
+        """The stored vectors (float32) of those of ``ids`` that are present, with their
+        ids (an approximate index may store vectors at a lower precision)."""
 
     @abstractmethod
     def save(self, folder: Path, tag: str) -> None:
-        """Write the index into ``folder`` under ``tag``, atomically (raises OSError)."""
+        """Write the index into ``folder`` under ``tag`` (raises OSError). Each file is
+        written under a temporary name and renamed, so a crash leaves no partial file
+        under the tag's name."""
 
     @classmethod
     @abstractmethod
-    def load(cls, folder: Path, tag: str) -> VectorIndex | None:
-        """The index saved under ``tag``, or None if it is missing or damaged."""
+    def load(cls, folder: Path, tag: str, *, writable: bool = False) -> VectorIndex | None:
+        """The index saved under ``tag``, or None if it is missing or damaged. Unless
+        ``writable``, it may be mapped from its files rather than read, and must not be
+        changed."""
 
     @classmethod
     def files(cls, folder: Path, tag: str) -> list[Path]:
@@ -100,5 +107,16 @@ def create(name: str = "exact") -> VectorIndex:
 def kinds() -> dict[str, type[VectorIndex]]:
     """The vector index implementations by name."""
     from isotope.ann.exact import ExactIndex
+    from isotope.ann.hnsw import HNSWIndex
 
-    return {ExactIndex.name: ExactIndex}
+    return {ExactIndex.name: ExactIndex, HNSWIndex.name: HNSWIndex}
+
+
+def top_k(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
+    """Positions of the ``k`` highest finite scores, best first (ties in position order)."""
+    k = min(k, len(scores))
+    if k <= 0:
+        return np.zeros(0, dtype=np.intp)
+    top = np.argpartition(-scores, k - 1)[:k]
+    top = top[np.argsort(-scores[top], kind="stable")]
+    return top[np.isfinite(scores[top])]

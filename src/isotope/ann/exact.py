@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from isotope.ann import Ids, VectorIndex
+from isotope.ann import Ids, VectorIndex, top_k
 from isotope.embedders import Vectors
 
 
@@ -23,59 +22,61 @@ class ExactIndex(VectorIndex):
 
     def __init__(self, ids: Ids | None = None, groups: Ids | None = None,
                  vectors: Vectors | None = None) -> None:
-        self.ids: Ids = ids if ids is not None else np.zeros(0, dtype=np.int64)
-        self.groups: Ids = groups if groups is not None else np.zeros(0, dtype=np.int64)
+        self.item_ids: Ids = ids if ids is not None else np.zeros(0, dtype=np.int64)
+        self.item_groups: Ids = groups if groups is not None else np.zeros(0, dtype=np.int64)
         self.vectors: Vectors = (vectors if vectors is not None
                                  else np.zeros((0, 0), dtype=np.float32))
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.item_ids)
 
     def add(self, ids: Ids, groups: Ids, vectors: Vectors) -> None:
         if not len(ids):
             return
         self.remove(ids)
         vectors = np.asarray(vectors, dtype=np.float32)
-        self.ids = np.concatenate([self.ids, ids]).astype(np.int64)
-        self.groups = np.concatenate([self.groups, groups]).astype(np.int64)
+        self.item_ids = np.concatenate([self.item_ids, ids]).astype(np.int64)
+        self.item_groups = np.concatenate([self.item_groups, groups]).astype(np.int64)
         self.vectors = vectors if not len(self.vectors) else np.vstack([self.vectors, vectors])
 
     def remove(self, ids: Ids) -> None:
-        keep = ~np.isin(self.ids, ids)
+        keep = ~np.isin(self.item_ids, ids)
         if not keep.all():
-            self.ids, self.groups = self.ids[keep], self.groups[keep]
+            self.item_ids, self.item_groups = self.item_ids[keep], self.item_groups[keep]
             self.vectors = np.asarray(self.vectors)[keep]
 
     def search(self, query: Vectors, k: int, allowed: Ids | None = None
                ) -> list[tuple[int, int, float]]:
-        if not len(self.ids) or k <= 0:
+        if not len(self.item_ids) or k <= 0:
             return []
         scores: npt.NDArray[np.float32] = self.vectors @ np.asarray(query, dtype=np.float32)
         if allowed is not None:
-            scores = np.where(np.isin(self.groups, allowed), scores, -np.inf).astype(
+            scores = np.where(np.isin(self.item_groups, allowed), scores, -np.inf).astype(
                 np.float32)
-        k = min(k, len(scores))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(int(self.ids[i]), int(self.groups[i]), float(scores[i])) for i in top
-                if scores[i] > -np.inf]
+        return [(int(self.item_ids[i]), int(self.item_groups[i]), float(scores[i]))
+                for i in top_k(scores, k)]
 
-    def items(self, positions: Sequence[int] | npt.NDArray[np.intp]
-              ) -> tuple[Ids, Ids, Vectors]:
-        chosen = np.asarray(positions, dtype=np.intp)
-        return self.ids[chosen], self.groups[chosen], np.asarray(self.vectors[chosen])
+    def ids(self) -> tuple[Ids, Ids]:
+        order = np.argsort(self.item_ids, kind="stable")
+        return self.item_ids[order], self.item_groups[order]
+
+    def get(self, ids: Ids) -> tuple[Ids, Vectors]:
+        present = np.isin(self.item_ids, ids)
+        return self.item_ids[present], np.asarray(self.vectors[present], dtype=np.float32)
 
     def save(self, folder: Path, tag: str) -> None:
         folder.mkdir(exist_ok=True)
-        for name, array in ((f"{tag}.idx.npy", np.vstack([self.ids, self.groups])),
+        for name, array in ((f"{tag}.idx.npy", np.vstack([self.item_ids, self.item_groups])),
                             (f"{tag}.npy", self.vectors)):
             fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
                 np.save(fh, array)
+                fh.flush()
+                os.fsync(fh.fileno())
             os.replace(tmp, folder / name)
 
     @classmethod
-    def load(cls, folder: Path, tag: str) -> ExactIndex | None:
+    def load(cls, folder: Path, tag: str, *, writable: bool = False) -> ExactIndex | None:
         try:
             index = np.load(folder / f"{tag}.idx.npy")
             vectors = np.load(folder / f"{tag}.npy", mmap_mode="r")

@@ -170,3 +170,24 @@ def check(
                       "gone)")
         raise typer.Exit(1)
     out.print("ok: " + ", ".join(f"{n} {name}" for name, n in counts.items()))
+
+
+@app.command()
+def compact(index: IndexOpt = None, project: ProjectOpt = None, wait: WaitOpt = None,
+            as_json: JsonOpt = False) -> None:
+    """Fold the vectors written since the vector indexes were last saved into new ones
+    (exact, or HNSW from 20,000 items, as the vector_index setting says) and give freed
+    space back. Writes do this by themselves when enough has changed; searches, in this
+    process or others, never wait for it."""
+    import time
+
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        started = time.perf_counter()
+        done = iso.compact()
+        seconds = time.perf_counter() - started
+        size = iso.store.disk_size()
+    if as_json:
+        print_json({"vector_indexes": done, "seconds": round(seconds, 3), "disk_bytes": size})
+        return
+    out.print("compacted: " + ", ".join(f"{kind} {impl}" for kind, impl in done.items())
+              + f" in {seconds:.1f} s" + (f"; {size / 1e6:.1f} MB on disk" if size else ""))

@@ -36,7 +36,7 @@ from isotope.models import Atom, Chunk, Question, Source
 
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 @dataclass
@@ -204,9 +204,21 @@ class Store(ABC):
         remove."""
         return self.inspect().damaged_sources
 
-    def repair(self) -> None:  # noqa: B027 - optional
-        """Rebuild what can be rebuilt from the stored rows (keyword and vector indexes)
-        and drop rows no source owns. Default: nothing to rebuild."""
+    def repair(self, embed: Callable[[list[str]], Vectors] | None = None  # noqa: B027
+               ) -> None:
+        """Rebuild what can be rebuilt from the stored rows (keyword and vector indexes),
+        embedding again with ``embed`` the items whose vectors are lost, and drop rows no
+        source owns. Default: nothing to rebuild."""
+
+    def compact(self) -> dict[str, str]:
+        """Fold what changed since the vector indexes were last saved into new ones, and
+        give freed space back; returns each kind's vector index implementation. Run it
+        under :meth:`writer`. Default: nothing to do."""
+        return {}
+
+    def set_vector_index(self, policy: str) -> None:  # noqa: B027 - optional
+        """Which vector index the store builds: ``auto`` (by size), ``exact`` or
+        ``hnsw``. Default: the store has one kind only."""
 
 
 StoreFactory = Callable[..., Store]

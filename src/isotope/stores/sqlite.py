@@ -15,18 +15,20 @@ import re
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from isotope import contextual
 from isotope.ann import search_groups
 from isotope.embedders import Vectors
-from isotope.errors import IndexDamaged, InvalidIndex, StoreError
+from isotope.errors import IndexDamaged, InvalidArgument, InvalidIndex, StoreError
 from isotope.filters import Condition
 from isotope.models import Atom, Chunk, Question, Source, content_hash
 from isotope.stores import (
@@ -50,15 +52,15 @@ from isotope.stores.sqlite_connection import (
     write_lock,
 )
 from isotope.stores.sqlite_schema import schema_version, upgrade
-from isotope.stores.sqlite_sql import where
-from isotope.stores.sqlite_vectors import VectorCache
+from isotope.stores.sqlite_sql import CHUNK_ROWID, where
+from isotope.stores.sqlite_vectors import POLICIES, VectorStore
 
 log = logging.getLogger(__name__)
 
 
 
 class SQLiteStore(Store):
-    """An index in a directory: ``isotope.db`` plus the ``vectors/`` cache."""
+    """An index in a directory: ``isotope.db`` plus the vector indexes in ``vectors/``."""
 
     def __init__(self, directory: str | Path, *, create: bool = True) -> None:
         self.directory = Path(directory)
@@ -76,8 +78,10 @@ class SQLiteStore(Store):
             raise InvalidIndex(f"{db} is not an isotope index (it is empty); give the right "
                                "--index, or delete the file and ingest again")
         self._local = threading.local()
-        self._vectors = VectorCache(self.directory / "vectors", self._conn, self.snapshot,
-                                    self.get_meta)
+        self._vectors = VectorStore(self.directory / "vectors", self._conn, self.snapshot,
+                                    self.get_meta, self._dim)
+        self._writing = False
+        """This process holds the writer lock (writes may then compact the vectors)."""
         self.read_only = not writable(self.directory, db)
         conn = self._conn()
         version = self._schema_version(conn)
@@ -85,8 +89,12 @@ class SQLiteStore(Store):
             raise InvalidIndex(
                 f"{db} is not an isotope index (it is empty or has no isotope tables); "
                 "give the right --index, or delete the file and ingest again")
+        if version is None:  # a new database: freed pages go back to the file system
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         if (version or 0) < SCHEMA_VERSION and not self.read_only:
             upgrade(conn)  # a new index from step 1, an older one from its next step
+            if version:  # the vector cache files of schema 4 and before
+                self._vectors.remove_stale()
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(
                 f"{self.directory} has index schema {version}; this isotope reads schema "
@@ -173,7 +181,11 @@ class SQLiteStore(Store):
             raise StoreError(f"the index at {self.directory} is read-only; copy it to a "
                              "writable folder to change it")
         with write_lock(self.directory, wait):
-            yield
+            self._writing = True
+            try:
+                yield
+            finally:
+                self._writing = False
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -213,36 +225,88 @@ class SQLiteStore(Store):
                     json.dumps([len(batch.chunks), len(batch.atoms), len(batch.questions)]),
                 ),
             )
+            # rows numbered here, so that their vectors can be logged with them
+            chunk_rows = self._next_rowids(conn, "chunks", len(batch.chunks))
+            atom_rows = self._next_rowids(conn, "atoms", len(batch.atoms))
+            question_rows = self._next_rowids(conn, "questions", len(batch.questions))
+            chunk_row = dict(zip((c.id for c in batch.chunks), chunk_rows, strict=True))
             hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
             conn.executemany(
-                'INSERT INTO chunks(id, source, idx, start, "end", text, metadata, vector, '
-                "hash, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                'INSERT INTO chunks(rowid, id, source, idx, start, "end", text, metadata, '
+                "vector, hash, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, X'', ?, ?)",
                 [
-                    (c.id, source.uri, c.index, c.start, c.end, c.text,
-                     json.dumps(c.metadata), _blob(v), h, c.context)
-                    for c, v, h in zip(batch.chunks, batch.chunk_vectors, hashes, strict=True)
+                    (r, c.id, source.uri, c.index, c.start, c.end, c.text,
+                     json.dumps(c.metadata), h, c.context)
+                    for r, c, h in zip(chunk_rows, batch.chunks, hashes, strict=True)
                 ],
             )
             conn.executemany(
-                'INSERT INTO atoms(id, chunk_id, idx, start, "end", text, vector) '
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (a.id, a.chunk_id, a.index, a.start, a.end, a.text, _blob(v))
-                    for a, v in zip(batch.atoms, batch.atom_vectors, strict=True)
-                ],
+                'INSERT INTO atoms(rowid, id, chunk_id, idx, start, "end", text, vector) '
+                "VALUES (?, ?, ?, ?, ?, ?, ?, X'')",
+                [(r, a.id, a.chunk_id, a.index, a.start, a.end, a.text)
+                 for r, a in zip(atom_rows, batch.atoms, strict=True)],
             )
             conn.executemany(
-                "INSERT INTO questions(id, atom_id, chunk_id, text, vector) VALUES (?, ?, ?, ?, ?)",
-                [
-                    (q.id, q.atom_id, q.chunk_id, q.text, _blob(v))
-                    for q, v in zip(batch.questions, batch.question_vectors, strict=True)
-                ],
+                "INSERT INTO questions(rowid, id, atom_id, chunk_id, text, vector) "
+                "VALUES (?, ?, ?, ?, ?, X'')",
+                [(r, q.id, q.atom_id, q.chunk_id, q.text)
+                 for r, q in zip(question_rows, batch.questions, strict=True)],
             )
+            conn.executemany(
+                "INSERT INTO vector_log(kind, item, grp, vector) VALUES (?, ?, ?, ?)",
+                [*(("chunks", r, r, _blob(v))
+                   for r, v in zip(chunk_rows, batch.chunk_vectors, strict=True)),
+                 *(("atoms", r, chunk_row.get(a.chunk_id), _blob(v))
+                   for r, a, v in zip(atom_rows, batch.atoms, batch.atom_vectors, strict=True)),
+                 *(("questions", r, chunk_row.get(q.chunk_id), _blob(v))
+                   for r, q, v in zip(question_rows, batch.questions, batch.question_vectors,
+                                      strict=True))],
+            )
+        self._after_write()
+
+    @staticmethod
+    def _next_rowids(conn: sqlite3.Connection, table: str, count: int) -> range:
+        top = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {table}").fetchone()[0]
+        return range(top + 1, top + 1 + count)
+
+    def _after_write(self) -> None:
+        """Compact the vectors of each kind whose log has grown, when this process holds
+        the writer lock (a write without it leaves that to the next write, or to
+        :meth:`compact`)."""
+        if self._writing:
+            for kind in KINDS:
+                self._vectors.compact(kind, self._write)
 
     @guarded
     def delete_source(self, uri: str) -> bool:
         with self._write() as conn:
-            return conn.execute("DELETE FROM sources WHERE uri=?", (uri,)).rowcount > 0
+            deleted = conn.execute("DELETE FROM sources WHERE uri=?", (uri,)).rowcount > 0
+        self._after_write()
+        return deleted
+
+    def set_vector_index(self, policy: str) -> None:
+        if policy not in POLICIES:
+            raise InvalidArgument(f"vector_index {policy!r}: use one of {', '.join(POLICIES)}")
+        self._vectors.policy = policy
+
+    @guarded
+    def compact(self) -> dict[str, str]:
+        """Fold each kind's vector log into a new base of the implementation the
+        ``vector_index`` policy wants, and give freed pages back. Returns each kind's base
+        implementation. Run it under the writer lock."""
+        done: dict[str, str] = {}
+        for kind in KINDS:
+            self._vectors.compact(kind, self._write, force=True)
+            done[kind] = str(self._vectors.bases().get(kind, {}).get("impl", "exact"))
+        if not self.read_only:
+            conn = self._conn()
+            conn.execute("PRAGMA incremental_vacuum")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return done
+
+    def _dim(self) -> int | None:
+        dim = (self.get_meta("embedding") or {}).get("dim")
+        return int(dim) if dim else None
 
     # -- reads -------------------------------------------------------------------------
     @guarded
@@ -368,36 +432,58 @@ class SQLiteStore(Store):
         found: dict[str, StoredChunk] = {}
         with self.snapshot():
             chunks = conn.execute(
-                "SELECT id, hash, vector, context FROM chunks WHERE source=? AND hash IS NOT "
+                "SELECT rowid, id, hash, context FROM chunks WHERE source=? AND hash IS NOT "
                 "NULL", (uri,)).fetchall()
-            for chunk_id, digest, vector, context in chunks:
+            if not chunks:
+                return found
+            parts = []
+            for chunk_row, chunk_id, digest, context in chunks:
                 atoms = conn.execute(
-                    'SELECT id, idx, start, "end", text, vector FROM atoms WHERE chunk_id=? '
+                    'SELECT rowid, id, idx, start, "end", text FROM atoms WHERE chunk_id=? '
                     "ORDER BY idx", (chunk_id,)).fetchall()
                 questions = conn.execute(
-                    "SELECT atom_id, text, vector FROM questions WHERE chunk_id=? "
-                    "ORDER BY rowid", (chunk_id,)).fetchall()
-                found[digest] = StoredChunk(
-                    vector=_array([vector]),
-                    atoms=[Atom(id=a[0], chunk_id=chunk_id, index=a[1], start=a[2], end=a[3],
-                                text=a[4]) for a in atoms],
-                    atom_vectors=_array([a[5] for a in atoms]),
-                    questions=[Question(atom_id=q[0], chunk_id=chunk_id, text=q[1])
-                               for q in questions],
-                    question_vectors=_array([q[2] for q in questions]),
-                    context=context,
-                )
+                    "SELECT rowid, atom_id, text FROM questions WHERE atom_id IN "
+                    "(SELECT id FROM atoms WHERE chunk_id=?) ORDER BY rowid",
+                    (chunk_id,)).fetchall()
+                parts.append((chunk_row, chunk_id, digest, context, atoms, questions))
+            vectors = {
+                "chunks": self._vectors_of("chunks", [p[0] for p in parts]),
+                "atoms": self._vectors_of("atoms", [a[0] for p in parts for a in p[4]]),
+                "questions": self._vectors_of("questions",
+                                              [q[0] for p in parts for q in p[5]])}
+        for chunk_row, chunk_id, digest, context, atoms, questions in parts:
+            rows = [chunk_row, *(a[0] for a in atoms), *(q[0] for q in questions)]
+            if not all(r in vectors[kind] for r, kind in zip(rows, (
+                    "chunks", *("atoms" for _ in atoms), *("questions" for _ in questions)),
+                    strict=True)):
+                continue  # a vector is missing: this chunk is made again
+            found[digest] = StoredChunk(
+                vector=np.stack([vectors["chunks"][chunk_row]]),
+                atoms=[Atom(id=a[1], chunk_id=chunk_id, index=a[2], start=a[3], end=a[4],
+                            text=a[5]) for a in atoms],
+                atom_vectors=_stack([vectors["atoms"][a[0]] for a in atoms]),
+                questions=[Question(atom_id=q[1], chunk_id=chunk_id, text=q[2])
+                           for q in questions],
+                question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
+                context=context,
+            )
         return found
+
+    def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
+        ids, vectors = self._vectors.index(kind).get(np.array(rows, dtype=np.int64))
+        return dict(zip((int(i) for i in ids), vectors, strict=True))
 
     def inspect(self) -> Inspection:
         """See :func:`isotope.stores.sqlite_check.inspect`."""
-        return inspect(self._conn(), self.snapshot, self._vectors, self.get_meta,
+        return inspect(self._conn(), self.snapshot, self._vectors, self.table_rows,
                        read_only=self.read_only, db=self.directory / DB_NAME)
 
-    def repair(self) -> None:
-        """Rebuild the keyword indexes, drop orphan rows that no source owns and the
-        vector cache (rebuilt on demand). Sources that lost rows are for the caller to
-        ingest again or remove (:meth:`damaged_sources`)."""
+    def repair(self, embed: Callable[[list[str]], Vectors] | None = None) -> None:
+        """Rebuild the keyword indexes, drop orphan rows that no source owns, and rebuild
+        each kind's vectors to hold exactly its rows: those without a readable vector are
+        embedded again from their text with ``embed`` (without it, they stay missing and
+        `check` names them). Sources that lost rows are for the caller to ingest again or
+        remove (:meth:`damaged_sources`)."""
         with self._write() as conn:
             conn.execute("DELETE FROM chunks WHERE source NOT IN (SELECT uri FROM sources)")
             conn.execute("DELETE FROM atoms WHERE chunk_id NOT IN (SELECT id FROM chunks)")
@@ -405,16 +491,43 @@ class SQLiteStore(Store):
                          "OR chunk_id NOT IN (SELECT id FROM chunks)")
             for kind in KINDS:
                 conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
-        self._vectors.clear()
+        for kind in KINDS:
+            embed_rows = None if embed is None else partial(self._embed_rows, kind, embed)
+            self._vectors.rebuild(kind, self._write, self.table_rows(kind), embed_rows)
+
+    def table_rows(self, kind: Kind) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Every rowid of ``kind`` (sorted) with the rowid of its chunk."""
+        rows = self._conn().execute(
+            f"SELECT t.rowid, {CHUNK_ROWID[kind]} FROM {kind} t ORDER BY t.rowid").fetchall()
+        sound = [r for r in rows if r[1] is not None]
+        return (np.fromiter((r[0] for r in sound), dtype=np.int64, count=len(sound)),
+                np.fromiter((r[1] for r in sound), dtype=np.int64, count=len(sound)))
+
+    def _embed_rows(self, kind: Kind, embed: Callable[[list[str]], Vectors],
+                    rows: npt.NDArray[np.int64]) -> Vectors:
+        """Vectors of items of ``kind`` made again from their stored text (a chunk's with
+        its context, as ingest embeds it)."""
+        marks = ",".join("?" * len(rows))
+        params = [int(r) for r in rows]
+        if kind == "chunks":
+            ids = dict(self._conn().execute(
+                f"SELECT rowid, id FROM chunks WHERE rowid IN ({marks})", params).fetchall())
+            chunks = self.get_chunks(list(ids.values()))
+            texts = [contextual.search_text(chunks[ids[r]]) for r in params]
+        else:
+            found = dict(self._conn().execute(
+                f"SELECT rowid, text FROM {kind} WHERE rowid IN ({marks})", params).fetchall())
+            texts = [found[r] for r in params]
+        return embed(texts)
 
     def disk_size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
 
 
-def _array(blobs: list[bytes]) -> Vectors:
-    if not blobs:
+def _stack(vectors: list[Vectors]) -> Vectors:
+    if not vectors:
         return np.zeros((0, 0), dtype=np.float32)
-    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1).copy()
+    return np.stack(vectors).astype(np.float32)
 
 
 def _blob(vector: Vectors) -> bytes:

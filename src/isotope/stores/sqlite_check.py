@@ -9,23 +9,23 @@ import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
-from isotope.stores import KINDS, Inspection
+from isotope.ann import Ids
+from isotope.stores import KINDS, Inspection, Kind
 from isotope.stores.sqlite_sql import CHUNK_ROWID, COUNTS, ORPHANS
-from isotope.stores.sqlite_vectors import VectorCache
+from isotope.stores.sqlite_vectors import VectorStore
 
 log = logging.getLogger(__name__)
 
 
 def inspect(conn: sqlite3.Connection, snapshot: Callable[[], AbstractContextManager[None]],
-            vectors: VectorCache, meta: Callable[[str], Any], *, read_only: bool,
-            db: Path) -> Inspection:
+            vectors: VectorStore, table_rows: Callable[[Kind], tuple[Ids, Ids]], *,
+            read_only: bool, db: Path) -> Inspection:
     """SQLite's own check, foreign keys, provenance (every question has its atom and
     chunk, every atom its chunk, every chunk its source), what each source stored
-    against what it holds now, vector sizes, the keyword indexes against their tables,
-    and the vector cache against the tables, row by row. Each problem names the
-    sources it touches."""
+    against what it holds now, the keyword indexes against their tables, and each
+    kind's vectors against its rows (one vector per row, filed under its chunk). Each
+    problem names the sources it touches."""
     problems: list[str] = []
     damaged: set[str] = set()
     storage_damaged = False
@@ -56,16 +56,8 @@ def inspect(conn: sqlite3.Connection, snapshot: Callable[[], AbstractContextMana
                                      zip(("chunks", "atoms", "questions"), stored, now,
                                          strict=True) if n != m)
                     found(1, f"source lost rows since it was stored ({lost})", {uri})
-            dim = (meta("embedding") or {}).get("dim")
             for kind in KINDS:
                 rows = conn.execute(f"SELECT COUNT(*) FROM {kind}").fetchone()[0]
-                if dim:
-                    uris = [r[0] for r in conn.execute(
-                        f"SELECT c.source FROM {kind} t LEFT JOIN chunks c ON "
-                        f"c.rowid = {CHUNK_ROWID[kind]} WHERE length(t.vector) != ?",
-                        (4 * dim,))]
-                    found(len(uris), f"{kind} with a vector that is not {dim}-d",
-                          {u for u in uris if u is not None})
                 indexed = conn.execute(
                     f"SELECT COUNT(*) FROM {kind}_fts_docsize").fetchone()[0]
                 if indexed != rows:
@@ -79,7 +71,8 @@ def inspect(conn: sqlite3.Connection, snapshot: Callable[[], AbstractContextMana
                     log.info("keyword index of %s not checked: %s", kind, exc)
                 except sqlite3.DatabaseError as exc:
                     problems.append(f"keyword index of {kind}: {exc}")
-                problems.extend(vectors.check(kind, rows))
+                for problem, rows in vectors.check(kind, table_rows(kind)):
+                    problems.append(problem + _sources(conn, kind, rows))
     except sqlite3.DatabaseError as exc:
         storage_damaged = True
         problems.append(
@@ -87,3 +80,16 @@ def inspect(conn: sqlite3.Connection, snapshot: Callable[[], AbstractContextMana
             "be repaired in place; ingest the sources again into a new index (and "
             "restore this one from a backup if you have one)")
     return Inspection(problems, sorted(damaged), storage_damaged)
+
+
+def _sources(conn: sqlite3.Connection, kind: Kind, rows: Ids) -> str:
+    """`` (sources: a, b)``: the sources of some of ``rows`` of ``kind`` (none: empty)."""
+    if not len(rows):
+        return ""
+    sample = [int(r) for r in rows[:500]]
+    marks = ",".join("?" * len(sample))
+    uris = sorted({r[0] for r in conn.execute(
+        f"SELECT DISTINCT c.source FROM {kind} t JOIN chunks c ON c.rowid = "
+        f"{CHUNK_ROWID[kind]} WHERE t.rowid IN ({marks})", sample)})
+    more = f" and {len(uris) - 5} more" if len(uris) > 5 else ""
+    return f" (sources: {', '.join(uris[:5])}{more})" if uris else ""

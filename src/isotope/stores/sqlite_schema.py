@@ -58,6 +58,13 @@ _TABLES_1 = [
     "CREATE INDEX IF NOT EXISTS questions_atom ON questions(atom_id)",
 ]
 
+_CHUNK_OF = {
+    "questions": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
+    "atoms": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
+    "chunks": "t.rowid",
+}
+"""The chunk rowid of an item ``t`` (as of step 5; a step's SQL never changes)."""
+
 STEPS: dict[int, list[str]] = {
     # 1: sources, chunks, atoms, questions with their vectors; a keyword index of each
     1: [*_TABLES_1, *(s for t in KINDS for s in fts(t, ("text",)))],
@@ -74,6 +81,17 @@ STEPS: dict[int, list[str]] = {
     # lost since; a state id (set on open) replaces the generation counter
     4: ["ALTER TABLE sources ADD COLUMN counts TEXT",
         "DELETE FROM meta WHERE key = 'generation'"],
+    # 5: vectors leave the tables for the vector indexes in vectors/ (stored once): the
+    # log of what changed since each kind's saved index (vectors added, items removed),
+    # written with the rows; the vectors held so far start the log
+    5: ["CREATE TABLE IF NOT EXISTS vector_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "kind TEXT NOT NULL, item INTEGER NOT NULL, grp INTEGER, vector BLOB)",
+        *(f"INSERT INTO vector_log(kind, item, grp, vector) SELECT '{t}', t.rowid, "
+          f"{_CHUNK_OF[t]}, t.vector FROM {t} t ORDER BY t.rowid" for t in KINDS),
+        *(f"UPDATE {t} SET vector = X''" for t in KINDS),
+        *(f"CREATE TRIGGER IF NOT EXISTS {t}_vd AFTER DELETE ON {t} BEGIN INSERT INTO "
+          f"vector_log(kind, item) VALUES ('{t}', old.rowid); END" for t in KINDS),
+        ],
 }
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 

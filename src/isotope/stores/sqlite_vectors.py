@@ -1,178 +1,320 @@
-"""The embedded store's vector indexes, one per kind, and their cache on disk.
+"""The embedded store's vectors, stored once: each kind's vectors live in a saved base
+index in ``vectors/`` (exact float32 for small indexes, HNSW over int8 for large ones),
+plus the log of what changed since (the ``vector_log`` table: vectors added, items
+removed), written in the same transaction as the rows they belong to.
 
-SQLite holds every vector; a kind's vectors are loaded into one exact index
-(:class:`isotope.ann.exact.ExactIndex`), cached in ``vectors/`` beside the database in
-files named by the index's state id: a random id that every write replaces, so a cache
-file can only ever describe the one database state it was built from. A cache file is
-spot-checked against the table when loaded and compared row by row by ``check``; a stale,
-missing or wrong cache is rebuilt from SQLite."""
+A reader maps the base named in the index's meta (``vectors``: the tag of each kind's
+base files and the last log entry folded into it) and applies the log entries after it in
+memory (:class:`isotope.ann.layered.LayeredIndex`): a write costs a few log rows, never a
+rebuild, and the next search in any process sees it at once. Compaction folds the log of
+a kind into a new base, saved under a new tag before the meta names it, and then deletes
+the log entries it folded; a crash at any point leaves the old base and the whole log, or
+the new base and the rest of the log. Old base files are deleted once the meta names
+another (a process that still maps them keeps reading them).
+
+Nothing here is a cache: a base file lost or damaged loses the vectors in it, and
+``isotope check --repair`` embeds those items again from their stored text."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
-import tempfile
-from collections.abc import Callable, Sequence
+import threading
+import uuid
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from isotope.ann.exact import ExactIndex
+from isotope import ann
+from isotope.ann import Ids, VectorIndex
+from isotope.ann.layered import LayeredIndex
+from isotope.embedders import Vectors
+from isotope.errors import IndexDamaged
 from isotope.stores import Kind
-from isotope.stores.sqlite_sql import CHUNK_ROWID
 
 log = logging.getLogger(__name__)
+COMPACT_AFTER = 20_000
+"""Log entries of a kind after which a write compacts that kind (under the writer lock)."""
+HNSW_FROM = 20_000
+"""With ``vector_index = "auto"``: items of a kind from which its base is HNSW."""
+POLICIES = ("auto", "exact", "hnsw")
+Writer = Callable[[], AbstractContextManager[sqlite3.Connection]]
+"""The store's write transaction."""
+META = "vectors"
 
 
-class VectorCache:
-    """Each kind's vector index as of the database's current state: from memory, from
-    ``vectors/``, or built from the tables."""
+@dataclass
+class _Loaded:
+    tag: str | None
+    seq: int
+    """The last log entry applied."""
+    index: LayeredIndex
+
+
+def impl_for(policy: str, count: int) -> str:
+    """The base implementation a kind of ``count`` items gets under ``policy``."""
+    if policy == "auto":
+        return "hnsw" if count >= HNSW_FROM else "exact"
+    return policy
+
+
+class VectorStore:
+    """Each kind's vectors: its base index plus the log since, up to date on each read."""
 
     def __init__(self, folder: Path, conn: Callable[[], sqlite3.Connection],
                  snapshot: Callable[[], AbstractContextManager[None]],
-                 meta: Callable[[str], Any]) -> None:
+                 meta: Callable[[str], Any], dim: Callable[[], int | None]) -> None:
         self.folder = folder
-        self._conn, self._snapshot, self._meta = conn, snapshot, meta
-        self._loaded: dict[Kind, tuple[str | None, ExactIndex]] = {}
-        """Each kind's vector index with the state it is of."""
+        self._conn, self._snapshot, self._meta, self._dim = conn, snapshot, meta, dim
+        self._loaded: dict[Kind, _Loaded] = {}
+        self._writable: dict[Kind, tuple[str, VectorIndex]] = {}
+        """The base this process last saved, kept in memory for its next compaction."""
+        self._lock = threading.RLock()
+        self.policy = "auto"
 
-    def clear(self) -> None:
-        """Forget every index, in memory and on disk (rebuilt when next needed)."""
+    # -- reads -------------------------------------------------------------------------
+    def bases(self) -> dict[str, dict[str, Any]]:
+        found = self._meta(META)
+        return found if isinstance(found, dict) else {}
+
+    def index(self, kind: Kind) -> LayeredIndex:
+        """The vectors of ``kind`` as of the index's latest committed state."""
+        with self._lock, self._snapshot():
+            info = self.bases().get(kind)
+            tag = info["tag"] if info else None
+            loaded = self._loaded.get(kind)
+            if loaded is None or loaded.tag != tag:
+                base = self._open_base(kind, info, writable=False)
+                loaded = _Loaded(tag, int(info["seq"]) if info else 0, LayeredIndex(base))
+                self._loaded[kind] = loaded
+            self._apply(kind, loaded)
+            return loaded.index
+
+    def _open_base(self, kind: Kind, info: dict[str, Any] | None, *,
+                   writable: bool) -> VectorIndex | None:
+        if not info:
+            return None
+        cls = ann.kinds().get(str(info.get("impl")))
+        base = cls.load(self.folder, str(info["tag"]), writable=writable) if cls else None
+        if base is None or len(base) != int(info.get("count", len(base))):
+            raise IndexDamaged(
+                f"the {kind} vectors of the index at {self.folder.parent} are missing or "
+                f"damaged ({self.folder / str(info['tag'])}.*); run `isotope check --repair` "
+                "to embed them again from their text")
+        return base
+
+    def _apply(self, kind: Kind, loaded: _Loaded) -> None:
+        """Fold the log entries after ``loaded.seq`` into ``loaded.index``, in order."""
+        rows = self._conn().execute(
+            "SELECT seq, item, grp, vector FROM vector_log WHERE seq > ? AND kind = ? "
+            "ORDER BY seq", (loaded.seq, kind)).fetchall()
+        if rows:
+            apply_log(loaded.index, rows, self._dim(), kind, self.folder.parent)
+            loaded.seq = int(rows[-1][0])
+
+    def log_size(self, kind: Kind) -> int:
+        return int(self._conn().execute(
+            "SELECT COUNT(*) FROM vector_log WHERE kind = ?", (kind,)).fetchone()[0])
+
+    # -- compaction --------------------------------------------------------------------
+    def compact(self, kind: Kind, write: Writer, *, force: bool = False) -> bool:
+        """Fold the log of ``kind`` into a new base (if it holds ``COMPACT_AFTER`` entries,
+        the base's implementation is not the one the policy wants, or ``force``). The
+        caller holds the writer lock. Returns whether a new base was saved."""
+        with self._lock:
+            with self._snapshot():
+                info = self.bases().get(kind)
+                pending = self.log_size(kind)
+                count = (int(info["count"]) if info else 0) + pending
+                wanted = impl_for(self.policy, count)
+                mismatch = info is not None and info["impl"] != wanted
+                if not (force or mismatch or pending >= COMPACT_AFTER):
+                    return False
+                kept = self._writable.get(kind)
+                if info and kept and kept[0] == info["tag"]:
+                    base: VectorIndex | None = kept[1]
+                else:
+                    base = self._open_base(kind, info, writable=True)
+                rows = self._conn().execute(
+                    "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? "
+                    "ORDER BY seq", (kind,)).fetchall()
+            seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
+            if base is None or base.name != wanted:
+                base = _convert(base, wanted)
+            self._writable.pop(kind, None)  # changed below: not the saved one any more
+            apply_log(base, rows, self._dim(), kind, self.folder.parent)
+            tag = f"{kind}-{uuid.uuid4().hex[:12]}"
+            base.save(self.folder, tag)
+            with write() as conn:
+                bases = self.bases()
+                bases[kind] = {"tag": tag, "impl": base.name, "seq": seq, "count": len(base),
+                               "digest": digest(base.files(self.folder, tag))}
+                conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+                             "DO UPDATE SET value = excluded.value",
+                             (META, json.dumps(bases)))
+                conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?", (kind, seq))
+            self._writable[kind] = (tag, base)
+            self._loaded.pop(kind, None)
+            self.remove_stale()
+            return True
+
+    def rebuild(self, kind: Kind, write: Writer, table: tuple[Ids, Ids],
+                embed_rows: Callable[[Ids], Vectors] | None) -> int:
+        """A new base of ``kind`` holding exactly the table's rows ``(rowids, chunk
+        rowids)``: the vectors still readable (a damaged base is given up), the others
+        embedded again from their text with ``embed_rows`` (if given). Returns how many
+        rows are left without a vector. The caller holds the writer lock."""
+        with self._lock:
+            with self._snapshot():
+                info = self.bases().get(kind)
+                try:
+                    base = self._open_base(kind, info, writable=False)
+                except IndexDamaged:
+                    base = None
+                rows = self._conn().execute(
+                    "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? "
+                    "ORDER BY seq", (kind,)).fetchall()
+            current = LayeredIndex(base)
+            apply_log(current, rows, self._dim(), kind, self.folder.parent)
+            seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
+            ids, groups = table
+            made = ann.create(impl_for(self.policy, len(ids)))
+            missing: list[Ids] = []
+            for start in range(0, len(ids), 50_000):
+                part, part_groups = ids[start : start + 50_000], groups[start : start + 50_000]
+                held, held_groups = current.ids()
+                known = np.isin(part, held)
+                # a vector filed under another chunk is made again too
+                where = np.searchsorted(held, part[known])
+                known[known] = held_groups[where] == part_groups[known]
+                found, vectors = current.get(part[known])
+                if len(found):  # (in the order the index keeps them)
+                    made.add(found, part_groups[np.searchsorted(part, found)], vectors)
+                missing.append(part[~np.isin(part, found)])
+            lost = np.concatenate(missing) if missing else np.zeros(0, dtype=np.int64)
+            if len(lost) and embed_rows is not None:
+                for start in range(0, len(lost), 2_000):
+                    part = lost[start : start + 2_000]
+                    made.add(part, groups[np.searchsorted(ids, part)], embed_rows(part))
+                lost = lost[:0]
+            tag = f"{kind}-{uuid.uuid4().hex[:12]}"
+            made.save(self.folder, tag)
+            with write() as conn:
+                bases = self.bases()
+                bases[kind] = {"tag": tag, "impl": made.name, "seq": seq, "count": len(made),
+                               "digest": digest(made.files(self.folder, tag))}
+                conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+                             "DO UPDATE SET value = excluded.value", (META, json.dumps(bases)))
+                conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?", (kind, seq))
+            self._writable[kind] = (tag, made)
+            self._loaded.pop(kind, None)
+            self.remove_stale()
+            return len(lost)
+
+    def remove_stale(self) -> None:
+        """Delete base files that the meta no longer names (and temporary files)."""
+        named = {str(info["tag"]) for info in self.bases().values()}
         for path in self.folder.glob("*"):
-            path.unlink(missing_ok=True)
-        self._loaded.clear()
+            tag = path.name.split(".", 1)[0]
+            if tag not in named:
+                path.unlink(missing_ok=True)
 
-    def index(self, kind: Kind) -> ExactIndex:
-        """The vector index of ``kind`` as of the index's current state: from memory,
-        from ``vectors/`` (files named by state id, spot-checked against the table), or
-        built from SQLite."""
-        state = self._meta("state")
-        cached = self._loaded.get(kind)
-        if cached and state is not None and cached[0] == state:
-            return cached[1]
-        loaded = self._load_index(kind, state)
-        if loaded is not None:
-            self._loaded[kind] = (state, loaded)
-            return loaded
-        state, built = self._build_index(kind)
-        if state is not None:
-            self._save_index(kind, state, built)
-        self._loaded[kind] = (state, built)
-        return built
+    def drop(self, kind: Kind) -> None:
+        """Forget what this process holds of ``kind`` (after a repair rewrote it)."""
+        with self._lock:
+            self._loaded.pop(kind, None)
+            self._writable.pop(kind, None)
 
-    def _build_index(self, kind: Kind) -> tuple[str | None, ExactIndex]:
-        """Every sound vector of ``kind`` from the table, with the state it is of."""
-        conn = self._conn()
-        with self._snapshot():
-            state = self._meta("state")
-            data = conn.execute(f"SELECT t.rowid, {CHUNK_ROWID[kind]}, t.vector FROM {kind} t "
-                                "ORDER BY t.rowid").fetchall()
-        size = self._vector_bytes(data)
-        sound = [r for r in data if len(r[2]) == size and r[1] is not None]
-        if len(sound) < len(data):  # `check` names their sources, `repair` redoes them
-            log.warning("%d %s of the index at %s are damaged (a vector of the wrong size, "
-                        "or no chunk) and left out of search; run `isotope check`",
-                        len(data) - len(sound), kind, self.folder.parent)
-        index = ExactIndex()
-        if sound:
-            index.add(np.fromiter((r[0] for r in sound), dtype=np.int64, count=len(sound)),
-                      np.fromiter((r[1] for r in sound), dtype=np.int64, count=len(sound)),
-                      np.frombuffer(b"".join(r[2] for r in sound),
-                                    dtype=np.float32).reshape(len(sound), -1))
-        return state, index
-
-    def _vector_bytes(self, data: Sequence[Sequence[Any]]) -> int:
-        """The size of a sound vector: the index's dimension, else the commonest size."""
-        dim = (self._meta("embedding") or {}).get("dim")
-        if dim:
-            return 4 * int(dim)
-        sizes = [len(r[2]) for r in data]
-        return max(set(sizes), key=sizes.count) if sizes else 0
-
-    def _stamp(self, kind: Kind) -> str | None:
-        """The state the saved vector index of ``kind`` is of (None: none saved, or its
-        stamp is unreadable)."""
+    # -- checks ------------------------------------------------------------------------
+    def check(self, kind: Kind, table: tuple[Ids, Ids]) -> list[tuple[str, Ids]]:
+        """The vectors of ``kind`` against the table's ``(rowids, chunk rowids)``: each
+        problem with the table rows it touches. The base files are read whole and
+        compared with the digest taken when they were saved."""
+        info = self.bases().get(kind)
+        none = np.zeros(0, dtype=np.int64)
+        if info and info.get("digest"):
+            cls = ann.kinds().get(str(info.get("impl")))
+            files = cls.files(self.folder, str(info["tag"])) if cls else []
+            if digest(files) != info["digest"]:
+                return [(f"the {kind} vectors in {self.folder / str(info['tag'])}.* are "
+                         "damaged (they differ from what was saved): `isotope check "
+                         "--repair` embeds them again", table[0])]
         try:
-            stamp = json.loads((self.folder / f"{kind}.json").read_text())
-            return str(stamp["state"])
-        except Exception:
-            return None
+            index = self.index(kind)
+        except IndexDamaged as exc:
+            return [(str(exc), table[0])]
+        ids, groups = index.ids()
+        rows, chunks = table
+        problems: list[tuple[str, Ids]] = []
+        missing = np.setdiff1d(rows, ids)
+        if len(missing):
+            problems.append((f"{len(missing)} {kind} have no sound vector (`isotope check "
+                             "--repair` embeds them again)", missing))
+        extra = np.setdiff1d(ids, rows)
+        if len(extra):
+            problems.append((f"{len(extra)} vectors of {kind} belong to no row (`isotope "
+                             "check --repair` drops them)", none))
+        both, at_rows, at_ids = np.intersect1d(rows, ids, return_indices=True)
+        wrong = both[chunks[at_rows] != groups[at_ids]] if len(both) else none
+        if len(wrong):
+            problems.append((f"{len(wrong)} vectors of {kind} are filed under the wrong chunk "
+                             "(`isotope check --repair` files them again)", wrong))
+        return problems
 
-    def _saved_index(self, kind: Kind, state: str | None) -> ExactIndex | None:
-        """The saved index of ``state``, if its stamp and files are there and readable."""
-        if state is None or self._stamp(kind) != state:
-            return None
-        return ExactIndex.load(self.folder, f"{kind}-{state}")
 
-    def _load_index(self, kind: Kind, state: str | None) -> ExactIndex | None:
-        """The saved index of ``state`` if it agrees with the table on a sample of rows."""
-        found = self._saved_index(kind, state)
-        if found is None:
-            return None
-        rng = np.random.default_rng()
-        sample = rng.choice(len(found), size=min(8, len(found)), replace=False)
-        if self._differences(kind, found, sample):
-            log.warning("the vector cache of %s in %s does not match the index; rebuilding it",
-                        kind, self.folder)
-            return None
-        return found
+def digest(files: list[Path]) -> str:
+    """sha256 over the bytes of ``files`` (a base index's), read in blocks."""
+    import hashlib
 
-    def _differences(self, kind: Kind, found: ExactIndex,
-                     positions: Sequence[int] | npt.NDArray[np.intp]) -> list[int]:
-        """SQLite rowids among ``positions`` of a vector index whose vector or chunk there
-        differs from the table's."""
-        if not len(positions):
-            return []
-        ids, groups, vectors = found.items(positions)
-        rows = [int(i) for i in ids]
-        marks = ",".join("?" * len(rows))
-        stored = {r[0]: (r[1], r[2]) for r in self._conn().execute(
-            f"SELECT t.rowid, {CHUNK_ROWID[kind]}, t.vector FROM {kind} t "
-            f"WHERE t.rowid IN ({marks})", rows)}
-        wrong = []
-        for row, group, vector in zip(rows, groups, vectors, strict=True):
-            chunk, blob = stored.get(row, (None, b""))
-            if chunk != int(group) or blob != np.asarray(vector, dtype=np.float32).tobytes():
-                wrong.append(row)
-        return wrong
+    made = hashlib.sha256()
+    for path in files:
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                made.update(block)
+    return made.hexdigest()
 
-    def _save_index(self, kind: Kind, state: str, index: ExactIndex) -> None:
-        folder = self.folder
-        try:
-            index.save(folder, f"{kind}-{state}")
-            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"state": state}, fh)
-            os.replace(tmp, folder / f"{kind}.json")
-            for old in folder.glob(f"{kind}-*.npy"):  # other states
-                if not old.name.startswith(f"{kind}-{state}."):
-                    old.unlink(missing_ok=True)
-        except OSError:  # a read-only index still answers, just without the cache
-            log.debug("cannot write the vector cache in %s", folder, exc_info=True)
 
-    def check(self, kind: Kind, rows: int) -> list[str]:
-        """The saved vector index of the current state, if any, holds exactly the table's
-        vectors (compared row by row, in slices)."""
-        state = self._meta("state")
-        if state is None or self._stamp(kind) != state:
-            return []  # none, or stale: rebuilt from the tables when needed
-        found = self._saved_index(kind, state)
-        if found is None:
-            return [f"vector cache of {kind} is unreadable (`isotope check --repair` drops "
-                    "it; it is rebuilt on the next query)"]
-        wrong = sum(len(self._differences(kind, found, range(a, min(len(found), a + 500))))
-                    for a in range(0, len(found), 500))
-        width = found.vectors.shape[1] if len(found) else 0
-        sound = self._conn().execute(
-            f"SELECT COUNT(*) FROM {kind} t WHERE length(t.vector) = ? AND "
-            f"{CHUNK_ROWID[kind]} IS NOT NULL", (4 * width,)).fetchone()[0]
-        if wrong or sound != len(found) or (not len(found) and rows):
-            return [f"vector cache of {kind} disagrees with the table ({wrong} of "
-                    f"{len(found)} rows differ; the table has {sound} sound rows): "
-                    "`isotope check --repair` drops it, and it is rebuilt on the next query"]
-        return []
+def apply_log(index: VectorIndex, rows: list[tuple[Any, ...]], dim: int | None, kind: Kind,
+              where: Path) -> None:
+    """Apply log rows ``(seq, item, group, vector or None)``, in order, to ``index``: only
+    each item's last entry counts, so every touched item is removed once and those whose
+    last entry adds a vector are added back in one batch. A vector of the wrong size is
+    left out, with a warning (``isotope check`` names the item)."""
+    last: dict[int, tuple[Any, ...]] = {}
+    for row in rows:
+        last[int(row[1])] = row
+    if not last:
+        return
+    size = 4 * dim if dim else len(next((r[3] for r in last.values() if r[3]), b""))
+    adds = [r for r in last.values() if r[3] is not None]
+    sound = [r for r in adds if r[2] is not None and size and len(r[3]) == size]
+    index.remove(np.fromiter(last, dtype=np.int64, count=len(last)))
+    if sound:
+        index.add(np.fromiter((r[1] for r in sound), dtype=np.int64, count=len(sound)),
+                  np.fromiter((r[2] for r in sound), dtype=np.int64, count=len(sound)),
+                  np.frombuffer(b"".join(r[3] for r in sound), dtype=np.float32
+                                ).reshape(len(sound), -1))
+    if len(sound) < len(adds):
+        log.warning("%d %s vectors of the index at %s are damaged (wrong size) and left out "
+                    "of search; run `isotope check`", len(adds) - len(sound), kind, where)
+
+
+def _convert(base: VectorIndex | None, name: str) -> VectorIndex:
+    """A new index of implementation ``name`` holding everything ``base`` holds."""
+    made = ann.create(name)
+    if base is None:
+        return made
+    ids, groups = base.ids()
+    for start in range(0, len(ids), 100_000):
+        part = ids[start : start + 100_000]
+        found, vectors = base.get(part)  # (in the order the index keeps them)
+        made.add(found, groups[start : start + 100_000][np.searchsorted(part, found)],
+                 vectors)
+    return made
+
+

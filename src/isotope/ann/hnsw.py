@@ -1,0 +1,215 @@
+"""The approximate vector index for large indexes: an HNSW graph (usearch) over int8
+vectors, a quarter of float32's size. A saved index is mapped from its file, not read, so a
+new process searches at once; it is never changed in place (a changed one is saved under a
+new tag).
+
+Filtered search never silently returns fewer than ``k`` results when ``k`` match: when the
+allowed groups hold few items, they are scored exactly; otherwise the graph is searched
+for more candidates than ``k`` (in proportion to the share allowed), widened until ``k``
+allowed ones are found, and scored exactly when widening stops paying.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from isotope.ann import Ids, VectorIndex, top_k
+from isotope.embedders import Vectors
+
+CONNECTIVITY = 16
+EXPANSION_ADD = 128
+EXPANSION_SEARCH = 96
+EXACT_LIMIT = 20_000
+"""A filtered search whose allowed groups hold at most this many items scores them all."""
+
+
+def _usearch() -> Any:
+    from isotope.errors import IsotopeError
+
+    try:
+        from usearch.index import Index
+    except ImportError as exc:  # a dependency of isotope: a broken installation
+        raise IsotopeError(f"the HNSW vector index needs usearch, which failed to import "
+                           f"({exc}); reinstall it: pip install --force-reinstall "
+                           "'usearch>=2.26,<3'") from exc
+    return Index
+
+
+class HNSWIndex(VectorIndex):
+    name = "hnsw"
+    exact = False
+
+    def __init__(self, dim: int = 0) -> None:
+        self._graph: Any = None
+        self._dim = dim
+        self._ids: Ids = np.zeros(0, dtype=np.int64)  # sorted
+        self._groups: Ids = np.zeros(0, dtype=np.int64)  # of each id
+        self._by_group: tuple[Ids, Ids] | None = None  # (groups sorted, ids in that order)
+        self._mapped = False
+
+    def _new_graph(self, dim: int) -> Any:
+        return _usearch()(ndim=dim, metric="cos", dtype="i8", connectivity=CONNECTIVITY,
+                          expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    # -- changes -----------------------------------------------------------------------
+    def add(self, ids: Ids, groups: Ids, vectors: Vectors) -> None:
+        if not len(ids):
+            return
+        if self._mapped:
+            raise RuntimeError("a mapped HNSW index cannot change; load it writable")
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        self.remove(ids)
+        if self._graph is None:
+            self._dim = vectors.shape[1]
+            self._graph = self._new_graph(self._dim)
+        self._graph.add(np.asarray(ids, dtype=np.uint64), vectors, threads=os.cpu_count() or 1)
+        ids = np.asarray(ids, dtype=np.int64)
+        order = np.argsort(np.concatenate([self._ids, ids]), kind="stable")
+        self._ids = np.concatenate([self._ids, ids])[order]
+        self._groups = np.concatenate([self._groups, np.asarray(groups, np.int64)])[order]
+        self._by_group = None
+
+    def remove(self, ids: Ids) -> None:
+        present = np.isin(self._ids, ids)
+        if not present.any():
+            return
+        if self._mapped:
+            raise RuntimeError("a mapped HNSW index cannot change; load it writable")
+        self._graph.remove(self._ids[present].astype(np.uint64), compact=True)
+        self._ids, self._groups = self._ids[~present], self._groups[~present]
+        self._by_group = None
+
+    # -- reads -------------------------------------------------------------------------
+    def ids(self) -> tuple[Ids, Ids]:
+        return self._ids, self._groups
+
+    def _groups_of(self, ids: Ids) -> Ids:
+        where = np.searchsorted(self._ids, ids)
+        return self._groups[np.minimum(where, len(self._ids) - 1)]
+
+    def get(self, ids: Ids) -> tuple[Ids, Vectors]:
+        ids = np.asarray(ids, dtype=np.int64)
+        ids = ids[np.isin(ids, self._ids)] if len(self._ids) else ids[:0]
+        if not len(ids):
+            return ids, np.zeros((0, self._dim), dtype=np.float32)
+        found = self._graph.get(ids.astype(np.uint64), dtype=np.float32)
+        return ids, np.asarray(found, dtype=np.float32).reshape(len(ids), -1)
+
+    def search(self, query: Vectors, k: int, allowed: Ids | None = None
+               ) -> list[tuple[int, int, float]]:
+        if not len(self._ids) or k <= 0:
+            return []
+        query = np.asarray(query, dtype=np.float32)
+        if allowed is None:
+            return self._graph_search(query, min(k, len(self._ids)))
+        candidates = self._items_of(np.asarray(allowed, dtype=np.int64))
+        if len(candidates) <= max(EXACT_LIMIT, 4 * k):
+            return self._exact(query, k, candidates)
+        wanted = set(np.asarray(allowed).tolist())
+        count = min(len(self._ids), math.ceil(2 * k * len(self._ids) / len(candidates)))
+        while True:
+            found = [hit for hit in self._graph_search(query, count) if hit[1] in wanted]
+            if len(found) >= k:
+                return found[:k]
+            if count >= len(self._ids) or count > 8 * EXACT_LIMIT:
+                return self._exact(query, k, candidates)
+            count = min(len(self._ids), count * 4)
+
+    def _graph_search(self, query: Vectors, count: int) -> list[tuple[int, int, float]]:
+        found = self._graph.search(query, count, threads=1)
+        keys = np.asarray(found.keys, dtype=np.int64)
+        scores = 1.0 - np.asarray(found.distances, dtype=np.float32)
+        groups = self._groups_of(keys)
+        return [(int(i), int(g), float(s)) for i, g, s in zip(keys, groups, scores,
+                                                              strict=True)]
+
+    def _items_of(self, groups: Ids) -> Ids:
+        """The ids of the items in ``groups``."""
+        if self._by_group is None:
+            order = np.argsort(self._groups, kind="stable")
+            self._by_group = (self._groups[order], self._ids[order])
+        by_group, ids = self._by_group
+        start = np.searchsorted(by_group, groups, side="left")
+        end = np.searchsorted(by_group, groups, side="right")
+        if not len(groups) or not (end - start).any():
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([ids[a:b] for a, b in zip(start, end, strict=True) if b > a])
+
+    def _exact(self, query: Vectors, k: int, candidates: Ids) -> list[tuple[int, int, float]]:
+        """The top ``k`` of ``candidates`` by their stored vectors, in slices."""
+        best: list[tuple[int, int, float]] = []
+        for start in range(0, len(candidates), 65_536):
+            ids, vectors = self.get(candidates[start : start + 65_536])
+            if not len(ids):
+                continue
+            norms = np.linalg.norm(vectors, axis=1)
+            scores = (vectors @ query) / np.where(norms > 0, norms, 1)
+            groups = self._groups_of(ids)
+            best += [(int(ids[i]), int(groups[i]), float(scores[i]))
+                     for i in top_k(scores.astype(np.float32), k)]
+        best.sort(key=lambda hit: -hit[2])
+        return best[:k]
+
+    # -- files -------------------------------------------------------------------------
+    def save(self, folder: Path, tag: str) -> None:
+        folder.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        os.close(fd)
+        try:
+            graph = self._graph if self._graph is not None else self._new_graph(self._dim or 1)
+            graph.save(tmp)
+            _sync(tmp)
+            os.replace(tmp, folder / f"{tag}.usearch")
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                np.save(fh, np.vstack([self._ids, self._groups]))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, folder / f"{tag}.ids.npy")
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, folder: Path, tag: str, *, writable: bool = False) -> HNSWIndex | None:
+        Index = _usearch()
+        path = folder / f"{tag}.usearch"
+        try:
+            table = np.load(folder / f"{tag}.ids.npy")
+            meta = Index.metadata(str(path))
+        except Exception:  # missing, or any damage
+            return None
+        if (not meta or table.ndim != 2 or table.shape[0] != 2
+                or meta.get("count_present") != table.shape[1]
+                or str(meta.get("kind_scalar")).split(".")[-1].lower() != "i8"
+                or path.stat().st_size < table.shape[1] * meta.get("dimensions", 0)):
+            return None
+        index = cls(int(meta.get("dimensions", 0)))
+        try:
+            index._graph = Index.restore(str(path), view=not writable)
+        except Exception:
+            return None
+        if index._graph is None or len(index._graph) != table.shape[1]:
+            return None
+        index._ids, index._groups = table[0].astype(np.int64), table[1].astype(np.int64)
+        index._mapped = not writable
+        return index
+
+
+def _sync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["HNSWIndex"]

@@ -1,0 +1,116 @@
+"""A saved vector index with the changes made since it was saved: the base is never
+changed in place (it may be mapped from its files and shared by processes); items added
+since live in a small exact index, and items removed or replaced since are hidden from the
+base's results. Compaction (the store's) folds the changes into a new base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from isotope.ann import Ids, VectorIndex
+from isotope.ann.exact import ExactIndex
+from isotope.embedders import Vectors
+
+
+class LayeredIndex(VectorIndex):
+    name = "layered"
+
+    def __init__(self, base: VectorIndex | None = None) -> None:
+        self.base = base
+        self.delta = ExactIndex()
+        self._hidden: set[int] = set()
+        """Base ids removed or replaced since the base was saved."""
+        self._hidden_array: Ids | None = None
+
+    @property
+    def exact(self) -> bool:  # type: ignore[override]
+        return self.base is None or self.base.exact
+
+    @property
+    def changes(self) -> int:
+        """Items added, replaced or removed since the base."""
+        return len(self.delta) + len(self._hidden)
+
+    def __len__(self) -> int:
+        base = len(self.base) if self.base is not None else 0
+        return base - self._hidden_in_base() + len(self.delta)
+
+    def _hidden_in_base(self) -> int:
+        if self.base is None or not self._hidden:
+            return 0
+        return int(np.isin(self.base.ids()[0], self._hidden_ids()).sum())
+
+    def _hidden_ids(self) -> Ids:
+        if self._hidden_array is None:
+            self._hidden_array = np.fromiter(self._hidden, dtype=np.int64,
+                                             count=len(self._hidden))
+        return self._hidden_array
+
+    def add(self, ids: Ids, groups: Ids, vectors: Vectors) -> None:
+        if not len(ids):
+            return
+        self.delta.add(np.asarray(ids, np.int64), np.asarray(groups, np.int64), vectors)
+        self._hide(ids)
+
+    def remove(self, ids: Ids) -> None:
+        self.delta.remove(np.asarray(ids, np.int64))
+        self._hide(ids)
+
+    def _hide(self, ids: Ids) -> None:
+        if self.base is not None:
+            self._hidden.update(int(i) for i in ids)
+            self._hidden_array = None
+
+    def search(self, query: Vectors, k: int, allowed: Ids | None = None
+               ) -> list[tuple[int, int, float]]:
+        if k <= 0:
+            return []
+        found = self.delta.search(query, k, allowed)
+        if self.base is not None and len(self.base):
+            # ask the base for more than k when some of its items are hidden, widening
+            # until k visible ones are found or the base has no more
+            want = k + min(len(self._hidden), 4 * k)
+            while True:
+                hits = self.base.search(query, want, allowed)
+                visible = [h for h in hits if h[0] not in self._hidden]
+                if len(visible) >= k or len(hits) < want or want >= len(self.base):
+                    break
+                want *= 4
+            found = sorted(found + visible[:k], key=lambda hit: -hit[2])
+        return found[:k]
+
+    def ids(self) -> tuple[Ids, Ids]:
+        parts_ids, parts_groups = [], []
+        if self.base is not None:
+            ids, groups = self.base.ids()
+            keep = ~np.isin(ids, self._hidden_ids()) if self._hidden else slice(None)
+            parts_ids.append(ids[keep])
+            parts_groups.append(groups[keep])
+        ids, groups = self.delta.ids()
+        parts_ids.append(ids)
+        parts_groups.append(groups)
+        every = np.concatenate(parts_ids).astype(np.int64)
+        order = np.argsort(every, kind="stable")
+        return every[order], np.concatenate(parts_groups).astype(np.int64)[order]
+
+    def get(self, ids: Ids) -> tuple[Ids, Vectors]:
+        ids = np.asarray(ids, dtype=np.int64)
+        found, vectors = self.delta.get(ids)
+        if self.base is None:
+            return found, vectors
+        rest = ids[~np.isin(ids, found) & ~np.isin(ids, self._hidden_ids())]
+        more, more_vectors = self.base.get(rest)
+        if not len(more):
+            return found, vectors
+        if not len(found):
+            return more, more_vectors
+        return np.concatenate([found, more]), np.vstack([vectors, more_vectors])
+
+    def save(self, folder: Path, tag: str) -> None:
+        raise NotImplementedError("a layered index is compacted into a new base, not saved")
+
+    @classmethod
+    def load(cls, folder: Path, tag: str, *, writable: bool = False) -> LayeredIndex | None:
+        raise NotImplementedError("load its base and wrap it")

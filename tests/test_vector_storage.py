@@ -1,0 +1,179 @@
+"""The embedded store's vectors as a user meets them: written once into a log with their
+rows, searchable at once in every process, compacted into exact or HNSW indexes (forced
+on here at small sizes), deleted at once from every search mode, filtered without
+returning too few results, checked and repaired. Real store, real embedder, the fake
+model's replies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from isotope import Isotope
+from isotope.ann import hnsw
+from isotope.embedders import Embedder
+from isotope.retrieval import MODES
+from isotope.stores import sqlite_vectors
+
+from conftest import FakeLLM
+
+TOPICS = ["billing", "routing", "login", "search", "reports", "alerts", "backups", "metrics",
+          "caching", "queues", "storage", "email"]
+
+
+def _docs(folder: Path, topics: list[str] = TOPICS) -> Path:
+    folder.mkdir(exist_ok=True)
+    for n, topic in enumerate(topics):
+        (folder / f"{topic}.md").write_text(
+            f"---\nteam: {'red' if n % 2 else 'blue'}\n---\n# The {topic} service\n\n"
+            f"The {topic} service was started in {2000 + n} by team {n}. It runs on {n + 2} "
+            f"servers in the Oslo data centre.\n\nAlerts for {topic} go to channel "
+            f"{topic}-ops.\n")
+    return folder
+
+
+def _open(index: Path, embedder: Embedder, **settings: object) -> Isotope:
+    return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False, **settings)
+
+
+def _sources(iso: Isotope, query: str, mode: str = "questions-dense", k: int = 20,
+             **kw: object) -> list[str]:
+    return [Path(r.chunk.source).stem for r in iso.search(query, k=k, mode=mode,
+                                                          **kw).results]  # type: ignore[arg-type]
+
+
+def test_hnsw_indexes_add_delete_and_replace_at_once(tmp_path: Path, embedder: Embedder
+                                                     ) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        iso.ingest(docs)
+        exact = {q: _sources(iso, q, k=1) for q in (
+            "Who started billing?", "Which channel gets the alerts of backups?",
+            "When was the metrics service started?")}
+        assert iso.compact() == {"questions": "hnsw", "atoms": "hnsw", "chunks": "hnsw"}
+        assert iso.store.get_meta("vectors")["questions"]["impl"] == "hnsw"
+        # at this size the graph finds what exact search found
+        assert {q: _sources(iso, q, k=1) for q in exact} == exact
+        assert iso.check() == []
+        # delete: gone from every mode at once, before any compaction
+        iso.delete(docs / "billing.md")
+        for mode in MODES:
+            assert "billing" not in _sources(iso, "When was the billing service started?",
+                                             mode), mode
+        # replace: the new text is found, the old is not
+        (docs / "routing.md").write_text("# Routing\n\nThe routing service moved to the "
+                                         "Bergen data centre in 2024.\n")
+        iso.ingest(docs / "routing.md")
+        assert _sources(iso, "Which service moved to Bergen?", k=1) == ["routing"]
+        assert not any("Oslo" in r.chunk.text for r in iso.search(
+            "Where does routing run?", k=20, mode="chunks-dense").results
+            if "routing" in r.chunk.source)
+        assert iso.check() == []
+        # a new process maps the saved graph and applies the log after it
+        with _open(tmp_path / "index", embedder) as other:
+            assert _sources(other, "Which service moved to Bergen?", k=1) == ["routing"]
+            assert "billing" not in _sources(other, "When was billing started?")
+        iso.compact()
+        assert iso.store._conn().execute(  # type: ignore[attr-defined]
+            "SELECT COUNT(*) FROM vector_log").fetchone()[0] == 0
+        assert _sources(iso, "Which service moved to Bergen?", k=1) == ["routing"]
+        assert iso.check() == []
+
+
+@pytest.mark.parametrize("exact_limit", [hnsw.EXACT_LIMIT, 0])
+def test_a_filtered_hnsw_search_returns_k_when_k_match(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch, exact_limit: int
+) -> None:
+    """Both ways a filtered graph search goes: the allowed items scored exactly, or the
+    graph widened until k allowed ones are found."""
+    monkeypatch.setattr(hnsw, "EXACT_LIMIT", exact_limit)
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        iso.compact()
+        red = {p.stem for p in (tmp_path / "docs").glob("*.md")
+               if "team: red" in p.read_text()}
+        for k in (1, 3, 6):
+            found = _sources(iso, "When was the service started?", k=k,
+                             filters={"team": "red"})
+            assert len(found) == k and set(found) <= red
+        one = _sources(iso, "When was the service started?", k=5,
+                       filters={"source": "*/email.md"})
+        assert one == ["email"]  # fewer match than asked: all that match
+
+
+def test_a_reader_keeps_answering_while_another_handle_compacts(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as writer, \
+            _open(tmp_path / "index", embedder) as reader:
+        writer.ingest(docs)
+        writer.compact()
+        before = _sources(reader, "Who runs the alerts channel?")
+        writer.compact()  # a new base: the reader's mapped files are replaced
+        with reader.store.snapshot():
+            assert _sources(reader, "Who runs the alerts channel?") == before
+        assert _sources(reader, "Who runs the alerts channel?") == before
+
+
+def test_writes_compact_by_themselves_and_auto_picks_hnsw_by_size(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_vectors, "COMPACT_AFTER", 10)
+    monkeypatch.setattr(sqlite_vectors, "HNSW_FROM", 30)
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(_docs(tmp_path / "docs", TOPICS[:2]))
+        bases = iso.store.get_meta("vectors") or {}
+        assert bases["questions"]["impl"] == "exact"  # compacted while ingesting, small
+        iso.ingest(_docs(tmp_path / "docs"))
+        bases = iso.store.get_meta("vectors")
+        assert bases["questions"]["impl"] == "hnsw" and bases["chunks"]["impl"] == "exact"
+        assert iso.check() == []
+        assert _sources(iso, "When was the billing service started?", k=1) == ["billing"]
+
+
+def test_a_crash_before_a_compaction_commits_loses_nothing(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        before = _sources(iso, "Who runs the alerts channel?")
+
+        def crash(*args: object, **kwargs: object) -> None:
+            raise KeyboardInterrupt  # the new base is saved; the meta never names it
+
+        monkeypatch.setattr(sqlite_vectors, "digest", crash)
+        with pytest.raises(KeyboardInterrupt):
+            iso.compact()
+        monkeypatch.undo()
+    with _open(tmp_path / "index", embedder) as iso:
+        assert iso.check() == [] and _sources(iso, "Who runs the alerts channel?") == before
+        iso.compact()  # and the orphan files of the crash are cleared
+        tags = {info["tag"] for info in iso.store.get_meta("vectors").values()}
+        assert {p.name.split(".")[0] for p in (tmp_path / "index" / "vectors").iterdir()} \
+            == tags
+
+
+def test_check_finds_vectors_out_of_step_and_repair_rebuilds_them(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        iso.compact()
+        conn = iso.store._conn()  # type: ignore[attr-defined]
+        # a question whose vector was never logged, and a vector whose row is gone
+        conn.execute("INSERT INTO questions(rowid, id, atom_id, chunk_id, text, vector) "
+                     "SELECT 99999, 'orphan-q', atom_id, chunk_id, 'Who pays the bills?', "
+                     "X'' FROM questions WHERE chunk_id IN (SELECT id FROM chunks WHERE "
+                     "source LIKE '%billing.md') LIMIT 1")
+        vector = embedder.embed(["nothing"])[0]
+        conn.execute("INSERT INTO vector_log(kind, item, grp, vector) VALUES "
+                     "('atoms', 88888, 1, ?)", (np.asarray(vector, np.float32).tobytes(),))
+        problems = iso.check()
+        assert any("1 questions have no sound vector" in p for p in problems), problems
+        assert any("vectors of atoms belong to no row" in p for p in problems), problems
+        assert iso.repair().problems == []
+        assert iso.check() == []
+        assert "billing" in _sources(iso, "Who pays the bills?")
