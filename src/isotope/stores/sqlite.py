@@ -89,8 +89,6 @@ class SQLiteStore(Store):
             raise InvalidIndex(
                 f"{db} is not an isotope index (it is empty or has no isotope tables); "
                 "give the right --index, or delete the file and ingest again")
-        if version is None:  # a new database: freed pages go back to the file system
-            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         if (version or 0) < SCHEMA_VERSION and not self.read_only:
             upgrade(conn)  # a new index from step 1, an older one from its next step
             if version:  # the vector cache files of schema 4 and before

@@ -32,7 +32,10 @@ def connect(db: Path, read_only: bool) -> sqlite3.Connection:
     need for that, as ``immutable``, but only when no write waits in the WAL file
     (``immutable`` would not see it)."""
     if not read_only:
+        new = not db.exists() or db.stat().st_size == 0
         conn = sqlite3.connect(db, timeout=60, isolation_level=None, check_same_thread=False)
+        if new:  # before anything is written: pages freed later go back to the disk
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")

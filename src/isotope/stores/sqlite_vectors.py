@@ -158,6 +158,7 @@ class VectorStore:
                              "DO UPDATE SET value = excluded.value",
                              (META, json.dumps(bases)))
                 conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?", (kind, seq))
+                conn.execute("PRAGMA incremental_vacuum")  # the log's pages go back
             self._writable[kind] = (tag, base)
             self._loaded.pop(kind, None)
             self.remove_stale()

@@ -1,0 +1,436 @@
+"""Scale benchmark: an index of N questions on the embedded store, built through the
+public API, then searched.
+
+    .venv/bin/python benchmarks/scale.py --questions 100000 [--json] [--rebuild]
+
+The index has the usual proportions (about 4.25 questions per atom and 4 atoms per chunk,
+as isotope keeps for SQuAD passages), built with ``Isotope.ingest_chunks`` by a model
+stand-in (no language model) and an embedder stand-in whose vectors have real structure:
+
+- the real texts are the sentences of ../shared/eval/squad-dev's passages and its
+  questions, embedded once with the bundled model (cached in the work folder);
+- a synthetic atom is a real sentence (with a marker ``(item N)``), its vector that
+  sentence's real vector mixed with a second real sentence's and a little noise;
+- its questions are real SQuAD questions (with a marker ``(N.k)``), each vector its atom's
+  mixed with that real question's vector and noise; a chunk's vector is the mean of its
+  atoms'. Vectors follow from the markers, so the exact float32 baseline can be rebuilt.
+
+The stand-in embedder declares the bundled model's id, so a fresh ``isotope query``
+process embeds its query with the real model against this index.
+
+Measured, with the exact index (float32, numpy) as the baseline in the same run:
+questions-dense and hybrid search latency (query embedding excluded), recall@10 of the
+index against exact search with no filter and with a filter keeping 1% of chunks, write
+then search, delete then search, a fresh ``isotope query --raw`` process (time and peak
+RSS), disk per question, and the store's build rate. Generated data lives in the work
+folder (``$ISOTOPE_BENCH_DIR``, default ``~/.cache/isotope-bench``), never in the
+repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from isotope import Chunk, Isotope
+from isotope.ann import search_groups
+from isotope.ann.exact import ExactIndex
+from isotope.ann.layered import LayeredIndex
+from isotope.embedders import Embedder, Vectors
+from isotope.providers import LLM, Prompt
+from isotope.sentences import sentences
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
+WORK = Path(os.environ.get("ISOTOPE_BENCH_DIR", Path.home() / ".cache" / "isotope-bench"))
+MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+ATOMS_PER_CHUNK = 4
+CHUNKS_PER_SOURCE = 10
+SHARDS = 100
+"""Each chunk has metadata ``shard`` 0..99: ``--where shard=7`` keeps 1% of chunks."""
+ITEM = re.compile(r"\(item (\d+)\)")
+QUESTION = re.compile(r"\((\d+)\.(\d+)\)")
+STATEMENT = re.compile(r"Statement: [^\n]*?\(item (\d+)\)")
+
+
+# -- real vectors ------------------------------------------------------------------------
+def real_bank() -> tuple[list[str], Vectors, list[str], Vectors]:
+    """SQuAD dev sentences and questions with their real embeddings (cached)."""
+    cache = WORK / "real-texts-v1.npz"
+    if cache.exists():
+        saved = np.load(cache, allow_pickle=False)
+        return (list(saved["sentences"]), saved["sentence_vectors"],
+                list(saved["questions"]), saved["question_vectors"])
+    from isotope.embedders import create
+    from isotope.settings import Settings
+
+    found = [s for line in (DATA / "passages.jsonl").open()
+             for s in sentences(json.loads(line)["text"]) if len(s.split()) >= 6]
+    said = list(dict.fromkeys(found))
+    asked = list(dict.fromkeys(json.loads(line)["question"].strip()
+                               for line in (DATA / "queries.jsonl").open()))
+    model = create("local/all-minilm-l6-v2", Settings())
+    print(f"embedding {len(said)} sentences and {len(asked)} questions once "
+          f"(cached in {cache})", file=sys.stderr)
+    vectors = []
+    texts = said + asked
+    for start in range(0, len(texts), 256):
+        vectors.append(model.embed(texts[start : start + 256]))
+        print(f"  {min(start + 256, len(texts))}/{len(texts)}", file=sys.stderr, end="\r")
+    every = np.vstack(vectors).astype(np.float32)
+    WORK.mkdir(parents=True, exist_ok=True)
+    np.savez(cache, sentences=np.array(said), sentence_vectors=every[: len(said)],
+             questions=np.array(asked), question_vectors=every[len(said) :])
+    return said, every[: len(said)], asked, every[len(said) :]
+
+
+class Synthesis:
+    """Texts and vectors of synthetic atoms, questions and chunks, from their markers."""
+
+    def __init__(self, bank: tuple[list[str], Vectors, list[str], Vectors]) -> None:
+        self.sentences, self.sentence_vectors, self.questions, self.question_vectors = bank
+        self.query_index = {q: i for i, q in enumerate(self.questions)}
+
+    def _rng(self, *key: int) -> np.random.Generator:
+        return np.random.default_rng([7, *key])
+
+    def atom_text(self, n: int) -> str:
+        s = self._rng(n, 0).integers(len(self.sentences))
+        text = self.sentences[s].rstrip(".")
+        return f"{text} (item {n})."
+
+    def atom_vector(self, n: int) -> Vectors:
+        rng = self._rng(n, 0)
+        s, partner = rng.integers(len(self.sentences)), rng.integers(len(self.sentences))
+        mix = (self.sentence_vectors[s] + 0.35 * self.sentence_vectors[partner]
+               + 0.04 * rng.standard_normal(self.sentence_vectors.shape[1]))
+        return mix / np.linalg.norm(mix)
+
+    def questions_of(self, n: int) -> int:
+        return 5 if n % 4 == 0 else 4  # 4.25 per atom
+
+    def question_text(self, n: int, k: int) -> str:
+        j = self._rng(n, k + 1).integers(len(self.questions))
+        return f"{self.questions[j].rstrip('?').strip()} ({n}.{k})?"
+
+    def question_vector(self, n: int, k: int) -> Vectors:
+        rng = self._rng(n, k + 1)
+        j = rng.integers(len(self.questions))
+        mix = (self.atom_vector(n) + 0.6 * self.question_vectors[j]
+               + 0.12 * rng.standard_normal(self.question_vectors.shape[1]))
+        return mix / np.linalg.norm(mix)
+
+    def vector(self, text: str) -> Vectors:
+        """Any text's vector: a query's real one, a question's or atom's from its marker,
+        a chunk's as the mean of its atoms'."""
+        if text in self.query_index:
+            return self.question_vectors[self.query_index[text]]
+        asked = QUESTION.search(text)
+        if asked:
+            return self.question_vector(int(asked.group(1)), int(asked.group(2)))
+        items = [int(m) for m in ITEM.findall(text)]
+        if items:
+            mean = np.mean([self.atom_vector(n) for n in items], axis=0)
+            return mean / np.linalg.norm(mean)
+        rng = np.random.default_rng(abs(hash(text)) % (2**32))
+        made = rng.standard_normal(self.sentence_vectors.shape[1])
+        return made / np.linalg.norm(made)
+
+
+class StandInEmbedder(Embedder):
+    model_id = MODEL_ID
+    dim = 384
+    batch_size = 4096
+
+    def __init__(self, synthesis: Synthesis) -> None:
+        self.synthesis = synthesis
+
+    def embed_batch(self, texts: Sequence[str]) -> Vectors:
+        return np.stack([self.synthesis.vector(t) for t in texts]).astype(np.float32)
+
+
+class StandInModel(LLM):
+    """Writes each atom's synthetic questions (one call per atom)."""
+
+    model_id = "bench/stand-in"
+
+    def __init__(self, synthesis: Synthesis) -> None:
+        self.synthesis = synthesis
+
+    def complete_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
+                       temperature: float = 0.0, json_schema: dict[str, Any] | None = None
+                       ) -> list[str]:
+        replies = []
+        for prompt in prompts:
+            found = STATEMENT.search(prompt[-1]["content"])
+            n = int(found.group(1)) if found else 0
+            replies.append("\n".join(
+                f"{k + 1}. {self.synthesis.question_text(n, k)}"
+                for k in range(self.synthesis.questions_of(n))))
+        return replies
+
+
+# -- building ----------------------------------------------------------------------------
+def open_index(path: Path, synthesis: Synthesis, **settings: Any) -> Isotope:
+    return Isotope.open(path, embedder=StandInEmbedder(synthesis),
+                        llm=StandInModel(synthesis), cache=False, generation="atom",
+                        min_question_similarity=-1.0, dedup_threshold=None, **settings)
+
+
+def build(path: Path, synthesis: Synthesis, questions: int) -> dict[str, float]:
+    """Ingest chunks until ``questions`` questions are stored; returns timings."""
+    chunks_needed = int(np.ceil(questions / (4.25 * ATOMS_PER_CHUNK)))
+    started = time.perf_counter()
+    store_s, stored, batch = 0.0, 0, 2_000
+    with open_index(path, synthesis) as iso:
+        for first in range(0, chunks_needed, batch):
+            made = []
+            for c in range(first, min(chunks_needed, first + batch)):
+                atoms = range(c * ATOMS_PER_CHUNK, (c + 1) * ATOMS_PER_CHUNK)
+                made.append(Chunk(text=" ".join(synthesis.atom_text(n) for n in atoms),
+                                  source=f"doc-{c // CHUNKS_PER_SOURCE:06d}",
+                                  metadata={"shard": c % SHARDS}))
+            report = iso.ingest_chunks(made)
+            store_s += report.timings["store"]
+            stored += report.questions
+            rate = stored / (time.perf_counter() - started)
+            print(f"  built {stored:,} questions ({rate:,.0f}/s overall, "
+                  f"{stored / max(store_s, 1e-9):,.0f}/s in the store)", file=sys.stderr)
+        compact_started = time.perf_counter()
+        iso.compact()
+        compact_s = time.perf_counter() - compact_started
+    return {"build_s": time.perf_counter() - started, "store_s": store_s,
+            "compact_s": compact_s, "stored": stored}
+
+
+# -- measuring ---------------------------------------------------------------------------
+def exact_baseline(iso: Isotope, synthesis: Synthesis) -> dict[str, ExactIndex]:
+    """Each kind's vectors at float32, recomputed from the markers of the stored texts."""
+    conn = iso.store._conn()  # type: ignore[attr-defined]
+    made = {}
+    sql = {
+        "questions": "SELECT q.rowid, c.rowid, q.text FROM questions q JOIN chunks c ON "
+                     "c.id = q.chunk_id ORDER BY q.rowid",
+        "atoms": "SELECT a.rowid, c.rowid, a.text FROM atoms a JOIN chunks c ON "
+                 "c.id = a.chunk_id ORDER BY a.rowid",
+        "chunks": "SELECT rowid, rowid, text FROM chunks ORDER BY rowid",
+    }
+    for kind, query in sql.items():
+        rows = conn.execute(query).fetchall()
+        vectors = np.empty((len(rows), 384), dtype=np.float32)
+        for i, (_, _, text) in enumerate(rows):
+            vectors[i] = synthesis.vector(text)
+        made[kind] = ExactIndex(np.array([r[0] for r in rows], dtype=np.int64),
+                                np.array([r[1] for r in rows], dtype=np.int64), vectors)
+    return made
+
+
+def timed(run: Any, queries: list[str]) -> list[float]:
+    times = []
+    for query in queries:
+        started = time.perf_counter()
+        run(query)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def ms(times: list[float], q: float) -> float:
+    return round(float(np.percentile(np.array(times) * 1000, q)), 2)
+
+
+def recall(found: list[list[int]], truth: list[list[int]]) -> float:
+    hits = sum(len(set(f) & set(t)) for f, t in zip(found, truth, strict=True))
+    return round(hits / max(1, sum(len(t) for t in truth)), 4)
+
+
+def fresh_query(path: Path, query: str) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of ``isotope query --raw`` in a new process."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "isotope", "query", "--raw", "--json", "--index", str(path),
+         query], capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    if done.returncode:
+        raise SystemExit(f"isotope query failed: {done.stderr}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return seconds, peak
+
+
+def query_process_rss(path: Path, queries: list[str]) -> float:
+    """Peak RSS (MB) of a process answering hybrid queries (real embedder) on the index."""
+    script = (
+        "import sys, json, resource\n"
+        "from isotope import Isotope\n"
+        "queries = json.loads(sys.stdin.read())\n"
+        f"with Isotope.open({str(path)!r}, create=False) as iso:\n"
+        "    for q in queries:\n"
+        "        iso.search(q, k=10)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+    done = subprocess.run([sys.executable, "-c", script], input=json.dumps(queries),
+                          capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def measure(path: Path, synthesis: Synthesis, built: dict[str, float], n_queries: int
+            ) -> dict[str, Any]:
+    queries = synthesis.questions[:n_queries]
+    vectors = {q: synthesis.vector(q) for q in queries}
+    result: dict[str, Any] = {}
+    with open_index(path, synthesis) as iso:
+        store = iso.store
+        counts = store.counts()
+        result["questions"] = counts["questions"]
+        result["atoms"], result["chunks"] = counts["atoms"], counts["chunks"]
+        bases = store.get_meta("vectors") or {}
+        result["vector_indexes"] = {k: v["impl"] for k, v in bases.items()}
+        iso.search(queries[0])  # opened: the files mapped
+        # latency through the public API (the stand-in embedder answers from a table)
+        dense = timed(lambda q: iso.search(q, k=10, mode="questions-dense"), queries)
+        hybrid = timed(lambda q: iso.search(q, k=10), queries)
+        keyword = timed(lambda q: iso.search(q, k=10, mode="questions-bm25"), queries)
+        # recall of the index against exact float32 search, at the store level
+        truth = exact_baseline(iso, synthesis)
+        from isotope.filters import parse
+
+        allowed = store._allowed(parse({"shard": 7}))  # type: ignore[attr-defined]
+        index = store._vectors.index("questions")  # type: ignore[attr-defined]
+        found, expected, found_f, expected_f = [], [], [], []
+        for q in queries:
+            v = vectors[q]
+            found.append([i for i, _, _ in index.search(v, 10)])
+            expected.append([i for i, _, _ in truth["questions"].search(v, 10)])
+            found_f.append([i for i, _, _ in index.search(v, 10, allowed)])
+            expected_f.append([i for i, _, _ in truth["questions"].search(v, 10, allowed)])
+        result["recall_at_10"] = recall(found, expected)
+        result["recall_at_10_filtered"] = recall(found_f, expected_f)
+        result["filtered_short"] = sum(len(f) < min(10, len(e))
+                                       for f, e in zip(found_f, expected_f, strict=True))
+        # the same searches with every kind's vectors in exact float32 matrices
+        loaded = store._vectors._loaded  # type: ignore[attr-defined]
+        saved = {kind: loaded[kind].index for kind in truth}
+        for kind, exact in truth.items():
+            loaded[kind].index = LayeredIndex(exact)
+        exact_dense = timed(lambda q: iso.search(q, k=10, mode="questions-dense"), queries)
+        exact_hybrid = timed(lambda q: iso.search(q, k=10), queries)
+        exact_bare = timed(lambda q: search_groups(truth["questions"], vectors[q], 10, 3),
+                           queries)
+        for kind, layered in saved.items():
+            loaded[kind].index = layered
+        bare = timed(lambda q: search_groups(saved["questions"], vectors[q], 10, 3), queries)
+        result.update({
+            "questions_dense_p50_ms": ms(dense, 50), "questions_dense_p99_ms": ms(dense, 99),
+            "hybrid_p50_ms": ms(hybrid, 50), "hybrid_p95_ms": ms(hybrid, 95),
+            "questions_bm25_p50_ms": ms(keyword, 50), "questions_bm25_p99_ms": ms(keyword, 99),
+            "vector_search_p50_ms": ms(bare, 50),
+            "exact_questions_dense_p50_ms": ms(exact_dense, 50),
+            "exact_questions_dense_p99_ms": ms(exact_dense, 99),
+            "exact_hybrid_p50_ms": ms(exact_hybrid, 50),
+            "exact_vector_search_p50_ms": ms(exact_bare, 50),
+        })
+        # write, then read
+        started = time.perf_counter()
+        iso.ingest_chunks([Chunk(text="The aquarium in Tromso feeds its seals at noon "
+                                 "(item 99999999).", source="late-source",
+                                 metadata={"shard": 1})])
+        wrote = time.perf_counter() - started
+        started = time.perf_counter()
+        hits = iso.search("When does the aquarium feed its seals?", k=10).results
+        result["write_s"] = round(wrote, 3)
+        result["write_then_search_s"] = round(time.perf_counter() - started, 3)
+        result["write_found"] = any(r.chunk.source == "late-source" for r in hits)
+        # delete, then read: none of its questions in any mode
+        from isotope.retrieval import MODES
+
+        iso.delete("late-source")
+        result["delete_gone_in_every_mode"] = not any(
+            r.chunk.source == "late-source"
+            for mode in MODES
+            for r in iso.search("When does the aquarium feed its seals?", k=10,
+                                mode=mode).results)
+        result["disk_bytes"] = store.disk_size()
+    result["bytes_per_question"] = round(result["disk_bytes"] / result["questions"])
+    fresh = [fresh_query(path, q) for q in queries[:5]]
+    result["fresh_query_s"] = round(statistics.median(t for t, _ in fresh), 3)
+    result["peak_rss_mb"] = round(query_process_rss(path, queries[:200]))
+    result["build_questions_per_s"] = round(built["stored"] / max(built["store_s"], 1e-9))
+    result["build_overall_questions_per_s"] = round(built["stored"] / built["build_s"])
+    result["compact_s"] = round(built["compact_s"], 1)
+    return result
+
+
+def table(result: dict[str, Any]) -> None:
+    rows = [
+        ("questions-dense p50 / p99 ms", f"{result['questions_dense_p50_ms']} / "
+         f"{result['questions_dense_p99_ms']}", f"{result['exact_questions_dense_p50_ms']} / "
+         f"{result['exact_questions_dense_p99_ms']}"),
+        ("vector search alone p50 ms", result["vector_search_p50_ms"],
+         result["exact_vector_search_p50_ms"]),
+        ("hybrid p50 / p95 ms", f"{result['hybrid_p50_ms']} / {result['hybrid_p95_ms']}",
+         f"{result['exact_hybrid_p50_ms']}"),
+        ("questions-bm25 p50 / p99 ms", f"{result['questions_bm25_p50_ms']} / "
+         f"{result['questions_bm25_p99_ms']}", ""),
+        ("recall@10 vs exact (no filter)", result["recall_at_10"], "1.0"),
+        ("recall@10 vs exact (1% filter)", result["recall_at_10_filtered"], "1.0"),
+        ("filtered searches short of k", result["filtered_short"], "0"),
+        ("write one source, then search s", f"{result['write_s']} + "
+         f"{result['write_then_search_s']} (found: {result['write_found']})", ""),
+        ("deleted source gone from every mode", result["delete_gone_in_every_mode"], ""),
+        ("fresh `isotope query --raw` s", result["fresh_query_s"], ""),
+        ("peak RSS of a query process MB", result["peak_rss_mb"], ""),
+        ("disk bytes per question", result["bytes_per_question"], ""),
+        ("store build questions/s", result["build_questions_per_s"], ""),
+        ("whole build questions/s (stand-in model)", result["build_overall_questions_per_s"],
+         ""),
+    ]
+    print(f"\nScale: {result['questions']:,} questions, {result['atoms']:,} atoms, "
+          f"{result['chunks']:,} chunks; vector indexes {result['vector_indexes']}")
+    print("| measure | isotope | exact baseline (float32, same run) |")
+    print("|---|---|---|")
+    for name, value, base in rows:
+        print(f"| {name} | {value} | {base} |")
+    if result["exact_questions_dense_p50_ms"]:
+        print(f"ratio exact/isotope questions-dense p50: "
+              f"{result['exact_questions_dense_p50_ms'] / result['questions_dense_p50_ms']:.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--questions", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--rebuild", action="store_true", help="build the index again")
+    args = parser.parse_args()
+    if not DATA.is_dir():
+        sys.exit(f"benchmark data not found at {DATA}")
+    synthesis = Synthesis(real_bank())
+    path = WORK / f"scale-{args.questions}"
+    marker = path / "built.json"
+    if args.rebuild or not marker.exists():
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        print(f"building {args.questions:,} questions in {path}", file=sys.stderr)
+        built = build(path, synthesis, args.questions)
+        marker.write_text(json.dumps(built))
+    built = json.loads(marker.read_text())
+    result = measure(path, synthesis, built, args.queries)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        table(result)
+
+
+if __name__ == "__main__":
+    main()
