@@ -86,6 +86,7 @@ STEPS: dict[int, list[str]] = {
     # written with the rows; the vectors held so far start the log
     5: ["CREATE TABLE IF NOT EXISTS vector_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
         "kind TEXT NOT NULL, item INTEGER NOT NULL, grp INTEGER, vector BLOB)",
+        "CREATE INDEX IF NOT EXISTS vector_log_kind ON vector_log(kind, seq)",
         *(f"INSERT INTO vector_log(kind, item, grp, vector) SELECT '{t}', t.rowid, "
           f"{_CHUNK_OF[t]}, t.vector FROM {t} t ORDER BY t.rowid" for t in KINDS),
         *(f"UPDATE {t} SET vector = X''" for t in KINDS),

@@ -158,7 +158,7 @@ class VectorStore:
                              "DO UPDATE SET value = excluded.value",
                              (META, json.dumps(bases)))
                 conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?", (kind, seq))
-                conn.execute("PRAGMA incremental_vacuum")  # the log's pages go back
+                conn.execute("PRAGMA incremental_vacuum").fetchall()  # one page a step
             self._writable[kind] = (tag, base)
             self._loaded.pop(kind, None)
             self.remove_stale()
@@ -291,15 +291,21 @@ def apply_log(index: VectorIndex, rows: list[tuple[Any, ...]], dim: int | None, 
         last[int(row[1])] = row
     if not last:
         return
-    size = 4 * dim if dim else len(next((r[3] for r in last.values() if r[3]), b""))
     adds = [r for r in last.values() if r[3] is not None]
-    sound = [r for r in adds if r[2] is not None and size and len(r[3]) == size]
+    if dim is None:  # unknown: the commonest size is taken for float16
+        sizes = [len(r[3]) for r in adds]
+        dim = max(set(sizes), key=sizes.count) // 2 if sizes else 0
+    # float16 since schema 5; float32 as the tables held them before
+    half = [r for r in adds if r[2] is not None and dim and len(r[3]) == 2 * dim]
+    full = [r for r in adds if r[2] is not None and dim and len(r[3]) == 4 * dim]
+    sound = half + full
     index.remove(np.fromiter(last, dtype=np.int64, count=len(last)))
-    if sound:
-        index.add(np.fromiter((r[1] for r in sound), dtype=np.int64, count=len(sound)),
-                  np.fromiter((r[2] for r in sound), dtype=np.int64, count=len(sound)),
-                  np.frombuffer(b"".join(r[3] for r in sound), dtype=np.float32
-                                ).reshape(len(sound), -1))
+    for rows, dtype in ((half, np.float16), (full, np.float32)):
+        if rows:
+            index.add(np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows)),
+                      np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows)),
+                      np.frombuffer(b"".join(r[3] for r in rows), dtype=dtype
+                                    ).reshape(len(rows), -1).astype(np.float32))
     if len(sound) < len(adds):
         log.warning("%d %s vectors of the index at %s are damaged (wrong size) and left out "
                     "of search; run `isotope check`", len(adds) - len(sound), kind, where)
