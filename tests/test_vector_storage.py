@@ -125,13 +125,34 @@ def test_writes_compact_by_themselves_and_auto_picks_hnsw_by_size(
     monkeypatch.setattr(sqlite_vectors, "HNSW_FROM", 30)
     with _open(tmp_path / "index", embedder) as iso:
         iso.ingest(_docs(tmp_path / "docs", TOPICS[:2]))
+        iso.store.settle()  # compactions run in the background of the writing process
         bases = iso.store.get_meta("vectors") or {}
         assert bases["questions"]["impl"] == "exact"  # compacted while ingesting, small
         iso.ingest(_docs(tmp_path / "docs"))
+        iso.store.settle()
         bases = iso.store.get_meta("vectors")
         assert bases["questions"]["impl"] == "hnsw" and bases["chunks"]["impl"] == "exact"
         assert iso.check() == []
         assert _sources(iso, "When was the billing service started?", k=1) == ["billing"]
+
+
+def test_a_compaction_that_lost_the_race_is_dropped(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Two compactions of one kind at once (two processes, or a background one and
+    `isotope compact`): the one that commits second, started from the older base, is
+    dropped, and nothing the first folded in is lost."""
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as first, \
+            _open(tmp_path / "index", embedder, vector_index="hnsw") as second:
+        first.ingest(_docs(tmp_path / "docs"))
+        vectors = second.store._vectors  # type: ignore[attr-defined]
+        info = vectors.bases().get("questions")
+        stale = vectors._open_base("questions", info, writable=True) if info else None
+        first.compact()  # folds the whole log in, and deletes it
+        made = sqlite_vectors._convert(stale, "hnsw")  # the second's work, from before
+        assert not vectors._commit("questions", info, made, 0, second.store._write)
+        assert first.check() == [] and second.check() == []
+        assert "billing" in _sources(second, "When was the billing service started?")
 
 
 def test_a_crash_before_a_compaction_commits_loses_nothing(
@@ -150,6 +171,7 @@ def test_a_crash_before_a_compaction_commits_loses_nothing(
         monkeypatch.undo()
     with _open(tmp_path / "index", embedder) as iso:
         assert iso.check() == [] and _sources(iso, "Who runs the alerts channel?") == before
+        monkeypatch.setattr(sqlite_vectors, "STALE_AFTER", 0.0)  # (an hour old, by default)
         iso.compact()  # and the orphan files of the crash are cleared
         tags = {info["tag"] for info in iso.store.get_meta("vectors").values()}
         assert {p.name.split(".")[0] for p in (tmp_path / "index" / "vectors").iterdir()} \

@@ -216,6 +216,10 @@ class Store(ABC):
         under :meth:`writer`. Default: nothing to do."""
         return {}
 
+    def settle(self) -> None:  # noqa: B027 - optional
+        """Wait for work the store does in the background (compaction) to finish.
+        Default: none."""
+
     def set_vector_index(self, policy: str) -> None:  # noqa: B027 - optional
         """Which vector index the store builds: ``auto`` (by size), ``exact`` or
         ``hnsw``. Default: the store has one kind only."""

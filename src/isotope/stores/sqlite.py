@@ -53,7 +53,7 @@ from isotope.stores.sqlite_connection import (
 )
 from isotope.stores.sqlite_schema import schema_version, upgrade
 from isotope.stores.sqlite_sql import CHUNK_ROWID, where
-from isotope.stores.sqlite_vectors import POLICIES, VectorStore
+from isotope.stores.sqlite_vectors import POLICIES, VectorStore, release
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class SQLiteStore(Store):
         if (version or 0) < SCHEMA_VERSION and not self.read_only:
             upgrade(conn)  # a new index from step 1, an older one from its next step
             if version:  # the vector cache files of schema 4 and before
-                self._vectors.remove_stale()
+                self._vectors.remove_stale(older_than=0)
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(
                 f"{self.directory} has index schema {version}; this isotope reads schema "
@@ -186,6 +186,7 @@ class SQLiteStore(Store):
                 self._writing = False
 
     def close(self) -> None:
+        self._vectors.wait()  # a background compaction finishes its work
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -268,12 +269,12 @@ class SQLiteStore(Store):
         return range(top + 1, top + 1 + count)
 
     def _after_write(self) -> None:
-        """Compact the vectors of each kind whose log has grown, when this process holds
-        the writer lock (a write without it leaves that to the next write, or to
-        :meth:`compact`)."""
+        """Compact, in the background, the vectors of each kind whose log has grown, when
+        this process holds the writer lock (a write without it leaves that to the next
+        write, or to :meth:`compact`)."""
         if self._writing:
             for kind in KINDS:
-                self._vectors.compact(kind, self._write)
+                self._vectors.compact_later(kind, self._write)
 
     @guarded
     def delete_source(self, uri: str) -> bool:
@@ -281,6 +282,9 @@ class SQLiteStore(Store):
             deleted = conn.execute("DELETE FROM sources WHERE uri=?", (uri,)).rowcount > 0
         self._after_write()
         return deleted
+
+    def settle(self) -> None:
+        self._vectors.wait()
 
     def set_vector_index(self, policy: str) -> None:
         if policy not in POLICIES:
@@ -293,13 +297,15 @@ class SQLiteStore(Store):
         ``vector_index`` policy wants, and give freed pages back. Returns each kind's base
         implementation. Run it under the writer lock."""
         done: dict[str, str] = {}
+        self._vectors.wait()
         for kind in KINDS:
             self._vectors.compact(kind, self._write, force=True)
             done[kind] = str(self._vectors.bases().get(kind, {}).get("impl", "exact"))
         if not self.read_only:
             conn = self._conn()
-            conn.execute("PRAGMA incremental_vacuum").fetchall()  # one page a step
+            release(conn)
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._vectors.remove_stale()
         return done
 
     def _dim(self) -> int | None:

@@ -21,6 +21,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -35,13 +36,15 @@ from isotope.ann import Ids, VectorIndex
 from isotope.ann.layered import LayeredIndex
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged
-from isotope.stores import Kind
+from isotope.stores import KINDS, Kind
 
 log = logging.getLogger(__name__)
 COMPACT_AFTER = 20_000
 """Log entries of a kind after which a write compacts that kind (under the writer lock)."""
 HNSW_FROM = 20_000
 """With ``vector_index = "auto"``: items of a kind from which its base is HNSW."""
+STALE_AFTER = 3600.0
+"""Seconds after which a file in vectors/ that the meta does not name is deleted."""
 POLICIES = ("auto", "exact", "hnsw")
 Writer = Callable[[], AbstractContextManager[sqlite3.Connection]]
 """The store's write transaction."""
@@ -75,6 +78,9 @@ class VectorStore:
         self._writable: dict[Kind, tuple[str, VectorIndex]] = {}
         """The base this process last saved, kept in memory for its next compaction."""
         self._lock = threading.RLock()
+        """Guards what this process holds (``_loaded``, ``_writable``), briefly."""
+        self._compacting = {kind: threading.Lock() for kind in KINDS}
+        self._threads: dict[Kind, threading.Thread] = {}
         self.policy = "auto"
 
     # -- reads -------------------------------------------------------------------------
@@ -84,6 +90,16 @@ class VectorStore:
 
     def index(self, kind: Kind) -> LayeredIndex:
         """The vectors of ``kind`` as of the index's latest committed state."""
+        try:
+            return self._index(kind)
+        except IndexDamaged:
+            # a compaction may have replaced the base between reading its name and
+            # opening its files: read the name again, once (outside a caller's snapshot)
+            if self._conn().in_transaction:
+                raise
+            return self._index(kind)
+
+    def _index(self, kind: Kind) -> LayeredIndex:
         with self._lock, self._snapshot():
             info = self.bases().get(kind)
             tag = info["tag"] if info else None
@@ -123,46 +139,99 @@ class VectorStore:
 
     # -- compaction --------------------------------------------------------------------
     def compact(self, kind: Kind, write: Writer, *, force: bool = False) -> bool:
-        """Fold the log of ``kind`` into a new base (if it holds ``COMPACT_AFTER`` entries,
-        the base's implementation is not the one the policy wants, or ``force``). The
-        caller holds the writer lock. Returns whether a new base was saved."""
-        with self._lock:
-            with self._snapshot():
-                info = self.bases().get(kind)
-                pending = self.log_size(kind)
-                count = (int(info["count"]) if info else 0) + pending
-                wanted = impl_for(self.policy, count)
-                mismatch = info is not None and info["impl"] != wanted
-                if not (force or mismatch or pending >= COMPACT_AFTER):
-                    return False
-                kept = self._writable.get(kind)
-                if info and kept and kept[0] == info["tag"]:
-                    base: VectorIndex | None = kept[1]
-                else:
-                    base = self._open_base(kind, info, writable=True)
-                rows = self._conn().execute(
-                    "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? "
-                    "ORDER BY seq", (kind,)).fetchall()
-            seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
-            if base is None or base.name != wanted:
-                base = _convert(base, wanted)
-            self._writable.pop(kind, None)  # changed below: not the saved one any more
-            apply_log(base, rows, self._dim(), kind, self.folder.parent)
-            tag = f"{kind}-{uuid.uuid4().hex[:12]}"
-            base.save(self.folder, tag)
-            with write() as conn:
-                bases = self.bases()
-                bases[kind] = {"tag": tag, "impl": base.name, "seq": seq, "count": len(base),
-                               "digest": digest(base.files(self.folder, tag))}
+        """Fold the log of ``kind`` into a new base now (if it holds ``COMPACT_AFTER``
+        entries, the base's implementation is not the one the policy wants, or
+        ``force``). Returns whether a new base was committed."""
+        with self._compacting[kind]:
+            return self._compact(kind, write, force=force)
+
+    def compact_later(self, kind: Kind, write: Writer) -> None:
+        """Compact ``kind`` in a background thread if its log has grown and none runs:
+        writes go on at full speed, and searches (in any process) read the log meanwhile."""
+        running = self._threads.get(kind)
+        if running is not None and running.is_alive():
+            return
+        if self.log_size(kind) < COMPACT_AFTER:
+            return
+
+        def run() -> None:
+            try:
+                if self._compacting[kind].acquire(blocking=False):
+                    try:
+                        self._compact(kind, write, force=False)
+                    finally:
+                        self._compacting[kind].release()
+            except Exception:  # never lose a write for it: the log still holds everything
+                log.warning("compacting the %s vectors of %s failed; they stay in the log "
+                            "(`isotope compact` tries again)", kind, self.folder.parent,
+                            exc_info=True)
+
+        thread = threading.Thread(target=run, name=f"isotope-compact-{kind}", daemon=True)
+        self._threads[kind] = thread
+        thread.start()
+
+    def wait(self) -> None:
+        """Let running background compactions finish."""
+        for thread in list(self._threads.values()):
+            thread.join()
+
+    def _compact(self, kind: Kind, write: Writer, *, force: bool) -> bool:
+        with self._snapshot():
+            info = self.bases().get(kind)
+            pending = self.log_size(kind)
+            count = (int(info["count"]) if info else 0) + pending
+            wanted = impl_for(self.policy, count)
+            mismatch = info is not None and info["impl"] != wanted
+            if not (force or mismatch or pending >= COMPACT_AFTER):
+                return False
+            with self._lock:
+                kept = self._writable.pop(kind, None)  # changed below: not the saved one
+            if info and kept and kept[0] == info["tag"]:
+                base: VectorIndex | None = kept[1]
+            else:
+                base = self._open_base(kind, info, writable=True)
+            rows = self._conn().execute(
+                "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? "
+                "ORDER BY seq", (kind,)).fetchall()
+        seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
+        if base is None or base.name != wanted:
+            base = _convert(base, wanted)
+        apply_log(base, rows, self._dim(), kind, self.folder.parent)
+        return self._commit(kind, info, base, seq, write)
+
+    def _commit(self, kind: Kind, info: dict[str, Any] | None, base: VectorIndex, seq: int,
+                write: Writer) -> bool:
+        """Save ``base`` (everything of ``kind`` up to log entry ``seq``) under a new tag
+        and name it in the meta in place of ``info``'s, deleting the log entries it holds,
+        unless another compaction named another base meanwhile (then this one is
+        dropped: its base may lack what the other folded in)."""
+        tag = f"{kind}-{uuid.uuid4().hex[:12]}"
+        base.save(self.folder, tag)
+        files = base.files(self.folder, tag)
+        entry = {"tag": tag, "impl": base.name, "seq": seq, "count": len(base),
+                 "digest": digest(files)}
+        with write() as conn:
+            bases = self.bases()
+            if (bases.get(kind) or {}).get("tag") != (info or {}).get("tag"):
+                committed = False
+            else:
+                bases[kind] = entry
                 conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
-                             "DO UPDATE SET value = excluded.value",
-                             (META, json.dumps(bases)))
+                             "DO UPDATE SET value = excluded.value", (META, json.dumps(bases)))
                 conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?", (kind, seq))
-                conn.execute("PRAGMA incremental_vacuum").fetchall()  # one page a step
+                committed = True
+        if not committed:
+            for path in files:
+                path.unlink(missing_ok=True)
+            return False
+        release(self._conn())
+        with self._lock:
             self._writable[kind] = (tag, base)
             self._loaded.pop(kind, None)
-            self.remove_stale()
-            return True
+        if info:  # the files of the base it replaces (a process mapping them keeps them)
+            for path in self.folder.glob(f"{info['tag']}.*"):
+                path.unlink(missing_ok=True)
+        return True
 
     def rebuild(self, kind: Kind, write: Writer, table: tuple[Ids, Ids],
                 embed_rows: Callable[[Ids], Vectors] | None) -> int:
@@ -170,7 +239,7 @@ class VectorStore:
         rowids)``: the vectors still readable (a damaged base is given up), the others
         embedded again from their text with ``embed_rows`` (if given). Returns how many
         rows are left without a vector. The caller holds the writer lock."""
-        with self._lock:
+        with self._compacting[kind]:
             with self._snapshot():
                 info = self.bases().get(kind)
                 try:
@@ -186,9 +255,9 @@ class VectorStore:
             ids, groups = table
             made = ann.create(impl_for(self.policy, len(ids)))
             missing: list[Ids] = []
+            held, held_groups = current.ids()
             for start in range(0, len(ids), 50_000):
                 part, part_groups = ids[start : start + 50_000], groups[start : start + 50_000]
-                held, held_groups = current.ids()
                 known = np.isin(part, held)
                 # a vector filed under another chunk is made again too
                 where = np.searchsorted(held, part[known])
@@ -203,26 +272,24 @@ class VectorStore:
                     part = lost[start : start + 2_000]
                     made.add(part, groups[np.searchsorted(ids, part)], embed_rows(part))
                 lost = lost[:0]
-            tag = f"{kind}-{uuid.uuid4().hex[:12]}"
-            made.save(self.folder, tag)
-            with write() as conn:
-                bases = self.bases()
-                bases[kind] = {"tag": tag, "impl": made.name, "seq": seq, "count": len(made),
-                               "digest": digest(made.files(self.folder, tag))}
-                conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
-                             "DO UPDATE SET value = excluded.value", (META, json.dumps(bases)))
-                conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?", (kind, seq))
-            self._writable[kind] = (tag, made)
-            self._loaded.pop(kind, None)
-            self.remove_stale()
+            if not self._commit(kind, info, made, seq, write):
+                raise IndexDamaged(f"the {kind} vectors of {self.folder.parent} changed while "
+                                   "they were rebuilt; run the repair again")
             return len(lost)
 
-    def remove_stale(self) -> None:
-        """Delete base files that the meta no longer names (and temporary files)."""
+    def remove_stale(self, older_than: float | None = None) -> None:
+        """Delete files the meta does not name (a crash's leftovers, files of schema 4 and
+        before) once they are ``older_than`` seconds old: a younger one may belong to a
+        compaction about to name it."""
         named = {str(info["tag"]) for info in self.bases().values()}
+        older_than = STALE_AFTER if older_than is None else older_than
+        now = time.time()
         for path in self.folder.glob("*"):
-            tag = path.name.split(".", 1)[0]
-            if tag not in named:
+            try:
+                old = now - path.stat().st_mtime >= older_than
+            except OSError:
+                continue
+            if old and path.name.split(".", 1)[0] not in named:
                 path.unlink(missing_ok=True)
 
     def drop(self, kind: Kind) -> None:
@@ -266,6 +333,13 @@ class VectorStore:
             problems.append((f"{len(wrong)} vectors of {kind} are filed under the wrong chunk "
                              "(`isotope check --repair` files them again)", wrong))
         return problems
+
+
+def release(conn: sqlite3.Connection) -> None:
+    """Give the database's free pages (the folded log's) back to the file system. Run as
+    a script: stepped once, as ``execute`` does, the pragma frees one page only."""
+    if not conn.in_transaction:
+        conn.executescript("PRAGMA incremental_vacuum;")
 
 
 def digest(files: list[Path]) -> str:
