@@ -32,12 +32,12 @@ from isotope.embedders import Vectors
 
 CONNECTIVITY = 16
 EXPANSION_ADD = 48
-EXPANSION_SEARCH = 1024
-"""Measured on the scale benchmark's vectors (60,000 questions, 2 cores), recall@10
-against exact float32 search: expansion 32 when adding builds 12,100 vectors/s and finds
-0.965 searching with 1,024 (1.95 ms p50); 64 builds 7,800/s and finds 0.972; 128 builds
-4,900/s. Searching with 512 instead of 1,024 halves the time and loses 2 points. int8
-itself keeps 0.98 of the top 10. Connectivity 24 found little more for half the build
+EXPANSION_SEARCH = 384
+"""Measured on the scale benchmark (100,000 questions, 2 cores), recall@10 against exact
+float32 search for a query about a stored fact: searching with 128 finds 0.955 in 0.5 ms,
+256 0.968 in 0.95 ms, 384 0.973 in 1.3 ms, 1,024 0.981 in 2.8 ms (int8 itself keeps
+0.98). Adding with expansion 48 builds about 8,000 vectors/s (32: 12,000/s and a point or
+two less recall; 128: 4,900/s). Connectivity 24 found little more for half the build
 rate and 12% more bytes."""
 EXACT_LIMIT = 20_000
 """A filtered search whose allowed groups hold at most this many items scores them all."""
