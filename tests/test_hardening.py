@@ -55,19 +55,30 @@ def _top(iso: Isotope, query: str) -> str:
 
 
 # -- 1. vectors belong to one database state -----------------------------------------
-def test_a_restored_database_never_reads_another_states_vector_cache(
-    tmp_path: Path, embedder: Embedder
-) -> None:
+def _restored(tmp_path: Path, embedder: Embedder, *, compact: bool) -> tuple[Path, Path]:
+    """An index that held a.txt, then a.txt and b.txt, then had its isotope.db of the
+    first state copied back (vectors/ left as the second state made it)."""
     docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL, "c.txt": GYM})
     index = tmp_path / "index"
     with _open(index, embedder) as iso:
         iso.ingest(docs / "a.txt")
         assert _top(iso, "When does the parking garage open?") == "a.txt"
-    shutil.copy(index / "isotope.db", tmp_path / "aside.db")
+        if compact:
+            iso.compact()
+    shutil.copy(index / "isotope.db", tmp_path / "aside.db")  # without vectors/
     with _open(index, embedder) as iso:
         iso.ingest(docs / "b.txt")
-        iso.search("How warm is the swimming pool?")  # caches a+b's vectors
+        iso.search("How warm is the swimming pool?")
+        if compact:
+            iso.compact()  # the files the copy names are gone
     shutil.copy(tmp_path / "aside.db", index / "isotope.db")
+    return docs, index
+
+
+def test_a_restored_database_never_reads_another_states_vectors(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    docs, index = _restored(tmp_path, embedder, compact=False)
     with _open(index, embedder) as iso:
         iso.ingest(docs / "c.txt")  # a counter would now repeat b's generation
         assert _top(iso, "When does the parking garage open?") == "a.txt"
@@ -111,16 +122,7 @@ def test_damaged_vector_files_are_named_and_repair_embeds_them_again(
 def test_a_restored_database_whose_vector_files_were_compacted_away_is_repaired(
     tmp_path: Path, embedder: Embedder
 ) -> None:
-    docs = _write(tmp_path / "docs", {"a.txt": GARAGE, "b.txt": POOL, "c.txt": GYM})
-    index = tmp_path / "index"
-    with _open(index, embedder) as iso:
-        iso.ingest(docs / "a.txt")
-        iso.compact()
-    shutil.copy(index / "isotope.db", tmp_path / "aside.db")  # without vectors/
-    with _open(index, embedder) as iso:
-        iso.ingest(docs / "b.txt")
-        iso.compact()  # the files the copy names are gone
-    shutil.copy(tmp_path / "aside.db", index / "isotope.db")
+    _, index = _restored(tmp_path, embedder, compact=True)
     with _open(index, embedder) as iso:
         with pytest.raises(IndexDamaged, match="missing or damaged"):
             iso.search("When does the parking garage open?")
