@@ -222,8 +222,9 @@ def test_a_new_process_maps_the_vectors_and_sees_new_writes(
     assert iso.search("Orbit R2 battery", k=1).results[0].chunk.source.endswith("faq.html")
     assert sorted(p.name for p in vectors.glob("questions*")) == saved
     iso.compact()
-    assert sorted(p.name for p in vectors.glob("questions*")) != saved  # old files gone
-    assert len(list(vectors.glob("questions*"))) == 2
+    # the replaced files stay a while (a reader may have just read their name)
+    now = sorted(p.name for p in vectors.glob("questions*"))
+    assert len(now) == 4 and set(saved) < set(now)
     assert iso.search("Orbit R2 battery", k=1).results[0].chunk.source.endswith("faq.html")
 
 

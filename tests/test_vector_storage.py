@@ -134,6 +134,58 @@ def test_writes_compact_by_themselves_and_auto_picks_hnsw_by_size(
         assert bases["questions"]["impl"] == "hnsw" and bases["chunks"]["impl"] == "exact"
         assert iso.check() == []
         assert _sources(iso, "When was the billing service started?", k=1) == ["billing"]
+        for topic in TOPICS[2:]:  # most of it deleted: what is left is small again
+            iso.delete(tmp_path / "docs" / f"{topic}.md")
+        # the log holds more entries than items are left: the count after it decides
+        assert iso.compact()["questions"] == "exact"
+        assert iso.check() == []
+
+
+def test_an_empty_kind_compacted_to_hnsw_takes_vectors_later(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        iso.compact()  # nothing yet: empty indexes are saved
+        iso.ingest(_docs(tmp_path / "docs"))
+        assert iso.compact()["questions"] == "hnsw"
+        assert iso.check() == []
+        assert _sources(iso, "When was the billing service started?", k=1) == ["billing"]
+
+
+def test_searches_in_threads_while_the_same_handle_writes(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server searches from many threads while it ingests: every search answers, and
+    finds only what is stored."""
+    import threading
+
+    monkeypatch.setattr(sqlite_vectors, "COMPACT_AFTER", 15)  # compactions meanwhile
+    docs = _docs(tmp_path / "docs")
+    failures: list[BaseException] = []
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        iso.ingest(docs / "billing.md")
+        done = threading.Event()
+
+        def search() -> None:
+            while not done.is_set():
+                try:
+                    found = iso.search("When was the billing service started?", k=3)
+                    assert found.results and len(found.results) <= 3
+                except BaseException as exc:  # reported below
+                    failures.append(exc)
+                    return
+
+        threads = [threading.Thread(target=search) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for topic in TOPICS[1:]:
+            iso.ingest(docs / f"{topic}.md")
+        done.set()
+        for thread in threads:
+            thread.join()
+        iso.store.settle()
+        assert not failures, failures[:3]
+        assert iso.check() == []
 
 
 def test_a_compaction_that_lost_the_race_is_dropped(

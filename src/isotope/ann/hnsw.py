@@ -93,9 +93,10 @@ class HNSWIndex(VectorIndex):
         if self._mapped:
             raise RuntimeError("a mapped HNSW index cannot change; load it writable")
         self.remove(ids)
-        if self._graph is None:
-            self._dim = np.asarray(vectors).shape[1]
-            self._graph = self._new_graph(self._dim)
+        dim = np.asarray(vectors).shape[1]
+        if self._graph is None or (not len(self._ids) and dim != self._dim):
+            self._dim = dim  # (an empty index saved without vectors has no dimension)
+            self._graph = self._new_graph(dim)
         self._graph.add(np.asarray(ids, dtype=np.uint64), self._quantize(vectors),
                         threads=os.cpu_count() or 1)
         ids = np.asarray(ids, dtype=np.int64)

@@ -28,6 +28,15 @@ class LayeredIndex(VectorIndex):
     def exact(self) -> bool:  # type: ignore[override]
         return self.base is None or self.base.exact
 
+    def copy(self) -> LayeredIndex:
+        """The same base and changes, to change without touching this one (its arrays are
+        never changed in place: every change makes new ones)."""
+        made = LayeredIndex(self.base)
+        made.delta = ExactIndex(self.delta.item_ids, self.delta.item_groups,
+                                self.delta.vectors)
+        made._hidden = set(self._hidden)
+        return made
+
     @property
     def changes(self) -> int:
         """Items added, replaced or removed since the base."""

@@ -92,7 +92,7 @@ class SQLiteStore(Store):
         if (version or 0) < SCHEMA_VERSION and not self.read_only:
             upgrade(conn)  # a new index from step 1, an older one from its next step
             if version:  # the vector cache files of schema 4 and before
-                self._vectors.remove_stale(older_than=0)
+                self._vectors.remove_old_cache()
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(
                 f"{self.directory} has index schema {version}; this isotope reads schema "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -43,6 +44,9 @@ COMPACT_AFTER = 20_000
 """Log entries of a kind after which a write compacts that kind (under the writer lock)."""
 HNSW_FROM = 20_000
 """With ``vector_index = "auto"``: items of a kind from which its base is HNSW."""
+RETIRE_AFTER = 120.0
+"""Seconds a replaced base's files are kept for readers that read its name just before."""
+RETIRED = "vectors_retired"
 STALE_AFTER = 3600.0
 """Seconds after which a file in vectors/ that the meta does not name is deleted."""
 POLICIES = ("auto", "exact", "hnsw")
@@ -125,13 +129,15 @@ class VectorStore:
         return base
 
     def _apply(self, kind: Kind, loaded: _Loaded) -> None:
-        """Fold the log entries after ``loaded.seq`` into ``loaded.index``, in order."""
+        """Fold the log entries after ``loaded.seq`` into a copy of ``loaded.index`` (a
+        search in another thread keeps the one it has, unchanged)."""
         rows = self._conn().execute(
             "SELECT seq, item, grp, vector FROM vector_log WHERE seq > ? AND kind = ? "
             "ORDER BY seq", (loaded.seq, kind)).fetchall()
         if rows:
-            apply_log(loaded.index, rows, self._dim(), kind, self.folder.parent)
-            loaded.seq = int(rows[-1][0])
+            changed = loaded.index.copy()
+            apply_log(changed, rows, self._dim(), kind, self.folder.parent)
+            loaded.index, loaded.seq = changed, int(rows[-1][0])
 
     def log_size(self, kind: Kind) -> int:
         return int(self._conn().execute(
@@ -194,9 +200,12 @@ class VectorStore:
                 "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? "
                 "ORDER BY seq", (kind,)).fetchall()
         seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
-        if base is None or base.name != wanted:
-            base = _convert(base, wanted)
+        if base is None:
+            base = ann.create("exact")
         apply_log(base, rows, self._dim(), kind, self.folder.parent)
+        wanted = impl_for(self.policy, len(base))  # on what is left, deletes applied
+        if base.name != wanted:
+            base = _convert(base, wanted)
         return self._commit(kind, info, base, seq, write)
 
     def _commit(self, kind: Kind, info: dict[str, Any] | None, base: VectorIndex, seq: int,
@@ -210,27 +219,39 @@ class VectorStore:
         files = base.files(self.folder, tag)
         entry = {"tag": tag, "impl": base.name, "seq": seq, "count": len(base),
                  "digest": digest(files)}
+        now = time.time()
         with write() as conn:
             bases = self.bases()
+            retired = self._meta(RETIRED) or {}
             if (bases.get(kind) or {}).get("tag") != (info or {}).get("tag"):
                 committed = False
             else:
                 bases[kind] = entry
-                conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
-                             "DO UPDATE SET value = excluded.value", (META, json.dumps(bases)))
+                if info:  # its files stay a while: a reader may have just read its name
+                    retired[str(info["tag"])] = now
+                gone = [t for t, when in retired.items() if now - when >= RETIRE_AFTER]
+                for old in gone:
+                    del retired[old]
+                for key, value in ((META, bases), (RETIRED, retired)):
+                    conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+                                 "DO UPDATE SET value = excluded.value", (key, json.dumps(value)))
                 conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?", (kind, seq))
                 committed = True
         if not committed:
             for path in files:
                 path.unlink(missing_ok=True)
             return False
-        release(self._conn())
         with self._lock:
             self._writable[kind] = (tag, base)
             self._loaded.pop(kind, None)
-        if info:  # the files of the base it replaces (a process mapping them keeps them)
-            for path in self.folder.glob(f"{info['tag']}.*"):
-                path.unlink(missing_ok=True)
+        try:  # housekeeping: the write above is done whatever happens here
+            for old in gone:  # (a process mapping them keeps reading them)
+                for path in self.folder.glob(f"{old}.*"):
+                    path.unlink(missing_ok=True)
+            release(self._conn())
+            self.remove_stale()
+        except (OSError, sqlite3.Error):
+            log.info("tidying %s after a compaction failed", self.folder, exc_info=True)
         return True
 
     def rebuild(self, kind: Kind, write: Writer, table: tuple[Ids, Ids],
@@ -246,6 +267,9 @@ class VectorStore:
                     base = self._open_base(kind, info, writable=False)
                 except IndexDamaged:
                     base = None
+                if base is not None and info and info.get("digest") and digest(
+                        base.files(self.folder, str(info["tag"]))) != info["digest"]:
+                    base = None  # altered: its vectors cannot be trusted
                 rows = self._conn().execute(
                     "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? "
                     "ORDER BY seq", (kind,)).fetchall()
@@ -282,6 +306,7 @@ class VectorStore:
         before) once they are ``older_than`` seconds old: a younger one may belong to a
         compaction about to name it."""
         named = {str(info["tag"]) for info in self.bases().values()}
+        named |= set(self._meta(RETIRED) or {})
         older_than = STALE_AFTER if older_than is None else older_than
         now = time.time()
         for path in self.folder.glob("*"):
@@ -290,6 +315,15 @@ class VectorStore:
             except OSError:
                 continue
             if old and path.name.split(".", 1)[0] not in named:
+                path.unlink(missing_ok=True)
+
+    def remove_old_cache(self) -> None:
+        """Delete the vector cache files of schema 4 and before (``KIND.json`` and
+        ``KIND-STATE.*``, STATE being 32 hex digits): the vectors moved to the log."""
+        for path in self.folder.glob("*"):
+            tag = path.name.split(".", 1)[0]
+            if path.name in {f"{k}.json" for k in KINDS} or re.fullmatch(
+                    r"(questions|atoms|chunks)-[0-9a-f]{32}", tag):
                 path.unlink(missing_ok=True)
 
     def drop(self, kind: Kind) -> None:
