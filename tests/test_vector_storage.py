@@ -251,3 +251,22 @@ def test_check_finds_vectors_out_of_step_and_repair_rebuilds_them(
         assert iso.repair().problems == []
         assert iso.check() == []
         assert "billing" in _sources(iso, "Who pays the bills?")
+
+
+def test_an_hnsw_file_of_the_wrong_size_is_never_mapped(tmp_path: Path, embedder: Embedder
+                                                       ) -> None:
+    """usearch maps what it is given: a file cut short or grown is refused before (a
+    damaged graph could crash the process), and repair embeds the vectors again."""
+    from isotope.errors import IndexDamaged
+
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        iso.compact()
+    graph = next((tmp_path / "index" / "vectors").glob("questions-*.usearch"))
+    data = graph.read_bytes()
+    graph.write_bytes(data[: len(data) // 2])
+    with _open(tmp_path / "index", embedder) as iso:
+        with pytest.raises(IndexDamaged, match="check --repair"):
+            iso.search("When was the billing service started?", mode="questions-dense")
+        assert iso.repair().problems == []
+        assert _sources(iso, "When was the billing service started?", k=1) == ["billing"]

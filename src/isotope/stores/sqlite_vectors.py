@@ -120,7 +120,10 @@ class VectorStore:
         if not info:
             return None
         cls = ann.kinds().get(str(info.get("impl")))
-        base = cls.load(self.folder, str(info["tag"]), writable=writable) if cls else None
+        base = None
+        if cls is not None and _sizes_agree(cls.files(self.folder, str(info["tag"])), info):
+            # (a file of the wrong size is never handed to the index library to map)
+            base = cls.load(self.folder, str(info["tag"]), writable=writable)
         if base is None or len(base) != int(info.get("count", len(base))):
             raise IndexDamaged(
                 f"the {kind} vectors of the index at {self.folder.parent} are missing or "
@@ -218,7 +221,7 @@ class VectorStore:
         base.save(self.folder, tag)
         files = base.files(self.folder, tag)
         entry = {"tag": tag, "impl": base.name, "seq": seq, "count": len(base),
-                 "digest": digest(files)}
+                 "digest": digest(files), "bytes": sum(p.stat().st_size for p in files)}
         now = time.time()
         with write() as conn:
             bases = self.bases()
@@ -367,6 +370,17 @@ class VectorStore:
             problems.append((f"{len(wrong)} vectors of {kind} are filed under the wrong chunk "
                              "(`isotope check --repair` files them again)", wrong))
         return problems
+
+
+def _sizes_agree(files: list[Path], info: dict[str, Any]) -> bool:
+    """The base's files have the total size recorded when it was saved (a cheap check on
+    every open; ``isotope check`` compares the digest)."""
+    if "bytes" not in info:
+        return True
+    try:
+        return sum(p.stat().st_size for p in files) == int(info["bytes"])
+    except OSError:
+        return False
 
 
 def release(conn: sqlite3.Connection) -> None:
