@@ -37,11 +37,6 @@ class LayeredIndex(VectorIndex):
         made._hidden = set(self._hidden)
         return made
 
-    @property
-    def changes(self) -> int:
-        """Items added, replaced or removed since the base."""
-        return len(self.delta) + len(self._hidden)
-
     def __len__(self) -> int:
         base = len(self.base) if self.base is not None else 0
         return base - self._hidden_in_base() + len(self.delta)

@@ -51,7 +51,7 @@ from isotope.stores.sqlite_connection import (
     writable,
     write_lock,
 )
-from isotope.stores.sqlite_schema import schema_version, upgrade
+from isotope.stores.sqlite_schema import schema_version, set_meta, upgrade
 from isotope.stores.sqlite_sql import CHUNK_ROWID, where
 from isotope.stores.sqlite_vectors import POLICIES, VectorStore, release
 
@@ -137,9 +137,7 @@ class SQLiteStore(Store):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
-                conn.execute("INSERT INTO meta(key, value) VALUES ('state', ?) ON "
-                             "CONFLICT(key) DO UPDATE SET value = excluded.value",
-                             (json.dumps(uuid.uuid4().hex),))
+                set_meta(conn, "state", uuid.uuid4().hex)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -200,11 +198,7 @@ class SQLiteStore(Store):
 
     @guarded
     def set_meta(self, key: str, value: Any) -> None:
-        self._conn().execute(
-            "INSERT INTO meta(key, value) VALUES (?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-            (key, json.dumps(value)),
-        )
+        set_meta(self._conn(), key, value)
 
     # -- writes ------------------------------------------------------------------------
     @guarded

@@ -97,6 +97,13 @@ STEPS: dict[int, list[str]] = {
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 
 
+def set_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
+    """Store ``value`` (as JSON) under ``key`` in the meta table, on ``conn``'s
+    transaction."""
+    conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+                 "SET value = excluded.value", (key, json.dumps(value)))
+
+
 def schema_version(conn: sqlite3.Connection) -> int | None:
     """The schema an index is at (None: no isotope tables)."""
     try:
@@ -116,9 +123,7 @@ def upgrade(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
         for step in range(version + 1, target + 1):
             for statement in STEPS[step]:
                 conn.execute(statement)
-            conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON "
-                         "CONFLICT(key) DO UPDATE SET value = excluded.value",
-                         (json.dumps(step),))
+            set_meta(conn, "schema_version", step)
             version = step
         conn.execute("COMMIT")
     except BaseException:

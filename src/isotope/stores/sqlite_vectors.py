@@ -17,7 +17,6 @@ Nothing here is a cache: a base file lost or damaged loses the vectors in it, an
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sqlite3
@@ -38,6 +37,7 @@ from isotope.ann.layered import LayeredIndex
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged
 from isotope.stores import KINDS, Kind
+from isotope.stores.sqlite_schema import set_meta
 
 log = logging.getLogger(__name__)
 COMPACT_AFTER = 20_000
@@ -134,13 +134,24 @@ class VectorStore:
     def _apply(self, kind: Kind, loaded: _Loaded) -> None:
         """Fold the log entries after ``loaded.seq`` into a copy of ``loaded.index`` (a
         search in another thread keeps the one it has, unchanged)."""
-        rows = self._conn().execute(
-            "SELECT seq, item, grp, vector FROM vector_log WHERE seq > ? AND kind = ? "
-            "ORDER BY seq", (loaded.seq, kind)).fetchall()
+        rows = self._log(kind, after=loaded.seq)
         if rows:
             changed = loaded.index.copy()
             apply_log(changed, rows, self._dim(), kind, self.folder.parent)
             loaded.index, loaded.seq = changed, int(rows[-1][0])
+
+    def _log(self, kind: Kind, *, after: int = 0) -> list[tuple[Any, ...]]:
+        """The log entries ``(seq, item, group, vector)`` of ``kind`` after ``after``."""
+        return self._conn().execute(
+            "SELECT seq, item, grp, vector FROM vector_log WHERE seq > ? AND kind = ? "
+            "ORDER BY seq", (after, kind)).fetchall()
+
+    def _altered(self, info: dict[str, Any]) -> bool:
+        """Whether a base's files differ from the digest taken when it was saved (read
+        whole: for check and repair, not for every open)."""
+        cls = ann.kinds().get(str(info.get("impl")))
+        files = cls.files(self.folder, str(info["tag"])) if cls else []
+        return bool(info.get("digest")) and digest(files) != info["digest"]
 
     def log_size(self, kind: Kind) -> int:
         return int(self._conn().execute(
@@ -199,9 +210,7 @@ class VectorStore:
                 base: VectorIndex | None = kept[1]
             else:
                 base = self._open_base(kind, info, writable=True)
-            rows = self._conn().execute(
-                "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? "
-                "ORDER BY seq", (kind,)).fetchall()
+            rows = self._log(kind)
         seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
         if base is None:
             base = ann.create("exact")
@@ -235,9 +244,8 @@ class VectorStore:
                 gone = [t for t, when in retired.items() if now - when >= RETIRE_AFTER]
                 for old in gone:
                     del retired[old]
-                for key, value in ((META, bases), (RETIRED, retired)):
-                    conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
-                                 "DO UPDATE SET value = excluded.value", (key, json.dumps(value)))
+                set_meta(conn, META, bases)
+                set_meta(conn, RETIRED, retired)
                 conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?", (kind, seq))
                 committed = True
         if not committed:
@@ -270,12 +278,9 @@ class VectorStore:
                     base = self._open_base(kind, info, writable=False)
                 except IndexDamaged:
                     base = None
-                if base is not None and info and info.get("digest") and digest(
-                        base.files(self.folder, str(info["tag"]))) != info["digest"]:
-                    base = None  # altered: its vectors cannot be trusted
-                rows = self._conn().execute(
-                    "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? "
-                    "ORDER BY seq", (kind,)).fetchall()
+                if base is not None and info and self._altered(info):
+                    base = None  # its vectors cannot be trusted
+                rows = self._log(kind)
             current = LayeredIndex(base)
             apply_log(current, rows, self._dim(), kind, self.folder.parent)
             seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
@@ -329,12 +334,6 @@ class VectorStore:
                     r"(questions|atoms|chunks)-[0-9a-f]{32}", tag):
                 path.unlink(missing_ok=True)
 
-    def drop(self, kind: Kind) -> None:
-        """Forget what this process holds of ``kind`` (after a repair rewrote it)."""
-        with self._lock:
-            self._loaded.pop(kind, None)
-            self._writable.pop(kind, None)
-
     # -- checks ------------------------------------------------------------------------
     def check(self, kind: Kind, table: tuple[Ids, Ids]) -> list[tuple[str, Ids]]:
         """The vectors of ``kind`` against the table's ``(rowids, chunk rowids)``: each
@@ -342,13 +341,10 @@ class VectorStore:
         compared with the digest taken when they were saved."""
         info = self.bases().get(kind)
         none = np.zeros(0, dtype=np.int64)
-        if info and info.get("digest"):
-            cls = ann.kinds().get(str(info.get("impl")))
-            files = cls.files(self.folder, str(info["tag"])) if cls else []
-            if digest(files) != info["digest"]:
-                return [(f"the {kind} vectors in {self.folder / str(info['tag'])}.* are "
-                         "damaged (they differ from what was saved): `isotope check "
-                         "--repair` embeds them again", table[0])]
+        if info and self._altered(info):
+            return [(f"the {kind} vectors in {self.folder / str(info['tag'])}.* are "
+                     "damaged (they differ from what was saved): `isotope check "
+                     "--repair` embeds them again", table[0])]
         try:
             index = self.index(kind)
         except IndexDamaged as exc:
