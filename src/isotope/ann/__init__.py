@@ -14,7 +14,10 @@ chunk, lives once above it (:func:`search_groups`). Two implementations, chosen 
 
 from __future__ import annotations
 
+import os
+import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -76,6 +79,34 @@ class VectorIndex(ABC):
     def files(cls, folder: Path, tag: str) -> list[Path]:
         """The files :meth:`save` writes for ``tag``."""
         return sorted(folder.glob(f"{tag}.*"))
+
+
+def write_file(path: Path, write: Callable[[Path], object]) -> None:
+    """Make ``path`` by ``write(temporary)`` on a file beside it, flushed to disk, then
+    renamed: a crash leaves no partial file under ``path`` (the temporary one, if any, ends
+    in ``.tmp``)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def write_array(path: Path, array: npt.NDArray[np.generic]) -> None:
+    """Save ``array`` as ``.npy`` at ``path`` (never pickled), through :func:`write_file`."""
+
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            np.save(fh, array, allow_pickle=False)
+
+    write_file(path, save)
 
 
 def search_groups(index: VectorIndex, query: Vectors, k: int, per_group: int,

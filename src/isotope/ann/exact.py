@@ -5,14 +5,12 @@ memory-mapped, so a new process starts without reading every vector into memory.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from isotope.ann import Ids, VectorIndex, top_k
+from isotope.ann import Ids, VectorIndex, top_k, write_array
 from isotope.embedders import Vectors
 
 
@@ -66,14 +64,8 @@ class ExactIndex(VectorIndex):
 
     def save(self, folder: Path, tag: str) -> None:
         folder.mkdir(exist_ok=True)
-        for name, array in ((f"{tag}.idx.npy", np.vstack([self.item_ids, self.item_groups])),
-                            (f"{tag}.npy", self.vectors)):
-            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                np.save(fh, array)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, folder / name)
+        write_array(folder / f"{tag}.idx.npy", np.vstack([self.item_ids, self.item_groups]))
+        write_array(folder / f"{tag}.npy", np.asarray(self.vectors))
 
     @classmethod
     def load(cls, folder: Path, tag: str, *, writable: bool = False) -> ExactIndex | None:

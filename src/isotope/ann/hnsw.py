@@ -21,13 +21,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from isotope.ann import Ids, VectorIndex, top_k
+from isotope.ann import Ids, VectorIndex, top_k, write_array, write_file
 from isotope.embedders import Vectors
 
 CONNECTIVITY = 16
@@ -191,27 +190,11 @@ class HNSWIndex(VectorIndex):
     # -- files -------------------------------------------------------------------------
     def save(self, folder: Path, tag: str) -> None:
         folder.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        os.close(fd)
-        try:
-            graph = self._graph if self._graph is not None else self._new_graph(self._dim or 1)
-            graph.save(tmp)
-            _sync(tmp)
-            os.replace(tmp, folder / f"{tag}.usearch")
-            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                np.save(fh, np.vstack([self._ids, self._groups]))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, folder / f"{tag}.ids.npy")
-            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-            with os.fdopen(fd, "w") as text:
-                json.dump({"scale": self._scale, "dim": self._dim}, text)
-                text.flush()
-                os.fsync(text.fileno())
-            os.replace(tmp, folder / f"{tag}.scale.json")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        graph = self._graph if self._graph is not None else self._new_graph(self._dim or 1)
+        write_file(folder / f"{tag}.usearch", lambda tmp: graph.save(str(tmp)))
+        write_array(folder / f"{tag}.ids.npy", np.vstack([self._ids, self._groups]))
+        settings = json.dumps({"scale": self._scale, "dim": self._dim})
+        write_file(folder / f"{tag}.scale.json", lambda tmp: tmp.write_text(settings))
 
     @classmethod
     def load(cls, folder: Path, tag: str, *, writable: bool = False) -> HNSWIndex | None:
@@ -242,14 +225,6 @@ class HNSWIndex(VectorIndex):
         index._mapped = not writable
         index._scale = scale
         return index
-
-
-def _sync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["HNSWIndex"]
