@@ -79,6 +79,7 @@ class Isotope:
         self.settings = settings
         self.embedder = embedder
         store.set_vector_index(settings.vector_index)
+        store.set_keyword_index(settings.keyword_index)
         self.origins = origins or {}
         self.prompts = prompt_specs.load(settings.prompts_dir)
         """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""

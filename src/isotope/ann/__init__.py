@@ -33,6 +33,8 @@ class VectorIndex(ABC):
     """Vectors by id, each in a group, searched by inner product."""
 
     name: ClassVar[str] = ""
+    suffixes: ClassVar[tuple[str, ...]] = ()
+    """The endings, after the tag, of the files :meth:`save` writes."""
     exact: ClassVar[bool] = True
     """Whether :meth:`search` returns the true top k (an approximate index may miss some)."""
 
@@ -77,8 +79,9 @@ class VectorIndex(ABC):
 
     @classmethod
     def files(cls, folder: Path, tag: str) -> list[Path]:
-        """The files :meth:`save` writes for ``tag``."""
-        return sorted(folder.glob(f"{tag}.*"))
+        """The files :meth:`save` wrote for ``tag`` (those there, by name)."""
+        return sorted(p for p in (folder / f"{tag}{end}" for end in cls.suffixes)
+                      if p.exists())
 
 
 def write_file(path: Path, write: Callable[[Path], object]) -> None:
@@ -97,6 +100,13 @@ def write_file(path: Path, write: Callable[[Path], object]) -> None:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def narrow(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | npt.NDArray[np.int32]:
+    """Row ids as int32 when they fit (half the bytes on disk; loads widen them again)."""
+    if not ids.size or (ids.min() >= 0 and ids.max() < 2**31):
+        return ids.astype(np.int32)
+    return ids
 
 
 def write_array(path: Path, array: npt.NDArray[np.generic]) -> None:

@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from isotope.ann import Ids, VectorIndex, top_k, write_array
+from isotope.ann import Ids, VectorIndex, narrow, top_k, write_array
 from isotope.embedders import Vectors
 
 
 class ExactIndex(VectorIndex):
     name = "exact"
+    suffixes = (".idx.npy", ".npy")
     exact = True
 
     def __init__(self, ids: Ids | None = None, groups: Ids | None = None,
@@ -64,7 +65,7 @@ class ExactIndex(VectorIndex):
 
     def save(self, folder: Path, tag: str) -> None:
         folder.mkdir(exist_ok=True)
-        write_array(folder / f"{tag}.idx.npy", np.vstack([self.item_ids, self.item_groups]))
+        write_array(folder / f"{tag}.idx.npy", narrow(np.vstack([self.item_ids, self.item_groups])))
         write_array(folder / f"{tag}.npy", np.asarray(self.vectors))
 
     @classmethod

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from isotope.ann import Ids, VectorIndex, top_k, write_array, write_file
+from isotope.ann import Ids, VectorIndex, narrow, top_k, write_array, write_file
 from isotope.embedders import Vectors
 
 CONNECTIVITY = 16
@@ -57,6 +57,7 @@ def _usearch() -> Any:
 
 class HNSWIndex(VectorIndex):
     name = "hnsw"
+    suffixes = (".ids.npy", ".scale.json", ".usearch")
     exact = False
 
     def __init__(self, dim: int = 0) -> None:
@@ -192,7 +193,7 @@ class HNSWIndex(VectorIndex):
         folder.mkdir(exist_ok=True)
         graph = self._graph if self._graph is not None else self._new_graph(self._dim or 1)
         write_file(folder / f"{tag}.usearch", lambda tmp: graph.save(str(tmp)))
-        write_array(folder / f"{tag}.ids.npy", np.vstack([self._ids, self._groups]))
+        write_array(folder / f"{tag}.ids.npy", narrow(np.vstack([self._ids, self._groups])))
         settings = json.dumps({"scale": self._scale, "dim": self._dim})
         write_file(folder / f"{tag}.scale.json", lambda tmp: tmp.write_text(settings))
 

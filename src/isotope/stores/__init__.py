@@ -224,6 +224,10 @@ class Store(ABC):
         """Which vector index the store builds: ``auto`` (by size), ``exact`` or
         ``hnsw``. Default: the store has one kind only."""
 
+    def set_keyword_index(self, policy: str) -> None:  # noqa: B027 - optional
+        """What keyword search reads: ``auto`` (by size), ``fts5`` or ``postings``
+        (saved BM25 postings). Default: the store has one kind only."""
+
 
 StoreFactory = Callable[..., Store]
 """``factory(location, create=...)``: the store at ``location``."""

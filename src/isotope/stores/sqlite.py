@@ -53,7 +53,7 @@ from isotope.stores.sqlite_connection import (
 )
 from isotope.stores.sqlite_schema import schema_version, set_meta, upgrade
 from isotope.stores.sqlite_sql import CHUNK_ROWID, where
-from isotope.stores.sqlite_vectors import POLICIES, VectorStore, release
+from isotope.stores.sqlite_vectors import KEYWORD_POLICIES, POLICIES, VectorStore, release
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +285,12 @@ class SQLiteStore(Store):
             raise InvalidArgument(f"vector_index {policy!r}: use one of {', '.join(POLICIES)}")
         self._vectors.policy = policy
 
+    def set_keyword_index(self, policy: str) -> None:
+        if policy not in KEYWORD_POLICIES:
+            raise InvalidArgument(f"keyword_index {policy!r}: use one of "
+                                  f"{', '.join(KEYWORD_POLICIES)}")
+        self._vectors.keyword_policy = policy
+
     @guarded
     def compact(self) -> dict[str, str]:
         """Fold each kind's vector log into a new base of the implementation the
@@ -346,7 +352,13 @@ class SQLiteStore(Store):
         terms = re.findall(r"\w+", query.lower())
         if not terms or k <= 0:
             return []
-        match = " OR ".join(f'"{t}"' for t in dict.fromkeys(terms))
+        words = list(dict.fromkeys(terms))
+        postings = self._vectors.keywords(kind) if not filters else None
+        if postings is not None:  # the saved postings (large kinds): FTS5's ranking
+            scored = postings.search(words, k)
+            if scored is not None:
+                return self._hits(kind, scored)
+        match = " OR ".join(f'"{t}"' for t in words)
         restrict, params = "", list[Any]()
         if filters:
             clause, params = where(filters)
@@ -355,7 +367,7 @@ class SQLiteStore(Store):
                         f" JOIN sources s ON s.uri = c.source WHERE {clause})")
         found = self._conn().execute(
             f"SELECT rowid, bm25({kind}_fts) FROM {kind}_fts WHERE {kind}_fts MATCH ?"
-            f"{restrict} ORDER BY bm25({kind}_fts) LIMIT ?",
+            f"{restrict} ORDER BY bm25({kind}_fts), rowid LIMIT ?",
             (match, *params, k),
         ).fetchall()
         return self._hits(kind, [(int(r), -float(s)) for r, s in found])

@@ -13,7 +13,12 @@ the new base and the rest of the log. Old base files are deleted once the meta n
 another (a process that still maps them keeps reading them).
 
 Nothing here is a cache: a base file lost or damaged loses the vectors in it, and
-``isotope check --repair`` embeds those items again from their stored text."""
+``isotope check --repair`` embeds those items again from their stored text.
+
+A compaction also saves, beside a large kind's vectors and under the same tag, the
+postings its keyword search reads instead of FTS5 (:mod:`sqlite_keywords`); the same log
+entries tell it which rows changed since. Those are derived from the FTS5 tables: if
+they are lost, keyword search asks FTS5 until the next compaction."""
 
 from __future__ import annotations
 
@@ -36,8 +41,9 @@ from isotope.ann import Ids, VectorIndex
 from isotope.ann.layered import LayeredIndex
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged
-from isotope.stores import KINDS, Kind
-from isotope.stores.sqlite_schema import set_meta
+from isotope.stores import KINDS, Kind, sqlite_keywords
+from isotope.stores.sqlite_keywords import KeywordBase, KeywordLayer, row_texts
+from isotope.stores.sqlite_schema import FTS_COLUMNS, set_meta
 
 log = logging.getLogger(__name__)
 COMPACT_AFTER = 20_000
@@ -50,6 +56,11 @@ RETIRED = "vectors_retired"
 STALE_AFTER = 3600.0
 """Seconds after which a file in vectors/ that the meta does not name is deleted."""
 POLICIES = ("auto", "exact", "hnsw")
+KEYWORD_POLICIES = ("auto", "fts5", "postings")
+KEYWORDS_FROM = 20_000
+"""With ``keyword_index = "auto"``: rows of atoms or chunks from which keyword search reads
+saved postings instead of FTS5 (questions stay on FTS5: ``hybrid`` leaves their keyword
+signal out by default, and their postings would cost 56 bytes a question)."""
 Writer = Callable[[], AbstractContextManager[sqlite3.Connection]]
 """The store's write transaction."""
 META = "vectors"
@@ -61,6 +72,7 @@ class _Loaded:
     seq: int
     """The last log entry applied."""
     index: LayeredIndex
+    keywords: KeywordLayer | None = None
 
 
 def impl_for(policy: str, count: int) -> str:
@@ -86,6 +98,7 @@ class VectorStore:
         self._compacting = {kind: threading.Lock() for kind in KINDS}
         self._threads: dict[Kind, threading.Thread] = {}
         self.policy = "auto"
+        self.keyword_policy = "auto"
 
     # -- reads -------------------------------------------------------------------------
     def bases(self) -> dict[str, dict[str, Any]]:
@@ -110,10 +123,29 @@ class VectorStore:
             loaded = self._loaded.get(kind)
             if loaded is None or loaded.tag != tag:
                 base = self._open_base(kind, info, writable=False)
-                loaded = _Loaded(tag, int(info["seq"]) if info else 0, LayeredIndex(base))
+                loaded = _Loaded(tag, int(info["seq"]) if info else 0, LayeredIndex(base),
+                                 self._open_keywords(info))
                 self._loaded[kind] = loaded
             self._apply(kind, loaded)
             return loaded.index
+
+    def keywords(self, kind: Kind) -> KeywordLayer | None:
+        """The saved postings of ``kind`` with the changes since, as of the index's latest
+        committed state (None: keyword search asks FTS5)."""
+        with self._lock:
+            self.index(kind)
+            loaded = self._loaded.get(kind)
+            return loaded.keywords if loaded is not None else None
+
+    def _open_keywords(self, info: dict[str, Any] | None) -> KeywordLayer | None:
+        saved = (info or {}).get("keywords")
+        if not info or not saved:
+            return None
+        base = sqlite_keywords.load(self._keyword_file(str(info["tag"])), int(saved["bytes"]))
+        return KeywordLayer(base) if base is not None else None
+
+    def _keyword_file(self, tag: str) -> Path:
+        return self.folder / f"{tag}.{sqlite_keywords.SUFFIX}"
 
     def _open_base(self, kind: Kind, info: dict[str, Any] | None, *,
                    writable: bool) -> VectorIndex | None:
@@ -138,6 +170,12 @@ class VectorStore:
         if rows:
             changed = loaded.index.copy()
             apply_log(changed, rows, self._dim(), kind, self.folder.parent)
+            if loaded.keywords is not None:
+                last = {int(r[1]): r[3] is not None for r in rows}
+                added = row_texts(self._conn(), kind, FTS_COLUMNS[kind],
+                                  [row for row, adds in last.items() if adds])
+                loaded.keywords = loaded.keywords.changed(
+                    np.fromiter(last, dtype=np.int64, count=len(last)), added)
             loaded.index, loaded.seq = changed, int(rows[-1][0])
 
     def _log(self, kind: Kind, *, after: int = 0) -> list[tuple[Any, ...]]:
@@ -201,7 +239,9 @@ class VectorStore:
             pending = self.log_size(kind)
             count = (int(info["count"]) if info else 0) + pending
             wanted = impl_for(self.policy, count)
-            mismatch = info is not None and info["impl"] != wanted
+            mismatch = info is not None and (
+                info["impl"] != wanted
+                or bool(info.get("keywords")) != self.wants_keywords(kind, count))
             if not (force or mismatch or pending >= COMPACT_AFTER):
                 return False
             with self._lock:
@@ -220,17 +260,34 @@ class VectorStore:
             base = _convert(base, wanted)
         return self._commit(kind, info, base, seq, write)
 
+    def wants_keywords(self, kind: Kind, count: int) -> bool:
+        """Whether ``kind``, with ``count`` rows, gets saved postings for keyword search."""
+        if self.keyword_policy == "auto":
+            return kind != "questions" and count >= KEYWORDS_FROM
+        return self.keyword_policy == "postings"
+
     def _commit(self, kind: Kind, info: dict[str, Any] | None, base: VectorIndex, seq: int,
                 write: Writer) -> bool:
         """Save ``base`` (everything of ``kind`` up to log entry ``seq``) under a new tag
         and name it in the meta in place of ``info``'s, deleting the log entries it holds,
         unless another compaction named another base meanwhile (then this one is
-        dropped: its base may lack what the other folded in)."""
+        dropped: its base may lack what the other folded in). The keyword postings, if
+        the kind gets them, are made from the tables as they are now (at ``seq`` or
+        later: the log entries after ``seq`` are applied to them again, which changes
+        nothing)."""
         tag = f"{kind}-{uuid.uuid4().hex[:12]}"
         base.save(self.folder, tag)
         files = base.files(self.folder, tag)
-        entry = {"tag": tag, "impl": base.name, "seq": seq, "count": len(base),
-                 "digest": digest(files), "bytes": sum(p.stat().st_size for p in files)}
+        entry: dict[str, Any] = {
+            "tag": tag, "impl": base.name, "seq": seq, "count": len(base),
+            "digest": digest(files), "bytes": sum(p.stat().st_size for p in files)}
+        if self.wants_keywords(kind, len(base)):
+            with self._snapshot():
+                postings = KeywordBase.build(self._conn(), kind)
+            path = self._keyword_file(tag)
+            postings.save(path)
+            files.append(path)
+            entry["keywords"] = {"bytes": path.stat().st_size, "digest": digest([path])}
         now = time.time()
         with write() as conn:
             bases = self.bases()
@@ -352,6 +409,13 @@ class VectorStore:
         ids, groups = index.ids()
         rows, chunks = table
         problems: list[tuple[str, Ids]] = []
+        saved = (info or {}).get("keywords")
+        if info and saved:
+            path = self._keyword_file(str(info["tag"]))
+            if not path.exists() or digest([path]) != saved.get("digest"):
+                problems.append((f"the {kind} keyword postings {path} are missing or damaged "
+                                 "(keyword search uses FTS5 meanwhile): `isotope compact` "
+                                 "or `isotope check --repair` makes them again", none))
         missing = np.setdiff1d(rows, ids)
         if len(missing):
             problems.append((f"{len(missing)} {kind} have no sound vector (`isotope check "

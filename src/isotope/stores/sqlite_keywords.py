@@ -1,0 +1,497 @@
+"""Keyword search for large kinds of the embedded store: BM25 as FTS5 computes it, read
+from a saved impact index instead of FTS5's doclists.
+
+Why: FTS5's ``bm25()`` reads every posting of every query term twice per query (once to
+count the rows that hold the term, for its idf; once to score every row holding any
+term), so a query with one common word costs tens of milliseconds at a few hundred
+thousand rows. The saved index holds each term's postings (row, term frequency) sorted by
+row, each row's length and each term's largest score, so a query scores the rows of its
+rare terms first and looks up the common terms only for those rows, stopping as soon as
+no other row can enter the top k (MaxScore, Turtle and Flood 1995).
+
+The index is made from FTS5's own tokens (``fts5vocab``) and scores with FTS5's
+formula (k1 = 1.2, b = 0.75, idf ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6), so
+its ranking and scores are FTS5's (ties go to the lower row id, as the store asks FTS5).
+The statistics (row count, average length, each term's row count) are those of the last
+compaction; the rows changed since (the vector log's entries) are hidden from the saved
+postings and scored apart, from their text, with the same statistics. A 5-byte posting
+(row, term frequency) per term of each row: 70 MB for the atoms and chunks of a million
+questions.
+
+It is derived from the FTS5 tables: a missing or damaged file makes keyword search fall
+back to FTS5 (slower, never wrong) until the next compaction makes it again."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from isotope.ann import write_file
+
+log = logging.getLogger(__name__)
+K1, B = 1.2, 0.75
+"""FTS5's BM25 constants."""
+MIN_IDF = 1e-6
+"""FTS5's idf for terms in half the rows or more."""
+TOKENIZE = "porter unicode61"
+"""The tokenizer of the store's FTS5 tables (sqlite_schema)."""
+SUFFIX = "keywords"
+MAGIC = b"ISOKW001"
+DENSE_FROM = 200_000
+"""Candidate rows from which a query scores every posting of its terms at once."""
+
+Floats = npt.NDArray[np.float64]
+Rows = npt.NDArray[np.int64]
+
+
+def term_key(term: str) -> int:
+    """A term's 64-bit key (stable across processes, unlike ``hash``)."""
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
+
+
+def idf(rows: int, holding: Floats) -> Floats:
+    """FTS5's idf of terms held by ``holding`` of ``rows`` rows."""
+    value = np.log((rows - holding + 0.5) / (holding + 0.5))
+    return np.where(value <= 0, MIN_IDF, value)
+
+
+class Tokenizer:
+    """FTS5's own tokenizer (the store's), run on a private in-memory database: terms are
+    exactly those FTS5 indexes and matches."""
+
+    def __init__(self) -> None:
+        self._conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self._conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize='{TOKENIZE}')")
+        self._conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        self._lock = threading.Lock()
+        self._words: dict[str, tuple[str, ...]] = {}
+
+    def texts(self, texts: Sequence[str]) -> list[Counter[str]]:
+        """The term frequencies of each text."""
+        counts: list[Counter[str]] = [Counter() for _ in texts]
+        with self._lock:
+            self._conn.executemany("INSERT INTO t(rowid, text) VALUES (?, ?)",
+                                   enumerate(texts))
+            for doc, term in self._conn.execute("SELECT doc, term FROM v"):
+                counts[doc][term] += 1
+            self._conn.execute("DELETE FROM t")
+        return counts
+
+    def words(self, words: Sequence[str]) -> list[tuple[str, ...]]:
+        """The terms of each word, in order (usually one; a word FTS5 splits has more)."""
+        new = [w for w in dict.fromkeys(words) if w not in self._words]
+        if new:
+            with self._lock:
+                self._conn.executemany("INSERT INTO t(rowid, text) VALUES (?, ?)",
+                                       enumerate(new))
+                found: dict[int, list[str]] = {}
+                for doc, term in self._conn.execute("SELECT doc, term FROM v ORDER BY doc, "
+                                                    "offset"):
+                    found.setdefault(doc, []).append(term)
+                self._conn.execute("DELETE FROM t")
+            if len(self._words) > 100_000:
+                self._words.clear()
+            for i, word in enumerate(new):
+                self._words[word] = tuple(found.get(i, ()))
+        return [self._words[w] for w in words]
+
+
+TOKENIZER = Tokenizer()
+
+
+@dataclass
+class KeywordBase:
+    """The saved postings of one kind (arrays may be mapped from the file)."""
+
+    rows: npt.NDArray[np.int64]
+    """Row id of each document, ascending (documents are numbered by position here)."""
+    lengths: npt.NDArray[np.uint32]
+    """Tokens of each document."""
+    keys: npt.NDArray[np.uint64]
+    """Each term's key, ascending."""
+    starts: npt.NDArray[Any]
+    """Where each term's postings start (one more: where the last ends)."""
+    tops: npt.NDArray[np.float16]
+    """Each term's largest tf-part of a row's score, rounded up (times the term's weight:
+    the most it can add to a row's score)."""
+    docs: npt.NDArray[np.int32]
+    freqs: npt.NDArray[np.uint8]
+    """Postings: document and term frequency (capped at 255), by term then document."""
+    total: int
+    """FTS5's row count and token count, for idf and the average length."""
+    tokens: int
+
+    @property
+    def avgdl(self) -> float:
+        return self.tokens / max(1, self.total)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def saturation(self, freqs: Floats, lengths: Floats) -> Floats:
+        return freqs * (K1 + 1) / (freqs + K1 * (1 - B + B * lengths / self.avgdl))
+
+    def holding(self, terms: npt.NDArray[np.int64]) -> Floats:
+        """How many rows hold each term (by position)."""
+        ends: Floats = np.asarray(self.starts[terms + 1], dtype=np.float64)
+        return ends - np.asarray(self.starts[terms], dtype=np.float64)
+
+    def find(self, keys: Sequence[int]) -> npt.NDArray[np.int64]:
+        """The position of each key among the terms, -1 if no row holds it."""
+        wanted = np.array(keys, dtype=np.uint64)
+        at = np.searchsorted(self.keys, wanted)
+        at = np.minimum(at, max(0, len(self.keys) - 1))
+        found = (self.keys[at] == wanted) if len(self.keys) else np.zeros(len(wanted), bool)
+        return np.where(found, at, -1).astype(np.int64)
+
+    def postings(self, term: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]:
+        start, end = int(self.starts[term]), int(self.starts[term + 1])
+        return self.docs[start:end], self.freqs[start:end]
+
+    # -- the file ----------------------------------------------------------------------
+    _ARRAYS = ("rows", "lengths", "keys", "starts", "tops", "docs", "freqs")
+
+    def save(self, path: Path) -> None:
+        arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in self._ARRAYS}
+        header: dict[str, Any] = {"total": self.total, "tokens": self.tokens, "arrays": {}}
+        offset = 0
+        for name, array in arrays.items():
+            header["arrays"][name] = [array.dtype.str, offset, len(array)]
+            offset += _padded(array.nbytes)
+        head = json.dumps(header).encode()
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                fh.write(MAGIC + len(head).to_bytes(8, "little"))
+                fh.write(head + b" " * (_padded(len(head)) - len(head)))
+                for array in arrays.values():
+                    _write_padded(fh, array)
+
+        write_file(path, write)
+
+    @classmethod
+    def load(cls, path: Path) -> KeywordBase:
+        """The base saved at ``path``, mapped (``ValueError`` if it is not one)."""
+        with open(path, "rb") as fh:
+            start = fh.read(16)
+            if len(start) < 16 or start[:8] != MAGIC:
+                raise ValueError(f"{path} is not a keyword index")
+            size = int.from_bytes(start[8:], "little")
+            header = json.loads(fh.read(size))
+        data = 16 + _padded(size)
+        made: dict[str, Any] = {}
+        expected = data
+        for name in cls._ARRAYS:
+            dtype, offset, count = header["arrays"][name]
+            made[name] = (np.memmap(path, dtype=np.dtype(dtype), mode="r",
+                                    offset=data + offset, shape=(count,)).view(np.ndarray)
+                          if count else np.zeros(0, dtype=np.dtype(dtype)))
+            expected = max(expected, data + offset + _padded(np.dtype(dtype).itemsize * count))
+        if path.stat().st_size != expected:
+            raise ValueError(f"{path} has the wrong size")
+        return cls(**made, total=int(header["total"]), tokens=int(header["tokens"]))
+
+    # -- making one --------------------------------------------------------------------
+    @classmethod
+    def build(cls, conn: sqlite3.Connection, kind: str) -> KeywordBase:
+        """The postings of FTS5 table ``{kind}_fts`` as ``conn`` sees it now (read in
+        batches: never every posting as Python objects)."""
+        for view in ("row", "instance"):
+            conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.isotope_{kind}_{view} "
+                         f"USING fts5vocab(main, '{kind}_fts', '{view}')")
+        rows, lengths = _document_lengths(conn, kind)
+        terms: list[str] = []
+        docs_parts: list[npt.NDArray[np.int32]] = []
+        freq_parts: list[npt.NDArray[np.uint8]] = []
+        for term, docs, freqs in _postings(conn, kind, rows):
+            terms.append(term)
+            docs_parts.append(docs)
+            freq_parts.append(freqs)
+        keys = np.array([term_key(t) for t in terms], dtype=np.uint64)
+        order = np.argsort(keys, kind="stable")  # postings laid out in key order
+        sizes = np.array([len(d) for d in docs_parts], dtype=np.int64)[order]
+        written = int(sizes.sum())
+        starts = np.r_[0, np.cumsum(sizes)].astype(np.uint32 if written < 2**32 else np.int64)
+        parts = [docs_parts[i] for i in order]
+        base = cls(rows=rows, lengths=lengths, keys=keys[order], starts=starts,
+                   tops=np.zeros(len(keys), np.float16),
+                   docs=np.concatenate(parts) if parts else np.zeros(0, np.int32),
+                   freqs=(np.concatenate([freq_parts[i] for i in order]) if parts
+                          else np.zeros(0, np.uint8)),
+                   total=len(rows), tokens=int(lengths.sum()))
+        tops = np.zeros(len(keys))
+        for i in range(len(keys)):
+            docs, freqs = base.postings(i)
+            tops[i] = base.saturation(freqs.astype(float),
+                                      base.lengths[docs].astype(float)).max()
+        rounded = tops.astype(np.float16)  # up, so that it stays a bound
+        low = rounded.astype(float) < tops
+        rounded[low] = np.nextafter(rounded[low], np.float16(np.inf))
+        base.tops = rounded
+        return base
+
+
+def _padded(size: int) -> int:
+    return (size + 7) // 8 * 8
+
+
+def _write_padded(fh: BinaryIO, array: npt.NDArray[Any]) -> None:
+    data = array.tobytes()
+    fh.write(data + b"\0" * (_padded(len(data)) - len(data)))
+
+
+def _document_lengths(conn: sqlite3.Connection, kind: str
+                      ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint32]]:
+    """Each FTS5 row's id and length (its columns' token counts, FTS5 varints)."""
+    ids: list[int] = []
+    sizes: list[int] = []
+    for rowid, blob in conn.execute(f"SELECT id, sz FROM {kind}_fts_docsize ORDER BY id"):
+        ids.append(rowid)
+        sizes.append(_varint_sum(blob or b""))
+    return np.array(ids, dtype=np.int64), np.array(sizes, dtype=np.uint32)
+
+
+def _varint_sum(blob: bytes) -> int:
+    """The sum of the SQLite varints in ``blob``."""
+    total, value, i = 0, 0, 0
+    while i < len(blob):
+        value, used = 0, 0
+        while True:
+            byte = blob[i]
+            i += 1
+            used += 1
+            if used == 9:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80 or i >= len(blob):
+                break
+        total += value
+    return total
+
+
+def _postings(conn: sqlite3.Connection, kind: str, rows: Rows,
+              batch: int = 200_000
+              ) -> Iterable[tuple[str, npt.NDArray[np.int32], npt.NDArray[np.uint8]]]:
+    """Each term with its documents and frequencies, read from the instances
+    (term, row) that fts5vocab lists in term then row order, a batch at a time."""
+    cursor = conn.execute(f"SELECT term, doc FROM temp.isotope_{kind}_instance")
+    term: str | None = None
+    docs: list[npt.NDArray[np.int64]] = []
+
+    def finish() -> tuple[str, npt.NDArray[np.int32], npt.NDArray[np.uint8]]:
+        every = np.concatenate(docs)
+        if len(every) > 1 and (every[1:] < every[:-1]).any():
+            every.sort()
+        starts = np.flatnonzero(np.r_[True, every[1:] != every[:-1]])
+        freqs = np.diff(np.r_[starts, len(every)])
+        positions = np.searchsorted(rows, every[starts]).astype(np.int32)
+        return str(term), positions, np.minimum(freqs, 255).astype(np.uint8)
+
+    while part := cursor.fetchmany(batch):
+        terms = [r[0] for r in part]
+        found = np.fromiter((r[1] for r in part), dtype=np.int64, count=len(part))
+        edges = [0] + [i for i in range(1, len(terms)) if terms[i] != terms[i - 1]]
+        edges.append(len(terms))
+        for a, b in itertools.pairwise(edges):
+            if terms[a] != term:
+                if term is not None and docs:
+                    yield finish()
+                term, docs = terms[a], []
+            docs.append(found[a:b])
+    if term is not None and docs:
+        yield finish()
+
+
+@dataclass
+class KeywordLayer:
+    """A saved base with the rows changed since: those are hidden from the base and
+    scored from their terms. Never changed in place once searched (``changed`` makes a
+    new one), so threads can search while another applies the log."""
+
+    base: KeywordBase
+    hidden: npt.NDArray[np.bool_] | None = None
+    """Base documents removed or replaced since the base was made."""
+    rows: Rows = field(default_factory=lambda: np.zeros(0, np.int64))
+    keys: npt.NDArray[np.uint64] = field(default_factory=lambda: np.zeros(0, np.uint64))
+    freqs: Floats = field(default_factory=lambda: np.zeros(0))
+    lengths: Floats = field(default_factory=lambda: np.zeros(0))
+    """Postings of the rows added since, one entry per (row, term)."""
+
+    def changed(self, touched: Rows, added: dict[int, Counter[str]]) -> KeywordLayer:
+        """This layer with the rows ``touched`` (by the log) removed, then the rows
+        ``added`` (row id: term frequencies) added."""
+        hidden = (np.zeros(len(self.base), bool) if self.hidden is None
+                  else self.hidden.copy())
+        at = np.searchsorted(self.base.rows, touched)
+        inside = at < len(self.base.rows)
+        inside[inside] = self.base.rows[at[inside]] == touched[inside]
+        hidden[at[inside]] = True
+        keep = ~np.isin(self.rows, touched)
+        new_rows = [r for r, terms in added.items() for _ in terms]
+        new_keys = [term_key(t) for terms in added.values() for t in terms]
+        new_freqs = [float(n) for terms in added.values() for n in terms.values()]
+        new_lengths = [float(sum(terms.values())) for terms in added.values() for _ in terms]
+        return KeywordLayer(
+            self.base, hidden,
+            np.concatenate([self.rows[keep], np.array(new_rows, np.int64)]),
+            np.concatenate([self.keys[keep], np.array(new_keys, np.uint64)]),
+            np.concatenate([self.freqs[keep], np.array(new_freqs)]),
+            np.concatenate([self.lengths[keep], np.array(new_lengths)]))
+
+    def search(self, words: Sequence[str], k: int) -> list[tuple[int, float]] | None:
+        """The ``k`` best rows ``(row id, score)`` for a query of ``words`` (each an FTS5
+        phrase OR'ed with the others), or None when FTS5 must answer (a word FTS5 splits
+        in several terms)."""
+        terms = TOKENIZER.words(words)
+        if any(len(t) != 1 for t in terms):
+            return None
+        times = Counter(t[0] for t in terms)  # FTS5 scores each phrase, even repeated
+        keys = [term_key(t) for t in times]
+        base = self.base
+        at = base.find(keys)
+        weights = np.array(list(times.values()), float)
+        holding = np.where(at >= 0, base.holding(np.maximum(at, 0)), 0.0)
+        for i in np.flatnonzero(at < 0):  # terms only rows added since hold
+            holding[i] = len(np.unique(self.rows[self.keys == np.uint64(keys[i])]))
+        weights *= idf(base.total, holding)
+        found = self._search_base(at, weights, k) + self._search_delta(keys, weights, k)
+        found.sort(key=lambda hit: (-hit[1], hit[0]))
+        return found[:k]
+
+    def _search_base(self, at: npt.NDArray[np.int64], weights: Floats, k: int
+                     ) -> list[tuple[int, float]]:
+        base = self.base
+        terms = [int(t) for t in np.flatnonzero(at >= 0)]
+        if not terms or k <= 0:
+            return []
+        bound = {t: float(weights[t]) * float(base.tops[int(at[t])]) for t in terms}
+        terms.sort(key=lambda t: -bound[t])
+        lists = {t: base.postings(int(at[t])) for t in terms}
+        candidates = np.zeros(0, np.int64)
+        scores = np.zeros(0)
+        for i, t in enumerate(terms):
+            docs = lists[t][0]
+            if len(candidates) + len(docs) > DENSE_FROM:
+                return self._dense(terms, lists, weights, k)
+            new = docs[~_within(docs, candidates)].astype(np.int64)
+            # a candidate's score is whole (every term's part): only new rows are scored
+            candidates = np.concatenate([candidates, new])
+            scores = np.concatenate([scores, self._score(new, terms, lists, weights)])
+            order = np.argsort(candidates, kind="stable")
+            candidates, scores = candidates[order], scores[order]
+            rest = sum(bound[u] for u in terms[i + 1:])
+            visible = scores[scores > -1]
+            if len(visible) >= k and rest < np.partition(visible, -k)[-k]:
+                break  # no row outside the candidates can enter the top k
+        return self._top(candidates, scores, k)
+
+    def _score(self, candidates: Rows, terms: list[int],
+               lists: dict[int, tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]],
+               weights: Floats) -> Floats:
+        """Each candidate's full score (-2 for hidden ones)."""
+        base = self.base
+        lengths = base.lengths[candidates].astype(float)
+        scores = np.zeros(len(candidates))
+        for t in terms:
+            docs, freqs = lists[t]
+            at = np.searchsorted(docs, candidates)
+            hit = at < len(docs)
+            hit[hit] = docs[at[hit]] == candidates[hit]
+            scores[hit] += weights[t] * base.saturation(freqs[at[hit]].astype(float),
+                                                        lengths[hit])
+        if self.hidden is not None:
+            scores[self.hidden[candidates]] = -2.0
+        return scores
+
+    def _dense(self, terms: list[int],
+               lists: dict[int, tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]],
+               weights: Floats, k: int) -> list[tuple[int, float]]:
+        """Every posting of the terms scored at once (queries of common terms)."""
+        base = self.base
+        scores = np.zeros(len(base))
+        held = np.zeros(len(base), bool)
+        for t in terms:
+            docs, freqs = lists[t]
+            scores[docs] += weights[t] * base.saturation(
+                freqs.astype(float), base.lengths[docs].astype(float))
+            held[docs] = True
+        if self.hidden is not None:
+            held &= ~self.hidden
+        candidates = np.flatnonzero(held)
+        return self._top(candidates, scores[candidates], k)
+
+    def _top(self, candidates: Rows, scores: Floats, k: int) -> list[tuple[int, float]]:
+        keep = scores > -1
+        candidates, scores = candidates[keep], scores[keep]
+        if len(scores) > k:  # the k best, and any tied with the last (lowest rows win)
+            best = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
+            candidates, scores = candidates[best], scores[best]
+        order = np.lexsort((candidates, -scores))[:k]
+        return [(int(self.base.rows[candidates[i]]), float(scores[i])) for i in order]
+
+    def _search_delta(self, keys: list[int], weights: Floats, k: int
+                      ) -> list[tuple[int, float]]:
+        if not len(self.rows):
+            return []
+        wanted = np.array(keys, np.uint64)
+        hit = np.isin(self.keys, wanted)
+        if not hit.any():
+            return []
+        order = np.argsort(wanted)
+        term = order[np.searchsorted(wanted[order], self.keys[hit])]
+        part = weights[term] * self.base.saturation(self.freqs[hit], self.lengths[hit])
+        rows, where = np.unique(self.rows[hit], return_inverse=True)
+        scores = np.bincount(where, weights=part)
+        best = np.lexsort((rows, -scores))[:k]
+        return [(int(rows[i]), float(scores[i])) for i in best]
+
+
+def _within(docs: npt.NDArray[Any], sorted_rows: Rows) -> npt.NDArray[np.bool_]:
+    """Which of ``docs`` are in ``sorted_rows`` (ascending)."""
+    if not len(sorted_rows):
+        return np.zeros(len(docs), bool)
+    at = np.minimum(np.searchsorted(sorted_rows, docs), len(sorted_rows) - 1)
+    return np.asarray(sorted_rows[at] == docs, dtype=bool)
+
+
+def load(path: Path, size: int | None = None) -> KeywordBase | None:
+    """The base at ``path`` if it is there and sound (of ``size`` bytes if given), else
+    None with a warning: keyword search then asks FTS5."""
+    try:
+        if size is not None and path.stat().st_size != size:
+            raise ValueError(f"{path} has the wrong size")
+        return KeywordBase.load(path)
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+        log.warning("the keyword index %s cannot be read (%s); keyword search uses FTS5 "
+                    "until `isotope compact` makes it again", path, exc)
+        return None
+
+
+def row_texts(conn: sqlite3.Connection, kind: str, columns: Sequence[str], rows: list[int]
+              ) -> dict[int, Counter[str]]:
+    """The term frequencies of rows of ``kind`` (their indexed columns, read from the
+    table as FTS5 reads them)."""
+    found: dict[int, Counter[str]] = {}
+    for start in range(0, len(rows), 500):
+        part = rows[start : start + 500]
+        marks = ",".join("?" * len(part))
+        cols = " || ' ' || ".join(f"coalesce({c}, '')" for c in columns)
+        got = conn.execute(f"SELECT rowid, {cols} FROM {kind} WHERE rowid IN ({marks})",
+                           part).fetchall()
+        for (rowid, _), terms in zip(got, TOKENIZER.texts([t for _, t in got]), strict=True):
+            found[int(rowid)] = terms
+    return found
+

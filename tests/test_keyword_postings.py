@@ -1,0 +1,149 @@
+"""Keyword search from saved postings (what large atoms and chunks get; forced on here at
+small sizes): the same ranking and scores as FTS5's bm25, rows written or deleted since
+the last compaction counted at once, and a lost postings file costing speed, never
+results. Real store, real embedder, the fake model's replies."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from isotope import Isotope
+from isotope.embedders import Embedder
+from isotope.stores import KINDS
+
+from conftest import FakeLLM
+
+TOPICS = ["billing", "routing", "login", "search", "reports", "alerts", "backups", "metrics",
+          "caching", "queues", "storage", "email", "payments", "invoices", "tickets"]
+QUERIES = ["billing service started", "alerts channel ops", "servers Oslo data centre",
+           "invoices team", "which service runs on 7 servers", "payments payment paid",
+           "started 2003", "queues storage caching"]
+
+
+def _docs(folder: Path) -> Path:
+    folder.mkdir(exist_ok=True)
+    for n, topic in enumerate(TOPICS):
+        (folder / f"{topic}.md").write_text(
+            f"# The {topic} service\n\nThe {topic} service was started in {2000 + n} by "
+            f"team {n}. It runs on {n + 2} servers in the Oslo data centre"
+            + " and the Bergen one" * (n % 3) + f".\n\nAlerts for {topic} go to channel "
+            f"{topic}-ops. {'Payments are paid daily. ' * (n % 4)}\n")
+    return folder
+
+
+def _open(index: Path, embedder: Embedder, **settings: object) -> Isotope:
+    return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False, **settings)
+
+
+def _fts5(iso: Isotope, kind: str, query: str, k: int) -> list[tuple[int, float]]:
+    """The store's FTS5 ranking, asked directly."""
+    words = dict.fromkeys(query.lower().split())
+    match = " OR ".join(f'"{w}"' for w in words)
+    return [(r, -s) for r, s in iso.store._conn().execute(  # type: ignore[attr-defined]
+        f"SELECT rowid, bm25({kind}_fts) FROM {kind}_fts WHERE {kind}_fts MATCH ? "
+        f"ORDER BY bm25({kind}_fts), rowid LIMIT ?", (match, k)).fetchall()]
+
+
+def _postings(iso: Isotope, kind: str, query: str, k: int) -> list[tuple[int, float]]:
+    layer = iso.store._vectors.keywords(kind)  # type: ignore[attr-defined]
+    assert layer is not None, f"{kind} has no saved postings"
+    found = layer.search(list(dict.fromkeys(query.lower().split())), k)
+    assert found is not None
+    return found
+
+
+def _same(found: list[tuple[int, float]], expected: list[tuple[int, float]]) -> None:
+    assert [r for r, _ in found] == [r for r, _ in expected]
+    assert [round(s, 9) for _, s in found] == [round(s, 9) for _, s in expected]
+
+
+def test_postings_rank_as_fts5_and_follow_writes_at_once(tmp_path: Path,
+                                                         embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
+        iso.ingest(docs)
+        iso.compact()
+        bases = iso.store.get_meta("vectors")
+        assert all(bases[kind].get("keywords") for kind in KINDS)
+        for kind in KINDS:
+            for query in QUERIES:
+                _same(_postings(iso, kind, query, 5), _fts5(iso, kind, query, 5))
+        # written since the compaction: found at once, deleted: gone at once
+        (docs / "radar.md").write_text("# Radar\n\nThe radar service watches the Oslo "
+                                       "data centre.\n")
+        iso.ingest(docs / "radar.md")
+        iso.delete(docs / "billing.md")
+        for mode in ("atoms-bm25", "chunks-bm25", "questions-bm25"):
+            found = [Path(r.chunk.source).stem
+                     for r in iso.search("radar service Oslo", k=20, mode=mode).results]
+            assert found[0] == "radar", mode
+            assert "billing" not in [
+                Path(r.chunk.source).stem
+                for r in iso.search("billing service", k=20, mode=mode).results]
+        # a new process reads the saved postings and the log after them
+        with _open(tmp_path / "index", embedder) as other:
+            assert Path(other.search("radar", k=1, mode="chunks-bm25").results[0]
+                        .chunk.source).stem == "radar"
+        # folded in by the next compaction: FTS5's ranking again, to the last digit
+        iso.compact()
+        for kind in KINDS:
+            for query in [*QUERIES, "radar watches"]:
+                _same(_postings(iso, kind, query, 10), _fts5(iso, kind, query, 10))
+        assert iso.check() == []
+
+
+def test_hybrid_gives_the_same_results_from_postings_and_fts5(tmp_path: Path,
+                                                              embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    results = {}
+    for policy in ("postings", "fts5"):
+        with _open(tmp_path / policy, embedder, keyword_index=policy) as iso:
+            iso.ingest(docs)
+            iso.compact()
+            results[policy] = [
+                [(r.chunk.source, round(r.score, 5))
+                 for r in iso.search(q, k=5, mode="hybrid").results]
+                for q in QUERIES]
+    assert results["postings"] == results["fts5"]
+
+
+def test_lost_postings_fall_back_to_fts5_and_compact_makes_them_again(
+        tmp_path: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
+        iso.ingest(docs)
+        iso.compact()
+        before = [r.chunk.id for r in iso.search("payments paid", k=5,
+                                                 mode="chunks-bm25").results]
+        tag = iso.store.get_meta("vectors")["chunks"]["tag"]
+    path = tmp_path / "index" / "vectors" / f"{tag}.keywords"
+    path.write_bytes(path.read_bytes()[:100])  # cut
+    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
+        with caplog.at_level(logging.WARNING):
+            after = [r.chunk.id for r in iso.search("payments paid", k=5,
+                                                    mode="chunks-bm25").results]
+        assert after == before
+        assert "keyword index" in caplog.text and "FTS5" in caplog.text
+        problems = iso.check()
+        assert any("keyword postings" in p and "isotope compact" in p for p in problems)
+        iso.compact()
+        assert iso.check() == []
+        assert iso.store._vectors.keywords("chunks") is not None  # type: ignore[attr-defined]
+
+
+def test_common_words_rank_as_fts5_and_split_words_go_to_fts5(tmp_path: Path,
+                                                               embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
+        iso.ingest(docs)
+        iso.compact()
+        # "service" is in every chunk (FTS5's floor idf): all of them, ranked by length
+        _same(_postings(iso, "chunks", "service the", 20), _fts5(iso, "chunks", "service the", 20))
+        # a word FTS5 splits in two terms is a phrase: FTS5 answers it
+        layer = iso.store._vectors.keywords("chunks")  # type: ignore[attr-defined]
+        assert layer.search(["billing_ops"], 5) is None
+        found = iso.search("billing-ops billing_ops", k=3, mode="chunks-bm25").results
+        assert Path(found[0].chunk.source).stem == "billing"
