@@ -270,3 +270,22 @@ def test_an_hnsw_file_of_the_wrong_size_is_never_mapped(tmp_path: Path, embedder
             iso.search("When was the billing service started?", mode="questions-dense")
         assert iso.repair().problems == []
         assert _sources(iso, "When was the billing service started?", k=1) == ["billing"]
+
+
+def test_replaced_vector_files_go_once_retired(tmp_path: Path, embedder: Embedder,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = _docs(tmp_path / "docs")
+    folder = tmp_path / "index" / "vectors"
+    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
+        iso.ingest(docs)
+        iso.compact()
+        first = set(p.name for p in folder.iterdir())
+        iso.compact()
+    # kept a while for readers that read the old names just before
+    assert first <= set(p.name for p in folder.iterdir())
+    monkeypatch.setattr(sqlite_vectors, "RETIRE_AFTER", 0.0)
+    with _open(tmp_path / "index", embedder) as iso:  # a writer tidies when it opens
+        assert not first & set(p.name for p in folder.iterdir())
+        assert _sources(iso, "Who started billing?", k=1) == ["billing"]
+        assert _sources(iso, "billing", k=1, mode="chunks-bm25") == ["billing"]
+        assert iso.check() == []

@@ -102,6 +102,11 @@ class SQLiteStore(Store):
             )
         if not self.read_only and self.get_meta("state") is None:
             self.set_meta("state", uuid.uuid4().hex)
+        if not self.read_only:
+            try:  # replaced vector files past their retirement, a crash's leftovers
+                self._vectors.remove_stale()
+            except OSError:
+                log.info("tidying %s failed", self.directory / "vectors", exc_info=True)
 
     # -- connections -------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:

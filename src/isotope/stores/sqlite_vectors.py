@@ -368,18 +368,22 @@ class VectorStore:
 
     def remove_stale(self, older_than: float | None = None) -> None:
         """Delete files the meta does not name (a crash's leftovers, files of schema 4 and
-        before) once they are ``older_than`` seconds old: a younger one may belong to a
-        compaction about to name it."""
-        named = {str(info["tag"]) for info in self.bases().values()}
-        named |= set(self._meta(RETIRED) or {})
-        older_than = STALE_AFTER if older_than is None else older_than
+        before, replaced bases past their retirement) once they are ``older_than`` seconds
+        old: a younger one may belong to a compaction about to name it."""
         now = time.time()
+        named = {str(info["tag"]) for info in self.bases().values()}
+        # replaced bases are kept RETIRE_AFTER seconds for readers that just read their name
+        retired = {tag: now - float(when) for tag, when in (self._meta(RETIRED) or {}).items()}
+        named |= {tag for tag, age in retired.items() if age < RETIRE_AFTER}
+        expired = {tag for tag, age in retired.items() if age >= RETIRE_AFTER}
+        older_than = STALE_AFTER if older_than is None else older_than
         for path in self.folder.glob("*"):
             try:
                 old = now - path.stat().st_mtime >= older_than
             except OSError:
                 continue
-            if old and path.name.split(".", 1)[0] not in named:
+            tag = path.name.split(".", 1)[0]
+            if tag in expired or (old and tag not in named):
                 path.unlink(missing_ok=True)
 
     def remove_old_cache(self) -> None:
