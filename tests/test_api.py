@@ -119,7 +119,7 @@ def test_delete_sources_and_status(iso: Isotope, examples: Path) -> None:
     assert status.embedding["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert status.embedding["dim"] == 384
     assert status.disk_bytes and status.disk_bytes > 0
-    assert status.schema_version == 5
+    assert status.schema_version == 6
     iso.delete(examples / "faq.html")
     assert iso.status().counts["sources"] == 3
     assert all("faq" not in r.chunk.source for r in iso.search("Orbit R2 battery", k=5).results)
@@ -285,7 +285,7 @@ def test_equal_chunks_and_repeated_questions_are_stored_once_each(
         assert iso.status().counts["questions"] == 2
 
 
-def test_a_language_model_failure_skips_that_file_only(
+def test_a_language_model_failure_leaves_that_file_waiting_for_questions_only(
     tmp_path: Path, embedder: Embedder, examples: Path
 ) -> None:
     from isotope.errors import ProviderError
@@ -300,7 +300,12 @@ def test_a_language_model_failure_skips_that_file_only(
         report = iso.ingest(examples)
         assert [Path(e.path).name for e in report.errors] == ["faq.html"]
         assert "language model failed" in report.errors[0].message
-        assert len(report.added) == 3
+        # every file is stored and searchable; only the failing one waits for questions
+        assert len(report.added) == 4 and report.waiting_chunks >= 1
+        waiting = {Path(i.source.uri).name: i.pending for i in iso.sources()}
+        assert waiting["faq.html"] >= 1 and sum(waiting.values()) == waiting["faq.html"]
+        top = iso.search("Orbit R2 FAQ", k=1, mode="chunks-bm25").results[0]
+        assert top.chunk.source.endswith("faq.html")
 
 
 def test_query_transformation_rewrites_keyword_queries(

@@ -115,9 +115,10 @@ def test_a_partly_failed_batch_keeps_its_successes_and_a_rerun_asks_only_for_the
         atoms = report.atoms
         llm.healed = True
         llm.prompts.clear()
-        again = iso.ingest(examples)
-        assert again.replaced == [str((examples / "faq.html").resolve())]
-        assert len(again.unchanged) == 3
+        assert report.waiting_chunks == 1  # that atom's chunk waits for the rest
+        again = iso.ingest(examples)  # every file current: the waiting chunk is enriched
+        assert again.replaced == [] and len(again.unchanged) == 4
+        assert again.enriched_chunks == 1 and again.waiting_chunks == 0
         assert [_statement(p) for p in llm.prompts] == [
             "Replace the HEPA filter of the Orbit R2 every two months."]
         assert again.llm_calls == 1 and again.llm_cache_hits == 5 and not again.failed_atoms

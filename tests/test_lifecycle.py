@@ -325,7 +325,7 @@ def test_an_index_of_an_older_schema_is_migrated_in_place(
     assert sqlite3.connect(tmp_path / "index" / "isotope.db").execute(
         "SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(version),)
     with _open(tmp_path, embedder, FakeLLM()) as iso:
-        assert iso.status().schema_version == 5
+        assert iso.status().schema_version == 6
         assert len(iso.sources()) == 4 and iso.check() == []
         after = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
         assert after == before and after

@@ -26,7 +26,7 @@ from isotope.embedders import Embedder
 from isotope.errors import InvalidArgument, ModelMismatch, SourceNotFound
 from isotope.files import source_path
 from isotope.filters import parse as parse_filters
-from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback
+from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
 from isotope.maintenance import RepairReport, source_state
 from isotope.models import Chunk, QueryResponse, SearchResult, content_hash
 from isotope.providers import LLM
@@ -224,11 +224,16 @@ class Isotope:
         exclude: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
         force: bool = False,
+        questions: Questions = "now",
     ) -> IngestReport:
         """Ingest files and directories. Files that cannot be read are listed in the
         report's ``errors``; the rest are ingested. An unchanged file is skipped (with
         ``force``, it is ingested again, reusing nothing stored); a changed one replaces
         its old chunks, atoms and questions in one transaction.
+
+        Each source is searchable (by its chunks and atoms) as soon as it is stored; its
+        questions are generated after all of them, as enrichment (``questions="now"``), or
+        left for :meth:`enrich` (``"later"``: no language model is called).
 
         A source is named by the path it was reached by, made absolute, with symbolic
         links kept (see :mod:`isotope.files`)."""
@@ -236,8 +241,16 @@ class Isotope:
             paths = [paths]
         with self.store.writer(self.settings.lock_wait):
             return self._pipeline(force=force).ingest_paths(
-                paths, include=include, exclude=exclude, progress=progress
-            )
+                paths, include=include, exclude=exclude, progress=progress,
+                questions=questions)
+
+    def enrich(self, *, progress: ProgressCallback | None = None) -> IngestReport:
+        """Generate the questions of every chunk still waiting for them (ingested with
+        ``questions="later"``, or whose model calls failed). Resumable: interrupted, the
+        next call goes on from the chunks still waiting; answers the cache holds cost
+        nothing. Searches meanwhile use the questions that exist."""
+        with self.store.writer(self.settings.lock_wait):
+            return self._pipeline().enrich(progress=progress)
 
     def sync(
         self,
@@ -247,6 +260,7 @@ class Isotope:
         exclude: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
         force: bool = False,
+        questions: Questions = "now",
     ) -> IngestReport:
         """Make the index match ``paths``: ingest new and changed files (as
         :meth:`ingest`), and remove the sources below these paths whose files were
@@ -262,7 +276,8 @@ class Isotope:
             gone = ([] if self.settings.sync_strategy != "source_aware" else
                     maintenance.deleted_sources(self.store, paths, force=force))
             report = self._pipeline().ingest_paths(
-                paths, include=include, exclude=exclude, progress=progress)
+                paths, include=include, exclude=exclude, progress=progress,
+                questions=questions)
             for uri in gone:
                 self.store.delete_source(uri)
                 report.removed.append(uri)
@@ -274,6 +289,7 @@ class Isotope:
         *,
         source: str | None = None,
         progress: ProgressCallback | None = None,
+        questions: Questions = "now",
     ) -> IngestReport:
         """Ingest ready-made chunks (strings, or :class:`Chunk` objects with a ``source``).
 
@@ -287,7 +303,8 @@ class Isotope:
             source = "chunks-" + content_hash("\x1f".join(c.text for c in items
                                                           if not c.source))[:16]
         with self.store.writer(self.settings.lock_wait):
-            return self._pipeline().ingest_chunks(items, source=source, progress=progress)
+            return self._pipeline().ingest_chunks(items, source=source, progress=progress,
+                                                  questions=questions)
 
     def plan(
         self,
@@ -308,11 +325,12 @@ class Isotope:
         *,
         source: str | None = None,
         progress: ProgressCallback | None = None,
+        questions: Questions = "now",
     ) -> IngestReport:
         """:meth:`ingest_chunks` without blocking the event loop (runs in a worker thread)."""
         items = list(chunks)
         return await asyncio.to_thread(self.ingest_chunks, items, source=source,
-                                       progress=progress)
+                                       progress=progress, questions=questions)
 
     # -- query -------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,

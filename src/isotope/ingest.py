@@ -1,12 +1,13 @@
-"""The ingest pipeline: load -> chunk -> atomize -> generate questions -> embed ->
-filter and dedup -> store. Sources are loaded and atomized one at a time; their questions
-are generated together once enough atoms wait (so many small files keep the model as busy
-as one large one); each source is then stored in one transaction.
+"""The ingest pipeline, in two stages. First load -> chunk -> atomize -> embed -> store,
+one source at a time, each in one transaction: a source is searchable (by its chunks and
+atoms) seconds after its file is read. Then its questions, generated as enrichment
+(``enrichment``): at once in the same run (``questions="now"``) or later by
+``isotope enrich`` (``"later"``).
 
 The pipeline only sequences the stages, each a module of its own: ``discovery`` (which
 files), ``changes`` (what is current, what is reused), ``planning`` (the dry run),
-``windows`` (generation in windows of atoms), ``selection`` (which questions are kept) and
-``assembly`` (one batch for the store)."""
+``enrichment`` (questions, in windows of atoms), ``selection`` (which questions are kept)
+and ``assembly`` (one batch for the store)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -25,6 +27,7 @@ from isotope.atomizers import Atomizer
 from isotope.chunking import chunk_text, section_metadata
 from isotope.discovery import FileError, discover
 from isotope.embedders import Embedder
+from isotope.enrichment import Enricher
 from isotope.errors import IsotopeError, LoaderError, ProviderError
 from isotope.files import read_file
 from isotope.generation import QuestionGenerator
@@ -35,9 +38,11 @@ from isotope.reports import STAGES, IngestPlan, IngestReport, Progress, Progress
 from isotope.selection import select_questions
 from isotope.settings import Settings
 from isotope.stores import Store, StoredChunk
-from isotope.windows import GenerationQueue, windows
 
 log = logging.getLogger(__name__)
+Questions = Literal["now", "later"]
+"""When an ingest generates questions: ``now`` (its second stage, in the same run) or
+``later`` (``isotope enrich``)."""
 
 
 class Pipeline:
@@ -75,22 +80,25 @@ class Pipeline:
         include: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
+        questions: Questions = "now",
     ) -> IngestReport:
         files, skipped, missing = self._discover(paths, include, exclude)
-        report = self.ingest_files(files, progress=progress)
+        report = self.ingest_files(files, progress=progress, questions=questions)
         report.skipped[:0], report.errors[:0] = skipped, missing
         return report
 
     def ingest_files(self, files: dict[Path, Path], *,
-                     progress: ProgressCallback | None = None) -> IngestReport:
+                     progress: ProgressCallback | None = None,
+                     questions: Questions = "now") -> IngestReport:
         """Ingest files, each given with its root (the folder it was found under)."""
         report = IngestReport()
         meter = self._meter()
-        queue = self._queue(report, progress)
         for done, (path, root) in enumerate(files.items()):
             self._notify(progress, "load", str(path), done, len(files), report)
             try:
-                queue.add(self._ingest_file(path, root, report, progress, done, len(files)))
+                work = self._ingest_file(path, root, report, progress, done, len(files))
+                if work is not None:
+                    self._store(work, report, progress)
             except LoaderError as exc:
                 report.errors.append(FileError(exc.path, exc.reason))
                 log.warning("%s", exc)
@@ -99,10 +107,36 @@ class Pipeline:
                     raise
                 report.errors.append(FileError(str(path), f"language model failed: {exc}"))
                 log.warning("%s: %s", path, exc)
-        queue.flush()
+        # the stored sources and the unchanged ones: these may have chunks left waiting
+        self._then(questions, report, progress, [*report.added, *report.replaced,
+                                                 *report.unchanged])
         meter(report)
         self._notify(progress, "done", "", len(files), len(files), report)
         return report
+
+    def enrich(self, report: IngestReport | None = None,
+               progress: ProgressCallback | None = None, *,
+               sources: Sequence[str] | None = None) -> IngestReport:
+        """Generate the questions of the chunks waiting for them (of ``sources`` if
+        given); see :mod:`isotope.enrichment`."""
+        if report is None:
+            report = IngestReport()
+            meter = self._meter()
+            self._enricher().run(report, progress, sources=sources, count_atoms=True)
+            report.waiting_chunks = self._enricher().waiting(sources)
+            meter(report)
+            return report
+        return self._enricher().run(report, progress, sources=sources)
+
+    def _enricher(self) -> Enricher:
+        return Enricher(self.settings, self.store, self.embedder, self.generator, self._select)
+
+    def _then(self, questions: Questions, report: IngestReport,
+              progress: ProgressCallback | None, sources: list[str]) -> None:
+        """The second stage: questions now, or a count of what waits for them."""
+        if questions == "now":
+            self.enrich(report, progress, sources=sources)
+        report.waiting_chunks = self._enricher().waiting(sources)
 
     def ingest_chunks(
         self,
@@ -110,6 +144,7 @@ class Pipeline:
         *,
         source: str = "chunks",
         progress: ProgressCallback | None = None,
+        questions: Questions = "now",
     ) -> IngestReport:
         """Ingest ready-made chunks. Strings become chunks of ``source``; Chunk objects keep
         their own ``source`` (or get ``source`` when theirs is empty). Each source is
@@ -125,14 +160,15 @@ class Pipeline:
                                context=item.context))
         report = IngestReport()
         meter = self._meter()
-        queue = self._queue(report, progress)
         for done, (uri, items) in enumerate(grouped.items()):
             text = "\n\n".join(c.text for c in items)
             src = Source(uri=uri, content_hash=content_hash(text), size=len(text.encode()),
                          loader="chunks")
-            queue.add(self._prepare(src, items, report, progress, done, len(grouped),
-                                    document=text))
-        queue.flush()
+            work = self._prepare(src, items, report, progress, done, len(grouped),
+                                 document=text)
+            if work is not None:
+                self._store(work, report, progress)
+        self._then(questions, report, progress, list(grouped))
         meter(report)
         self._notify(progress, "done", "", len(grouped), len(grouped), report)
         return report
@@ -191,13 +227,6 @@ class Pipeline:
                   ) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
         return discover(paths, self.settings.include if include is None else include,
                         self.settings.exclude if exclude is None else exclude)
-
-    def _queue(self, report: IngestReport,
-               progress: ProgressCallback | None) -> GenerationQueue:
-        return GenerationQueue(
-            report, lambda: self.generator().window(self.settings.llm_concurrency),
-            lambda works, window: self._generate(works, window, report, progress),
-            lambda work: self._store(work, report, progress))
 
     def _ingest_file(
         self, path: Path, root: Path, report: IngestReport, progress: ProgressCallback | None,
@@ -284,7 +313,7 @@ class Pipeline:
                  for a in reused[i].atoms] if i in reused else next(atomized)
                 for i, chunk in enumerate(chunks)
             ]
-        self._notify(progress, "generate", source.uri, done, total, report)
+        self._notify(progress, "embed", source.uri, done, total, report)
         return Work(source, chunks, atoms_per_chunk, existing is not None, done, total,
                     reused, failed_chunks=failed_contexts, failed_contexts=len(failed_contexts),
                     replaces=existing.uri if existing and existing.uri != source.uri else None)
@@ -315,43 +344,23 @@ class Pipeline:
                 report.contexts += 1
         return failed
 
-    def _generate(self, works: list[Work], window: int, report: IngestReport,
-                  progress: ProgressCallback | None) -> None:
-        """Questions for the atoms of several sources: their chunks go to the model
-        together, in windows of about ``window`` atoms (see
-        :meth:`QuestionGenerator.window`), progress reported after each."""
-        generator = self.generator()
-        todo = [(w, i, chunk, atoms) for w in works
-                for i, (chunk, atoms) in enumerate(zip(w.chunks, w.atoms, strict=True))
-                if i not in w.reused]
-        for start, end in windows([len(t[3]) for t in todo], window):
-            part = todo[start:end]
-            with Timer(report, "generate"):
-                results = generator.generate_many([(c, a) for _, _, c, a in part])
-            for (work, i, _, atoms), result in zip(part, results, strict=True):
-                work.questions[i] = result.questions
-                for j, why in sorted(result.failed.items()):
-                    work.failed += 1
-                    work.failed_chunks.add(i)
-                    report.failed_atoms.append(
-                        FileError(work.source.uri, f"atom {atoms[j].text[:60]!r}: {why}"))
-                report.atoms += len(atoms)
-                report.questions_generated += sum(len(q) for q in result.questions)
-            last = part[-1][0]
-            self._notify(progress, "generate", last.source.uri, last.done, last.total, report)
-
     def _store(self, work: Work, report: IngestReport,
                progress: ProgressCallback | None) -> None:
-        """Embed, filter and store one source in one transaction. Reused chunks bring
-        their stored atoms, questions and vectors; only the others are embedded."""
+        """Embed and store one source in one transaction, its fresh chunks waiting for
+        their questions. Reused chunks bring their stored atoms, questions and vectors;
+        only the others are embedded."""
         work.mark_incomplete()
         chunks = work.chunks
+        for i in work.fresh:  # (questions come as enrichment)
+            work.questions.setdefault(i, [[] for _ in work.atoms[i]])
+        report.atoms += len(work.fresh_atoms())
         with Timer(report, "embed"):
             vectors = self.embedder.embed(
                 [contextual.search_text(chunks[i]) for i in work.fresh]
                 + [a.text for a in work.fresh_atoms()] + [q.text for q in work.candidates()])
         assembled = assemble(work, vectors, self._select)
-        batch = assembled.batch
+        batch = dataclasses.replace(
+            assembled.batch, pending={chunks[i].id for i in work.fresh if work.atoms[i]})
         report.questions_dropped += assembled.dropped
         report.questions += len(batch.questions)
         work.source.ingested_at = datetime.now(UTC)

@@ -121,6 +121,9 @@ class SearchResult(_Record):
     cosine similarity of its best match, clipped at 0."""
     chunk: Chunk
     matched_questions: list[MatchedQuestion] = Field(default_factory=list)
+    has_questions: bool = True
+    """False while the chunk waits for its generated questions (``isotope enrich``): it
+    is found by its text and atoms only."""
 
 
 Action = Literal["deliver", "query_more", "refine_query"]

@@ -49,6 +49,11 @@ class IngestReport:
     """Texts the embedding model embedded (cache hits excluded; 0 when the cache is off)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    enriched_chunks: int = 0
+    """Chunks that got their questions (the enrichment stage, or ``isotope enrich``)."""
+    waiting_chunks: int = 0
+    """Chunks still waiting for their questions when the run ended (``--questions later``,
+    or atoms the model failed on: ``isotope enrich`` generates them)."""
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
 
     @property

@@ -8,6 +8,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -125,16 +126,26 @@ def signal(store: Store, mode: str, query: str, vector: Vectors, pool: int,
 
 
 def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
-         method: Fusion = "zscore") -> list[tuple[str, float]]:
+         method: Fusion = "zscore", waiting: AbstractSet[str] = frozenset()
+         ) -> list[tuple[str, float]]:
     """Fused chunk scores, best first. ``zscore``: each signal's scores are standardised
     over its candidates and the weighted standard scores summed (a chunk a signal did not
-    find counts as that signal's lowest); ``rrf``: reciprocal rank fusion, k=60."""
+    find counts as that signal's lowest); ``rrf``: reciprocal rank fusion, k=60.
+
+    Chunks ``waiting`` for their questions are scored by the other signals alone, scaled
+    up to the whole weight (the question signals could not find them: they are neither
+    rewarded nor penalised for it)."""
     chunks = {c.chunk_id for found in signals.values() for c in found}
     fused = dict.fromkeys(chunks, 0.0)
+    total = applied = 0.0  # the weight of the signals used, and of those without questions
     for name, found in signals.items():
         weight = weights.get(name, 0.0)
         if not found or not weight:
             continue
+        total += weight
+        asks_questions = name.startswith("questions")
+        applied += 0.0 if asks_questions else weight
+        scored = [c for c in chunks if not (asks_questions and c in waiting)]
         if method == "rrf":
             for rank, candidate in enumerate(found, start=1):
                 fused[candidate.chunk_id] += weight / (60 + rank)
@@ -144,8 +155,11 @@ def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
         spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
         floor = (min(values) - mean) / spread
         seen = {c.chunk_id: (c.score - mean) / spread for c in found}
-        for chunk_id in chunks:
+        for chunk_id in scored:
             fused[chunk_id] += weight * seen.get(chunk_id, floor)
+    if waiting and applied:
+        for chunk_id in waiting & chunks:
+            fused[chunk_id] *= total / applied
     return sorted(fused.items(), key=lambda item: -item[1])
 
 
@@ -198,6 +212,7 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
     with store.snapshot():
         scored, chunks = _ranked(store, query, vector, k, mode, alpha, weights, fusion,
                                  aggregate, pool, filters)
+        waiting = store.without_questions(list(chunks))
     results = [
         SearchResult(
             rank=rank,
@@ -207,6 +222,7 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
                 MatchedQuestion(text=h.text, score=round(h.score, 6), atom=h.atom)
                 for h in hits if h.kind == "questions"
             ],
+            has_questions=chunk_id not in waiting,
         )
         for rank, (chunk_id, score, hits) in enumerate(scored, start=1)
         if chunk_id in chunks
@@ -231,7 +247,9 @@ def _ranked(
         used = {m: w for m, w in signal_weights(alpha, weights).items() if w}
         found = {m: signal(store, m, query, vector, max(pool, k), aggregate, filters)
                  for m in used}
-        ranked = fuse(found, used, fusion)[:k]
+        waiting = store.without_questions(
+            list({c.chunk_id for candidates in found.values() for c in candidates}))
+        ranked = fuse(found, used, fusion, waiting)[:k]
         hits_of: dict[str, list[Hit]] = {}
         for name in sorted(found, key=lambda m: not m.startswith("questions")):
             for candidate in found[name]:

@@ -1,4 +1,5 @@
-"""``isotope ingest`` and ``isotope sync``, with their progress and reports."""
+"""``isotope ingest``, ``isotope sync`` and ``isotope enrich``, with their progress and
+reports."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from isotope.cli.shell import (
     JsonOpt,
     PlainOpt,
     ProjectOpt,
+    QuestionsOpt,
     WaitOpt,
     app,
     open_index,
@@ -31,8 +33,9 @@ def ingest(
     project: ProjectOpt = None,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
+    questions: QuestionsOpt = "now",
     questions_per_atom: Annotated[int | None, typer.Option(
-        "--questions", "-n", help="Questions per atom.")] = None,
+        "--questions-per-atom", "-n", help="Questions per atom.")] = None,
     generation: Annotated[str | None, typer.Option(
         "--generation", help="atom (one model call per atom), chunk (one per chunk) or "
         "batched (local model, parallel sequences).")] = None,
@@ -46,11 +49,14 @@ def ingest(
     wait: WaitOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest files and directories: chunk, atomize, generate questions, embed, store.
+    """Ingest files and directories: chunk, atomize, embed and store each (searchable at
+    once), then generate questions as enrichment (--questions later: `isotope enrich`).
     Unchanged files are skipped; a changed file is replaced, keeping its unchanged chunks."""
     from dataclasses import asdict
 
     with errors():
+        when, per_atom = _questions(questions)
+        questions_per_atom = questions_per_atom or per_atom
         iso = open_index(index, project, create=True, questions_per_atom=questions_per_atom,
                     generation=generation, lock_wait=wait, chunk_context=chunk_context)
         with iso:
@@ -61,8 +67,8 @@ def ingest(
                 else:
                     print_plan(plan)
                 return
-            report = _ingest_with_progress(partial(iso.ingest, force=force), paths, include,
-                                           exclude, plain, as_json)
+            report = _ingest_with_progress(partial(iso.ingest, force=force, questions=when),
+                                           paths, include, exclude, plain, as_json)
     _finish_ingest(report, as_json)
 
 
@@ -77,6 +83,7 @@ def sync(
         "--force", help="Remove the sources of deleted files even when that is all or most "
         "of a folder's sources (refused otherwise: an unmounted folder looks like that).")
     ] = False,
+    questions: QuestionsOpt = "now",
     plain: PlainOpt = False,
     wait: WaitOpt = None,
     as_json: JsonOpt = False,
@@ -84,26 +91,67 @@ def sync(
     """Make the index match these paths: ingest new and changed files, and remove the
     sources whose files were deleted (with sync_strategy=source_aware, the default).
     A sync that would remove all or most of a folder's sources refuses without --force."""
-    with errors(), open_index(index, project, create=True, lock_wait=wait) as iso:
-        report = _ingest_with_progress(partial(iso.sync, force=force), paths, include,
-                                       exclude, plain, as_json)
+    with errors():
+        when, _ = _questions(questions)
+        with open_index(index, project, create=True, lock_wait=wait) as iso:
+            report = _ingest_with_progress(partial(iso.sync, force=force, questions=when),
+                                           paths, include, exclude, plain, as_json)
     _finish_ingest(report, as_json)
+
+
+@app.command()
+def enrich(
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    plain: PlainOpt = False,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate the questions of the chunks still waiting for them (ingested with
+    --questions later, or whose model calls failed). Interrupt it at any time: the next
+    run goes on from the chunks still waiting, and the cache answers what was generated."""
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        report = _with_progress(lambda progress: iso.enrich(progress=progress), plain,
+                                as_json)
+    _finish_ingest(report, as_json)
+
+
+QuestionsWhen = ("now", "later")
+
+
+def _questions(value: str) -> tuple[Any, int | None]:
+    """``--questions``: when (now, later), or a number (questions per atom, as before)."""
+    if value.isdigit():
+        return "now", int(value)
+    if value not in QuestionsWhen:
+        from isotope.errors import InvalidArgument
+
+        raise InvalidArgument(f"--questions {value!r}: use now (generate them in this run) "
+                              "or later (isotope enrich)")
+    return value, None
 
 
 def _ingest_with_progress(run: Callable[..., Any], paths: list[Path], include: Any,
                           exclude: Any, plain: bool, as_json: bool) -> Any:
+    return _with_progress(
+        lambda progress: run(paths, include=include, exclude=exclude, progress=progress),
+        plain, as_json)
+
+
+def _with_progress(run: Callable[[Any], Any], plain: bool, as_json: bool) -> Any:
+    """``run(progress callback or None)``: a bar on a terminal, lines with --plain."""
     from isotope.ingest import Progress
 
     if plain and not as_json:
         def progress_cb(p: Progress) -> None:
-            if p.stage in ("load", "store") and p.source:
-                err.print(f"[{p.sources_done}/{p.sources_total}] {p.stage} {p.source} "
+            if p.stage in ("load", "store", "generate") and p.source:
+                unit = "chunks" if p.stage == "generate" else "sources"
+                err.print(f"[{p.sources_done}/{p.sources_total} {unit}] {p.stage} {p.source} "
                           f"chunks={p.chunks} atoms={p.atoms} questions={p.questions}")
-        return run(paths, include=include, exclude=exclude, progress=progress_cb)
+        return run(progress_cb)
     if as_json or not err.is_terminal:
-        return run(paths, include=include, exclude=exclude)
-    return with_bar(lambda update: run(paths, include=include, exclude=exclude,
-                                        progress=update))
+        return run(None)
+    return with_bar(run)
 
 
 def _finish_ingest(report: Any, as_json: bool) -> None:
@@ -184,6 +232,11 @@ def print_report(report: Any) -> None:
         err.print(labelled("no context:", "yellow", f"{failed.path}: {failed.message}"))
     for failed in report.failed_atoms[:10]:
         err.print(labelled("no questions:", "yellow", f"{failed.path}: {failed.message}"))
+    if report.enriched_chunks or report.waiting_chunks:
+        out.print(f"questions: {report.enriched_chunks} chunk(s) enriched, "
+                  f"{report.waiting_chunks} waiting"
+                  + (" (`isotope enrich` generates them; searches use the chunks and atoms "
+                     "meanwhile)" if report.waiting_chunks else ""))
     if report.failed_atoms:
-        err.print(f"{len(report.failed_atoms)} atom(s) got no questions; run the same ingest "
-                  "again to retry only those")
+        err.print(f"{len(report.failed_atoms)} atom(s) got no questions; `isotope enrich` "
+                  "(or the same ingest) retries only those")

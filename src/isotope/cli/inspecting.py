@@ -24,24 +24,30 @@ def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
     if as_json:
         print_json([
             {**i.source.model_dump(mode="json"), "state": i.state, "chunks": i.chunks,
-             "atoms": i.atoms, "questions": i.questions} for i in infos
+             "atoms": i.atoms, "questions": i.questions, "chunks_waiting": i.pending}
+            for i in infos
         ])
         return
     if not infos:
         out.print("the index has no sources")
         return
     stale = sum(i.state in ("changed", "missing") for i in infos)
-    table = Table("status", "type", "chunks", "questions", "ingested")
+    table = Table("status", "type", "chunks", "questions", "waiting", "ingested")
     table.columns.insert(0, Column("source", overflow="fold"))
     labels = {"changed": Text("changed on disk", "yellow"), "missing": Text("missing", "red"),
               "incomplete": Text("incomplete", "yellow")}
     for i in infos:
         table.add_row(display(i.source.uri), labels.get(i.state, i.state or "-"),
                       i.source.loader, str(i.chunks),
-                      str(i.questions),
+                      str(i.questions), str(i.pending) if i.pending else "-",
                       i.source.ingested_at.strftime("%Y-%m-%d") if i.source.ingested_at
                       else "")
     out.print(table)
+    waiting = sum(i.pending for i in infos)
+    if waiting:
+        out.print(f"{waiting} chunk(s) of {sum(bool(i.pending) for i in infos)} source(s) "
+                  "wait for their questions (searchable by text and atoms meanwhile); "
+                  "`isotope enrich` generates them")
     if stale:
         out.print(f"{stale} source(s) differ from their files; `isotope sync DIR` updates them")
 

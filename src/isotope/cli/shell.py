@@ -43,6 +43,10 @@ ContextOpt = Annotated[bool | None, typer.Option(
     "--chunk-context/--no-chunk-context", help="Contextual enrichment: the model situates "
     "each chunk in its document, and the chunk is searched with that context (one model "
     "call per chunk; saved in a new index's settings).")]
+QuestionsOpt = Annotated[str, typer.Option(
+    "--questions", metavar="now|later",
+    help="When questions are generated: now (after every source is stored and searchable, "
+    "in this run) or later (`isotope enrich`; no language model is called now).")]
 PlainOpt = Annotated[bool, typer.Option(
     "--plain", help="Print one line per file instead of a progress bar.")]
 

@@ -36,7 +36,7 @@ from isotope.models import Atom, Chunk, Question, Source
 
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 @dataclass
@@ -57,6 +57,29 @@ class SourceBatch:
     replaces: str | None = None
     """Another source this one takes the place of (the same file stored under its resolved
     path by an older isotope): removed in the same transaction."""
+    pending: set[str] = field(default_factory=set)
+    """Chunks (ids) stored before their questions: :meth:`Store.pending_chunks` lists them
+    until :meth:`Store.add_questions` completes them."""
+
+
+@dataclass
+class PendingChunk:
+    """A stored chunk waiting for its questions, with what generating them needs."""
+
+    chunk: Chunk
+    atoms: list[Atom]
+    atom_vectors: Vectors
+
+
+@dataclass
+class ChunkQuestions:
+    """The questions generated for one stored chunk (replacing any it had), with their
+    vectors; ``complete`` False leaves the chunk waiting (some atoms failed)."""
+
+    chunk_id: str
+    questions: list[Question]
+    vectors: Vectors
+    complete: bool = True
 
 
 @dataclass
@@ -104,6 +127,8 @@ class SourceInfo:
     questions: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     state: str = ""
+    pending: int = 0
+    """Chunks still waiting for their questions (``isotope enrich``)."""
     """``current``, ``changed``, ``missing`` or ``incomplete`` (``Isotope.sources``)."""
 
 
@@ -160,6 +185,21 @@ class Store(ABC):
     @abstractmethod
     def counts(self) -> dict[str, int]:
         """Numbers of sources, chunks, atoms and questions."""
+
+    @abstractmethod
+    def pending_chunks(self, limit: int, *, after: str | None = None,
+                       sources: Sequence[str] | None = None) -> list[PendingChunk]:
+        """Up to ``limit`` chunks waiting for their questions (of ``sources`` if given),
+        in a stable order, starting after the chunk ``after`` (for paging)."""
+
+    @abstractmethod
+    def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
+        """Store generated questions for stored chunks in one transaction, each chunk's
+        replacing the ones it had; chunks no longer stored are skipped."""
+
+    def without_questions(self, chunk_ids: Sequence[str]) -> set[str]:
+        """Which of these chunks are still waiting for their questions. Default: none."""
+        return set()
 
     @abstractmethod
     def get_meta(self, key: str) -> Any: ...

@@ -34,9 +34,11 @@ from isotope.models import Atom, Chunk, Question, Source, content_hash
 from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,
+    ChunkQuestions,
     Hit,
     Inspection,
     Kind,
+    PendingChunk,
     SourceBatch,
     SourceInfo,
     Store,
@@ -231,10 +233,10 @@ class SQLiteStore(Store):
             hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
             conn.executemany(
                 'INSERT INTO chunks(rowid, id, source, idx, start, "end", text, metadata, '
-                "vector, hash, context) VALUES (?, ?, ?, ?, ?, ?, ?, ?, X'', ?, ?)",
+                "vector, hash, context, enriched) VALUES (?, ?, ?, ?, ?, ?, ?, ?, X'', ?, ?, ?)",
                 [
                     (r, c.id, source.uri, c.index, c.start, c.end, c.text,
-                     json.dumps(c.metadata), h, c.context)
+                     json.dumps(c.metadata), h, c.context, int(c.id not in batch.pending))
                     for r, c, h in zip(chunk_rows, batch.chunks, hashes, strict=True)
                 ],
             )
@@ -261,6 +263,78 @@ class SQLiteStore(Store):
                                       strict=True))],
             )
         self._after_write()
+
+    @guarded
+    def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
+        with self._write() as conn:
+            for item in done:
+                found = conn.execute("SELECT rowid, source FROM chunks WHERE id = ?",
+                                     (item.chunk_id,)).fetchone()
+                if found is None:  # replaced or deleted meanwhile
+                    continue
+                chunk_row, uri = found
+                had = conn.execute("DELETE FROM questions WHERE chunk_id = ?",
+                                   (item.chunk_id,)).rowcount
+                rows = self._next_rowids(conn, "questions", len(item.questions))
+                conn.executemany(
+                    "INSERT INTO questions(rowid, id, atom_id, chunk_id, text, vector) "
+                    "VALUES (?, ?, ?, ?, ?, X'')",
+                    [(r, q.id, q.atom_id, item.chunk_id, q.text)
+                     for r, q in zip(rows, item.questions, strict=True)])
+                conn.executemany(
+                    "INSERT INTO vector_log(kind, item, grp, vector) VALUES (?, ?, ?, ?)",
+                    [("questions", r, chunk_row, _blob(v))
+                     for r, v in zip(rows, item.vectors, strict=True)])
+                conn.execute("UPDATE chunks SET enriched = ? WHERE rowid = ?",
+                             (int(item.complete), chunk_row))
+                conn.execute(  # what the source holds, for `check`
+                    "UPDATE sources SET counts = json_set(counts, '$[2]', "
+                    "json_extract(counts, '$[2]') + ?) WHERE uri = ? AND counts IS NOT NULL",
+                    (len(rows) - had, uri))
+        self._after_write()
+
+    @guarded
+    def pending_chunks(self, limit: int, *, after: str | None = None,
+                       sources: Sequence[str] | None = None) -> list[PendingChunk]:
+        sql, params = "SELECT id FROM chunks WHERE enriched = 0", list[Any]()
+        if sources is not None:
+            if not sources:
+                return []
+            sql += f" AND source IN ({','.join('?' * len(sources))})"
+            params += list(sources)
+        if after is not None:
+            sql += " AND id > ?"
+            params.append(after)
+        with self.snapshot():
+            conn = self._conn()
+            ids = [r[0] for r in conn.execute(f"{sql} ORDER BY id LIMIT ?", (*params, limit))]
+            chunks = self.get_chunks(ids)
+            marks = ",".join("?" * len(ids))
+            atoms = conn.execute(
+                f'SELECT rowid, id, chunk_id, idx, start, "end", text FROM atoms '
+                f"WHERE chunk_id IN ({marks}) ORDER BY chunk_id, idx", ids).fetchall()
+            vectors = self._vectors_of("atoms", [a[0] for a in atoms])
+        by_chunk: dict[str, list[tuple[Any, ...]]] = {}
+        for atom in atoms:
+            by_chunk.setdefault(atom[2], []).append(atom)
+        found = []
+        for chunk_id in ids:
+            own = [a for a in by_chunk.get(chunk_id, []) if a[0] in vectors]
+            found.append(PendingChunk(
+                chunk=chunks[chunk_id],
+                atoms=[Atom(id=a[1], chunk_id=a[2], index=a[3], start=a[4], end=a[5],
+                            text=a[6]) for a in own],
+                atom_vectors=_stack([vectors[a[0]] for a in own])))
+        return found
+
+    @guarded
+    def without_questions(self, chunk_ids: Sequence[str]) -> set[str]:
+        if not chunk_ids or self._conn().execute(
+                "SELECT 1 FROM chunks WHERE enriched = 0 LIMIT 1").fetchone() is None:
+            return set()
+        marks = ",".join("?" * len(chunk_ids))
+        return {r[0] for r in self._conn().execute(
+            f"SELECT id FROM chunks WHERE enriched = 0 AND id IN ({marks})", list(chunk_ids))}
 
     @staticmethod
     def _next_rowids(conn: sqlite3.Connection, table: str, count: int) -> range:
@@ -428,18 +502,22 @@ class SQLiteStore(Store):
             " (SELECT COUNT(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id"
             "   WHERE c.source = s.uri),"
             " (SELECT COUNT(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id"
-            "   WHERE c.source = s.uri)"
+            "   WHERE c.source = s.uri),"
+            " (SELECT COUNT(*) FROM chunks c WHERE c.source = s.uri AND c.enriched = 0)"
             " FROM sources s ORDER BY s.uri"
         ).fetchall()
-        return [SourceInfo(_source(r[:9]), r[9], r[10], r[11]) for r in rows]
+        return [SourceInfo(_source(r[:9]), r[9], r[10], r[11], pending=r[12]) for r in rows]
 
     @guarded
     def counts(self) -> dict[str, int]:
         conn = self._conn()
-        return {
+        found = {
             table: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
             for table in ("sources", "chunks", "atoms", "questions")
         }
+        found["chunks_waiting"] = int(conn.execute(  # (for their questions: a partial index)
+            "SELECT COUNT(*) FROM chunks WHERE enriched = 0").fetchone()[0])
+        return found
 
     @guarded
     def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
@@ -448,7 +526,7 @@ class SQLiteStore(Store):
         with self.snapshot():
             chunks = conn.execute(
                 "SELECT rowid, id, hash, context FROM chunks WHERE source=? AND hash IS NOT "
-                "NULL", (uri,)).fetchall()
+                "NULL AND enriched = 1", (uri,)).fetchall()
             if not chunks:
                 return found
             parts = []

@@ -93,6 +93,10 @@ STEPS: dict[int, list[str]] = {
         *(f"CREATE TRIGGER IF NOT EXISTS {t}_vd AFTER DELETE ON {t} BEGIN INSERT INTO "
           f"vector_log(kind, item) VALUES ('{t}', old.rowid); END" for t in KINDS),
         ],
+    # 6: questions as enrichment: a chunk stored before its questions are generated waits
+    # (enriched = 0) until `isotope enrich` (or the ingest's second stage) adds them
+    6: ["ALTER TABLE chunks ADD COLUMN enriched INTEGER NOT NULL DEFAULT 1",
+        "CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(source) WHERE enriched = 0"],
 }
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 

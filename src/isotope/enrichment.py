@@ -1,0 +1,154 @@
+"""Questions as enrichment: the second stage of an ingest, or ``isotope enrich`` later.
+
+An ingest stores each source with its chunks and atoms (searchable at once), its chunks
+marked as waiting for questions. This stage pages through the waiting chunks, generates
+their questions in windows of atoms (so that many small chunks keep the model as busy as
+one large one), embeds and filters them, and stores each window in one transaction: a
+crash loses at most the window in flight, and the next run starts from the chunks still
+waiting. A chunk some of whose atoms failed keeps what succeeded and stays waiting (the
+cache answers the rest next time)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from isotope import references
+from isotope.discovery import FileError
+from isotope.embedders import Embedder
+from isotope.errors import ProviderError
+from isotope.generation import Generated, QuestionGenerator
+from isotope.models import Atom, Question, Source
+from isotope.reports import IngestReport, Progress, ProgressCallback, Timer
+from isotope.settings import Settings
+from isotope.stores import ChunkQuestions, PendingChunk, Store
+from isotope.windows import windows
+
+log = logging.getLogger(__name__)
+PAGE = 256
+"""Waiting chunks read from the store at a time."""
+
+Select = Callable[[list[Atom], np.ndarray, list[Question], np.ndarray],
+                  tuple[list[Question], list[bool]]]
+
+
+class Enricher:
+    """Generates and stores the questions of the chunks waiting for them."""
+
+    def __init__(self, settings: Settings, store: Store, embedder: Embedder,
+                 generator: Callable[[], QuestionGenerator], select: Select) -> None:
+        self.settings, self.store, self.embedder = settings, store, embedder
+        self._generator, self._select = generator, select
+
+    def waiting(self, sources: Sequence[str] | None = None) -> int:
+        """Chunks waiting for their questions (of ``sources`` if given)."""
+        wanted = None if sources is None else set(sources)
+        return sum(info.pending for info in self.store.sources()
+                   if wanted is None or info.source.uri in wanted)
+
+    def run(self, report: IngestReport, progress: ProgressCallback | None = None, *,
+            sources: Sequence[str] | None = None, count_atoms: bool = False) -> IngestReport:
+        """Enrich every waiting chunk (of ``sources`` if given), in pages; with
+        ``count_atoms``, the report counts the atoms given questions (an ingest counted
+        them when it stored them)."""
+        total = self.waiting(sources)
+        if not total:
+            return report
+        generator = self._generator()
+        window = generator.window(self.settings.llm_concurrency)
+        after: str | None = None
+        done = 0
+        while page := self.store.pending_chunks(PAGE, after=after, sources=sources):
+            after = page[-1].chunk.id
+            page = self._readable(page, report)
+            if count_atoms:
+                report.atoms += sum(len(p.atoms) for p in page)
+            for start, end in windows([len(p.atoms) for p in page], window):
+                part = page[start:end]
+                self._window(generator, part, report)
+                done += len(part)
+                if progress is not None:
+                    progress(Progress("generate", part[-1].chunk.source, min(done, total),
+                                      total, report.chunks, report.atoms,
+                                      report.questions_generated))
+        return report
+
+    def _readable(self, page: list[PendingChunk], report: IngestReport) -> list[PendingChunk]:
+        """The page with the chunks' text (read back from their files when the index
+        keeps file references); a chunk whose file changed is left waiting."""
+        if self.settings.storage != "file-reference":
+            return page
+        uris = {p.chunk.source for p in page}
+        sources: dict[str, Source | None] = {u: self.store.get_source(u) for u in uris}
+        chunks = references.read_back([p.chunk for p in page], sources,
+                                      int(self.settings.max_file_mb * 1e6))
+        kept = []
+        for pending, chunk in zip(page, chunks, strict=True):
+            if chunk.stale:
+                report.errors.append(FileError(chunk.source, "changed since it was ingested: "
+                                               "its questions wait for the next ingest"))
+            else:
+                pending.chunk = chunk
+                kept.append(pending)
+        return kept
+
+    def _window(self, generator: QuestionGenerator, part: list[PendingChunk],
+                report: IngestReport) -> None:
+        """Generate, embed, filter and store the questions of some waiting chunks."""
+        results = self._generate(generator, part, report)
+        candidates: list[Question] = []
+        for pending, result in zip(part, results, strict=True):
+            if result is None:
+                continue
+            for atom, questions in zip(pending.atoms, result.questions, strict=True):
+                candidates += [Question(text=q, atom_id=atom.id, chunk_id=atom.chunk_id)
+                               for q in questions]
+            for j, why in sorted(result.failed.items()):
+                report.failed_atoms.append(FileError(
+                    pending.chunk.source, f"atom {pending.atoms[j].text[:60]!r}: {why}"))
+            report.questions_generated += sum(len(q) for q in result.questions)
+        with Timer(report, "embed"):
+            vectors = self.embedder.embed([q.text for q in candidates])
+        atoms = [a for p, r in zip(part, results, strict=True) if r is not None for a in p.atoms]
+        atom_vectors = [p.atom_vectors for p, r in zip(part, results, strict=True)
+                        if r is not None and len(p.atoms)]
+        kept: list[Question] = []
+        if candidates:
+            candidates, keep = self._select(atoms, np.concatenate(atom_vectors), candidates,
+                                            vectors)
+            kept = [q for q, k in zip(candidates, keep, strict=True) if k]
+            vectors = vectors[np.array(keep, dtype=bool)]
+            report.questions_dropped += len(candidates) - len(kept)
+        report.questions += len(kept)
+        by_chunk: dict[str, list[int]] = {}
+        for i, question in enumerate(kept):
+            by_chunk.setdefault(question.chunk_id, []).append(i)
+        done = [
+            ChunkQuestions(p.chunk.id, [kept[i] for i in by_chunk.get(p.chunk.id, [])],
+                           vectors[by_chunk.get(p.chunk.id, [])] if kept else vectors[:0],
+                           complete=not r.failed)
+            for p, r in zip(part, results, strict=True) if r is not None]
+        with Timer(report, "store"):
+            self.store.add_questions(done)
+        report.enriched_chunks += sum(d.complete for d in done)
+
+    def _generate(self, generator: QuestionGenerator, part: list[PendingChunk],
+                  report: IngestReport) -> list[Generated | None]:
+        """Each chunk's questions (None: the model failed for it; it stays waiting). When
+        a window fails, its chunks are asked one at a time, so only the failing one is
+        left out."""
+        groups = [(p.chunk, p.atoms) for p in part]
+        try:
+            with Timer(report, "generate"):
+                return list(generator.generate_many(groups))
+        except ProviderError as exc:
+            if exc.fatal or len(part) == 1:
+                if exc.fatal:
+                    raise
+                report.errors.append(FileError(part[0].chunk.source,
+                                               f"language model failed: {exc}"))
+                log.warning("%s: language model failed: %s", part[0].chunk.source, exc)
+                return [None]
+        return [r for p in part for r in self._generate(generator, [p], report)]
