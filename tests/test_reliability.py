@@ -88,7 +88,8 @@ def test_sigkill_at_random_moments_never_corrupts_and_a_rerun_completes(
         worker = _worker(index, corpus, delay=0.02, vector_index=vector_index)
         assert worker.stdout is not None
         assert worker.stdout.readline().strip() == "started", worker.stderr
-        time.sleep(rng.uniform(0.0, 4.0))
+        # half the kills early, while sources are stored; the others while questions are
+        time.sleep(rng.uniform(0.0, 0.8) if run % 2 else rng.uniform(0.5, 4.0))
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
         with _open(index, embedder) as iso:
@@ -101,20 +102,23 @@ def test_sigkill_at_random_moments_never_corrupts_and_a_rerun_completes(
                 for text, (enriched, questions) in chunks.items():
                     assert questions == (expected[name][text][1] if enriched else []), \
                         f"run {run}: {name}"
-                    if questions:  # found by its own text
-                        found = iso.search(questions[0], k=3, mode="questions-dense").results
-                        assert any(name in r.chunk.source for r in found), f"run {run}"
                 # searchable at once, before its questions
-                top = iso.search(next(iter(chunks)), k=3, mode="chunks-dense").results
+                top = iso.search(next(iter(chunks)), k=3, mode="chunks-bm25").results
                 assert any(name in r.chunk.source for r in top), f"run {run}"
+            asked = [(name, q[0]) for name, chunks in content.items()
+                     for _, q in chunks.values() if q]
+            if asked:  # a stored question is found by its own text
+                name, question = asked[0]
+                found = iso.search(question, k=5, mode="questions-dense").results
+                assert any(name in r.chunk.source for r in found), f"run {run}"
             stored_counts.append(len(content))
             waiting_runs += any(not e for chunks in content.values()
                                 for e, _ in chunks.values())
             # forget some sources, so the next run has work to be killed in
             for info in rng.sample(iso.sources(), k=len(content) // 2):
                 iso.delete(info.source.uri)
-    assert sum(0 < n < len(TOPICS) for n in stored_counts) >= 5, stored_counts  # mid-ingest
-    assert waiting_runs >= 3, waiting_runs  # killed while generating questions
+    assert sum(0 < n < len(TOPICS) for n in stored_counts) >= 2, stored_counts  # mid-store
+    assert waiting_runs >= 5, waiting_runs  # killed while generating questions
     llm = FakeLLM()
     with _open(index, embedder, llm) as iso:
         before = {Path(i.source.uri).name for i in iso.sources()}

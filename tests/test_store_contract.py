@@ -14,7 +14,7 @@ from isotope.embedders import Embedder
 from isotope.errors import IndexLocked
 from isotope.filters import parse
 from isotope.models import Atom, Chunk, Question, Source, content_hash
-from isotope.stores import SourceBatch, Store
+from isotope.stores import ChunkQuestions, SourceBatch, Store
 
 DOCS = {
     "/docs/garage.md": ["The parking garage opens at six in the morning.",
@@ -60,7 +60,8 @@ def filled(store: Store, embedder: Embedder) -> Store:
 
 
 def test_add_stores_a_source_with_everything_derived(filled: Store) -> None:
-    assert filled.counts() == {"sources": 3, "chunks": 4, "atoms": 4, "questions": 4}
+    assert filled.counts() == {"sources": 3, "chunks": 4, "atoms": 4, "questions": 4,
+                              "chunks_waiting": 0}
     source = filled.get_source("/docs/garage.md")
     assert source is not None and source.loader == "text" and source.root == "/docs"
     assert [(i.source.uri, i.chunks, i.atoms, i.questions) for i in filled.sources()] == [
@@ -127,8 +128,40 @@ def test_keyword_search_ranks_by_bm25(filled: Store) -> None:
 def test_delete_source_removes_everything_derived(filled: Store) -> None:
     assert filled.delete_source("/docs/garage.md") is True
     assert filled.delete_source("/docs/garage.md") is False
-    assert filled.counts() == {"sources": 2, "chunks": 2, "atoms": 2, "questions": 2}
+    assert filled.counts() == {"sources": 2, "chunks": 2, "atoms": 2, "questions": 2,
+                              "chunks_waiting": 0}
     assert filled.keyword_search("chunks", "garage", 5) == []
+
+
+def test_chunks_stored_before_their_questions_wait_until_they_get_them(
+        store: Store, embedder: Embedder) -> None:
+    batch = _batch(embedder, "/docs/garage.md", DOCS["/docs/garage.md"])
+    batch.questions, batch.question_vectors = [], batch.question_vectors[:0]
+    batch.pending = {c.id for c in batch.chunks}
+    store.add(batch)
+    first, second = batch.chunks
+    assert store.counts()["chunks_waiting"] == 2
+    assert store.without_questions([first.id, "nope"]) == {first.id}
+    page = store.pending_chunks(1)
+    assert [p.chunk.id for p in page] == [min(first.id, second.id)]
+    assert [a.text for a in page[0].atoms] == [page[0].chunk.text]
+    assert page[0].atom_vectors.shape == (1, embedder.dim)
+    after = store.pending_chunks(5, after=page[0].chunk.id)
+    assert [p.chunk.id for p in after] == [max(first.id, second.id)]
+    assert store.pending_chunks(5, sources=["/docs/pool.md"]) == []
+    atom = batch.atoms[0]
+    asked = [Question(text=f"Question {n} about the garage?", atom_id=atom.id,
+                      chunk_id=first.id) for n in range(3)]
+    vectors = embedder.embed([q.text for q in asked])
+    store.add_questions([ChunkQuestions(first.id, asked, vectors, complete=False),
+                         ChunkQuestions("gone", [], vectors[:0])])
+    assert store.counts()["questions"] == 3 and store.without_questions([first.id])
+    # asked again: its questions are replaced, not added to; then it is complete
+    store.add_questions([ChunkQuestions(first.id, asked[:2], vectors[:2])])
+    assert store.counts()["questions"] == 2 and not store.without_questions([first.id])
+    assert [p.chunk.id for p in store.pending_chunks(5)] == [second.id]
+    assert store.search("questions", vectors[0], 1)[0].chunk_id == first.id
+    assert store.check() == []
 
 
 def test_get_chunks_leaves_out_unknown_ids(filled: Store) -> None:

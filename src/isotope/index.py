@@ -244,13 +244,15 @@ class Isotope:
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions)
 
-    def enrich(self, *, progress: ProgressCallback | None = None) -> IngestReport:
+    def enrich(self, *, progress: ProgressCallback | None = None,
+               sources: Sequence[str] | None = None) -> IngestReport:
         """Generate the questions of every chunk still waiting for them (ingested with
-        ``questions="later"``, or whose model calls failed). Resumable: interrupted, the
-        next call goes on from the chunks still waiting; answers the cache holds cost
-        nothing. Searches meanwhile use the questions that exist."""
+        ``questions="later"``, or whose model calls failed), or of those of ``sources``.
+        Resumable: interrupted, the next call goes on from the chunks still waiting;
+        answers the cache holds cost nothing. Searches meanwhile use the questions that
+        exist."""
         with self.store.writer(self.settings.lock_wait):
-            return self._pipeline().enrich(progress=progress)
+            return self._pipeline().enrich(progress=progress, sources=sources)
 
     def sync(
         self,

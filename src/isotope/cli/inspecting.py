@@ -32,18 +32,21 @@ def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
         out.print("the index has no sources")
         return
     stale = sum(i.state in ("changed", "missing") for i in infos)
-    table = Table("status", "type", "chunks", "questions", "waiting", "ingested")
+    waiting = sum(i.pending for i in infos)
+    table = Table("status", "type", "chunks", "questions", "ingested")
+    if waiting:  # chunks waiting for their questions, only when there are some
+        table.columns.insert(4, Column("waiting"))
     table.columns.insert(0, Column("source", overflow="fold"))
     labels = {"changed": Text("changed on disk", "yellow"), "missing": Text("missing", "red"),
               "incomplete": Text("incomplete", "yellow")}
     for i in infos:
         table.add_row(display(i.source.uri), labels.get(i.state, i.state or "-"),
                       i.source.loader, str(i.chunks),
-                      str(i.questions), str(i.pending) if i.pending else "-",
+                      str(i.questions),
+                      *([str(i.pending) if i.pending else "-"] if waiting else []),
                       i.source.ingested_at.strftime("%Y-%m-%d") if i.source.ingested_at
                       else "")
     out.print(table)
-    waiting = sum(i.pending for i in infos)
     if waiting:
         out.print(f"{waiting} chunk(s) of {sum(bool(i.pending) for i in infos)} source(s) "
                   "wait for their questions (searchable by text and atoms meanwhile); "
