@@ -78,8 +78,8 @@ def main() -> None:
         rows.append((name, none[name], mixed[name], full[name]))
     print(f"\nEnrichment, first {len(passages)} passages of squad-dev, {len(queries)} "
           f"questions; time to the first search {first_search_s:.1f} s (2 cores, no "
-          f"model call); enrichment from the cache: {half_s:.0f} s + {rest_s:.0f} s, "
-          f"{done.questions} + earlier questions stored")
+          f"model call); enrichment from the cache (benchmarks/cache): {half_s:.1f} s for "
+          f"the first half, {rest_s:.1f} s for the rest ({done.questions} questions)")
     print("\nhybrid R@1 by where the gold passage is, with half the passages enriched")
     print("| queries about the | no questions anywhere | half enriched | all enriched |")
     print("|---|---|---|---|")

@@ -56,12 +56,19 @@ def test_eval_scores_every_mode_as_table_json_and_chart(
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["passages"] == 5 and data["queries"] == 6
-    assert [m["mode"] for m in data["modes"]] == list(MODES)
+    # every mode, and hybrid without the question signals: what the questions buy
+    assert [m["mode"] for m in data["modes"]] == [*MODES, "hybrid-no-questions"]
     for scores in data["modes"]:
         assert 0 <= scores["recall"]["1"] <= scores["recall"]["2"] <= scores["recall"]["5"]
         assert scores["recall"]["5"] == 100  # five passages
+        # split by whether chunk BM25 alone finds the passage first
+        easy, hard = scores["split"]["easy"], scores["split"]["hard"]
+        assert easy["queries"] + hard["queries"] == 6
     best = {m["mode"]: m["recall"]["1"] for m in data["modes"]}
     assert best["questions-dense"] >= 80 and best["hybrid"] >= 80
+    bm25 = next(m for m in data["modes"] if m["mode"] == "chunks-bm25")["split"]
+    assert bm25["easy"]["R@1"] == 100 and bm25["hard"]["R@1"] == 0
+    assert data["ingest"]["question_seconds"] <= data["ingest"]["seconds"]
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a second run reuses the index and the cache: no model call
     again = CliRunner().invoke(app, [*args, "--json", "--mode", "hybrid",
@@ -71,6 +78,9 @@ def test_eval_scores_every_mode_as_table_json_and_chart(
     assert [m["mode"] for m in data["modes"]] == ["hybrid"]
     table = CliRunner().invoke(app, [*args, "--mode", "chunks-bm25"])
     assert "R@1" in table.stdout and "chunks-bm25" in table.stdout
+    table = CliRunner().invoke(app, [*args, "--mode", "hybrid", "--mode",
+                                     "hybrid-no-questions"])
+    assert "what the questions buy here" in " ".join(table.stdout.split())
 
 
 def test_eval_input_errors_name_the_file_and_line(dataset: tuple[Path, Path]) -> None:

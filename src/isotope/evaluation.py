@@ -36,6 +36,15 @@ class ModeScores:
     confidence: dict[str, Any] = field(default_factory=dict)
     """Per suggested action: the thresholds in effect, the share of questions that got
     it and their Recall@1/@5; and the thresholds this data suggests."""
+    split: dict[str, dict[str, float]] = field(default_factory=dict)
+    """R@1 on the ``easy`` questions (chunk BM25 alone ranks their passage first) and the
+    ``hard`` ones, when ``chunks-bm25`` is among the modes scored."""
+
+
+WITHOUT_QUESTIONS = "hybrid-no-questions"
+"""A pseudo-mode: ``hybrid`` with the question signals left out, what the index would
+give without generated questions (``isotope eval`` scores it beside the modes)."""
+QUESTION_SIGNALS = {"questions-dense": 0.0, "questions-bm25": 0.0}
 
 
 DELIVER_PRECISION = 0.9
@@ -108,7 +117,9 @@ class EvalResult:
         return [
             {"mode": m.mode, **{f"R@{k}": round(v, 1) for k, v in m.recall.items()},
              f"MRR@{MRR_AT}": round(m.mrr, 1), "p50 ms": round(m.latency_p50_ms, 2),
-             "p95 ms": round(m.latency_p95_ms, 2)}
+             "p95 ms": round(m.latency_p95_ms, 2),
+             **{f"R@1 {name} ({part['queries']:.0f})": part["R@1"]
+                for name, part in m.split.items()}}
             for m in self.modes
         ]
 
@@ -221,7 +232,11 @@ def searcher(iso: Isotope, source_of: Callable[[Chunk], str] = passage_id, *,
     action. With ``transform``, keyword queries are first rewritten into questions by the
     model."""
     def search(query: str, mode: str, k: int) -> tuple[list[str], float, str]:
-        response = iso.search(query, k, mode=mode, transform=transform)
+        if mode == WITHOUT_QUESTIONS:
+            response = iso.search(query, k, mode="hybrid", transform=transform,
+                                  weights=QUESTION_SIGNALS)
+        else:
+            response = iso.search(query, k, mode=mode, transform=transform)
         return ([source_of(r.chunk) for r in response.results], response.top_score,
                 response.suggested_action)
 
@@ -241,6 +256,7 @@ def evaluate(
     (deliver, refine)`` are the thresholds in effect, reported with the ones this data
     suggests."""
     scores = []
+    hits: dict[str, list[bool]] = {}
     for mode in modes:
         found: list[list[str]] = []
         tops: list[float] = []
@@ -263,6 +279,7 @@ def evaluate(
         ordered = sorted(latency)
         hit1 = [g in f[:1] for g, f in zip(gold, found, strict=True)]
         hit5 = [g in f[:5] for g, f in zip(gold, found, strict=True)]
+        hits[mode] = hit1
         suggested = calibrate(tops, hit1, hit5)
         deliver, refine = thresholds(mode) if thresholds else suggested
         confidence = {
@@ -274,6 +291,13 @@ def evaluate(
             mode, recall, mrr, 1000 * statistics.median(latency),
             1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], confidence,
         ))
+    if "chunks-bm25" in hits:  # where keywords already find the passage, and where not
+        easy = hits["chunks-bm25"]
+        for score in scores:
+            for name, wanted in (("easy", True), ("hard", False)):
+                own = [h for h, e in zip(hits[score.mode], easy, strict=True) if e == wanted]
+                score.split[name] = {"queries": len(own), "R@1": round(
+                    100 * sum(own) / len(own), 1) if own else 0.0}
     return scores
 
 

@@ -337,17 +337,19 @@ class Isotope:
     # -- query -------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,
                transform: bool | None = None,
-               filters: dict[str, Any] | None = None) -> QueryResponse:
+               filters: dict[str, Any] | None = None,
+               weights: dict[str, float] | None = None) -> QueryResponse:
         """The ``k`` chunks whose generated questions best match ``query``.
 
         With ``transform`` (default: the ``query_transform`` setting), a query that is not
         already a question is first rewritten by the answer model into one to three
         questions; all are searched and the results fused. ``filters`` keeps only chunks
-        whose source or metadata match (see :mod:`isotope.filters`)."""
+        whose source or metadata match (see :mod:`isotope.filters`). ``weights`` sets
+        hybrid signals' weights for this search, over the ``weights`` setting."""
         query = _valid_query(query)
         k = _valid_k(self.settings.top_k if k is None else k)
         options: dict[str, Any] = {"alpha": self.settings.alpha, "fusion": self.settings.fusion,
-                                   "weights": self.settings.weights,
+                                   "weights": {**self.settings.weights, **(weights or {})},
                                    "aggregate": self.settings.aggregate,
                                    "filters": parse_filters(filters)}
         mode = mode or self.settings.mode

@@ -42,11 +42,12 @@ def eval_(
 
     from isotope import evaluation
 
-    modes = mode or list(MODES)
+    modes = mode or [*MODES, evaluation.WITHOUT_QUESTIONS]
     with errors():
         for name in modes:
-            if name not in MODES:
-                fail(f"unknown mode {name!r}; choose from: {', '.join(MODES)}")
+            if name not in (*MODES, evaluation.WITHOUT_QUESTIONS):
+                fail(f"unknown mode {name!r}; choose from: {', '.join(MODES)}, "
+                     f"{evaluation.WITHOUT_QUESTIONS}")
         pairs = evaluation.load(passages, queries, limit_passages)
         iso = open_index(None if project else index or Path(".isotope-eval"), project,
                     create=True, chunk_context=chunk_context)
@@ -66,7 +67,8 @@ def eval_(
                     m, iso.settings.deliver_score, iso.settings.refine_score))
             result.ingest = {"added": len(report.added), "llm_calls": report.llm_calls,
                              "llm_cache_hits": report.llm_cache_hits,
-                             "seconds": sum(report.timings.values())}
+                             "seconds": sum(report.timings.values()),
+                             "question_seconds": report.timings.get("generate", 0.0)}
             if chart is not None:
                 evaluation.chart(result, chart)
     if as_json:
@@ -81,5 +83,15 @@ def eval_(
         for row in rows:
             table.add_row(*(str(v) for v in row.values()))
         out.print(table)
+    scored = {m.mode: m for m in result.modes}
+    if "hybrid" in scored and evaluation.WITHOUT_QUESTIONS in scored:
+        with_q, without = scored["hybrid"], scored[evaluation.WITHOUT_QUESTIONS]
+        out.print(
+            f"what the questions buy here: hybrid R@1 {with_q.recall[1]:.1f} with them, "
+            f"{without.recall[1]:.1f} without; R@5 {with_q.recall[5]:.1f} and "
+            f"{without.recall[5]:.1f}. Generating them took "
+            f"{result.ingest['question_seconds']:.0f} s of this ingest's "
+            f"{result.ingest['seconds']:.0f} s ({result.ingest['llm_calls']} model calls, "
+            f"{result.ingest['llm_cache_hits']} answered by the cache)")
     if chart is not None:
         out.print(f"chart: {chart}")
