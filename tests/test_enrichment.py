@@ -44,6 +44,7 @@ def test_later_is_searchable_at_once_without_the_model_and_enrich_completes_it(
         assert llm.calls == 0 and report.questions == 0
         assert report.waiting_chunks == report.chunks == 2
         assert iso.status().counts["chunks_waiting"] == 2
+        assert iso.status().counts["sources_waiting"] == 2
         found = iso.search("When does the parking garage open?", k=2)
         assert Path(found.results[0].chunk.source).name == "parking.md"
         assert not found.results[0].has_questions and not found.results[0].matched_questions

@@ -61,7 +61,7 @@ def filled(store: Store, embedder: Embedder) -> Store:
 
 def test_add_stores_a_source_with_everything_derived(filled: Store) -> None:
     assert filled.counts() == {"sources": 3, "chunks": 4, "atoms": 4, "questions": 4,
-                              "chunks_waiting": 0}
+                              "chunks_waiting": 0, "sources_waiting": 0}
     source = filled.get_source("/docs/garage.md")
     assert source is not None and source.loader == "text" and source.root == "/docs"
     assert [(i.source.uri, i.chunks, i.atoms, i.questions) for i in filled.sources()] == [
@@ -129,7 +129,7 @@ def test_delete_source_removes_everything_derived(filled: Store) -> None:
     assert filled.delete_source("/docs/garage.md") is True
     assert filled.delete_source("/docs/garage.md") is False
     assert filled.counts() == {"sources": 2, "chunks": 2, "atoms": 2, "questions": 2,
-                              "chunks_waiting": 0}
+                              "chunks_waiting": 0, "sources_waiting": 0}
     assert filled.keyword_search("chunks", "garage", 5) == []
 
 
@@ -140,7 +140,9 @@ def test_chunks_stored_before_their_questions_wait_until_they_get_them(
     batch.pending = {c.id for c in batch.chunks}
     store.add(batch)
     first, second = batch.chunks
-    assert store.counts()["chunks_waiting"] == 2
+    assert store.counts()["chunks_waiting"] == 2 == store.count_waiting(["/docs/garage.md"])
+    assert store.count_waiting(["/docs/pool.md"]) == 0
+    assert store.counts()["sources_waiting"] == 1
     assert store.without_questions([first.id, "nope"]) == {first.id}
     page = store.pending_chunks(1)
     assert [p.chunk.id for p in page] == [min(first.id, second.id)]

@@ -44,9 +44,7 @@ class Enricher:
 
     def waiting(self, sources: Sequence[str] | None = None) -> int:
         """Chunks waiting for their questions (of ``sources`` if given)."""
-        wanted = None if sources is None else set(sources)
-        return sum(info.pending for info in self.store.sources()
-                   if wanted is None or info.source.uri in wanted)
+        return self.store.count_waiting(sources)
 
     def run(self, report: IngestReport, progress: ProgressCallback | None = None, *,
             sources: Sequence[str] | None = None, count_atoms: bool = False) -> IngestReport:

@@ -184,7 +184,8 @@ class Store(ABC):
 
     @abstractmethod
     def counts(self) -> dict[str, int]:
-        """Numbers of sources, chunks, atoms and questions."""
+        """Numbers of sources, chunks, atoms and questions (and, where the store knows,
+        ``chunks_waiting`` and ``sources_waiting`` for their questions)."""
 
     @abstractmethod
     def pending_chunks(self, limit: int, *, after: str | None = None,
@@ -196,6 +197,13 @@ class Store(ABC):
     def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
         """Store generated questions for stored chunks in one transaction, each chunk's
         replacing the ones it had; chunks no longer stored are skipped."""
+
+    def count_waiting(self, sources: Sequence[str] | None = None) -> int:
+        """How many chunks (of ``sources`` if given) wait for their questions. Default:
+        counted from :meth:`sources`."""
+        wanted = None if sources is None else set(sources)
+        return sum(info.pending for info in self.sources()
+                   if wanted is None or info.source.uri in wanted)
 
     def without_questions(self, chunk_ids: Sequence[str]) -> set[str]:
         """Which of these chunks are still waiting for their questions. Default: none."""

@@ -297,11 +297,9 @@ class SQLiteStore(Store):
     def pending_chunks(self, limit: int, *, after: str | None = None,
                        sources: Sequence[str] | None = None) -> list[PendingChunk]:
         sql, params = "SELECT id FROM chunks WHERE enriched = 0", list[Any]()
-        if sources is not None:
-            if not sources:
-                return []
-            sql += f" AND source IN ({','.join('?' * len(sources))})"
-            params += list(sources)
+        if sources is not None:  # (one JSON parameter: no limit on how many)
+            sql += " AND source IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(list(sources)))
         if after is not None:
             sql += " AND id > ?"
             params.append(after)
@@ -326,6 +324,15 @@ class SQLiteStore(Store):
                             text=a[6]) for a in own],
                 atom_vectors=_stack([vectors[a[0]] for a in own])))
         return found
+
+    @guarded
+    def count_waiting(self, sources: Sequence[str] | None = None) -> int:
+        if sources is None:
+            return int(self._conn().execute(
+                "SELECT COUNT(*) FROM chunks WHERE enriched = 0").fetchone()[0])
+        return int(self._conn().execute(
+            "SELECT COUNT(*) FROM chunks WHERE enriched = 0 AND source IN "
+            "(SELECT value FROM json_each(?))", (json.dumps(list(sources)),)).fetchone()[0])
 
     @guarded
     def without_questions(self, chunk_ids: Sequence[str]) -> set[str]:
@@ -515,8 +522,10 @@ class SQLiteStore(Store):
             table: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
             for table in ("sources", "chunks", "atoms", "questions")
         }
-        found["chunks_waiting"] = int(conn.execute(  # (for their questions: a partial index)
-            "SELECT COUNT(*) FROM chunks WHERE enriched = 0").fetchone()[0])
+        # waiting for their questions (a partial index: as cheap as there are such chunks)
+        found["chunks_waiting"] = self.count_waiting()
+        found["sources_waiting"] = int(conn.execute(
+            "SELECT COUNT(DISTINCT source) FROM chunks WHERE enriched = 0").fetchone()[0])
         return found
 
     @guarded
