@@ -38,6 +38,14 @@ def _open(index: Path, embedder: Embedder, **settings: object) -> Isotope:
     return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False, **settings)
 
 
+def _compacted(tmp_path: Path, embedder: Embedder) -> Isotope:
+    """An index of the docs in ``tmp_path/docs``, with saved postings for every kind."""
+    iso = _open(tmp_path / "index", embedder, keyword_index="postings")
+    iso.ingest(_docs(tmp_path / "docs"))
+    iso.compact()
+    return iso
+
+
 def _fts5(iso: Isotope, kind: str, query: str, k: int) -> list[tuple[int, float]]:
     """The store's FTS5 ranking, asked directly."""
     words = dict.fromkeys(query.lower().split())
@@ -62,10 +70,8 @@ def _same(found: list[tuple[int, float]], expected: list[tuple[int, float]]) -> 
 
 def test_postings_rank_as_fts5_and_follow_writes_at_once(tmp_path: Path,
                                                          embedder: Embedder) -> None:
-    docs = _docs(tmp_path / "docs")
-    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
-        iso.ingest(docs)
-        iso.compact()
+    docs = tmp_path / "docs"
+    with _compacted(tmp_path, embedder) as iso:
         bases = iso.store.get_meta("vectors")
         assert all(bases[kind].get("keywords") for kind in KINDS)
         for kind in KINDS:
@@ -112,10 +118,7 @@ def test_hybrid_gives_the_same_results_from_postings_and_fts5(tmp_path: Path,
 
 def test_lost_postings_fall_back_to_fts5_and_compact_makes_them_again(
         tmp_path: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture) -> None:
-    docs = _docs(tmp_path / "docs")
-    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
-        iso.ingest(docs)
-        iso.compact()
+    with _compacted(tmp_path, embedder) as iso:
         before = [r.chunk.id for r in iso.search("payments paid", k=5,
                                                  mode="chunks-bm25").results]
         tag = iso.store.get_meta("vectors")["chunks"]["tag"]
@@ -136,10 +139,7 @@ def test_lost_postings_fall_back_to_fts5_and_compact_makes_them_again(
 
 def test_common_words_rank_as_fts5_and_split_words_go_to_fts5(tmp_path: Path,
                                                                embedder: Embedder) -> None:
-    docs = _docs(tmp_path / "docs")
-    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
-        iso.ingest(docs)
-        iso.compact()
+    with _compacted(tmp_path, embedder) as iso:
         # "service" is in every chunk (FTS5's floor idf): all of them, ranked by length
         _same(_postings(iso, "chunks", "service the", 20), _fts5(iso, "chunks", "service the", 20))
         # a word FTS5 splits in two terms is a phrase: FTS5 answers it
