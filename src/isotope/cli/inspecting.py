@@ -1,4 +1,5 @@
-"""``isotope list``, ``delete``, ``status``, ``config`` and ``check``."""
+"""``isotope list``, ``delete``, ``status``, ``config``, ``check``, ``compact`` and
+``copy``."""
 
 from __future__ import annotations
 
@@ -200,3 +201,39 @@ def compact(index: IndexOpt = None, project: ProjectOpt = None, wait: WaitOpt = 
         return
     out.print("compacted: " + ", ".join(f"{kind} {impl}" for kind, impl in done.items())
               + f" in {seconds:.1f} s" + (f"; {size / 1e6:.1f} MB on disk" if size else ""))
+
+
+@app.command("copy")
+def copy_command(
+    source: Annotated[str, typer.Argument(help="The index to copy: a directory or a store "
+                                          "URL (postgresql://...).")],
+    target: Annotated[str, typer.Argument(help="Where to copy it: a new directory or an "
+                                          "empty store URL (e.g. a new ?schema=).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy an index to another place or engine (embedded <-> PostgreSQL): every source
+    with its chunks, atoms, questions and vectors, and the index's settings and models.
+    No model is called; searches give the same results in the copy. The target must hold
+    no sources yet."""
+    from pathlib import Path
+
+    from isotope import stores
+    from isotope.copying import copy_index
+
+    def progress(done: int, total: int, uri: str) -> None:
+        if not as_json and (done == total or done % 50 == 0):
+            err.print(f"{done}/{total} sources copied")
+
+    where = [s if stores.scheme(s) else str(Path(s)) for s in (source, target)]
+    with errors():
+        if stores.scheme(where[0]) is None and not stores.exists(where[0]):
+            raise IsotopeError(f"no index at {stores.describe(where[0])}; give the index "
+                               "directory or URL to copy")
+        report = copy_index(where[0], where[1], progress=progress)
+    if as_json:
+        print_json({"from": report.source, "to": report.target, "sources": len(report.sources),
+                    "chunks": report.chunks, "atoms": report.atoms,
+                    "questions": report.questions})
+        return
+    out.print(f"copied {len(report.sources)} sources ({report.chunks} chunks, {report.atoms} "
+              f"atoms, {report.questions} questions) from {report.source} to {report.target}")

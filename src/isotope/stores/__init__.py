@@ -135,6 +135,10 @@ class SourceInfo:
 class Store(ABC):
     """An index's storage."""
 
+    concurrent_writers: bool = False
+    """Several processes may write at once (each write locks only its sources); False:
+    :meth:`writer` admits one writer at a time."""
+
     @abstractmethod
     def add(self, batch: SourceBatch) -> None:
         """Store a source and its chunks, atoms and questions in one transaction,
@@ -211,6 +215,16 @@ class Store(ABC):
 
     @abstractmethod
     def get_meta(self, key: str) -> Any: ...
+
+    def meta_items(self) -> dict[str, Any]:
+        """Every meta key with its value (for copying an index). Default: none."""
+        return {}
+
+    def export_source(self, uri: str) -> SourceBatch | None:
+        """Everything a stored source holds, vectors included, as the batch that would
+        store it again (``isotope copy``); None if it is not stored. Default: not
+        supported."""
+        raise NotImplementedError(f"{type(self).__name__} cannot export its sources")
 
     @abstractmethod
     def set_meta(self, key: str, value: Any) -> None: ...
@@ -342,3 +356,7 @@ def open(location: str | Path, *, create: bool = True) -> Store:
     assert callable(backend)
     store: Store = backend(str(location), create=create)
     return store
+
+
+register("postgresql", "isotope.stores.postgres:PostgresStore", extra="postgres")
+register("postgres", "isotope.stores.postgres:PostgresStore", extra="postgres")

@@ -571,6 +571,51 @@ class SQLiteStore(Store):
             )
         return found
 
+    @guarded
+    def meta_items(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self._conn().execute("SELECT key, value FROM meta")}
+
+    @guarded
+    def export_source(self, uri: str) -> SourceBatch | None:
+        with self.snapshot():
+            source = self.get_source(uri)
+            if source is None:
+                return None
+            conn = self._conn()
+            chunks = conn.execute(
+                'SELECT rowid, id, idx, start, "end", text, metadata, context, hash, enriched '
+                "FROM chunks WHERE source = ? ORDER BY idx, rowid", (uri,)).fetchall()
+            marks = ",".join("?" * len(chunks))
+            ids = [c[1] for c in chunks]
+            atoms = conn.execute(
+                f'SELECT rowid, id, chunk_id, idx, start, "end", text FROM atoms '
+                f"WHERE chunk_id IN ({marks}) ORDER BY rowid", ids).fetchall()
+            questions = conn.execute(
+                f"SELECT rowid, atom_id, chunk_id, text FROM questions "
+                f"WHERE chunk_id IN ({marks}) ORDER BY rowid", ids).fetchall()
+            vectors: dict[str, dict[int, Vectors]] = {
+                "chunks": self._vectors_of("chunks", [r[0] for r in chunks]),
+                "atoms": self._vectors_of("atoms", [r[0] for r in atoms]),
+                "questions": self._vectors_of("questions", [r[0] for r in questions])}
+        lost = [kind for kind, rows in (("chunks", chunks), ("atoms", atoms),
+                                        ("questions", questions))
+                if any(r[0] not in vectors[kind] for r in rows)]
+        if lost:
+            raise IndexDamaged(f"{uri}: vectors of its {', '.join(lost)} are missing in "
+                               f"{self.directory}; run `isotope check --repair` first")
+        return SourceBatch(
+            source=source,
+            chunks=[Chunk(id=c[1], source=uri, index=c[2], start=c[3], end=c[4], text=c[5],
+                          metadata=json.loads(c[6]), context=c[7]) for c in chunks],
+            atoms=[Atom(id=a[1], chunk_id=a[2], index=a[3], start=a[4], end=a[5], text=a[6])
+                   for a in atoms],
+            questions=[Question(atom_id=q[1], chunk_id=q[2], text=q[3]) for q in questions],
+            chunk_vectors=_stack([vectors["chunks"][c[0]] for c in chunks]),
+            atom_vectors=_stack([vectors["atoms"][a[0]] for a in atoms]),
+            question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
+            chunk_hashes=[c[8] or content_hash(c[5]) for c in chunks],
+            pending={c[1] for c in chunks if not c[9]})
+
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         ids, vectors = self._vectors.index(kind).get(np.array(rows, dtype=np.int64))
         return dict(zip((int(i) for i in ids), vectors, strict=True))

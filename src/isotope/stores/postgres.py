@@ -1,0 +1,600 @@
+"""The server store: an index in a PostgreSQL database with pgvector
+(``pip install 'isotopedb[postgres]'``), at ``postgresql://user@host/db?schema=NAME``.
+
+Rows and vectors live together (``halfvec``, half the bytes of float32; a cosine moves by
+less than 0.001); each kind has an HNSW index (cosine) made when the first vectors show
+their dimension. Filtered vector searches use pgvector's iterative index scans and fall
+back to an exact scan of the matching rows if those still return fewer than asked, so a
+filter never silently shortens the results. Keyword search is BM25 computed in SQL from
+postings made by FTS5's own tokenizer (``postgres_sql``), ranked as the embedded store
+ranks.
+
+Many writers: there is no index-wide writer lock. Each write is one transaction that
+first takes a transaction-level advisory lock on its source, so two processes ingesting
+different sources both make progress and the same source written twice at once is
+serialised. A search runs in one REPEATABLE READ transaction (:meth:`snapshot`), so it
+never sees a source half replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from isotope.embedders import Vectors
+from isotope.errors import IndexLocked, InvalidIndex, IsotopeError
+from isotope.filters import Condition
+from isotope.models import Atom, Chunk, Question, Source, content_hash
+from isotope.stores import (
+    KINDS,
+    SCHEMA_VERSION,
+    ChunkQuestions,
+    Hit,
+    Inspection,
+    Kind,
+    PendingChunk,
+    SourceBatch,
+    SourceInfo,
+    Store,
+    StoredChunk,
+    describe,
+)
+from isotope.stores.postgres_schema import (
+    connect,
+    schema_version,
+    split_location,
+    store_error,
+    upgrade,
+)
+from isotope.stores.postgres_sql import ITEM_CHUNK, bm25, where
+from isotope.stores.sqlite_keywords import Tokenizer
+
+if TYPE_CHECKING:
+    import psycopg
+
+log = logging.getLogger(__name__)
+
+EF_SEARCH = 200
+"""HNSW candidates per search (pgvector's default is 40: too few for the hybrid pool)."""
+MAX_SCAN_TUPLES = 40_000
+"""How far an iterative filtered scan goes before the exact fallback takes over."""
+
+
+class PostgresStore(Store):
+    """An index in a schema of a PostgreSQL database."""
+
+    concurrent_writers = True
+
+    def __init__(self, location: str, *, create: bool = True) -> None:
+        try:
+            import pgvector  # noqa: F401
+            import psycopg  # noqa: F401
+        except ImportError as exc:
+            from isotope.errors import MissingDependency
+
+            raise MissingDependency.from_import(exc, "an index in PostgreSQL",
+                                                "postgres") from exc
+        self.location = location
+        self.where = describe(location)
+        self._url, self.schema = split_location(location)
+        self._local = threading.local()
+        self._tokenizer = Tokenizer()
+        self._dims: int | None = None
+        self._conns: list[psycopg.Connection[Any]] = []
+        self._conns_lock = threading.Lock()
+        conn = self._conn()
+        version = self._guard(lambda: schema_version(conn, self.schema))
+        if version is None and not create:
+            raise InvalidIndex(f"no index at {self.where} (schema {self.schema} has no "
+                               "isotope tables); create one with `isotope ingest` or give "
+                               "another ?schema=")
+        if (version or 0) < SCHEMA_VERSION:
+            upgrade(conn, self.schema, location)
+        elif version != SCHEMA_VERSION:
+            raise InvalidIndex(f"{self.where} has index schema {version}; this isotope reads "
+                               f"schema {SCHEMA_VERSION}. Upgrade isotope")
+
+    # -- connections -------------------------------------------------------------------
+    def _conn(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            conn = connect(self._url, self.schema, self.location)
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    def _guard(self, call: Callable[[], Any]) -> Any:
+        import psycopg
+
+        try:
+            return call()
+        except psycopg.Error as exc:
+            raise store_error(self.location, exc) from exc
+
+    def _rows(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        try:
+            return self._conn().execute(sql, params).fetchall()
+        except psycopg.Error as exc:
+            raise store_error(self.location, exc) from exc
+
+    @contextmanager
+    def _write(self, *sources: str) -> Iterator[psycopg.Connection[Any]]:
+        """One write transaction holding the advisory lock of each source it touches."""
+        import psycopg
+
+        conn = self._conn()
+        if conn.info.transaction_status != 0:  # inside a snapshot: not a place to write
+            raise IsotopeError("a write inside a snapshot() is not supported")
+        try:
+            with conn.transaction():
+                for uri in sorted(set(sources)):
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                                 (f"isotope:{self.schema}:{uri}",))
+                yield conn
+        except psycopg.Error as exc:
+            raise store_error(self.location, exc) from exc
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        conn = self._conn()
+        if conn.info.transaction_status != 0:
+            yield
+            return
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
+    @contextmanager
+    def writer(self, wait: float = 0.0) -> Iterator[None]:
+        """Writers run side by side (each write locks only its sources), except while
+        :meth:`repair` holds the index: this takes the index's lock shared."""
+        with self._index_lock(wait, shared=True):
+            yield
+
+    @contextmanager
+    def _index_lock(self, wait: float, *, shared: bool) -> Iterator[None]:
+        key = f"isotope-index:{self.schema}"
+        how = "_shared" if shared else ""
+        deadline = time.monotonic() + wait
+        while not self._rows(f"SELECT pg_try_advisory_lock{how}(hashtext(%s))", (key,))[0][0]:
+            if time.monotonic() >= deadline:
+                raise IndexLocked(f"{self.where} is being repaired by another process; try "
+                                  "again when it is done (or pass --wait SECONDS)")
+            time.sleep(0.2)
+        try:
+            yield
+        finally:
+            self._rows(f"SELECT pg_advisory_unlock{how}(hashtext(%s))", (key,))
+
+    def close(self) -> None:
+        with self._conns_lock:
+            for conn in self._conns:
+                try:
+                    conn.close()
+                except Exception:
+                    log.debug("closing a connection failed", exc_info=True)
+            self._conns.clear()
+        self._local.conn = None
+
+    # -- meta --------------------------------------------------------------------------
+    def get_meta(self, key: str) -> Any:
+        rows = self._rows("SELECT value FROM meta WHERE key = %s", (key,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: Any) -> None:
+        from psycopg.types.json import Jsonb
+
+        self._rows("INSERT INTO meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO "
+                   "UPDATE SET value = excluded.value RETURNING key", (key, Jsonb(value)))
+
+    def meta_items(self) -> dict[str, Any]:
+        return {k: v for k, v in self._rows("SELECT key, value FROM meta")}
+
+    # -- writes ------------------------------------------------------------------------
+    def _dim(self, conn: psycopg.Connection[Any], dim: int) -> None:
+        """Make each kind's HNSW index for vectors of ``dim`` (once per index)."""
+        if self._dims == dim:
+            return
+        row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
+        if row is None:
+            for kind in KINDS:
+                conn.execute(f"CREATE INDEX IF NOT EXISTS {kind}_hnsw ON {kind} USING hnsw "
+                             f"((vector::halfvec({dim})) halfvec_cosine_ops)")
+            conn.execute("INSERT INTO meta(key, value) VALUES ('vector_dim', %s) "
+                         "ON CONFLICT (key) DO NOTHING", (json.dumps(dim),))
+        elif int(row[0]) != dim:
+            raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, not "
+                               f"{dim}; use the index's embedding model")
+        self._dims = dim
+
+    def _stored_dim(self) -> int | None:
+        if self._dims is None:
+            value = self.get_meta("vector_dim")
+            self._dims = int(value) if value is not None else None
+        return self._dims
+
+    def _terms(self, texts: Sequence[str]) -> list[tuple[dict[str, int], int]]:
+        """Each text's term frequencies and length, as FTS5 counts them."""
+        counts = self._tokenizer.texts(list(texts))
+        return [(dict(c), sum(c.values())) for c in counts]
+
+    def add(self, batch: SourceBatch) -> None:
+        from pgvector import HalfVector
+        from psycopg.types.json import Jsonb
+
+        source = batch.source
+        touched = [source.uri, *([batch.replaces] if batch.replaces else [])]
+        hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
+        with self._write(*touched) as conn:
+            if len(batch.chunk_vectors):
+                self._dim(conn, int(np.asarray(batch.chunk_vectors).shape[1]))
+            conn.execute("DELETE FROM sources WHERE uri = ANY(%s)", (touched,))
+            conn.execute(
+                "INSERT INTO sources(uri, content_hash, size, mtime, loader, ingested_at, "
+                "metadata, status, root, counts) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                (source.uri, source.content_hash, source.size, source.mtime, source.loader,
+                 (source.ingested_at or datetime.now(UTC)).isoformat(),
+                 Jsonb(source.metadata), source.status, source.root,
+                 Jsonb([len(batch.chunks), len(batch.atoms), len(batch.questions)])))
+            # a chunk is found by its text and its context (FTS5's two columns)
+            chunk_terms = self._terms([f"{c.text}\n{c.context}" for c in batch.chunks])
+            rows = self._insert(conn, "chunks", (
+                'id, source, idx, start, "end", text, metadata, context, hash, enriched, '
+                "ntok, vector"), [
+                (c.id, source.uri, c.index, c.start, c.end, c.text, Jsonb(c.metadata),
+                 c.context, h, c.id not in batch.pending, n, HalfVector(v))
+                for c, h, (_, n), v in zip(batch.chunks, hashes, chunk_terms,
+                                            batch.chunk_vectors, strict=True)])
+            self._postings(conn, "chunks", rows, chunk_terms)
+            atom_terms = self._terms([a.text for a in batch.atoms])
+            rows = self._insert(conn, "atoms", 'id, chunk_id, idx, start, "end", text, ntok, '
+                                "vector", [
+                (a.id, a.chunk_id, a.index, a.start, a.end, a.text, n, HalfVector(v))
+                for a, (_, n), v in zip(batch.atoms, atom_terms, batch.atom_vectors,
+                                        strict=True)])
+            self._postings(conn, "atoms", rows, atom_terms)
+            self._add_questions(conn, batch.questions, batch.question_vectors)
+
+    def _add_questions(self, conn: psycopg.Connection[Any], questions: Sequence[Question],
+                       vectors: Vectors) -> int:
+        from pgvector import HalfVector
+
+        terms = self._terms([q.text for q in questions])
+        rows = self._insert(conn, "questions", "id, atom_id, chunk_id, text, ntok, vector", [
+            (q.id, q.atom_id, q.chunk_id, q.text, n, HalfVector(v))
+            for q, (_, n), v in zip(questions, terms, vectors, strict=True)])
+        self._postings(conn, "questions", rows, terms)
+        return len(rows)
+
+    @staticmethod
+    def _insert(conn: psycopg.Connection[Any], table: str, columns: str,
+                values: list[tuple[Any, ...]]) -> list[int]:
+        """Insert rows (one statement, so the statistics trigger runs once) and return
+        their row numbers, in order."""
+        if not values:
+            return []
+        width = len(values[0])
+        marks = ",".join("(" + ",".join(["%s"] * width) + ")" for _ in values)
+        flat = [v for row in values for v in row]
+        found = conn.execute(f"INSERT INTO {table} ({columns}) VALUES {marks} "
+                             f"RETURNING row", flat).fetchall()
+        return [int(r[0]) for r in found]
+
+    @staticmethod
+    def _postings(conn: psycopg.Connection[Any], kind: str, rows: list[int],
+                  terms: list[tuple[dict[str, int], int]]) -> None:
+        if not rows:
+            return
+        with conn.cursor().copy(f"COPY {kind}_terms (term, item, tf) FROM STDIN"
+                                ) as copy:
+            for row, (counts, _) in zip(rows, terms, strict=True):
+                for term, tf in counts.items():
+                    copy.write_row((term, row, tf))
+
+    def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
+        if not done:
+            return
+        ids = [d.chunk_id for d in done]
+        owners = dict(self._rows("SELECT id, source FROM chunks WHERE id = ANY(%s)", (ids,)))
+        with self._write(*owners.values()) as conn:
+            for item in done:
+                found = conn.execute("SELECT source FROM chunks WHERE id = %s",
+                                     (item.chunk_id,)).fetchone()
+                if found is None:  # replaced or deleted meanwhile
+                    continue
+                had = conn.execute("DELETE FROM questions WHERE chunk_id = %s",
+                                   (item.chunk_id,)).rowcount
+                if len(item.vectors):
+                    self._dim(conn, int(np.asarray(item.vectors).shape[1]))
+                added = self._add_questions(conn, [
+                    q.model_copy(update={"chunk_id": item.chunk_id}) for q in item.questions],
+                    item.vectors)
+                conn.execute("UPDATE chunks SET enriched = %s WHERE id = %s",
+                             (item.complete, item.chunk_id))
+                conn.execute("UPDATE sources SET counts = jsonb_set(counts, '{2}', "
+                             "to_jsonb((counts->>2)::int + %s)) WHERE uri = %s AND counts IS "
+                             "NOT NULL", (added - had, found[0]))
+
+    def delete_source(self, uri: str) -> bool:
+        with self._write(uri) as conn:
+            return conn.execute("DELETE FROM sources WHERE uri = %s", (uri,)).rowcount > 0
+
+    # -- enrichment --------------------------------------------------------------------
+    def pending_chunks(self, limit: int, *, after: str | None = None,
+                       sources: Sequence[str] | None = None) -> list[PendingChunk]:
+        sql, params = "SELECT id FROM chunks WHERE NOT enriched", list[Any]()
+        if sources is not None:
+            sql += " AND source = ANY(%s)"
+            params.append(list(sources))
+        if after is not None:
+            sql += " AND id > %s"
+            params.append(after)
+        with self.snapshot():
+            ids = [r[0] for r in self._rows(f"{sql} ORDER BY id LIMIT %s", (*params, limit))]
+            chunks = self.get_chunks(ids)
+            atoms = self._rows('SELECT id, chunk_id, idx, start, "end", text, vector FROM '
+                               "atoms WHERE chunk_id = ANY(%s) ORDER BY chunk_id, idx", (ids,))
+        by_chunk: dict[str, list[tuple[Any, ...]]] = {}
+        for atom in atoms:
+            by_chunk.setdefault(atom[1], []).append(atom)
+        return [PendingChunk(
+            chunk=chunks[chunk_id],
+            atoms=[Atom(id=a[0], chunk_id=a[1], index=a[2], start=a[3], end=a[4], text=a[5])
+                   for a in by_chunk.get(chunk_id, [])],
+            atom_vectors=_stack([a[6] for a in by_chunk.get(chunk_id, [])]))
+            for chunk_id in ids if chunk_id in chunks]
+
+    def count_waiting(self, sources: Sequence[str] | None = None) -> int:
+        if sources is None:
+            return int(self._rows("SELECT count(*) FROM chunks WHERE NOT enriched")[0][0])
+        return int(self._rows("SELECT count(*) FROM chunks WHERE NOT enriched AND source = "
+                              "ANY(%s)", (list(sources),))[0][0])
+
+    def without_questions(self, chunk_ids: Sequence[str]) -> set[str]:
+        if not chunk_ids:
+            return set()
+        return {r[0] for r in self._rows(
+            "SELECT id FROM chunks WHERE NOT enriched AND id = ANY(%s)", (list(chunk_ids),))}
+
+    # -- reads -------------------------------------------------------------------------
+    def search(self, kind: Kind, vector: Vectors, k: int,
+               filters: Sequence[Condition] = ()) -> list[Hit]:
+        from pgvector import HalfVector
+
+        dim = self._stored_dim()
+        if k <= 0 or dim is None:
+            return []
+        query = HalfVector(np.asarray(vector, dtype=np.float32).reshape(-1))
+        distance = f"t.vector::halfvec({dim}) <=> %(q)s::halfvec({dim})"
+        restrict, params = "", {"q": query, "k": k}
+        if filters:
+            clause, values = where(filters)
+            restrict = (f"WHERE {ITEM_CHUNK[kind]} IN (SELECT c.id FROM chunks c JOIN sources "
+                        f"s ON s.uri = c.source WHERE {_named(clause, values, params)})")
+        sql = (f"SELECT t.row, {distance} AS d FROM {kind} t {restrict} "
+               "ORDER BY ORDER_BY LIMIT %(k)s")
+        with self.snapshot():
+            conn = self._conn()
+            conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(EF_SEARCH, k), 1000)}")
+            if filters:
+                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
+            found = self._rows(sql.replace("ORDER_BY", distance), params)
+            if filters and len(found) < k:  # the index scan gave up: scan the matches
+                found = self._rows(sql.replace("ORDER_BY", f"0 + ({distance})"), params)
+            found.sort(key=lambda r: (r[1], r[0]))
+            return self._hits(kind, [(int(r[0]), 1.0 - float(r[1])) for r in found[:k]])
+
+    def keyword_search(self, kind: Kind, query: str, k: int,
+                       filters: Sequence[Condition] = ()) -> list[Hit]:
+        words = list(dict.fromkeys(_words(query.lower())))
+        if not words or k <= 0:
+            return []
+        # as the embedded store asks FTS5 ("w1" OR "w2" ...): a term scores once per word
+        counted: dict[str, int] = {}
+        for word_terms in self._tokenizer.words(words):
+            for term in dict.fromkeys(word_terms):
+                counted[term] = counted.get(term, 0) + 1
+        if not counted:
+            return []
+        terms = sorted(counted)
+        params: dict[str, Any] = {"terms": terms, "mult": [counted[t] for t in terms],
+                                  "k": k}
+        restrict = ""
+        if filters:
+            clause, values = where(filters)
+            restrict = (f"{ITEM_CHUNK[kind]} IN (SELECT c.id FROM chunks c JOIN sources s ON "
+                        f"s.uri = c.source WHERE {_named(clause, values, params)})")
+        with self.snapshot():
+            found = self._rows(bm25(kind, restrict), params)
+            return self._hits(kind, [(int(r[0]), float(r[1])) for r in found])
+
+    def _hits(self, kind: Kind, scored: list[tuple[int, float]]) -> list[Hit]:
+        if not scored:
+            return []
+        rows = [r for r, _ in scored]
+        if kind == "questions":
+            sql = ("SELECT q.row, q.chunk_id, q.text, a.text FROM questions q JOIN atoms a ON "
+                   "a.id = q.atom_id WHERE q.row = ANY(%s)")
+        elif kind == "atoms":
+            sql = "SELECT row, chunk_id, text, text FROM atoms WHERE row = ANY(%s)"
+        else:
+            sql = "SELECT row, id, text, '' FROM chunks WHERE row = ANY(%s)"
+        found = {r[0]: r for r in self._rows(sql, (rows,))}
+        return [Hit(kind, found[row][1], score, found[row][2], found[row][3])
+                for row, score in scored if row in found]
+
+    def get_chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
+        if not ids:
+            return {}
+        found = self._rows('SELECT id, source, idx, start, "end", text, metadata, context '
+                           "FROM chunks WHERE id = ANY(%s)", (list(ids),))
+        return {r[0]: Chunk(id=r[0], source=r[1], index=r[2], start=r[3], end=r[4],
+                            text=r[5], metadata=r[6], context=r[7]) for r in found}
+
+    def get_source(self, uri: str) -> Source | None:
+        rows = self._rows("SELECT uri, content_hash, size, mtime, loader, ingested_at, "
+                          "metadata, status, root FROM sources WHERE uri = %s", (uri,))
+        return _source(rows[0]) if rows else None
+
+    def sources(self) -> list[SourceInfo]:
+        rows = self._rows(
+            "SELECT s.uri, s.content_hash, s.size, s.mtime, s.loader, s.ingested_at, "
+            "s.metadata, s.status, s.root,"
+            " (SELECT count(*) FROM chunks c WHERE c.source = s.uri),"
+            " (SELECT count(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id"
+            "   WHERE c.source = s.uri),"
+            " (SELECT count(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id"
+            "   WHERE c.source = s.uri),"
+            " (SELECT count(*) FROM chunks c WHERE c.source = s.uri AND NOT c.enriched)"
+            ' FROM sources s ORDER BY s.uri COLLATE "C"')
+        return [SourceInfo(_source(r[:9]), r[9], r[10], r[11], pending=r[12]) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        with self.snapshot():
+            found = {table: int(self._rows(f"SELECT count(*) FROM {table}")[0][0])
+                     for table in ("sources", "chunks", "atoms", "questions")}
+            found["chunks_waiting"] = self.count_waiting()
+            found["sources_waiting"] = int(self._rows(
+                "SELECT count(DISTINCT source) FROM chunks WHERE NOT enriched")[0][0])
+        return found
+
+    def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
+        with self.snapshot():
+            chunks = self._rows("SELECT id, hash, context, vector FROM chunks WHERE source = "
+                                "%s AND hash IS NOT NULL AND enriched", (uri,))
+            ids = [c[0] for c in chunks]
+            atoms = self._rows('SELECT id, chunk_id, idx, start, "end", text, vector FROM atoms '
+                               "WHERE chunk_id = ANY(%s) ORDER BY chunk_id, idx", (ids,))
+            questions = self._rows("SELECT atom_id, chunk_id, text, vector FROM questions "
+                                   "WHERE chunk_id = ANY(%s) ORDER BY row", (ids,))
+        atoms_of: dict[str, list[tuple[Any, ...]]] = {}
+        for a in atoms:
+            atoms_of.setdefault(a[1], []).append(a)
+        questions_of: dict[str, list[tuple[Any, ...]]] = {}
+        for q in questions:
+            questions_of.setdefault(q[1], []).append(q)
+        found: dict[str, StoredChunk] = {}
+        for chunk_id, digest, context, vector in chunks:
+            own_atoms, own_questions = atoms_of.get(chunk_id, []), questions_of.get(chunk_id, [])
+            found[digest] = StoredChunk(
+                vector=_stack([vector]),
+                atoms=[Atom(id=a[0], chunk_id=chunk_id, index=a[2], start=a[3], end=a[4],
+                            text=a[5]) for a in own_atoms],
+                atom_vectors=_stack([a[6] for a in own_atoms]),
+                questions=[Question(atom_id=q[0], chunk_id=chunk_id, text=q[2])
+                           for q in own_questions],
+                question_vectors=_stack([q[3] for q in own_questions]),
+                context=context)
+        return found
+
+    def export_source(self, uri: str) -> SourceBatch | None:
+        with self.snapshot():
+            source = self.get_source(uri)
+            if source is None:
+                return None
+            chunks = self._rows('SELECT id, source, idx, start, "end", text, metadata, context,'
+                                " hash, enriched, vector FROM chunks WHERE source = %s "
+                                "ORDER BY idx, row", (uri,))
+            ids = [c[0] for c in chunks]
+            atoms = self._rows('SELECT id, chunk_id, idx, start, "end", text, vector FROM atoms '
+                               "WHERE chunk_id = ANY(%s) ORDER BY row", (ids,))
+            questions = self._rows("SELECT atom_id, chunk_id, text, vector FROM questions "
+                                   "WHERE chunk_id = ANY(%s) ORDER BY row", (ids,))
+        return SourceBatch(
+            source=source,
+            chunks=[Chunk(id=c[0], source=c[1], index=c[2], start=c[3], end=c[4], text=c[5],
+                          metadata=c[6], context=c[7]) for c in chunks],
+            atoms=[Atom(id=a[0], chunk_id=a[1], index=a[2], start=a[3], end=a[4], text=a[5])
+                   for a in atoms],
+            questions=[Question(atom_id=q[0], chunk_id=q[1], text=q[2]) for q in questions],
+            chunk_vectors=_stack([c[10] for c in chunks]),
+            atom_vectors=_stack([a[6] for a in atoms]),
+            question_vectors=_stack([q[3] for q in questions]),
+            chunk_hashes=[c[8] or content_hash(c[5]) for c in chunks],
+            pending={c[0] for c in chunks if not c[9]})
+
+    # -- integrity ---------------------------------------------------------------------
+    def inspect(self) -> Inspection:
+        """Rows lost since each source was stored (its counts), and keyword statistics
+        that drifted from the rows (foreign keys keep rows from losing their parents)."""
+        found = Inspection()
+        with self.snapshot():
+            for uri, counts, *now in self._rows(
+                    "SELECT s.uri, s.counts, (SELECT count(*) FROM chunks c WHERE c.source = "
+                    "s.uri), (SELECT count(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id "
+                    "WHERE c.source = s.uri), (SELECT count(*) FROM questions q JOIN chunks c "
+                    "ON q.chunk_id = c.id WHERE c.source = s.uri) FROM sources s"):
+                if counts is not None and list(counts) != list(now):
+                    found.problems.append(
+                        f"{uri}: stored {counts[0]} chunks, {counts[1]} atoms, {counts[2]} "
+                        f"questions; holds {now[0]}, {now[1]}, {now[2]}")
+                    found.damaged_sources.append(uri)
+            for kind in KINDS:
+                n, total = self._rows(f"SELECT count(*), coalesce(sum(ntok), 0) FROM {kind}")[0]
+                stats = self._rows("SELECT n, total FROM kw_stats WHERE kind = %s", (kind,))[0]
+                if (int(n), int(total)) != (int(stats[0]), int(stats[1])):
+                    found.problems.append(f"keyword statistics of {kind} drifted ({stats[0]} "
+                                          f"rows counted, {n} held); run check --repair")
+        return found
+
+    def repair(self, embed: Callable[[list[str]], Vectors] | None = None) -> None:
+        """Recount the keyword statistics from the rows (the only derived state that can
+        drift; rows, vectors and postings are kept together by transactions and foreign
+        keys). Holds the index's lock exclusively."""
+        with self._index_lock(60.0, shared=False), self._write() as conn:
+            for kind in KINDS:
+                conn.execute(f"UPDATE kw_stats SET (n, total) = (SELECT count(*), "
+                             f"coalesce(sum(ntok), 0) FROM {kind}) WHERE kind = %s", (kind,))
+
+    def disk_size(self) -> int | None:
+        rows = self._rows("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class "
+                          "c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+                          "AND c.relkind IN ('r', 'm')", (self.schema,))
+        return int(rows[0][0])
+
+    def drop(self) -> None:
+        """Remove the whole index (its schema) from the database."""
+        with self._write() as conn:
+            conn.execute(f"DROP SCHEMA {self.schema} CASCADE")
+
+
+def _words(query: str) -> list[str]:
+    import re
+
+    return re.findall(r"\w+", query)
+
+
+def _named(clause: str, values: list[Any], params: dict[str, Any]) -> str:
+    """``clause`` with its positional ``%s`` turned into named parameters in ``params``."""
+    parts = clause.split("%s")
+    out = [parts[0]]
+    for value, rest in zip(values, parts[1:], strict=True):
+        name = f"f{len(params)}"
+        params[name] = value
+        out.append(f"%({name})s{rest}")
+    return "".join(out)
+
+
+def _stack(vectors: Sequence[Any]) -> Vectors:
+    if not vectors:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.stack([np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v,
+                                dtype=np.float32) for v in vectors])
+
+
+def _source(row: Sequence[Any]) -> Source:
+    return Source(uri=row[0], content_hash=row[1], size=row[2], mtime=row[3], loader=row[4],
+                  ingested_at=datetime.fromisoformat(row[5]), metadata=row[6], status=row[7],
+                  root=row[8])

@@ -1,0 +1,202 @@
+"""The PostgreSQL store's location, connections, errors and schema.
+
+A location is a libpq URL, ``postgresql://user:password@host:5432/db?schema=handbook``:
+each index lives in its own schema (default ``isotope``), so several indexes can share a
+database. The schema is built as numbered steps from nothing, in one transaction (DDL is
+transactional in PostgreSQL: a failed migration leaves nothing half-created).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from isotope.errors import InvalidIndex, IsotopeError, StoreError
+from isotope.stores import SCHEMA_VERSION, describe
+
+if TYPE_CHECKING:
+    import psycopg
+
+DEFAULT_SCHEMA = "isotope"
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+KW_KINDS = ("questions", "atoms", "chunks")
+
+STEPS: dict[int, list[str]] = {
+    # 1..6 as one step: the embedded store's schema 6 (sources, chunks, atoms, questions,
+    # chunks waiting for questions), vectors in the rows (pgvector halfvec), and BM25
+    # postings per kind with their statistics, kept in step by triggers
+    SCHEMA_VERSION: [
+        "CREATE TABLE meta (key text PRIMARY KEY, value jsonb NOT NULL)",
+        """CREATE TABLE sources (
+        uri text PRIMARY KEY, content_hash text NOT NULL, size bigint NOT NULL,
+        mtime double precision, loader text NOT NULL, ingested_at text NOT NULL,
+        metadata jsonb NOT NULL, status text NOT NULL DEFAULT 'complete', root text,
+        counts jsonb)""",
+        """CREATE TABLE chunks (
+        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL UNIQUE,
+        source text NOT NULL REFERENCES sources(uri) ON DELETE CASCADE,
+        idx integer NOT NULL, start integer NOT NULL, "end" integer NOT NULL,
+        text text NOT NULL, metadata jsonb NOT NULL, context text NOT NULL DEFAULT '',
+        hash text, enriched boolean NOT NULL DEFAULT true, ntok integer NOT NULL,
+        vector halfvec NOT NULL)""",
+        "CREATE INDEX chunks_source ON chunks(source)",
+        "CREATE INDEX chunks_pending ON chunks(source, id) WHERE NOT enriched",
+        """CREATE TABLE atoms (
+        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL UNIQUE,
+        chunk_id text NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+        idx integer NOT NULL, start integer, "end" integer, text text NOT NULL,
+        ntok integer NOT NULL, vector halfvec NOT NULL)""",
+        "CREATE INDEX atoms_chunk ON atoms(chunk_id)",
+        """CREATE TABLE questions (
+        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL UNIQUE,
+        atom_id text NOT NULL REFERENCES atoms(id) ON DELETE CASCADE,
+        chunk_id text NOT NULL, text text NOT NULL, ntok integer NOT NULL,
+        vector halfvec NOT NULL)""",
+        "CREATE INDEX questions_atom ON questions(atom_id)",
+        "CREATE INDEX questions_chunk ON questions(chunk_id)",
+        "CREATE TABLE kw_stats (kind text PRIMARY KEY, n bigint NOT NULL, "
+        "total bigint NOT NULL)",
+        *(f"INSERT INTO kw_stats VALUES ('{k}', 0, 0)" for k in KW_KINDS),
+        *(s for k in KW_KINDS for s in (
+            f"CREATE TABLE {k}_terms (term text NOT NULL, item bigint NOT NULL REFERENCES "
+            f"{k}(row) ON DELETE CASCADE, tf integer NOT NULL, PRIMARY KEY (term, item))",
+            f"CREATE INDEX {k}_terms_item ON {k}_terms(item)",
+            f"""CREATE FUNCTION {k}_stats_add() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN UPDATE kw_stats SET n = n + (SELECT count(*) FROM added),
+              total = total + (SELECT coalesce(sum(ntok), 0) FROM added)
+              WHERE kind = '{k}'; RETURN NULL; END $$""",
+            f"""CREATE FUNCTION {k}_stats_remove() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN UPDATE kw_stats SET n = n - (SELECT count(*) FROM removed),
+              total = total - (SELECT coalesce(sum(ntok), 0) FROM removed)
+              WHERE kind = '{k}'; RETURN NULL; END $$""",
+            f"CREATE TRIGGER {k}_ai AFTER INSERT ON {k} REFERENCING NEW TABLE AS added "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {k}_stats_add()",
+            f"CREATE TRIGGER {k}_ad AFTER DELETE ON {k} REFERENCING OLD TABLE AS removed "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {k}_stats_remove()",
+        )),
+    ],
+}
+"""Numbered steps. The first PostgreSQL schema is the embedded store's schema 6, so it is
+numbered 6; a later change is a new step (7, ...) and is never edited once released."""
+
+
+def split_location(location: str) -> tuple[str, str]:
+    """(the connection URL without isotope's own ``schema`` parameter, the schema)."""
+    parts = urlsplit(location)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == "schema"]
+    schema = schemas[-1] if schemas else DEFAULT_SCHEMA
+    if not _NAME.match(schema):
+        raise InvalidIndex(f"{describe(location)}: schema {schema!r} is not a plain name; "
+                           "use lowercase letters, digits and _ (at most 63), e.g. "
+                           "?schema=handbook")
+    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit((scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
+
+
+def connect(url: str, schema: str, location: str) -> psycopg.Connection[Any]:
+    """A connection (autocommit; transactions are explicit) whose search path is the
+    index's schema, with pgvector's types registered."""
+    import psycopg
+
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=10,
+                               application_name="isotope")
+    except psycopg.OperationalError as exc:
+        raise InvalidIndex(_connect_error(location, exc)) from None
+    conn.execute(f"SET search_path TO {schema}, public")
+    if _has_vector(conn):
+        _register(conn)
+    return conn
+
+
+def _has_vector(conn: psycopg.Connection[Any]) -> bool:
+    return conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'"
+                        ).fetchone() is not None
+
+
+def _register(conn: psycopg.Connection[Any]) -> None:
+    from pgvector.psycopg import register_vector
+
+    register_vector(conn)
+
+
+def _connect_error(location: str, exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    where = describe(location)
+    lowered = str(exc).lower()
+    if "password authentication failed" in lowered or "no password supplied" in lowered:
+        fix = "check the user and password in the URL (or PGPASSWORD / ~/.pgpass)"
+    elif "does not exist" in lowered and "database" in lowered:
+        fix = "create the database first (createdb NAME) or name an existing one"
+    elif "connection refused" in lowered or "could not connect" in lowered or \
+            "no such file" in lowered or "timeout" in lowered:
+        fix = "is the server running and reachable at that host and port?"
+    else:
+        fix = "check the URL, the server and your credentials"
+    return f"cannot connect to {where}: {text}; {fix}"
+
+
+def schema_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The schema an index is at (None: no isotope tables in that schema)."""
+    found = conn.execute("SELECT to_regclass(%s)", (f"{schema}.meta",)).fetchone()
+    if found is None or found[0] is None:
+        return None
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else None
+
+
+def upgrade(conn: psycopg.Connection[Any], schema: str, location: str) -> int:
+    """Create the ``vector`` extension if needed and apply the steps after the schema's
+    version, in one transaction under an advisory lock (two processes opening a new index
+    at once: one builds it, the other then sees it built)."""
+    import psycopg
+
+    where = describe(location)
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                         (f"isotope-schema:{schema}",))
+            if not _has_vector(conn):
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            version = schema_version(conn, schema) or 0
+            for step in sorted(s for s in STEPS if s > version):
+                for statement in STEPS[step]:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', %s) ON CONFLICT "
+                    "(key) DO UPDATE SET value = excluded.value", (json.dumps(step),))
+                version = step
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise InvalidIndex(
+            f"{where}: the user may not create what the index needs ({_first_line(exc)}); "
+            f"GRANT CREATE ON DATABASE to the user, or have an administrator run "
+            f"`CREATE EXTENSION vector; CREATE SCHEMA {schema} AUTHORIZATION <user>` once"
+        ) from None
+    except (psycopg.errors.FeatureNotSupported, psycopg.errors.UndefinedFile) as exc:
+        raise InvalidIndex(
+            f"{where}: the server has no pgvector extension ({_first_line(exc)}); install "
+            "pgvector 0.8 or newer on the server (e.g. the postgresql-NN-pgvector package) "
+            "and run `CREATE EXTENSION vector` as a superuser") from None
+    _register(conn)
+    return version
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def store_error(location: str, exc: Exception) -> IsotopeError:
+    """A database error during a read or write, as one line naming the index."""
+    import psycopg
+
+    where = describe(location)
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreError(f"{where}: the connection failed ({_first_line(exc)}); nothing of "
+                          "the interrupted write was stored; try again")
+    return StoreError(f"{where}: {_first_line(exc)}; nothing of that write was stored")

