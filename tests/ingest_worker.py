@@ -1,5 +1,6 @@
 """A separate process that ingests a folder with the fake model (for the crash and
-concurrency tests): ``python ingest_worker.py INDEX FOLDER [SECONDS_PER_CALL] [hnsw]``.
+concurrency tests): ``python ingest_worker.py INDEX FOLDER [SECONDS_PER_CALL] [hnsw]``
+(INDEX: a directory or a store URL).
 With ``hnsw``, the vectors go to HNSW indexes, compacted after every few writes (so that
 a kill lands in compactions too)."""
 
@@ -34,7 +35,8 @@ def main() -> None:
         from isotope.stores import sqlite_vectors
 
         sqlite_vectors.COMPACT_AFTER = 6
-    with Isotope.open(Path(index), llm=SlowLLM(delay), cache=False, chunk_size=48,
+    location = index if "://" in index else Path(index)  # a store URL or a directory
+    with Isotope.open(location, llm=SlowLLM(delay), cache=False, chunk_size=48,
                       chunk_overlap=0, threads=1, vector_index=vector_index) as iso:
         print("started", flush=True)
         report = iso.ingest(folder)

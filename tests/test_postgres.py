@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -264,6 +266,41 @@ def test_cli_commands_work_on_a_postgres_index(postgres_url: str, examples: Path
     assert deleted.exit_code == 0, deleted.output
     assert len(json.loads(runner.invoke(app, ["list", "--json", "--index",
                                               postgres_url]).output)) == 3
+    # sync removes the source of a deleted file; later questions come from enrich
+    (examples / "release-notes.txt").unlink()
+    (examples / "new.md").write_text("# New\n\nThe new office opens in June in Bergen.\n")
+    synced = runner.invoke(app, ["sync", str(examples), "--questions", "later", "--index",
+                                 postgres_url, "--plain", "--json"])
+    assert synced.exit_code == 0, synced.output
+    listed = {Path(s["uri"]).name: s for s in json.loads(runner.invoke(
+        app, ["list", "--json", "--index", postgres_url]).output)}
+    assert set(listed) == {"handbook.md", "battery-safety.pdf", "faq.html", "new.md"}
+    assert listed["new.md"]["chunks_waiting"] >= 1
+    enriched = runner.invoke(app, ["enrich", "--index", postgres_url, "--plain"])
+    assert enriched.exit_code == 0, enriched.output
+    status = json.loads(runner.invoke(app, ["status", "--json", "--index", postgres_url]).output)
+    assert status["counts"]["chunks_waiting"] == 0
+    # a project whose index is that URL
+    made = runner.invoke(app, ["project", "create", "shared", "--index", postgres_url])
+    assert made.exit_code == 0, made.output
+    found = runner.invoke(app, ["query", "When does the new office open?", "--raw", "--json",
+                                "--project", "shared"])
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.output)["results"][0]["chunk"]["source"].endswith("new.md")
+
+
+def test_check_finds_drifted_keyword_statistics_and_repair_recounts_them(
+        pg: Isotope, examples: Path) -> None:
+    pg.ingest(examples)
+    before = pg.search("vacation days", k=3, mode="chunks-bm25").results
+    conn = pg.store._conn()  # type: ignore[attr-defined]
+    conn.execute("UPDATE kw_stats SET n = n + 1000 WHERE kind = 'chunks'")
+    assert any("keyword statistics of chunks drifted" in p for p in pg.check())
+    pg.repair()
+    assert pg.check() == []
+    assert [(r.chunk.id, r.score) for r in pg.search("vacation days", k=3,
+                                                      mode="chunks-bm25").results] == [
+        (r.chunk.id, r.score) for r in before]
 
 
 def test_a_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -298,3 +335,83 @@ def test_eval_on_postgres_scores_as_the_embedded_store(
         scores[where] = {m["mode"]: (m["recall"], m["mrr"])
                          for m in json.loads(result.stdout)["modes"]}
     assert scores[postgres_url] == scores[str(tmp_path / "embedded")]
+
+
+def _topics(folder: Path, names: list[str]) -> Path:
+    folder.mkdir()
+    for n, name in enumerate(names):
+        (folder / f"{name}.md").write_text(
+            f"# The {name} service\n\nThe {name} service was started in {2000 + n}. It runs "
+            f"on {n + 2} servers.\n\nAlerts for {name} go to channel {name}-ops.\n")
+    return folder
+
+
+def _worker(location: str, folder: Path, delay: float) -> subprocess.Popen[str]:
+    worker = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "ingest_worker.py"), location,
+         str(folder), str(delay)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert worker.stdout is not None
+    assert worker.stdout.readline().strip() == "started", worker.stderr
+    return worker
+
+
+def test_two_ingest_processes_on_different_sources_both_progress(
+        postgres_url: str, tmp_path: Path, embedder: Embedder) -> None:
+    first = _topics(tmp_path / "first", [f"alpha{n}" for n in range(6)])
+    second = _topics(tmp_path / "second", [f"beta{n}" for n in range(6)])
+    with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM()):
+        pass  # the schema exists before the two start
+    workers = [_worker(postgres_url, first, 0.05), _worker(postgres_url, second, 0.05)]
+    seen: dict[str, float] = {}
+    finished: dict[int, float] = {}
+    store = stores.open(postgres_url)
+    try:
+        deadline = time.monotonic() + 240
+        while len(finished) < 2 and time.monotonic() < deadline:
+            for info in store.sources():
+                seen.setdefault(Path(info.source.uri).parent.name, time.monotonic())
+            for n, worker in enumerate(workers):
+                if n not in finished and worker.poll() is not None:
+                    finished[n] = time.monotonic()
+            time.sleep(0.05)
+    finally:
+        store.close()
+        for worker in workers:
+            worker.kill()
+    for worker in workers:
+        out, err = worker.communicate()
+        assert worker.returncode == 0, err
+        assert out.startswith("done 6 0 0"), out
+    # each process stored sources before the other one finished: neither waited
+    assert seen["first"] < finished[1] and seen["second"] < finished[0]
+    with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM()) as iso:
+        assert iso.status().counts["sources"] == 12 and iso.check() == []
+
+
+def test_sigkill_during_ingest_leaves_whole_sources_and_a_rerun_completes(
+        postgres_url: str, tmp_path: Path, embedder: Embedder) -> None:
+    import random
+
+    corpus = _topics(tmp_path / "corpus", [f"topic{n}" for n in range(10)])
+    rng = random.Random(7)
+    interrupted = 0
+    for run in range(4):
+        worker = _worker(postgres_url, corpus, 0.05)
+        time.sleep(rng.uniform(0.2, 2.5))
+        worker.kill()
+        worker.communicate()
+        with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM()) as iso:
+            assert iso.check() == [], f"run {run}"
+            for info in iso.sources():  # a stored source is whole: all its chunks
+                assert info.chunks >= 1 and info.atoms >= info.chunks, f"run {run}"
+                assert info.questions or info.pending, f"run {run}"
+            found = iso.sources()
+            interrupted += len(found) < 10 or any(info.pending for info in found)
+            for info in rng.sample(iso.sources(), k=len(iso.sources()) // 2):
+                iso.delete(info.source.uri)
+    assert interrupted >= 3  # the kills landed mid-ingest
+    with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM()) as iso:
+        report = iso.ingest(corpus)
+        assert report.ok and iso.status().counts["sources"] == 10
+        assert iso.store.counts()["chunks_waiting"] == 0 and iso.check() == []
+        assert _top(iso, "Where do alerts for topic3 go?")[0] == "topic3.md"
