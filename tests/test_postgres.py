@@ -109,6 +109,10 @@ def test_copy_between_engines_keeps_every_search(
     calls = fake_llm.calls
     with Isotope.open(postgres_url, embedder=embedder, llm=fake_llm) as copied:
         assert copied.store.counts() == counts
+        conn = copied.store._conn()  # type: ignore[attr-defined]
+        made = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE "
+                                           "schemaname = current_schema()")}
+        assert {"questions_hnsw", "atoms_hnsw", "chunks_hnsw"} <= made  # built at the end
         for query, results in before.items():
             after = [(r.chunk.id, r.score) for r in copied.search(query, k=5).results]
             assert [c for c, _ in after] == [c for c, _ in results], query

@@ -51,17 +51,18 @@ def copy_index(source: str | Path, target: str | Path, *,
                 if key in meta:
                     dst.set_meta(key, meta[key])
             uris = [info.source.uri for info in src.sources()]
-            for n, uri in enumerate(uris, start=1):
-                batch = src.export_source(uri)
-                if batch is None:  # deleted meanwhile
-                    continue
-                dst.add(batch)
-                report.sources.append(uri)
-                report.chunks += len(batch.chunks)
-                report.atoms += len(batch.atoms)
-                report.questions += len(batch.questions)
-                if progress:
-                    progress(n, len(uris), uri)
+            with dst.bulk():
+                for n, uri in enumerate(uris, start=1):
+                    batch = src.export_source(uri)
+                    if batch is None:  # deleted meanwhile
+                        continue
+                    dst.add(batch)
+                    report.sources.append(uri)
+                    report.chunks += len(batch.chunks)
+                    report.atoms += len(batch.atoms)
+                    report.questions += len(batch.questions)
+                    if progress:
+                        progress(n, len(uris), uri)
             dst.settle()
             return report
         finally:

@@ -278,6 +278,12 @@ class Store(ABC):
         under :meth:`writer`. Default: nothing to do."""
         return {}
 
+    def bulk(self) -> AbstractContextManager[None]:
+        """Writes inside load an empty index (``isotope copy``): a store may defer the
+        work that can be done faster once at the end (building vector indexes). Default:
+        nothing deferred."""
+        return nullcontext()
+
     def settle(self) -> None:  # noqa: B027 - optional
         """Wait for work the store does in the background (compaction) to finish.
         Default: none."""

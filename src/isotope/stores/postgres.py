@@ -66,6 +66,9 @@ EF_SEARCH = 200
 """HNSW candidates per search (pgvector's default is 40: too few for the hybrid pool)."""
 MAX_SCAN_TUPLES = 40_000
 """How far an iterative filtered scan goes before the exact fallback takes over."""
+BULK_MEMORY = "1GB"
+"""maintenance_work_mem for building the HNSW indexes after a bulk load (a graph that fits
+builds several times faster)."""
 
 
 class PostgresStore(Store):
@@ -88,6 +91,7 @@ class PostgresStore(Store):
         self._local = threading.local()
         self._tokenizer = Tokenizer()
         self._dims: int | None = None
+        self._bulk = False
         self._conns: list[psycopg.Connection[Any]] = []
         self._conns_lock = threading.Lock()
         conn = self._conn()
@@ -208,15 +212,41 @@ class PostgresStore(Store):
             return
         row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
         if row is None:
-            for kind in KINDS:
-                conn.execute(f"CREATE INDEX IF NOT EXISTS {kind}_hnsw ON {kind} USING hnsw "
-                             f"((vector::halfvec({dim})) halfvec_cosine_ops)")
+            if not self._bulk:  # a bulk load makes them at its end, at once
+                self._hnsw(conn, dim)
             conn.execute("INSERT INTO meta(key, value) VALUES ('vector_dim', %s) "
                          "ON CONFLICT (key) DO NOTHING", (json.dumps(dim),))
         elif int(row[0]) != dim:
             raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, not "
                                f"{dim}; use the index's embedding model")
         self._dims = dim
+
+    @staticmethod
+    def _hnsw(conn: psycopg.Connection[Any], dim: int) -> None:
+        for kind in KINDS:
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {kind}_hnsw ON {kind} USING hnsw "
+                         f"((vector::halfvec({dim})) halfvec_cosine_ops)")
+
+    @contextmanager
+    def bulk(self) -> Iterator[None]:
+        """Load an empty index faster: its HNSW indexes are made once at the end (a build
+        over all the rows) instead of grown row by row. Searches meanwhile scan exactly."""
+        if self.counts()["sources"]:
+            yield
+            return
+        with self._write() as conn:
+            for kind in KINDS:
+                conn.execute(f"DROP INDEX IF EXISTS {kind}_hnsw")
+        self._bulk, self._dims = True, None
+        try:
+            yield
+        finally:
+            self._bulk = False
+            dim = self._stored_dim()
+            if dim is not None:
+                with self._write() as conn:
+                    conn.execute(f"SET LOCAL maintenance_work_mem = '{BULK_MEMORY}'")
+                    self._hnsw(conn, dim)
 
     def _stored_dim(self) -> int | None:
         if self._dims is None:
