@@ -326,11 +326,11 @@ class PostgresStore(Store):
                   terms: list[tuple[dict[str, int], int]]) -> None:
         if not rows:
             return
-        with conn.cursor().copy(f"COPY {kind}_terms (term, item, tf) FROM STDIN"
+        with conn.cursor().copy(f"COPY {kind}_terms (term, item, tf, ntok) FROM STDIN"
                                 ) as copy:
-            for row, (counts, _) in zip(rows, terms, strict=True):
+            for row, (counts, length) in zip(rows, terms, strict=True):
                 for term, tf in counts.items():
-                    copy.write_row((term, row, tf))
+                    copy.write_row((term, row, tf, length))
 
     def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
         if not done:
@@ -425,6 +425,25 @@ class PostgresStore(Store):
                 found = self._rows(sql.replace("ORDER_BY", f"0 + ({distance})"), params)
             found.sort(key=lambda r: (r[1], r[0]))
             return self._hits(kind, [(int(r[0]), 1.0 - float(r[1])) for r in found[:k]])
+
+    def search_by_chunk(
+        self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3,
+        filters: Sequence[Condition] = (),
+    ) -> list[tuple[str, list[Hit]]]:
+        """As the contract's, starting from a pool sized for the kind (a chunk is one
+        item; it has a few atoms and many questions) and widening only when the pool
+        holds fewer than ``k`` chunks: an HNSW search costs with its pool."""
+        if k <= 0:
+            return []
+        pool = {"chunks": k, "atoms": 3 * k, "questions": 4 * k}[kind]
+        while True:
+            hits = self.search(kind, vector, pool, filters)
+            grouped: dict[str, list[Hit]] = {}
+            for hit in hits:
+                grouped.setdefault(hit.chunk_id, []).append(hit)
+            if len(grouped) >= k or len(hits) < pool:
+                return [(c, h[:per_chunk]) for c, h in list(grouped.items())[:k]]
+            pool *= 3
 
     def keyword_search(self, kind: Kind, query: str, k: int,
                        filters: Sequence[Condition] = ()) -> list[Hit]:

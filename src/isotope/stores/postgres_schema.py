@@ -61,8 +61,11 @@ STEPS: dict[int, list[str]] = {
         "total bigint NOT NULL)",
         *(f"INSERT INTO kw_stats VALUES ('{k}', 0, 0)" for k in KW_KINDS),
         *(s for k in KW_KINDS for s in (
+            # each posting carries its row's length: BM25 reads the postings alone (an
+            # index-only scan), never the rows
             f"CREATE TABLE {k}_terms (term text NOT NULL, item bigint NOT NULL REFERENCES "
-            f"{k}(row) ON DELETE CASCADE, tf integer NOT NULL, PRIMARY KEY (term, item))",
+            f"{k}(row) ON DELETE CASCADE, tf integer NOT NULL, ntok integer NOT NULL, "
+            f"PRIMARY KEY (term, item) INCLUDE (tf, ntok))",
             f"CREATE INDEX {k}_terms_item ON {k}_terms(item)",
             f"""CREATE FUNCTION {k}_stats_add() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN UPDATE kw_stats SET n = n + (SELECT count(*) FROM added),

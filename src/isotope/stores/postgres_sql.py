@@ -114,8 +114,7 @@ def bm25(kind: str, restrict: str = "") -> str:
                                               {MIN_IDF}) AS idf
               FROM df JOIN qt ON qt.term = df.term CROSS JOIN st)
         SELECT p.item, sum(w.idf * p.tf * {K1 + 1} /
-                           (p.tf + {K1} * ({1 - B} + {B} * t.ntok / st.avgdl))) AS score
-        FROM {kind}_terms p JOIN w ON w.term = p.term JOIN {kind} t ON t.row = p.item
-        CROSS JOIN st
-        {"WHERE " + restrict if restrict else ""}
+                           (p.tf + {K1} * ({1 - B} + {B} * p.ntok / st.avgdl))) AS score
+        FROM {kind}_terms p JOIN w ON w.term = p.term CROSS JOIN st
+        {f"WHERE p.item IN (SELECT t.row FROM {kind} t WHERE {restrict})" if restrict else ""}
         GROUP BY p.item ORDER BY score DESC, p.item LIMIT %(k)s"""
