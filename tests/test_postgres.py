@@ -419,3 +419,72 @@ def test_sigkill_during_ingest_leaves_whole_sources_and_a_rerun_completes(
         assert report.ok and iso.status().counts["sources"] == 10
         assert iso.store.counts()["chunks_waiting"] == 0 and iso.check() == []
         assert _top(iso, "Where do alerts for topic3 go?")[0] == "topic3.md"
+
+
+@pytest.fixture(scope="module")
+def server_without_pgvector() -> Iterator[str]:
+    """A real PostgreSQL without pgvector: Debian's postgresql package (.ci/run installs
+    it), a throwaway cluster on a Unix socket, run as the postgres user when root."""
+    import os
+    import shutil
+    import tempfile
+
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not found:
+        pytest.skip("Debian's postgresql package is not installed (apt-get install postgresql)")
+    bindir = found[-1].parent
+    if (bindir.parent.parent.parent / "share/postgresql" / bindir.parent.name /
+            "extension/vector.control").exists():
+        pytest.skip("this PostgreSQL has pgvector")
+    folder = Path(tempfile.mkdtemp(prefix="isotope-plain-pg-"))
+    folder.chmod(0o777)
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    data = folder / "data"
+    subprocess.run([*as_postgres, str(bindir / "initdb"), "-D", str(data), "-A", "trust",
+                    "-U", "postgres"], check=True, capture_output=True)
+    subprocess.run([*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-l",
+                    str(folder / "log"), "-w", "-o", f"-k {folder} -p 5499 -c "
+                    "listen_addresses=''", "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql://postgres@/postgres?host={folder}&port=5499"
+    finally:
+        subprocess.run([*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-m",
+                        "immediate", "stop"], capture_output=True, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_server_without_pgvector_says_how_to_get_it(server_without_pgvector: str) -> None:
+    import psycopg
+
+    url = f"{server_without_pgvector}&schema=handbook"
+    with pytest.raises(InvalidIndex, match=r"has no pgvector extension.*install pgvector 0\.8 "
+                       r"or newer on the server") as caught:
+        stores.open(url)
+    assert "\n" not in str(caught.value) and "postgresql://postgres@/postgres" in str(
+        caught.value)
+    with psycopg.connect(server_without_pgvector) as conn:  # nothing half-created
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'handbook'"
+                            ).fetchone() == (0,)
+
+
+def test_a_filtered_search_never_comes_back_short(
+        pg: Isotope, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    from isotope.filters import parse
+    from isotope.stores import postgres
+
+    pg.ingest_chunks([Chunk(text=f"Note {n}: the garage opens at {n % 12} o'clock.",
+                            source=f"n{n}",
+                            metadata={"group": "rare" if n % 40 == 0 else "common"})
+                      for n in range(200)], questions="later")
+    query = embedder.embed_one("When does the garage open?")
+    wanted = parse({"group": "rare"})
+    # an index scan (as on a large index) that gives up at once: the exact scan of the
+    # matches takes over
+    pg.store._conn().execute("SET enable_seqscan = off")  # type: ignore[attr-defined]
+    monkeypatch.setattr(postgres, "MAX_SCAN_TUPLES", 1)
+    monkeypatch.setattr(postgres, "EF_SEARCH", 10)
+    hits = pg.store.search("chunks", query, 10, wanted)
+    assert len(hits) == 5  # every match, not the few the index scan reached
+    chunks = pg.store.get_chunks([h.chunk_id for h in hits])
+    assert all(c.metadata["group"] == "rare" for c in chunks.values())
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
