@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -77,7 +78,9 @@ def test_filters_on_metadata_match_the_embedded_store(
         postgres_url: str, tmp_path: Path, embedder: Embedder, fake_llm: FakeLLM) -> None:
     chunks = [Chunk(text=f"Report {n} on the garage, written in {2018 + n}.", source=f"r{n}",
                     metadata={"year": 2018 + n, "tags": ["garage", f"t{n % 2}"],
-                              "date": f"{2018 + n}-05-01"}) for n in range(6)]
+                              "date": f"{2018 + n}-05-01", "author": {"name": f"A{n % 3}"},
+                              **({"type": "memo"} if n % 2 else {})})
+              for n in range(6)]
     found = {}
     for where in (postgres_url, str(tmp_path / "embedded")):
         with Isotope.open(where, embedder=embedder, llm=fake_llm) as iso:
@@ -88,9 +91,17 @@ def test_filters_on_metadata_match_the_embedded_store(
                                                           filters=f).results)
                 for f in ({"year": {"gte": 2020, "lt": 2023}}, {"tags": "t1"},
                           {"date": {"gte": "2021-01-01"}}, {"year": {"ne": 2018}},
-                          {"source": "r[0-2]"}, {"year": ["2019", 2023]})]
+                          {"source": "r[0-2]"}, {"year": ["2019", 2023]},
+                          {"date": {"gte": 2021}}, {"ingested_at": {"gte": 2024}},
+                          {"type": {"ne": "memo"}}, {"author": "A1"},
+                          {"source": "r[^]]"}, {"size": {"gte": "abc"}})]
     assert found[postgres_url] == found[str(tmp_path / "embedded")]
     assert found[postgres_url][0] == ["r2", "r3", "r4"]
+    assert found[postgres_url][6] == ["r3", "r4", "r5"]  # a date's leading number
+    # `type` is the loader or the source's metadata type: none of these is a memo (a
+    # source without a metadata type was dropped by `type != ...` before)
+    assert found[postgres_url][8] == ["r0", "r1", "r2", "r3", "r4", "r5"]
+    assert found[postgres_url][9] == ["r1", "r4"]  # a value of an object
 
 
 def test_copy_between_engines_keeps_every_search(
@@ -488,3 +499,96 @@ def test_a_filtered_search_never_comes_back_short(
     chunks = pg.store.get_chunks([h.chunk_id for h in hits])
     assert all(c.metadata["group"] == "rare" for c in chunks.values())
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def _random_batch(uri: str, chunks: int, questions_per_chunk: int = 0, seed: int = 0
+                  ) -> Any:
+    """A source of many chunks with random unit vectors (no model: the store's limits)."""
+    import numpy as np
+
+    from isotope.models import Atom, Question, Source, content_hash
+    from isotope.stores import SourceBatch
+
+    rng = np.random.default_rng(seed)
+
+    def unit(n: int) -> Any:
+        v = rng.normal(size=(n, 384)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    made = [Chunk(text=f"Row {n} of {uri}.", source=uri, index=n, start=0, end=9)
+            for n in range(chunks)]
+    atoms = [Atom(text=c.text, chunk_id=c.id, index=0, start=0, end=9) for c in made]
+    asked = [Question(text=f"Question {k} about row {n} of {uri}?", atom_id=a.id,
+                      chunk_id=a.chunk_id)
+             for n, a in enumerate(atoms) for k in range(questions_per_chunk)]
+    return SourceBatch(source=Source(uri=uri, content_hash=content_hash(uri + str(seed)),
+                                     loader="text"),
+                       chunks=made, atoms=atoms, questions=asked,
+                       chunk_vectors=unit(chunks), atom_vectors=unit(chunks),
+                       question_vectors=unit(len(asked)))
+
+
+def test_a_source_of_any_size_is_stored(postgres_url: str) -> None:
+    store = stores.open(postgres_url)
+    try:
+        store.add(_random_batch("/big.txt", 6_000, questions_per_chunk=2))  # > 65,535 values
+        assert store.counts()["chunks"] == 6_000 and store.counts()["questions"] == 12_000
+        assert store.check() == []
+    finally:
+        store.close()
+
+
+def test_a_search_after_many_replacements_is_never_short(postgres_url: str) -> None:
+    store = stores.open(postgres_url)
+    try:
+        for round_ in range(4):  # dead rows the HNSW index still lists
+            for n in range(5):
+                store.add(_random_batch(f"/s{n}.txt", 60, seed=round_))
+        store._conn().execute("SET enable_seqscan = off")  # type: ignore[attr-defined]
+        batch = _random_batch("/q.txt", 1, seed=99)
+        assert len(store.search("chunks", batch.chunk_vectors[0], 150)) == 150
+        assert len(store.search_by_chunk("atoms", batch.chunk_vectors[0], 150)) == 150
+    finally:
+        store.close()
+
+
+def test_a_failed_first_write_leaves_the_vector_indexes_for_the_next(
+        postgres_url: str) -> None:
+    store = stores.open(postgres_url)
+    broken = _random_batch("/broken.txt", 3)
+    broken.atoms.append(broken.atoms[0])  # the same atom twice: the write fails
+    broken.atom_vectors = __import__("numpy").vstack([broken.atom_vectors,
+                                                      broken.atom_vectors[:1]])
+    with pytest.raises(IsotopeError):
+        store.add(broken)
+    good = _random_batch("/good.txt", 3)
+    store.add(good)
+    store.close()
+    other = stores.open(postgres_url)  # another process's view
+    try:
+        assert other.get_meta("vector_dim") == 384
+        names = {r[0] for r in other._conn().execute(  # type: ignore[attr-defined]
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+        assert "chunks_hnsw" in names
+        assert other.search("chunks", good.chunk_vectors[0], 1)[0].text == "Row 0 of /good.txt."
+    finally:
+        other.close()
+
+
+def test_an_interrupted_copy_is_resumed(postgres_url: str, tmp_path: Path) -> None:
+    embedded = tmp_path / "embedded"
+    store = stores.open(embedded)
+    for n in range(4):
+        store.add(_random_batch(f"/d{n}.txt", 5, seed=n))
+    store.set_meta("embedding", {"model_id": "m", "dim": 384})
+    store.close()
+    copy_index(embedded, postgres_url)
+    target = stores.open(postgres_url)
+    target.delete_source("/d2.txt")  # as if the copy had stopped before it
+    target.close()
+    refused = runner.invoke(app, ["copy", str(embedded), postgres_url])
+    assert refused.exit_code == 1 and "--resume" in refused.output
+    resumed = runner.invoke(app, ["copy", str(embedded), postgres_url, "--resume", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.output)["sources"] == 1
+    assert json.loads(resumed.output)["skipped"] == 3

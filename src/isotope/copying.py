@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,8 +15,9 @@ from isotope.errors import IsotopeError
 
 log = logging.getLogger(__name__)
 
-COPIED_META = ("settings", "embedding", "created_at", "isotope_version", "project")
-"""What describes an index (the rest of its meta is each store's own bookkeeping)."""
+COPIED_META = ("settings", "embedding", "created_at", "isotope_version")
+"""What describes an index (the rest of its meta is each store's own bookkeeping; the
+project an index belongs to stays with the original)."""
 
 
 @dataclass
@@ -23,49 +25,70 @@ class CopyReport:
     source: str
     target: str
     sources: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Sources the target already held, unchanged (``resume``)."""
     chunks: int = 0
     atoms: int = 0
     questions: int = 0
 
 
-def copy_index(source: str | Path, target: str | Path, *,
+def copy_index(source: str | Path, target: str | Path, *, resume: bool = False,
                progress: Callable[[int, int, str], None] | None = None) -> CopyReport:
-    """Copy the index at ``source`` into ``target`` (a directory or a store URL), which
-    must hold no sources yet (it is created if missing). Each source is one transaction
-    in the target: an interrupted copy leaves whole sources, and running it again after
-    emptying the target starts over."""
+    """Copy the index at ``source`` into ``target`` (a directory or a store URL; created
+    if missing), under the target's writer lock. The target must hold no sources, unless
+    ``resume``: then the sources it holds unchanged (same content hash) are skipped, as
+    after an interrupted copy. Each source is one transaction in the target; the index's
+    description (settings, embedding model) is written last, so an interrupted copy is
+    not mistaken for a finished one."""
     src = stores.open(source, create=False)
     try:
         dst = stores.open(target, create=True)
         try:
-            report = CopyReport(stores.describe(source), stores.describe(target))
-            if dst.counts()["sources"]:
-                raise IsotopeError(f"{report.target} already holds sources; copy into an "
-                                   "empty index (a new directory, or a new ?schema=)")
-            theirs, ours = src.get_meta("embedding"), dst.get_meta("embedding")
-            if ours and theirs and ours != theirs:
-                raise IsotopeError(f"{report.target} was made with another embedding model "
-                                   f"({ours.get('model')}); copy into an empty index")
-            meta = src.meta_items()
-            for key in COPIED_META:
-                if key in meta:
-                    dst.set_meta(key, meta[key])
-            uris = [info.source.uri for info in src.sources()]
-            with dst.bulk():
-                for n, uri in enumerate(uris, start=1):
-                    batch = src.export_source(uri)
-                    if batch is None:  # deleted meanwhile
-                        continue
-                    dst.add(batch)
-                    report.sources.append(uri)
-                    report.chunks += len(batch.chunks)
-                    report.atoms += len(batch.atoms)
-                    report.questions += len(batch.questions)
-                    if progress:
-                        progress(n, len(uris), uri)
-            dst.settle()
-            return report
+            with dst.writer():
+                return _copy(src, dst, stores.describe(source), stores.describe(target),
+                             resume, progress)
         finally:
             dst.close()
     finally:
         src.close()
+
+
+def _same_model(a: dict[str, object], b: dict[str, object]) -> bool:
+    return (a.get("model_id"), a.get("dim")) == (b.get("model_id"), b.get("dim"))
+
+
+def _copy(src: stores.Store, dst: stores.Store, source: str, target: str, resume: bool,
+          progress: Callable[[int, int, str], None] | None) -> CopyReport:
+    report = CopyReport(source, target)
+    held = {info.source.uri: info.source.content_hash for info in dst.sources()}
+    if held and not resume:
+        raise IsotopeError(f"{target} already holds sources; copy into an empty index (a "
+                           "new directory, or a new ?schema=), or pass --resume to finish "
+                           "an interrupted copy")
+    theirs, ours = src.get_meta("embedding"), dst.get_meta("embedding")
+    if ours and theirs and not _same_model(ours, theirs):
+        raise IsotopeError(f"{target} was made with another embedding model "
+                           f"({ours.get('model_id')}); copy into an empty index")
+    infos = src.sources()
+    with dst.bulk() if not held else nullcontext():
+        for n, info in enumerate(infos, start=1):
+            uri = info.source.uri
+            if held.get(uri) == info.source.content_hash:
+                report.skipped.append(uri)
+                continue
+            batch = src.export_source(uri)
+            if batch is None:  # deleted meanwhile
+                continue
+            dst.add(batch)
+            report.sources.append(uri)
+            report.chunks += len(batch.chunks)
+            report.atoms += len(batch.atoms)
+            report.questions += len(batch.questions)
+            if progress:
+                progress(n, len(infos), uri)
+    meta = src.meta_items()
+    for key in COPIED_META:
+        if key in meta:
+            dst.set_meta(key, meta[key])
+    dst.settle()
+    return report

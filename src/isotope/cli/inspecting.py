@@ -209,12 +209,15 @@ def copy_command(
                                           "URL (postgresql://...).")],
     target: Annotated[str, typer.Argument(help="Where to copy it: a new directory or an "
                                           "empty store URL (e.g. a new ?schema=).")],
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Finish an interrupted copy: skip the sources the target already "
+        "holds unchanged.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Copy an index to another place or engine (embedded <-> PostgreSQL): every source
     with its chunks, atoms, questions and vectors, and the index's settings and models.
     No model is called; searches give the same results in the copy. The target must hold
-    no sources yet."""
+    no sources yet (or pass --resume after an interrupted copy)."""
     from pathlib import Path
 
     from isotope import stores
@@ -229,11 +232,11 @@ def copy_command(
         if stores.scheme(where[0]) is None and not stores.exists(where[0]):
             raise IsotopeError(f"no index at {stores.describe(where[0])}; give the index "
                                "directory or URL to copy")
-        report = copy_index(where[0], where[1], progress=progress)
+        report = copy_index(where[0], where[1], resume=resume, progress=progress)
     if as_json:
         print_json({"from": report.source, "to": report.target, "sources": len(report.sources),
-                    "chunks": report.chunks, "atoms": report.atoms,
-                    "questions": report.questions})
+                    "skipped": len(report.skipped), "chunks": report.chunks,
+                    "atoms": report.atoms, "questions": report.questions})
         return
     out.print(f"copied {len(report.sources)} sources ({report.chunks} chunks, {report.atoms} "
               f"atoms, {report.questions} questions) from {report.source} to {report.target}")

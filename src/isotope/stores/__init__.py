@@ -322,11 +322,14 @@ def describe(location: str | Path) -> str:
     without its password."""
     if scheme(location) is None:
         return str(Path(location).expanduser().absolute())
+    import re
+
     text = str(location)
     head, rest = text.split("://", 1)
     credentials, at, host = rest.rpartition("@")
     if at and ":" in credentials:
         rest = credentials.split(":", 1)[0] + ":***@" + host
+    rest = re.sub(r"([?&]password=)[^&#]*", r"\1***", rest, flags=re.I)
     return f"{head}://{rest}"
 
 

@@ -22,6 +22,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -66,6 +67,8 @@ EF_SEARCH = 200
 """HNSW candidates per search (pgvector's default is 40: too few for the hybrid pool)."""
 MAX_SCAN_TUPLES = 40_000
 """How far an iterative filtered scan goes before the exact fallback takes over."""
+PARAMETERS = 30_000
+"""Bound values per INSERT statement (under PostgreSQL's limit of 65,535)."""
 BULK_MEMORY = "1GB"
 """maintenance_work_mem for building the HNSW indexes after a bulk load (a graph that fits
 builds several times faster)."""
@@ -92,7 +95,7 @@ class PostgresStore(Store):
         self._tokenizer = Tokenizer()
         self._dims: int | None = None
         self._bulk = False
-        self._conns: list[psycopg.Connection[Any]] = []
+        self._conns: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._conns_lock = threading.Lock()
         conn = self._conn()
         version = self._guard(lambda: schema_version(conn, self.schema))
@@ -113,7 +116,7 @@ class PostgresStore(Store):
             conn = connect(self._url, self.schema, self.location)
             self._local.conn = conn
             with self._conns_lock:
-                self._conns.append(conn)
+                self._conns.add(conn)
         return conn
 
     def _guard(self, call: Callable[[], Any]) -> Any:
@@ -130,11 +133,22 @@ class PostgresStore(Store):
         try:
             return self._conn().execute(sql, params).fetchall()
         except psycopg.Error as exc:
-            raise store_error(self.location, exc) from exc
+            raise store_error(self.location, exc, writing=False) from exc
+
+    def _run(self, sql: str, params: Any = None) -> None:
+        import psycopg
+
+        try:
+            self._conn().execute(sql, params)
+        except psycopg.Error as exc:
+            raise store_error(self.location, exc, writing=False) from exc
 
     @contextmanager
-    def _write(self, *sources: str) -> Iterator[psycopg.Connection[Any]]:
-        """One write transaction holding the advisory lock of each source it touches."""
+    def _write(self, *sources: str, lock: str | None = None
+               ) -> Iterator[psycopg.Connection[Any]]:
+        """One write transaction holding the advisory lock of each source it touches
+        (two-key locks: the index's schema, the source; taken in key order), or of
+        ``lock``."""
         import psycopg
 
         conn = self._conn()
@@ -142,22 +156,32 @@ class PostgresStore(Store):
             raise IsotopeError("a write inside a snapshot() is not supported")
         try:
             with conn.transaction():
-                for uri in sorted(set(sources)):
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
-                                 (f"isotope:{self.schema}:{uri}",))
+                if sources:
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s), k) FROM (SELECT DISTINCT "
+                        "hashtext(u) AS k FROM unnest(%s::text[]) u) keys ORDER BY k",
+                        (self.schema, list(sources)))
+                if lock:
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s)::bigint << 32)",
+                                 (lock,))
                 yield conn
         except psycopg.Error as exc:
             raise store_error(self.location, exc) from exc
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
+        import psycopg
+
         conn = self._conn()
         if conn.info.transaction_status != 0:
             yield
             return
-        with conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield
+        try:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield
+        except psycopg.Error as exc:
+            raise store_error(self.location, exc, writing=False) from exc
 
     @contextmanager
     def writer(self, wait: float = 0.0) -> Iterator[None]:
@@ -183,7 +207,7 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         with self._conns_lock:
-            for conn in self._conns:
+            for conn in list(self._conns):
                 try:
                     conn.close()
                 except Exception:
@@ -206,19 +230,23 @@ class PostgresStore(Store):
         return {k: v for k, v in self._rows("SELECT key, value FROM meta")}
 
     # -- writes ------------------------------------------------------------------------
-    def _dim(self, conn: psycopg.Connection[Any], dim: int) -> None:
-        """Make each kind's HNSW index for vectors of ``dim`` (once per index)."""
+    def _ensure_dim(self, dim: int) -> None:
+        """Record the vectors' dimension and make each kind's HNSW index, once per index,
+        in a transaction of its own (committed before any row is written, so a write
+        that fails later cannot undo them, and two first writers do not deadlock on
+        them); then refuse vectors of another dimension."""
         if self._dims == dim:
             return
-        row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
-        if row is None:
-            if not self._bulk:  # a bulk load makes them at its end, at once
-                self._hnsw(conn, dim)
-            conn.execute("INSERT INTO meta(key, value) VALUES ('vector_dim', %s) "
-                         "ON CONFLICT (key) DO NOTHING", (json.dumps(dim),))
-        elif int(row[0]) != dim:
-            raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, not "
-                               f"{dim}; use the index's embedding model")
+        with self._write(lock=f"isotope-dim:{self.schema}") as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
+            if row is None:
+                if not self._bulk:  # a bulk load makes them at its end, at once
+                    self._hnsw(conn, dim)
+                conn.execute("INSERT INTO meta(key, value) VALUES ('vector_dim', %s)",
+                             (json.dumps(dim),))
+            elif int(row[0]) != dim:
+                raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, not "
+                                   f"{dim}; use the index's embedding model")
         self._dims = dim
 
     @staticmethod
@@ -266,31 +294,32 @@ class PostgresStore(Store):
         source = batch.source
         touched = [source.uri, *([batch.replaces] if batch.replaces else [])]
         hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
+        if len(batch.chunk_vectors):
+            self._ensure_dim(int(np.asarray(batch.chunk_vectors).shape[1]))
         with self._write(*touched) as conn:
-            if len(batch.chunk_vectors):
-                self._dim(conn, int(np.asarray(batch.chunk_vectors).shape[1]))
             conn.execute("DELETE FROM sources WHERE uri = ANY(%s)", (touched,))
             conn.execute(
                 "INSERT INTO sources(uri, content_hash, size, mtime, loader, ingested_at, "
                 "metadata, status, root, counts) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                 (source.uri, source.content_hash, source.size, source.mtime, source.loader,
                  (source.ingested_at or datetime.now(UTC)).isoformat(),
-                 Jsonb(source.metadata), source.status, source.root,
+                 Jsonb(_clean(source.metadata)), source.status, source.root,
                  Jsonb([len(batch.chunks), len(batch.atoms), len(batch.questions)])))
             # a chunk is found by its text and its context (FTS5's two columns)
             chunk_terms = self._terms([f"{c.text}\n{c.context}" for c in batch.chunks])
             rows = self._insert(conn, "chunks", (
                 'id, source, idx, start, "end", text, metadata, context, hash, enriched, '
                 "ntok, vector"), [
-                (c.id, source.uri, c.index, c.start, c.end, c.text, Jsonb(c.metadata),
-                 c.context, h, c.id not in batch.pending, n, HalfVector(v))
+                (c.id, source.uri, c.index, c.start, c.end, _clean(c.text),
+                 Jsonb(_clean(c.metadata)), _clean(c.context), h, c.id not in batch.pending, n,
+                 HalfVector(v))
                 for c, h, (_, n), v in zip(batch.chunks, hashes, chunk_terms,
                                             batch.chunk_vectors, strict=True)])
             self._postings(conn, "chunks", rows, chunk_terms)
             atom_terms = self._terms([a.text for a in batch.atoms])
             rows = self._insert(conn, "atoms", 'id, chunk_id, idx, start, "end", text, ntok, '
                                 "vector", [
-                (a.id, a.chunk_id, a.index, a.start, a.end, a.text, n, HalfVector(v))
+                (a.id, a.chunk_id, a.index, a.start, a.end, _clean(a.text), n, HalfVector(v))
                 for a, (_, n), v in zip(batch.atoms, atom_terms, batch.atom_vectors,
                                         strict=True)])
             self._postings(conn, "atoms", rows, atom_terms)
@@ -302,7 +331,7 @@ class PostgresStore(Store):
 
         terms = self._terms([q.text for q in questions])
         rows = self._insert(conn, "questions", "id, atom_id, chunk_id, text, ntok, vector", [
-            (q.id, q.atom_id, q.chunk_id, q.text, n, HalfVector(v))
+            (q.id, q.atom_id, q.chunk_id, _clean(q.text), n, HalfVector(v))
             for q, (_, n), v in zip(questions, terms, vectors, strict=True)])
         self._postings(conn, "questions", rows, terms)
         return len(rows)
@@ -310,16 +339,22 @@ class PostgresStore(Store):
     @staticmethod
     def _insert(conn: psycopg.Connection[Any], table: str, columns: str,
                 values: list[tuple[Any, ...]]) -> list[int]:
-        """Insert rows (one statement, so the statistics trigger runs once) and return
-        their row numbers, in order."""
+        """Insert rows (the first column their id) and return their row numbers in the
+        order given; in statements of at most PARAMETERS bound values (PostgreSQL's
+        limit is 65,535), so a source of any size fits."""
         if not values:
             return []
         width = len(values[0])
-        marks = ",".join("(" + ",".join(["%s"] * width) + ")" for _ in values)
-        flat = [v for row in values for v in row]
-        found = conn.execute(f"INSERT INTO {table} ({columns}) VALUES {marks} "
-                             f"RETURNING row", flat).fetchall()
-        return [int(r[0]) for r in found]
+        per = max(1, PARAMETERS // width)
+        rows: dict[str, int] = {}
+        for start in range(0, len(values), per):
+            part = values[start:start + per]
+            marks = ",".join("(" + ",".join(["%s"] * width) + ")" for _ in part)
+            for row, item in conn.execute(
+                    f"INSERT INTO {table} ({columns}) VALUES {marks} RETURNING row, id",
+                    [v for value in part for v in value]).fetchall():
+                rows[item] = int(row)
+        return [rows[value[0]] for value in values]
 
     @staticmethod
     def _postings(conn: psycopg.Connection[Any], kind: str, rows: list[int],
@@ -336,6 +371,9 @@ class PostgresStore(Store):
         if not done:
             return
         ids = [d.chunk_id for d in done]
+        dims = {int(np.asarray(d.vectors).shape[1]) for d in done if len(d.vectors)}
+        for dim in dims:
+            self._ensure_dim(dim)
         owners = dict(self._rows("SELECT id, source FROM chunks WHERE id = ANY(%s)", (ids,)))
         with self._write(*owners.values()) as conn:
             for item in done:
@@ -345,8 +383,6 @@ class PostgresStore(Store):
                     continue
                 had = conn.execute("DELETE FROM questions WHERE chunk_id = %s",
                                    (item.chunk_id,)).rowcount
-                if len(item.vectors):
-                    self._dim(conn, int(np.asarray(item.vectors).shape[1]))
                 added = self._add_questions(conn, [
                     q.model_copy(update={"chunk_id": item.chunk_id}) for q in item.questions],
                     item.vectors)
@@ -415,13 +451,13 @@ class PostgresStore(Store):
         sql = (f"SELECT t.row, {distance} AS d FROM {kind} t {restrict} "
                "ORDER BY ORDER_BY LIMIT %(k)s")
         with self.snapshot():
-            conn = self._conn()
-            conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(EF_SEARCH, k), 1000)}")
-            if filters:
-                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-                conn.execute(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
+            self._run(f"SET LOCAL hnsw.ef_search = {min(max(EF_SEARCH, k), 1000)}")
+            # rows deleted but not yet vacuumed, or filtered out, use up the candidates of
+            # a plain scan: an iterative scan goes on, up to MAX_SCAN_TUPLES
+            self._run("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            self._run(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
             found = self._rows(sql.replace("ORDER_BY", distance), params)
-            if filters and len(found) < k:  # the index scan gave up: scan the matches
+            if len(found) < k:  # the index scan gave up: scan the rows exactly
                 found = self._rows(sql.replace("ORDER_BY", f"0 + ({distance})"), params)
             found.sort(key=lambda r: (r[1], r[0]))
             return self._hits(kind, [(int(r[0]), 1.0 - float(r[1])) for r in found[:k]])
@@ -592,7 +628,8 @@ class PostgresStore(Store):
                     found.damaged_sources.append(uri)
             for kind in KINDS:
                 n, total = self._rows(f"SELECT count(*), coalesce(sum(ntok), 0) FROM {kind}")[0]
-                stats = self._rows("SELECT n, total FROM kw_stats WHERE kind = %s", (kind,))[0]
+                stats = self._rows("SELECT coalesce(sum(n), 0), coalesce(sum(total), 0) FROM "
+                                   "kw_stats WHERE kind = %s", (kind,))[0]
                 if (int(n), int(total)) != (int(stats[0]), int(stats[1])):
                     found.problems.append(f"keyword statistics of {kind} drifted ({stats[0]} "
                                           f"rows counted, {n} held); run check --repair")
@@ -603,9 +640,10 @@ class PostgresStore(Store):
         drift; rows, vectors and postings are kept together by transactions and foreign
         keys). Holds the index's lock exclusively."""
         with self._index_lock(60.0, shared=False), self._write() as conn:
+            conn.execute("DELETE FROM kw_stats")
             for kind in KINDS:
-                conn.execute(f"UPDATE kw_stats SET (n, total) = (SELECT count(*), "
-                             f"coalesce(sum(ntok), 0) FROM {kind}) WHERE kind = %s", (kind,))
+                conn.execute(f"INSERT INTO kw_stats SELECT %s, 0, count(*), "
+                             f"coalesce(sum(ntok), 0) FROM {kind}", (kind,))
 
     def disk_size(self) -> int | None:
         rows = self._rows("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class "
@@ -616,7 +654,19 @@ class PostgresStore(Store):
     def drop(self) -> None:
         """Remove the whole index (its schema) from the database."""
         with self._write() as conn:
-            conn.execute(f"DROP SCHEMA {self.schema} CASCADE")
+            conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+
+
+def _clean(value: Any) -> Any:
+    """``value`` without NUL characters, which PostgreSQL's text and jsonb refuse (a PDF's
+    extracted text may hold them; SQLite keeps them)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
 
 
 def _words(query: str) -> list[str]:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     import psycopg
 
 DEFAULT_SCHEMA = "isotope"
-_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_NAME = re.compile(r"^(?!pg_)[a-z_][a-z0-9_]{0,62}$")
+"""A schema name isotope accepts (always written quoted, so reserved words are fine)."""
 
 KW_KINDS = ("questions", "atoms", "chunks")
 
@@ -57,9 +58,10 @@ STEPS: dict[int, list[str]] = {
         vector halfvec NOT NULL)""",
         "CREATE INDEX questions_atom ON questions(atom_id)",
         "CREATE INDEX questions_chunk ON questions(chunk_id)",
-        "CREATE TABLE kw_stats (kind text PRIMARY KEY, n bigint NOT NULL, "
-        "total bigint NOT NULL)",
-        *(f"INSERT INTO kw_stats VALUES ('{k}', 0, 0)" for k in KW_KINDS),
+        # row count and total length per kind, in 16 slots (each writing connection
+        # adds to its own, so concurrent writers do not queue on one row); read as sums
+        "CREATE TABLE kw_stats (kind text NOT NULL, slot integer NOT NULL, n bigint NOT "
+        "NULL, total bigint NOT NULL, PRIMARY KEY (kind, slot))",
         *(s for k in KW_KINDS for s in (
             # each posting carries its row's length: BM25 reads the postings alone (an
             # index-only scan), never the rows
@@ -68,13 +70,15 @@ STEPS: dict[int, list[str]] = {
             f"PRIMARY KEY (term, item) INCLUDE (tf, ntok))",
             f"CREATE INDEX {k}_terms_item ON {k}_terms(item)",
             f"""CREATE FUNCTION {k}_stats_add() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN UPDATE kw_stats SET n = n + (SELECT count(*) FROM added),
-              total = total + (SELECT coalesce(sum(ntok), 0) FROM added)
-              WHERE kind = '{k}'; RETURN NULL; END $$""",
+            BEGIN INSERT INTO kw_stats AS s VALUES ('{k}', pg_backend_pid() % 16,
+              (SELECT count(*) FROM added), (SELECT coalesce(sum(ntok), 0) FROM added))
+              ON CONFLICT (kind, slot) DO UPDATE SET n = s.n + excluded.n,
+              total = s.total + excluded.total; RETURN NULL; END $$""",
             f"""CREATE FUNCTION {k}_stats_remove() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN UPDATE kw_stats SET n = n - (SELECT count(*) FROM removed),
-              total = total - (SELECT coalesce(sum(ntok), 0) FROM removed)
-              WHERE kind = '{k}'; RETURN NULL; END $$""",
+            BEGIN INSERT INTO kw_stats AS s VALUES ('{k}', pg_backend_pid() % 16,
+              -(SELECT count(*) FROM removed), -(SELECT coalesce(sum(ntok), 0) FROM removed))
+              ON CONFLICT (kind, slot) DO UPDATE SET n = s.n + excluded.n,
+              total = s.total + excluded.total; RETURN NULL; END $$""",
             f"CREATE TRIGGER {k}_ai AFTER INSERT ON {k} REFERENCING NEW TABLE AS added "
             f"FOR EACH STATEMENT EXECUTE FUNCTION {k}_stats_add()",
             f"CREATE TRIGGER {k}_ad AFTER DELETE ON {k} REFERENCING OLD TABLE AS removed "
@@ -94,8 +98,8 @@ def split_location(location: str) -> tuple[str, str]:
     schema = schemas[-1] if schemas else DEFAULT_SCHEMA
     if not _NAME.match(schema):
         raise InvalidIndex(f"{describe(location)}: schema {schema!r} is not a plain name; "
-                           "use lowercase letters, digits and _ (at most 63), e.g. "
-                           "?schema=handbook")
+                           "use lowercase letters, digits and _ (at most 63, "
+                           "not starting with pg_), e.g. ?schema=handbook")
     scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
     rest = urlencode([(k, v) for k, v in query if k != "schema"])
     return urlunsplit((scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
@@ -103,7 +107,8 @@ def split_location(location: str) -> tuple[str, str]:
 
 def connect(url: str, schema: str, location: str) -> psycopg.Connection[Any]:
     """A connection (autocommit; transactions are explicit) whose search path is the
-    index's schema, with pgvector's types registered."""
+    index's schema (then pgvector's own schema, wherever it was installed), with
+    pgvector's types registered."""
     import psycopg
 
     try:
@@ -111,10 +116,26 @@ def connect(url: str, schema: str, location: str) -> psycopg.Connection[Any]:
                                application_name="isotope")
     except psycopg.OperationalError as exc:
         raise InvalidIndex(_connect_error(location, exc)) from None
-    conn.execute(f"SET search_path TO {schema}, public")
-    if _has_vector(conn):
-        _register(conn)
+    except psycopg.Error as exc:  # e.g. an unknown parameter in the URL
+        raise InvalidIndex(f"cannot connect to {describe(location)}: {_first_line(exc)}; "
+                           "check the URL's parameters") from None
+    try:
+        search_path(conn, schema)
+        if _has_vector(conn):
+            _register(conn)
+    except psycopg.Error as exc:
+        conn.close()
+        raise store_error(location, exc) from None
     return conn
+
+
+def search_path(conn: psycopg.Connection[Any], schema: str) -> None:
+    """The index's schema first, then the schema holding the vector extension (public, or
+    elsewhere as some hosted services install it)."""
+    row = conn.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = "
+                       "e.extnamespace WHERE e.extname = 'vector'").fetchone()
+    extension = row[0] if row else "public"
+    conn.execute(f'SET search_path TO "{schema}", "{extension}", public')
 
 
 def _has_vector(conn: psycopg.Connection[Any]) -> bool:
@@ -146,7 +167,7 @@ def _connect_error(location: str, exc: Exception) -> str:
 
 def schema_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
     """The schema an index is at (None: no isotope tables in that schema)."""
-    found = conn.execute("SELECT to_regclass(%s)", (f"{schema}.meta",)).fetchone()
+    found = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".meta',)).fetchone()
     if found is None or found[0] is None:
         return None
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -166,7 +187,7 @@ def upgrade(conn: psycopg.Connection[Any], schema: str, location: str) -> int:
                          (f"isotope-schema:{schema}",))
             if not _has_vector(conn):
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             version = schema_version(conn, schema) or 0
             for step in sorted(s for s in STEPS if s > version):
                 for statement in STEPS[step]:
@@ -186,6 +207,7 @@ def upgrade(conn: psycopg.Connection[Any], schema: str, location: str) -> int:
             f"{where}: the server has no pgvector extension ({_first_line(exc)}); install "
             "pgvector 0.8 or newer on the server (e.g. the postgresql-NN-pgvector package) "
             "and run `CREATE EXTENSION vector` as a superuser") from None
+    search_path(conn, schema)  # the extension may have just been created
     _register(conn)
     return version
 
@@ -194,12 +216,19 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def store_error(location: str, exc: Exception) -> IsotopeError:
-    """A database error during a read or write, as one line naming the index."""
+def store_error(location: str, exc: Exception, *, writing: bool = True) -> IsotopeError:
+    """A database error during a read or write, as one line naming the index (by its
+    SQLSTATE: a lost connection, a deadlock or serialization failure, anything else)."""
     import psycopg
 
     where = describe(location)
-    if isinstance(exc, psycopg.OperationalError):
-        return StoreError(f"{where}: the connection failed ({_first_line(exc)}); nothing of "
-                          "the interrupted write was stored; try again")
-    return StoreError(f"{where}: {_first_line(exc)}; nothing of that write was stored")
+    lost = "" if not writing else "; nothing of that write was stored"
+    state = getattr(exc, "sqlstate", None) or ""
+    if isinstance(exc, psycopg.OperationalError) and state in ("", "57P01", "57P02",
+                                                               "57P03", "08006", "08003"):
+        return StoreError(f"{where}: the connection to the server was lost "
+                          f"({_first_line(exc)}){lost}; try again")
+    if state in ("40P01", "40001"):  # deadlock, serialization failure
+        return StoreError(f"{where}: the server aborted the transaction to resolve a "
+                          f"conflict with another writer ({_first_line(exc)}){lost}; try again")
+    return StoreError(f"{where}: {_first_line(exc)}{lost}")

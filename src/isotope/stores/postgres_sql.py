@@ -19,8 +19,12 @@ from isotope.filters import Condition
 from isotope.stores.sqlite_keywords import K1, MIN_IDF, B
 
 _OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
-_COLUMNS = {"ingested_at": 's.ingested_at COLLATE "C"', "size": "s.size"}
-_NUMBER = r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$"
+_COLUMNS = {"ingested_at": ('s.ingested_at COLLATE "C"', "text"), "size": ("s.size", "numeric")}
+_PREFIX = r"^\s*([+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)"
+_NUMERIC = (f"(CASE WHEN jsonb_typeof(j.v) = 'number' THEN (j.v::text)::numeric ELSE "
+            f"coalesce(substring(j.v #>> '{{}}' from '{_PREFIX}')::numeric, 0) END)")
+"""A metadata value as a number, as SQLite's CAST(... AS REAL) reads it: a JSON number,
+or the number a text starts with ('2022-05-01' is 2022, '-' is 0)."""
 
 
 def glob_regex(glob: str) -> str:
@@ -34,20 +38,34 @@ def glob_regex(glob: str) -> str:
         elif ch == "?":
             out.append(".")
         elif ch == "[":
-            end = glob.find("]", i + 2 if glob[i + 1:i + 2] in ("^", "]") else i + 1)
+            start = i + 1
+            start += glob[start:start + 1] == "^"
+            start += glob[start:start + 1] == "]"  # a ] first in the set is itself
+            end = glob.find("]", start)
             if end == -1:
                 out.append(r"\[")
             else:
                 body = glob[i + 1:end]
                 negate = body.startswith("^")
                 body = body[1:] if negate else body
-                body = body.replace("\\", "\\\\")
+                body = body.replace("\\", "\\\\").replace("[", "\\[")
                 out.append("[" + ("^" if negate else "") + body + "]")
                 i = end
         else:
             out.append(re.escape(ch))
         i += 1
     return "".join(out) + "$"
+
+
+def _as(value: Any, cast: str) -> Any:
+    """A filter value for a column of type ``cast``: text as text (SQLite compares a
+    number with a text column as text), a number as itself (text that is no number
+    matches nothing)."""
+    if cast == "text":
+        return str(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return None
 
 
 def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
@@ -69,30 +87,32 @@ def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
         numeric = all(isinstance(v, int | float) and not isinstance(v, bool)
                       for v in cond.values)
         if cond.key in _COLUMNS:
-            column = _COLUMNS[cond.key]
-            test = " OR ".join(f"{column} {op} %s" for _ in cond.values)
-            parts.append(f"NOT ({test})" if cond.op == "ne" else f"({test})")
-            params += list(cond.values)
+            column, cast = _COLUMNS[cond.key]
+            test = " OR ".join(f"{column} {op} %s::{cast}" for _ in cond.values)
+            parts.append(f"NOT coalesce({test}, false)" if cond.op == "ne" else f"({test})")
+            params += [_as(v, cast) for v in cond.values]
             continue
-        # A metadata value of the chunk or of its source; a list matches if any item does.
+        # A metadata value of the chunk or of its source; a list matches if any item does
+        # (an object: any of its values, as SQLite's json_each walks it).
         if numeric:
-            kind = (f"(jsonb_typeof(j.v) = 'number' OR (jsonb_typeof(j.v) = 'string' AND "
-                    f"j.v #>> '{{}}' ~ '{_NUMBER}'))")
-            value = "(CASE WHEN jsonb_typeof(j.v) = 'number' THEN j.v::text ELSE " \
-                    "j.v #>> '{}' END)::float8"
+            kind = ("(jsonb_typeof(j.v) = 'number' OR (jsonb_typeof(j.v) = 'string' AND "
+                    "j.v #>> '{}' ~ '^\\s*[0-9+.-]'))")
+            value = _NUMERIC
         else:
             kind = "jsonb_typeof(j.v) = 'string'"
             value = "(j.v #>> '{}') COLLATE \"C\""
-        test = " OR ".join(f"{value} {op} %s" for _ in cond.values)
+        cast = "numeric" if numeric else "text"
+        test = " OR ".join(f"{value} {op} %s::{cast}" for _ in cond.values)
         exists = " OR ".join(
             f"EXISTS (SELECT 1 FROM jsonb_array_elements(CASE jsonb_typeof({m}->%s) WHEN "
-            f"'array' THEN {m}->%s ELSE jsonb_build_array({m}->%s) END) j(v) WHERE "
-            f"{kind} AND ({test}))" for m in ("c.metadata", "s.metadata"))
+            f"'array' THEN {m}->%s WHEN 'object' THEN (SELECT coalesce(jsonb_agg(o.value), "
+            f"'[]') FROM jsonb_each({m}->%s) o) ELSE jsonb_build_array({m}->%s) END) j(v) "
+            f"WHERE {kind} AND ({test}))" for m in ("c.metadata", "s.metadata"))
         parts.append(f"NOT ({exists})" if cond.op == "ne" else f"({exists})")
         # compared as text, a number never equals a text value (as in SQLite)
         values = list(cond.values) if numeric else [
             v if isinstance(v, str) else None for v in cond.values]
-        params += [cond.key, cond.key, cond.key, *values] * 2
+        params += [cond.key, cond.key, cond.key, cond.key, *values] * 2
     return " AND ".join(parts) or "true", params
 
 
@@ -105,7 +125,8 @@ def bm25(kind: str, restrict: str = "") -> str:
     array; each counted ``%(mult)s`` times), best first, at most ``%(k)s``; ``restrict``
     is an SQL condition on ``t``."""
     return f"""
-        WITH st AS (SELECT n, greatest(total::float8 / greatest(n, 1), 1e-9) AS avgdl
+        WITH st AS (SELECT sum(n) AS n, greatest(sum(total)::float8 / greatest(sum(n), 1),
+                                                 1e-9) AS avgdl
                     FROM kw_stats WHERE kind = '{kind}'),
         qt AS (SELECT * FROM unnest(%(terms)s::text[], %(mult)s::int[]) AS qt(term, m)),
         df AS (SELECT p.term, count(*) AS n FROM {kind}_terms p

@@ -52,8 +52,10 @@ def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
             continue
         if cond.key == "type":
             marks = ",".join("?" * len(cond.values))
-            test = (f"(s.loader IN ({marks}) OR json_extract(s.metadata, '$.type') "
-                    f"IN ({marks}))")
+            # coalesce: a source without a metadata type is not of that type (without
+            # it, NOT (false OR NULL) dropped every such source from `type != X`)
+            test = (f"(s.loader IN ({marks}) OR coalesce(json_extract(s.metadata, '$.type') "
+                    f"IN ({marks}), 0))")
             parts.append(f"NOT {test}" if cond.op == "ne" else test)
             params += [*cond.values, *cond.values]
             continue
