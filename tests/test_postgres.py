@@ -592,3 +592,40 @@ def test_an_interrupted_copy_is_resumed(postgres_url: str, tmp_path: Path) -> No
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.output)["sources"] == 1
     assert json.loads(resumed.output)["skipped"] == 3
+
+
+QUERY_LOOP = """
+import sys, time
+from isotope import Isotope
+failures = searches = 0
+with Isotope.open(sys.argv[1], create=False) as iso:
+    print("ready", flush=True)
+    deadline = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < deadline:
+        try:
+            iso.search("Where do alerts for the services go?", k=5)
+            searches += 1
+        except Exception as exc:
+            failures += 1
+            print(repr(exc), file=sys.stderr)
+print(searches, failures, flush=True)
+"""
+
+
+def test_eight_query_processes_during_an_ingest_never_fail(
+        postgres_url: str, tmp_path: Path, embedder: Embedder) -> None:
+    corpus = _topics(tmp_path / "corpus", [f"svc{n}" for n in range(12)])
+    with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM()) as iso:
+        iso.ingest(corpus / "svc0.md")
+    readers = [subprocess.Popen([sys.executable, "-c", QUERY_LOOP, postgres_url, "12"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(8)]
+    for reader in readers:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "ready"
+    worker = _worker(postgres_url, corpus, 0.02)  # ingests while they search
+    out, err = worker.communicate(timeout=240)
+    assert worker.returncode == 0, err
+    results = [reader.communicate(timeout=120) for reader in readers]
+    for (out, err), reader in zip(results, readers, strict=True):
+        searches, failures = map(int, out.split())
+        assert reader.returncode == 0 and failures == 0 and searches > 0, err
