@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from isotope._version import __version__
+from isotope.client import Client
 from isotope.errors import (
     IndexDamaged,
     IndexLocked,
@@ -43,6 +44,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 __all__ = [
     "Atom",
     "Chunk",
+    "Client",
     "IndexDamaged",
     "IndexLocked",
     "IndexStatus",

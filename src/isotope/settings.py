@@ -298,6 +298,18 @@ class Settings(BaseSettings):
         description="Where named indexes (projects) live")
     project: str | None = Field(None, description="Project used when no index is given")
 
+    api_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="API keys of `isotope serve`: KEY (read and "
+        "write) or KEY:read, as a JSON list or separated by commas")
+    api_keys_file: Path | None = Field(
+        None, description="A file of API keys for `isotope serve`, one per line: KEY, or "
+        "KEY read")
+    serve_roots: Globs = Field(
+        default_factory=list, description="Folders whose files POST /sync of `isotope "
+        "serve` may ingest (none: /sync is refused)")
+    max_upload_mb: float = Field(32.0, gt=0, le=100_000,
+                                 description="Largest request body `isotope serve` accepts")
+
     include: Globs = Field(
         default_factory=list, description="Globs a file in a directory must match (a JSON "
         "list, or globs separated by commas)"
@@ -318,6 +330,20 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, env_settings, _DotEnvSource(settings_cls), file_secret_settings
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _keys(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except ValueError as exc:
+                    raise ValueError(f"not a JSON list ({exc}); write e.g. "
+                                     '["KEY", "OTHER:read"]') from None
+            return [k.strip() for k in text.split(",") if k.strip()]
+        return value
 
     @field_validator("include", "exclude", mode="before")
     @classmethod
@@ -376,6 +402,7 @@ INDEX_FIELDS: tuple[str, ...] = (
 
 LOCAL_FIELDS: tuple[str, ...] = (
     "index", "project", "projects_dir", "cache_dir", "model_dir", "openai_api_key",
+    "api_keys", "api_keys_file", "serve_roots", "max_upload_mb",
 )
 """Settings of a machine or a call, never saved in an index."""
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import sys
 
-from isotope.cli import evaluating, ingesting, inspecting, searching  # noqa: F401 (commands)
+from isotope.cli import (  # noqa: F401 (commands)
+    evaluating,
+    ingesting,
+    inspecting,
+    searching,
+    serving,
+)
 from isotope.cli.console import err, labelled, visible
 from isotope.cli.project_commands import project_app
 from isotope.cli.shell import app, state

@@ -1,0 +1,60 @@
+"""``isotope serve``: the HTTP API over an index (isotope.server)."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from isotope.cli.console import err, errors, fail
+from isotope.cli.shell import IndexOpt, ProjectOpt, app, open_index
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def serve(
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+) -> None:
+    """Serve the index over HTTP: POST /search and /ask, GET /sources and /status,
+    DELETE /sources/{source}, POST /ingest (file upload) and /sync (below the serve_roots
+    setting), GET /chunks/{id}/questions; OpenAPI at /docs. With no API key configured
+    (the api_keys or api_keys_file setting) it listens on loopback only."""
+    try:
+        import uvicorn
+
+        from isotope.server.app import create_app, uploads_folder
+        from isotope.server.auth import Keys
+    except ImportError as exc:
+        from isotope.errors import MissingDependency
+
+        fail(str(MissingDependency.from_import(exc, "isotope serve", "server")))
+    with errors():
+        iso = open_index(index, project, create=True)
+        keys = Keys.from_settings(iso.settings)
+        if not keys and not _loopback(host):
+            fail(f"refusing to listen on {host} without an API key: set api_keys (e.g. "
+                 "ISOTOPE_API_KEYS=$(python -c 'import secrets; "
+                 "print(secrets.token_urlsafe())')) or keep --host 127.0.0.1")
+        roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots]
+        application = create_app(iso, keys=keys, roots=roots,
+                                 max_bytes=int(iso.settings.max_upload_mb * 1_000_000),
+                                 uploads=uploads_folder(iso))
+    err.print(f"serving {iso!r} on http://{host}:{port} (API keys: "
+              f"{'required' if keys else 'none, loopback only'}); OpenAPI at /docs")
+    try:
+        uvicorn.run(application, host=host, port=port, log_level="warning")
+    finally:
+        iso.close()

@@ -1,0 +1,250 @@
+"""The HTTP API of ``isotope serve`` over a real index (the real SQLite store and
+embedder, the fake model at the provider boundary): endpoints, API keys, hostile uploads,
+errors as JSON; and ``isotope.Client`` against a real uvicorn server on loopback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from isotope import Client, Isotope
+from isotope.cli import app as cli
+from isotope.errors import SourceNotFound
+from isotope.settings import Settings
+
+fastapi = pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from isotope.server.app import create_app, safe_name  # noqa: E402
+from isotope.server.auth import Keys  # noqa: E402
+
+WRITE_KEY = "w" * 24
+READ_KEY = "r" * 24
+
+
+@pytest.fixture
+def served(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[TestClient]:
+    iso.ingest(examples)
+    roots = [examples.resolve()]
+    application = create_app(iso, keys=Keys(), roots=roots, max_bytes=2_000_000,
+                             uploads=tmp_path / "uploads")
+    with TestClient(application) as client:
+        yield client
+
+
+@pytest.fixture
+def guarded(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[TestClient]:
+    iso.ingest(examples)
+    keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY, f"{READ_KEY}:read"]))
+    application = create_app(iso, keys=keys, roots=[], max_bytes=2_000_000,
+                             uploads=tmp_path / "uploads")
+    with TestClient(application) as client:
+        yield client
+
+
+def test_search_returns_what_query_raw_json_prints(served: TestClient, iso: Isotope,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    reply = served.post("/search", json={"query": "How many vacation days do new employees "
+                                                  "get?", "k": 3})
+    assert reply.status_code == 200
+    body = reply.json()
+    assert Path(body["results"][0]["chunk"]["source"]).name == "handbook.md"
+    assert body["results"][0]["matched_questions"] and body["suggested_action"]
+    expected = iso.search("How many vacation days do new employees get?", 3)
+    assert [r["chunk"]["id"] for r in body["results"]] == [r.chunk.id for r in
+                                                            expected.results]
+    assert set(body) == set(expected.model_dump(mode="json"))  # one schema for both
+    filtered = served.post("/search", json={"query": "battery", "filters": {"type": "pdf"}})
+    assert {Path(r["chunk"]["source"]).name for r in filtered.json()["results"]} == {
+        "battery-safety.pdf"}
+
+
+def test_ask_answers_with_citations_and_streams(served: TestClient) -> None:
+    body = served.post("/ask", json={"query": "How many vacation days do new employees "
+                                              "get?"}).json()
+    assert body["answer"] and body["citations"] == [1]
+    with served.stream("POST", "/ask", json={"query": "How long does the Orbit R2 battery "
+                                                      "last?", "stream": True}) as reply:
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        text = "".join(reply.iter_text())
+    events = [block.split("\n")[0] for block in text.strip().split("\n\n")]
+    assert events == ["event: results", "event: answer", "event: done"]
+    answer = json.loads(text.split("event: answer\ndata: ")[1].split("\n")[0])
+    assert answer["answer"] and answer["citations"]
+
+
+def test_sources_status_questions_and_delete(served: TestClient) -> None:
+    listed = served.get("/sources").json()
+    assert {Path(s["uri"]).name for s in listed} == {
+        "handbook.md", "faq.html", "release-notes.txt", "battery-safety.pdf"}
+    assert served.get("/status").json()["counts"]["sources"] == 4
+    chunk = served.post("/search", json={"query": "vacation days"}).json()["results"][0]
+    questions = served.get(f"/chunks/{chunk['chunk']['id']}/questions").json()
+    assert questions["questions"] and all(q["atom"] in chunk["chunk"]["text"]
+                                          for q in questions["questions"])
+    assert served.get("/chunks/nope/questions").status_code == 404
+    faq = next(s["uri"] for s in listed if s["uri"].endswith("faq.html"))
+    assert served.delete(f"/sources{faq}").status_code == 204
+    assert served.delete(f"/sources{faq}").status_code == 404
+    assert len(served.get("/sources").json()) == 3
+
+
+def test_upload_ingests_and_hostile_names_stay_in_the_upload_folder(
+        served: TestClient, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Secret\n\nThe vault code is 1234.\n")
+    uploads = tmp_path / "uploads"
+    (uploads / "linked.md").symlink_to(outside)  # a link planted in the upload folder
+    names = ["../escape.md", "/etc/passwd.md", "..\\..\\win.md", "linked.md", "ok notes.md"]
+    files = [("files", (name, f"# Note\n\nThe office plant {n} needs water on Fridays.\n"
+                        .encode(), "text/markdown")) for n, name in enumerate(names)]
+    reply = served.post("/ingest", files=files)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["ok"] and len(reply.json()["added"]) == 5
+    assert outside.read_text().startswith("# Secret")  # the link was replaced, not followed
+    assert not (tmp_path / "escape.md").exists() and not Path("/etc/passwd.md").exists()
+    assert sorted(p.name for p in uploads.iterdir()) == sorted(
+        ["escape.md", "passwd.md", "win.md", "linked.md", "ok notes.md"])
+    assert all(Path(s["uri"]).parent == uploads.resolve() or s["uri"].endswith(
+        (".html", ".pdf", ".txt")) or "docs" in s["uri"] for s in served.get("/sources").json())
+    for bad in ("..", ""):
+        assert served.post("/ingest", files=[("files", (bad, b"x", "text/plain"))]
+                           ).status_code in (400, 422)
+    odd = served.post("/ingest", files=[("files", ("\x00", b"x", "text/plain"))]).json()
+    assert not odd["added"] and "unsupported" in json.dumps(odd)
+
+
+def test_safe_names() -> None:
+    assert safe_name("../../etc/passwd") == "passwd"
+    assert safe_name("C:\\Users\\me\\notes.md") == "notes.md"
+    assert safe_name("a\x1b[31mb.md") == "a__31mb.md"
+    with pytest.raises(Exception, match="no usable file name"):
+        safe_name("..")
+
+
+def test_sync_only_below_the_roots(served: TestClient, examples: Path, tmp_path: Path
+                                   ) -> None:
+    (examples / "release-notes.txt").unlink()
+    reply = served.post("/sync", json={"paths": [str(examples)]})
+    assert reply.status_code == 200, reply.text
+    assert [Path(p).name for p in reply.json()["removed"]] == ["release-notes.txt"]
+    for outside in (str(tmp_path), "/etc", str(examples / ".." / "..")):
+        refused = served.post("/sync", json={"paths": [outside]})
+        assert refused.status_code == 403 and "serve_roots" in refused.json()["error"]
+
+
+def test_errors_are_json_with_the_right_status(served: TestClient) -> None:
+    assert served.post("/search", json={"query": ""}).status_code == 422
+    bad_mode = served.post("/search", json={"query": "x", "mode": "nope"})
+    assert bad_mode.status_code == 400 and "choose from" in bad_mode.json()["error"]
+    bad_filter = served.post("/search", json={"query": "x", "filters": {"k": {"zz": 1}}})
+    assert bad_filter.status_code == 400 and "unknown operator" in bad_filter.json()["error"]
+    assert served.post("/search", content=b"{not json", headers={
+        "content-type": "application/json"}).status_code == 422
+    huge = served.post("/search", content=b"x" * 3_000_000,
+                       headers={"content-type": "application/json"})
+    assert huge.status_code == 413 and "max_upload_mb" in huge.json()["error"]
+    assert "Traceback" not in bad_mode.text
+
+
+def test_api_keys(guarded: TestClient) -> None:
+    query = {"query": "vacation days"}
+    assert guarded.get("/health").status_code == 200  # open
+    missing = guarded.post("/search", json=query)
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    wrong = guarded.post("/search", json=query, headers={"Authorization": "Bearer " + "x" * 24})
+    assert wrong.status_code == 401
+    read = {"Authorization": f"Bearer {READ_KEY}"}
+    assert guarded.post("/search", json=query, headers=read).status_code == 200
+    assert guarded.get("/sources", headers=read).status_code == 200
+    denied = guarded.delete("/sources/anything.md", headers=read)
+    assert denied.status_code == 403 and "only read" in denied.json()["error"]
+    in_url = guarded.post(f"/search?api_key={WRITE_KEY}", json=query)
+    assert in_url.status_code == 400 and "Authorization header" in in_url.json()["error"]
+    write = {"Authorization": f"Bearer {WRITE_KEY}"}
+    assert guarded.delete("/sources/nothing.md", headers=write).status_code == 404
+
+
+def test_keys_are_compared_in_constant_time_and_validated(tmp_path: Path) -> None:
+    import inspect
+
+    from isotope.errors import SettingsError
+    from isotope.server import auth
+
+    assert "compare_digest" in inspect.getsource(auth.Keys.scope)
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"# team keys\n{WRITE_KEY}\n{READ_KEY} read\n")
+    keys = Keys.from_settings(Settings(api_keys_file=keys_file))
+    assert keys.scope(WRITE_KEY) == "write" and keys.scope(READ_KEY) == "read"
+    assert keys.scope(WRITE_KEY[:-1]) is None and keys.scope("") is None
+    with pytest.raises(SettingsError, match="at least 16"):
+        Keys.from_settings(Settings(api_keys=["short"]))
+    with pytest.raises(SettingsError, match="cannot be read"):
+        Keys.from_settings(Settings(api_keys_file=tmp_path / "none"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_client_moves_code_from_embedded_to_served_by_one_line(
+        iso: Isotope, examples: Path, tmp_path: Path) -> None:
+    import uvicorn
+
+    iso.ingest(examples)
+    keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY]))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(iso, keys=keys, roots=[], max_bytes=1_000_000, uploads=tmp_path / "up"),
+        host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        remote = Client(f"http://127.0.0.1:{port}", api_key=WRITE_KEY)
+        query = "How long does the Orbit R2 battery last?"
+        here, there = iso.search(query, 3), remote.search(query, 3)
+        assert type(here) is type(there)
+        assert [r.chunk.id for r in there.results] == [r.chunk.id for r in here.results]
+        assert remote.ask(query).citations
+        assert len(remote.sources()) == 4 and remote.status()["counts"]["sources"] == 4
+        with pytest.raises(SourceNotFound):
+            remote.delete("nothing.md")
+        anonymous = Client(f"http://127.0.0.1:{port}")
+        with pytest.raises(Exception, match="HTTP 401"):
+            anonymous.search(query)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    with pytest.raises(Exception, match="cannot reach"):
+        Client(f"http://127.0.0.1:{port}").search("x")
+
+
+def test_serve_refuses_other_hosts_without_a_key(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["serve", "--index", str(tmp_path / "i"), "--host",
+                                      "0.0.0.0"])
+    assert result.exit_code == 1 and "without an API key" in result.output
+
+
+def test_search_never_runs_on_the_event_loop(served: TestClient) -> None:
+    from isotope.server import app as module
+
+    endpoints = {r.path: r.endpoint for r in served.app.routes  # type: ignore[attr-defined]
+                 if hasattr(r, "endpoint")}
+    import asyncio
+
+    for path in ("/search", "/ask", "/ingest", "/sync", "/sources", "/status"):
+        assert not asyncio.iscoroutinefunction(endpoints[path]), path  # the thread pool
+    assert module
+
