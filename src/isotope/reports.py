@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from isotope.discovery import FileError
 
@@ -106,3 +107,10 @@ class Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.report.timings[self.stage] += time.perf_counter() - self.started
+
+
+def source_listing(info: Any) -> dict[str, Any]:
+    """A source (a ``SourceInfo``) as ``isotope list --json`` and ``GET /sources`` show
+    it: the source's fields, its state and counts."""
+    return {**info.source.model_dump(mode="json"), "state": info.state, "chunks": info.chunks,
+            "atoms": info.atoms, "questions": info.questions, "chunks_waiting": info.pending}

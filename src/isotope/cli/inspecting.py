@@ -23,11 +23,9 @@ def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
     with errors(), open_index(index, project) as iso:
         infos = iso.sources()
     if as_json:
-        print_json([
-            {**i.source.model_dump(mode="json"), "state": i.state, "chunks": i.chunks,
-             "atoms": i.atoms, "questions": i.questions, "chunks_waiting": i.pending}
-            for i in infos
-        ])
+        from isotope.reports import source_listing
+
+        print_json([source_listing(i) for i in infos])
         return
     if not infos:
         out.print("the index has no sources")

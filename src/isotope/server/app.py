@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from isotope import __version__, errors
 from isotope.index import Isotope
 from isotope.models import QueryResponse
+from isotope.reports import source_listing
 from isotope.server.auth import Keys, Scope
 
 log = logging.getLogger(__name__)
@@ -63,12 +64,6 @@ class SyncRequest(BaseModel):
 class QuestionView(BaseModel):
     text: str
     atom: str
-
-
-def listing(info: Any) -> dict[str, Any]:
-    """A source as ``isotope list --json`` and ``GET /sources`` show it."""
-    return {**info.source.model_dump(mode="json"), "state": info.state, "chunks": info.chunks,
-            "atoms": info.atoms, "questions": info.questions, "chunks_waiting": info.pending}
 
 
 def safe_name(filename: str | None) -> str:
@@ -172,7 +167,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     @app.get("/sources")
     def sources(_: Read) -> list[dict[str, Any]]:
-        return [listing(info) for info in iso.sources()]
+        return [source_listing(info) for info in iso.sources()]
 
     @app.delete("/sources/{source:path}", status_code=204)
     def delete_source(source: str, _: Write) -> Response:
@@ -264,5 +259,4 @@ def uploads_folder(iso: Isotope) -> Path:
     return _default_data_dir() / "uploads" / uuid.uuid5(uuid.NAMESPACE_URL, location).hex
 
 
-__all__ = ["AskRequest", "SearchRequest", "create_app", "listing", "safe_name",
-           "uploads_folder"]
+__all__ = ["AskRequest", "SearchRequest", "create_app", "safe_name", "uploads_folder"]
