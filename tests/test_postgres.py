@@ -629,3 +629,47 @@ def test_eight_query_processes_during_an_ingest_never_fail(
     for (out, err), reader in zip(results, readers, strict=True):
         searches, failures = map(int, out.split())
         assert reader.returncode == 0 and failures == 0 and searches > 0, err
+
+
+def test_review_cases_numbers_resume_and_the_extension(
+        postgres_url: str, postgres_server: str, tmp_path: Path, embedder: Embedder,
+        fake_llm: FakeLLM) -> None:
+    import math
+
+    # odd numbers in metadata: a numeric filter still answers
+    with Isotope.open(postgres_url, embedder=embedder, llm=fake_llm) as iso:
+        for n, value in enumerate(["3e8123456a", "1e999999", "1e-20000", "7", math.nan]):
+            iso.ingest_chunks([Chunk(text=f"Build {n} of the garage app.", source=f"b{n}",
+                                     metadata={"commit": value})], source=f"b{n}")
+        found = {r.chunk.source for r in iso.search("garage app build", k=10,
+                                                     filters={"commit": {"gt": 5}}).results}
+        assert found == {"b0", "b1", "b3"}
+    # a copy cut short inside its bulk load: the resumed copy has its HNSW indexes
+    embedded = tmp_path / "embedded"
+    store = stores.open(embedded)
+    for n in range(3):
+        store.add(_random_batch(f"/d{n}.txt", 4, seed=n))
+    store.close()
+    target = postgres_url.replace("schema=", "schema=cut_")
+
+    def stop(n: int, total: int, uri: str) -> None:
+        if n == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        copy_index(embedded, target, progress=stop)
+    copy_index(embedded, target, resume=True)
+    copied = stores.open(target)
+    try:
+        names = {r[0] for r in copied._conn().execute(  # type: ignore[attr-defined]
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+        assert "questions_hnsw" in names and copied.counts()["sources"] == 3
+    finally:
+        copied.close()
+    # the extension is never created inside an index's schema
+    import psycopg
+
+    with psycopg.connect(postgres_server) as conn:
+        assert conn.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON "
+                            "n.oid = e.extnamespace WHERE e.extname = 'vector'"
+                            ).fetchone() == ("public",)

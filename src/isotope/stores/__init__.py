@@ -322,15 +322,21 @@ def describe(location: str | Path) -> str:
     without its password."""
     if scheme(location) is None:
         return str(Path(location).expanduser().absolute())
-    import re
-
     text = str(location)
     head, rest = text.split("://", 1)
-    credentials, at, host = rest.rpartition("@")
+    address, mark, query = rest.partition("?")
+    credentials, at, host = address.rpartition("@")
     if at and ":" in credentials:
-        rest = credentials.split(":", 1)[0] + ":***@" + host
-    rest = re.sub(r"([?&]password=)[^&#]*", r"\1***", rest, flags=re.I)
-    return f"{head}://{rest}"
+        address = credentials.split(":", 1)[0] + ":***@" + host
+    if mark:
+        from urllib.parse import unquote
+
+        secret = {"password", "sslpassword"}
+        query = "&".join(
+            f"{part.split('=', 1)[0]}=***"
+            if unquote(part.split("=", 1)[0]).lower() in secret else part
+            for part in query.split("&"))
+    return f"{head}://{address}{mark}{query}"
 
 
 def exists(location: str | Path) -> bool:

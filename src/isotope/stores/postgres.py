@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 import threading
 import time
 import weakref
@@ -108,6 +110,11 @@ class PostgresStore(Store):
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(f"{self.where} has index schema {version}; this isotope reads "
                                f"schema {SCHEMA_VERSION}. Upgrade isotope")
+        found = self._rows("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        if found and tuple(int(p) for p in re.findall(r"\d+", found[0][0])[:2]) < (0, 8):
+            raise InvalidIndex(f"{self.where}: the server's pgvector is {found[0][0]}; isotope "
+                               "needs 0.8 or newer (iterative index scans): ALTER EXTENSION "
+                               "vector UPDATE after installing it")
 
     # -- connections -------------------------------------------------------------------
     def _conn(self) -> psycopg.Connection[Any]:
@@ -239,14 +246,14 @@ class PostgresStore(Store):
             return
         with self._write(lock=f"isotope-dim:{self.schema}") as conn:
             row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
-            if row is None:
-                if not self._bulk:  # a bulk load makes them at its end, at once
-                    self._hnsw(conn, dim)
-                conn.execute("INSERT INTO meta(key, value) VALUES ('vector_dim', %s)",
-                             (json.dumps(dim),))
-            elif int(row[0]) != dim:
+            if row is not None and int(row[0]) != dim:
                 raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, not "
                                    f"{dim}; use the index's embedding model")
+            if not self._bulk:  # (again if a bulk load was cut short before making them)
+                self._hnsw(conn, dim)
+            if row is None:
+                conn.execute("INSERT INTO meta(key, value) VALUES ('vector_dim', %s)",
+                             (json.dumps(dim),))
         self._dims = dim
 
     @staticmethod
@@ -653,6 +660,13 @@ class PostgresStore(Store):
 
     def drop(self) -> None:
         """Remove the whole index (its schema) from the database."""
+        holds = self._rows("SELECT 1 FROM pg_extension e JOIN pg_namespace n ON n.oid = "
+                           "e.extnamespace WHERE e.extname = 'vector' AND n.nspname = %s",
+                           (self.schema,))
+        if holds:
+            raise IsotopeError(f"{self.where}: the vector extension lives in schema "
+                               f"{self.schema}; dropping it would take every index's vectors "
+                               "with it")
         with self._write() as conn:
             conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
 
@@ -662,6 +676,8 @@ def _clean(value: Any) -> Any:
     extracted text may hold them; SQLite keeps them)."""
     if isinstance(value, str):
         return value.replace("\x00", "")
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN or Infinity (PostgreSQL's jsonb refuses them)
     if isinstance(value, dict):
         return {_clean(k): _clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

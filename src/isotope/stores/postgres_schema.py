@@ -185,8 +185,11 @@ def upgrade(conn: psycopg.Connection[Any], schema: str, location: str) -> int:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
                          (f"isotope-schema:{schema}",))
-            if not _has_vector(conn):
-                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            if not _has_vector(conn):  # in public (never in an index's own schema, where
+                # dropping that index would take every index's vectors): one database-wide
+                # lock, as two first opens of different schemas may race here
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('isotope-extension'))")
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             version = schema_version(conn, schema) or 0
             for step in sorted(s for s in STEPS if s > version):
@@ -207,8 +210,13 @@ def upgrade(conn: psycopg.Connection[Any], schema: str, location: str) -> int:
             f"{where}: the server has no pgvector extension ({_first_line(exc)}); install "
             "pgvector 0.8 or newer on the server (e.g. the postgresql-NN-pgvector package) "
             "and run `CREATE EXTENSION vector` as a superuser") from None
-    search_path(conn, schema)  # the extension may have just been created
-    _register(conn)
+    except psycopg.Error as exc:
+        raise store_error(location, exc) from None
+    try:
+        search_path(conn, schema)  # the extension may have just been created
+        _register(conn)
+    except psycopg.Error as exc:
+        raise store_error(location, exc, writing=False) from None
     return version
 
 

@@ -20,9 +20,13 @@ from isotope.stores.sqlite_keywords import K1, MIN_IDF, B
 
 _OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 _COLUMNS = {"ingested_at": ('s.ingested_at COLLATE "C"', "text"), "size": ("s.size", "numeric")}
-_PREFIX = r"^\s*([+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)"
+_MANTISSA = r"^\s*([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))"
+_EXPONENT = r"^\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE]([+-]?[0-9]{1,9})"
+_TEXT = "j.v #>> '{}'"
 _NUMERIC = (f"(CASE WHEN jsonb_typeof(j.v) = 'number' THEN (j.v::text)::numeric ELSE "
-            f"coalesce(substring(j.v #>> '{{}}' from '{_PREFIX}')::numeric, 0) END)")
+            f"coalesce(left(substring({_TEXT} from '{_MANTISSA}'), 1000)::numeric * "
+            f"power(10::numeric, greatest(-400, least(400, coalesce(substring({_TEXT} from "
+            f"'{_EXPONENT}')::bigint, 0)))), 0) END)")
 """A metadata value as a number, as SQLite's CAST(... AS REAL) reads it: a JSON number,
 or the number a text starts with ('2022-05-01' is 2022, '-' is 0)."""
 
