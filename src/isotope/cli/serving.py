@@ -51,10 +51,29 @@ def serve(
         roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots]
         application = create_app(iso, keys=keys, roots=roots,
                                  max_bytes=int(iso.settings.max_upload_mb * 1_000_000),
-                                 uploads=uploads_folder(iso))
+                                 uploads=uploads_folder(iso), host=host)
     err.print(f"serving {iso!r} on http://{host}:{port} (API keys: "
               f"{'required' if keys else 'none, loopback only'}); OpenAPI at /docs")
     try:
         uvicorn.run(application, host=host, port=port, log_level="warning")
+    finally:
+        iso.close()
+
+
+@app.command("mcp")
+def mcp_command(index: IndexOpt = None, project: ProjectOpt = None) -> None:
+    """Serve the index to an agent as an MCP server over stdio: the tools search, ask,
+    list_sources and ingest (the same tools are at /mcp of `isotope serve`)."""
+    try:
+        from isotope.server.mcp import create_mcp
+    except ImportError as exc:
+        from isotope.errors import MissingDependency
+
+        fail(str(MissingDependency.from_import(exc, "isotope mcp", "server")))
+    with errors():
+        iso = open_index(index, project, create=True)
+    roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots] or None
+    try:
+        create_mcp(iso, roots=roots).run("stdio")
     finally:
         iso.close()

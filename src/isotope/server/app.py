@@ -16,7 +16,8 @@ import os
 import re
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
@@ -78,12 +79,27 @@ def safe_name(filename: str | None) -> str:
 
 
 def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
-               uploads: Path) -> FastAPI:
+               uploads: Path, host: str = "127.0.0.1", mcp: bool = True) -> FastAPI:
     """The API over ``iso``. ``keys``: empty for none (the CLI then binds to loopback only);
     ``roots``: folders below which ``POST /sync`` may read; ``uploads``: where uploaded
     files are kept (they stay the sources' files)."""
-    app = FastAPI(title="isotope", version=__version__,
-                  description="Question-indexed retrieval: search, ask, ingest.")
+    lifespan = None
+    if mcp:  # the MCP tools at /mcp (streamable HTTP), behind the same keys
+        from isotope.server.mcp import create_mcp, guard
+
+        agents = create_mcp(iso, roots=roots, host=host)
+        agents_app = agents.streamable_http_app()
+
+        @asynccontextmanager
+        async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+            async with agents.session_manager.run():
+                yield
+
+    app = FastAPI(title="isotope", version=__version__, lifespan=lifespan,
+                  description="Question-indexed retrieval: search, ask, ingest; MCP tools "
+                  "for agents at /mcp.")
+    if mcp:
+        app.mount("/mcp", guard(agents_app, keys, max_bytes))
     uploads.mkdir(parents=True, exist_ok=True)
 
     @app.exception_handler(errors.IsotopeError)

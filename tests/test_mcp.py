@@ -1,0 +1,134 @@
+"""isotope as an MCP server, driven by the official SDK's client: over stdio
+(``isotope mcp`` in its own process) and over streamable HTTP at ``/mcp`` of a real
+uvicorn server on loopback, with its API keys."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from isotope import Isotope
+from isotope.settings import Settings
+
+mcp = pytest.importorskip("mcp", reason="pip install 'isotopedb[server]'")
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from isotope.server.app import create_app  # noqa: E402
+from isotope.server.auth import Keys  # noqa: E402
+
+WRITE_KEY = "w" * 24
+READ_KEY = "r" * 24
+QUERY = "How many vacation days do new employees get?"
+
+
+def _payload(result: Any) -> Any:
+    """A tool result's JSON (structured content when given, else its text)."""
+    if getattr(result, "structuredContent", None):
+        content = result.structuredContent
+        return content.get("result", content)
+    return json.loads(result.content[0].text)
+
+
+def test_stdio_tools_search_and_list(iso: Isotope, examples: Path, tmp_path: Path) -> None:
+    iso.ingest(examples)
+    index = str(iso.settings.index)
+    iso.close()
+
+    async def run() -> None:
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "isotope", "mcp", "--index", index])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            names = {t.name for t in (await s.list_tools()).tools}
+            assert names == {"search", "ask", "list_sources", "ingest"}
+            found = _payload(await s.call_tool("search", {"query": QUERY, "k": 3}))
+            assert Path(found["results"][0]["chunk"]["source"]).name == "handbook.md"
+            assert found["results"][0]["matched_questions"]
+            listed = _payload(await s.call_tool("list_sources", {}))
+            assert len(listed) == 4
+
+    anyio.run(run)
+
+
+def _connect(url: str, headers: dict[str, str]) -> Any:
+    import httpx
+
+    return streamable_http_client(url, http_client=httpx.AsyncClient(headers=headers))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def http_server(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[str]:
+    import uvicorn
+
+    iso.ingest(examples / "handbook.md")
+    keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY, f"{READ_KEY}:read"]))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(iso, keys=keys, roots=[examples.resolve()], max_bytes=1_000_000,
+                   uploads=tmp_path / "up"),
+        host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp/"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_http_tools_with_a_write_key(http_server: str, examples: Path) -> None:
+    async def run() -> None:
+        headers = {"Authorization": f"Bearer {WRITE_KEY}"}
+        async with _connect(http_server, headers) as (read, write, _), \
+                ClientSession(read, write) as s:
+            await s.initialize()
+            found = _payload(await s.call_tool("search", {"query": QUERY}))
+            assert Path(found["results"][0]["chunk"]["source"]).name == "handbook.md"
+            answered = _payload(await s.call_tool("ask", {"query": QUERY}))
+            assert answered["answer"] and answered["citations"]
+            done = _payload(await s.call_tool("ingest", {"paths": [str(examples / "faq.html")]}))
+            assert done["ok"] and len(done["added"]) == 1
+            outside = await s.call_tool("ingest", {"paths": ["/etc"]})
+            assert outside.isError and "serve_roots" in outside.content[0].text
+            assert len(_payload(await s.call_tool("list_sources", {}))) == 2
+
+    anyio.run(run)
+
+
+def test_http_read_key_cannot_ingest_and_no_key_gets_nothing(http_server: str,
+                                                             examples: Path) -> None:
+    import httpx
+
+    async def run() -> None:
+        headers = {"Authorization": f"Bearer {READ_KEY}"}
+        async with _connect(http_server, headers) as (read, write, _), \
+                ClientSession(read, write) as s:
+            await s.initialize()
+            assert _payload(await s.call_tool("search", {"query": QUERY}))["results"]
+            with pytest.raises(mcp.McpError, match="may only read"):
+                await s.call_tool("ingest", {"paths": [str(examples / "faq.html")]})
+            assert _payload(await s.call_tool("list_sources", {}))  # the session goes on
+
+    anyio.run(run)
+    refused = httpx.post(http_server, json={"jsonrpc": "2.0", "id": 1, "method": "initialize"})
+    assert refused.status_code == 401
