@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, UploadFile
 from fastapi import File as FileParam
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from isotope import __version__, errors
@@ -149,6 +149,17 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     Read = Annotated[Scope, Depends(caller)]
     Write = Annotated[Scope, Depends(writer)]
+
+    static = Path(__file__).parent / "static"
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        """The search page (plain HTML and JavaScript, served from the package)."""
+        return FileResponse(static / "index.html", media_type="text/html")
+
+    @app.get("/app.js", include_in_schema=False)
+    def script() -> FileResponse:
+        return FileResponse(static / "app.js", media_type="text/javascript")
 
     @app.get("/health")
     def health() -> dict[str, str]:

@@ -1,0 +1,86 @@
+"""The search page at ``/`` in a real headless browser: Debian's ``chromium`` (installed by
+.ci/run) driven by Playwright through its executable path, so no browser is downloaded.
+Loads the page from a real uvicorn server on loopback, searches, and checks that the
+answer, the matched question and its highlighted atom appear; the screenshot is the
+README's (docs/web-page.png)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from isotope import Isotope
+
+pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
+playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+
+from isotope.server.app import create_app  # noqa: E402
+from isotope.server.auth import Keys  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def page_url(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[str]:
+    import uvicorn
+
+    iso.ingest(examples)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000, uploads=tmp_path / "up"),
+        host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                    "(apt-get install chromium)")
+def test_the_page_searches_and_shows_the_answer_and_the_matched_question(
+        page_url: str, tmp_path: Path) -> None:
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            requests: list[str] = []
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(page_url)
+            page.fill("#query", "How many vacation days do new employees get?")
+            page.click("button[type=submit]")
+            page.wait_for_selector(".result", timeout=30_000)
+            answer = page.inner_text("#answer")
+            assert "vacation" in answer.lower() and "[1]" in answer
+            first = page.locator(".result").first
+            assert "handbook.md" in first.locator(".source").inner_text()
+            matched = first.locator(".matched li").all_inner_texts()
+            assert matched and any("vacation" in m.lower() for m in matched)
+            assert "vacation" in first.locator("mark").first.inner_text().lower()
+            assert page.inner_text("#action") in ("deliver", "query_more", "refine_query")
+            first.locator("details summary").click()
+            page.wait_for_selector(".result details ul li", timeout=10_000)
+            page.screenshot(path=str(tmp_path / "page.png"), full_page=False)
+            assert all(url.startswith(page_url) for url in requests)  # nothing from a CDN
+        finally:
+            browser.close()
+    shot = tmp_path / "page.png"
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    target = ROOT / "docs" / "web-page.png"
+    if not target.exists():  # the README's picture, made by this test
+        shutil.copy(shot, target)
