@@ -19,7 +19,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -151,6 +151,19 @@ def kinds() -> dict[str, type[VectorIndex]]:
     from isotope.ann.hnsw import HNSWIndex
 
     return {ExactIndex.name: ExactIndex, HNSWIndex.name: HNSWIndex}
+
+
+def dot(vectors: npt.NDArray[Any], query: Vectors) -> npt.NDArray[np.float32]:
+    """Each row of ``vectors`` times ``query``, as float32. A plain loop over the rows
+    (numpy's ``einsum``), not BLAS: OpenBLAS's matrix-vector product starts its own
+    threads on every call, and a process searching from several threads at once (a
+    server) then lost most of its throughput to them: 16 threads made 16 hybrid
+    searches/s against 88 without, on 2 cores; one thread is no slower this way (1.4 ms
+    against 2.7 ms for 20,000 x 384)."""
+    scores: npt.NDArray[np.float32] = np.einsum(
+        "ij,j->i", vectors, np.asarray(query, dtype=np.float32), dtype=np.float32,
+        casting="unsafe")
+    return scores
 
 
 def top_k(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:

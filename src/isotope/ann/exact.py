@@ -8,9 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
-from isotope.ann import Ids, VectorIndex, narrow, top_k, write_array
+from isotope.ann import Ids, VectorIndex, dot, narrow, top_k, write_array
 from isotope.embedders import Vectors
 
 
@@ -48,7 +47,7 @@ class ExactIndex(VectorIndex):
                ) -> list[tuple[int, int, float]]:
         if not len(self.item_ids) or k <= 0:
             return []
-        scores: npt.NDArray[np.float32] = self.vectors @ np.asarray(query, dtype=np.float32)
+        scores = dot(self.vectors, query)
         if allowed is not None:
             scores = np.where(np.isin(self.item_groups, allowed), scores, -np.inf).astype(
                 np.float32)

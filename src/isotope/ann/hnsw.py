@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from isotope.ann import Ids, VectorIndex, narrow, top_k, write_array, write_file
+from isotope.ann import Ids, VectorIndex, dot, narrow, top_k, write_array, write_file
 from isotope.embedders import Vectors
 
 CONNECTIVITY = 16
@@ -181,7 +181,7 @@ class HNSWIndex(VectorIndex):
             ids, vectors = self.get(candidates[start : start + 65_536])
             if not len(ids):
                 continue
-            scores = vectors @ (query / max(float(np.linalg.norm(query)), 1e-12))
+            scores = dot(vectors, query / max(float(np.linalg.norm(query)), 1e-12))
             groups = self._groups_of(ids)
             best += [(int(ids[i]), int(groups[i]), float(scores[i]))
                      for i in top_k(scores.astype(np.float32), k)]
