@@ -3,6 +3,7 @@
 clients, with and without an ingest running.
 
     .venv/bin/python benchmarks/serve.py [--passages 300] [--seconds 15] [--clients 1,8,32]
+        [--workers 2]
 
 Each client sends POST /search (hybrid, k=5) with the development questions in turn, on
 its own keep-alive connection, for ``--seconds`` (bounded in time; every request has a
@@ -95,6 +96,7 @@ def main() -> None:
     parser.add_argument("--passages", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--clients", default="1,8,32")
+    parser.add_argument("--workers", type=int, default=1, help="isotope serve --workers")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     index = OUT / f"quality-{args.passages}-batched"
@@ -106,7 +108,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "ISOTOPE_CACHE": "false"}
     server = subprocess.Popen([sys.executable, "-m", "isotope", "serve", "--index", str(index),
-                               "--port", str(port)], env=env)
+                               "--port", str(port), "--workers", str(args.workers)], env=env)
     rows = []
     try:
         deadline = time.monotonic() + 60
@@ -146,8 +148,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"\nisotope serve, hybrid POST /search, {args.passages} passages, "
-          f"{args.seconds:.0f} s per row\n")
+    print(f"\nisotope serve --workers {args.workers}, hybrid POST /search, {args.passages} "
+          f"passages, {args.seconds:.0f} s per row\n")
     print("| clients | ingest running | searches/s | p50 ms | p99 ms | failed | requests |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

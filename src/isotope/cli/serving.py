@@ -10,6 +10,7 @@ import typer
 
 from isotope.cli.console import err, errors, fail
 from isotope.cli.shell import IndexOpt, ProjectOpt, app, open_index
+from isotope.server.auth import Keys
 
 
 def _loopback(host: str) -> bool:
@@ -27,37 +28,45 @@ def serve(
     project: ProjectOpt = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(
+        "--workers", min=1, max=64, help="Server processes (each with its own models); "
+        "searches in one process share its CPU time with Python's lock.")] = 1,
 ) -> None:
     """Serve the index over HTTP: POST /search and /ask, GET /sources and /status,
     DELETE /sources/{source}, POST /ingest (file upload) and /sync (below the serve_roots
-    setting), GET /chunks/{id}/questions; OpenAPI at /docs. With no API key configured
-    (the api_keys or api_keys_file setting) it listens on loopback only."""
+    setting), GET /chunks/{id}/questions, MCP tools at /mcp, a search page at /; OpenAPI
+    at /docs. With no API key configured (the api_keys or api_keys_file setting) it
+    listens on loopback only."""
+    import os
+
     try:
         import uvicorn
 
-        from isotope.server.app import create_app, uploads_folder
-        from isotope.server.auth import Keys
+        from isotope.server.app import serving_app
     except ImportError as exc:
         from isotope.errors import MissingDependency
 
         fail(str(MissingDependency.from_import(exc, "isotope serve", "server")))
     with errors():
-        iso = open_index(index, project, create=True)
+        iso = open_index(index, project, create=True)  # checked here, once, before serving
         keys = Keys.from_settings(iso.settings)
+        location = str(iso.settings.index)
+        described = repr(iso)
+        iso.close()
         if not keys and not _loopback(host):
             fail(f"refusing to listen on {host} without an API key: set api_keys (e.g. "
                  "ISOTOPE_API_KEYS=$(python -c 'import secrets; "
                  "print(secrets.token_urlsafe())')) or keep --host 127.0.0.1")
-        roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots]
-        application = create_app(iso, keys=keys, roots=roots,
-                                 max_bytes=int(iso.settings.max_upload_mb * 1_000_000),
-                                 uploads=uploads_folder(iso), host=host)
-    err.print(f"serving {iso!r} on http://{host}:{port} (API keys: "
-              f"{'required' if keys else 'none, loopback only'}); OpenAPI at /docs")
-    try:
-        uvicorn.run(application, host=host, port=port, log_level="warning")
-    finally:
-        iso.close()
+    os.environ["ISOTOPE_SERVE_INDEX"] = location  # what each worker process opens
+    os.environ["ISOTOPE_SERVE_HOST"] = host
+    err.print(f"serving {described} on http://{host}:{port} with {workers} process(es) "
+              f"(API keys: {'required' if keys else 'none, loopback only'}); search page "
+              "at /, OpenAPI at /docs")
+    if workers == 1:
+        uvicorn.run(serving_app(), host=host, port=port, log_level="warning")
+    else:
+        uvicorn.run("isotope.server.app:serving_app", factory=True, host=host, port=port,
+                    workers=workers, log_level="warning")
 
 
 @app.command("mcp")

@@ -274,6 +274,18 @@ def _save(upload: UploadFile, folder: Path, max_bytes: int) -> Path:
     return target
 
 
+def serving_app() -> FastAPI:
+    """The app of ``isotope serve`` (a factory: each worker process builds its own), over
+    the index in ``ISOTOPE_SERVE_INDEX``, with the settings of the environment."""
+    index = os.environ["ISOTOPE_SERVE_INDEX"]
+    iso = Isotope.open(index if "://" in index else Path(index), create=True)
+    roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots]
+    return create_app(iso, keys=Keys.from_settings(iso.settings), roots=roots,
+                      max_bytes=int(iso.settings.max_upload_mb * 1_000_000),
+                      uploads=uploads_folder(iso),
+                      host=os.environ.get("ISOTOPE_SERVE_HOST", "127.0.0.1"))
+
+
 def uploads_folder(iso: Isotope) -> Path:
     """Where a server keeps uploads: beside an index in a directory, else in the data
     folder under the index's name."""
@@ -286,4 +298,5 @@ def uploads_folder(iso: Isotope) -> Path:
     return _default_data_dir() / "uploads" / uuid.uuid5(uuid.NAMESPACE_URL, location).hex
 
 
-__all__ = ["AskRequest", "SearchRequest", "create_app", "safe_name", "uploads_folder"]
+__all__ = ["AskRequest", "SearchRequest", "create_app", "safe_name", "serving_app",
+           "uploads_folder"]
