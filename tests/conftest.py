@@ -3,6 +3,7 @@ language model's reply, which the fake below writes deterministically."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -164,3 +165,30 @@ def postgres_url(postgres_server: str) -> str:
     """A PostgreSQL index location of its own (a fresh schema in the test server)."""
     separator = "&" if "?" in postgres_server else "?"
     return f"{postgres_server}{separator}schema=t{next(_SCHEMAS)}"
+
+
+@contextlib.contextmanager
+def served_on_loopback(application: Any) -> Iterator[str]:
+    """A real uvicorn server for ``application`` on a free loopback port, in a thread;
+    yields its base URL and stops it."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -5,10 +5,7 @@ uvicorn server on loopback, with its API keys."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,8 @@ import pytest
 
 from isotope import Isotope
 from isotope.settings import Settings
+
+from conftest import served_on_loopback
 
 mcp = pytest.importorskip("mcp", reason="pip install 'isotopedb[server]'")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
@@ -67,33 +66,13 @@ def _connect(url: str, headers: dict[str, str]) -> Any:
     return streamable_http_client(url, http_client=httpx.AsyncClient(headers=headers))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def http_server(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[str]:
-    import uvicorn
-
     iso.ingest(examples / "handbook.md")
     keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY, f"{READ_KEY}:read"]))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(iso, keys=keys, roots=[examples.resolve()], max_bytes=1_000_000,
-                   uploads=tmp_path / "up"),
-        host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp/"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with served_on_loopback(create_app(iso, keys=keys, roots=[examples.resolve()],
+                                       max_bytes=1_000_000, uploads=tmp_path / "up")) as url:
+        yield url + "/mcp/"
 
 
 def test_http_tools_with_a_write_key(http_server: str, examples: Path) -> None:

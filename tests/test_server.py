@@ -5,9 +5,6 @@ errors as JSON; and ``isotope.Client`` against a real uvicorn server on loopback
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +15,8 @@ from isotope import Client, Isotope
 from isotope.cli import app as cli
 from isotope.errors import SourceNotFound
 from isotope.settings import Settings
+
+from conftest import served_on_loopback
 
 fastapi = pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -190,29 +189,13 @@ def test_keys_are_compared_in_constant_time_and_validated(tmp_path: Path) -> Non
         Keys.from_settings(Settings(api_keys_file=tmp_path / "none"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_client_moves_code_from_embedded_to_served_by_one_line(
         iso: Isotope, examples: Path, tmp_path: Path) -> None:
-    import uvicorn
-
     iso.ingest(examples)
     keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY]))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(iso, keys=keys, roots=[], max_bytes=1_000_000, uploads=tmp_path / "up"),
-        host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        remote = Client(f"http://127.0.0.1:{port}", api_key=WRITE_KEY)
+    with served_on_loopback(create_app(iso, keys=keys, roots=[], max_bytes=1_000_000,
+                                       uploads=tmp_path / "up")) as url:
+        remote = Client(url, api_key=WRITE_KEY)
         query = "How long does the Orbit R2 battery last?"
         here, there = iso.search(query, 3), remote.search(query, 3)
         assert type(here) is type(there)
@@ -221,14 +204,10 @@ def test_client_moves_code_from_embedded_to_served_by_one_line(
         assert len(remote.sources()) == 4 and remote.status()["counts"]["sources"] == 4
         with pytest.raises(SourceNotFound):
             remote.delete("nothing.md")
-        anonymous = Client(f"http://127.0.0.1:{port}")
         with pytest.raises(Exception, match="HTTP 401"):
-            anonymous.search(query)
-    finally:
-        server.should_exit = True
-        thread.join(10)
+            Client(url).search(query)
     with pytest.raises(Exception, match="cannot reach"):
-        Client(f"http://127.0.0.1:{port}").search("x")
+        Client(url).search("x")
 
 
 def test_serve_refuses_other_hosts_without_a_key(tmp_path: Path) -> None:

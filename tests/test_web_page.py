@@ -7,15 +7,14 @@ README's (docs/web-page.png)."""
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from isotope import Isotope
+
+from conftest import served_on_loopback
 
 pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
@@ -29,25 +28,10 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.fixture
 def page_url(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[str]:
-    import uvicorn
-
     iso.ingest(examples)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000, uploads=tmp_path / "up"),
-        host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with served_on_loopback(create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000,
+                                       uploads=tmp_path / "up")) as url:
+        yield url + "/"
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "

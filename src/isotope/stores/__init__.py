@@ -156,8 +156,11 @@ class Store(ABC):
     ) -> list[tuple[str, list[Hit]]]:
         """The ``k`` chunks whose items of ``kind`` are nearest to ``vector``, best first,
         each with its up to ``per_chunk`` best hits. Stores may do this faster; this one
-        widens a :meth:`search` until ``k`` chunks are found."""
-        pool = max(64, 4 * k * per_chunk)
+        widens a :meth:`search` (from :meth:`first_pool` items) until ``k`` chunks are
+        found."""
+        if k <= 0:
+            return []
+        pool = self.first_pool(kind, k, per_chunk)
         while True:
             hits = self.search(kind, vector, pool, filters)
             grouped: dict[str, list[Hit]] = {}
@@ -166,6 +169,10 @@ class Store(ABC):
             if len(grouped) >= k or len(hits) < pool:
                 return [(c, h[:per_chunk]) for c, h in list(grouped.items())[:k]]
             pool *= 4
+
+    def first_pool(self, kind: Kind, k: int, per_chunk: int) -> int:
+        """How many items :meth:`search_by_chunk` asks :meth:`search` for first."""
+        return max(64, 4 * k * per_chunk)
 
     @abstractmethod
     def keyword_search(self, kind: Kind, query: str, k: int,

@@ -469,24 +469,11 @@ class PostgresStore(Store):
             found.sort(key=lambda r: (r[1], r[0]))
             return self._hits(kind, [(int(r[0]), 1.0 - float(r[1])) for r in found[:k]])
 
-    def search_by_chunk(
-        self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3,
-        filters: Sequence[Condition] = (),
-    ) -> list[tuple[str, list[Hit]]]:
-        """As the contract's, starting from a pool sized for the kind (a chunk is one
-        item; it has a few atoms and many questions) and widening only when the pool
-        holds fewer than ``k`` chunks: an HNSW search costs with its pool."""
-        if k <= 0:
-            return []
-        pool = {"chunks": k, "atoms": 3 * k, "questions": 4 * k}[kind]
-        while True:
-            hits = self.search(kind, vector, pool, filters)
-            grouped: dict[str, list[Hit]] = {}
-            for hit in hits:
-                grouped.setdefault(hit.chunk_id, []).append(hit)
-            if len(grouped) >= k or len(hits) < pool:
-                return [(c, h[:per_chunk]) for c, h in list(grouped.items())[:k]]
-            pool *= 3
+    def first_pool(self, kind: Kind, k: int, per_chunk: int) -> int:
+        """Sized for the kind (a chunk is one item; it has a few atoms and many
+        questions): an HNSW search costs with its pool, and the contract's widening
+        catches the rare query that needs more."""
+        return {"chunks": k, "atoms": 3 * k, "questions": 4 * k}[kind]
 
     def keyword_search(self, kind: Kind, query: str, k: int,
                        filters: Sequence[Condition] = ()) -> list[Hit]:
