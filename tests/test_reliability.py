@@ -112,7 +112,11 @@ def test_sigkill_at_random_moments_never_corrupts_and_a_rerun_completes(
             if asked:  # a stored question is found by its own text
                 name, question = asked[0]
                 found = iso.search(question, k=5, mode="questions-dense").results
-                assert any(name in r.chunk.source for r in found), f"run {run}"
+                assert any(name in r.chunk.source for r in found), (
+                    f"run {run}: {question!r} of {name} not in "
+                    f"{[(Path(r.chunk.source).name, r.score) for r in found]}; matched "
+                    f"{[m.text for r in found[:2] for m in r.matched_questions]}; "
+                    f"vectors {iso.store.get_meta('vectors')}")
             stored_counts.append(len(content))
             waiting_runs += any(not e for chunks in content.values()
                                 for e, _ in chunks.values())

@@ -134,6 +134,7 @@ def test_sync_only_below_the_roots(served: TestClient, examples: Path, tmp_path:
     reply = served.post("/sync", json={"paths": [str(examples)]})
     assert reply.status_code == 200, reply.text
     assert [Path(p).name for p in reply.json()["removed"]] == ["release-notes.txt"]
+    assert served.post("/sync", json={"paths": ["\x00"]}).status_code == 400  # fuzz find
     for outside in (str(tmp_path), "/etc", str(examples / ".." / "..")):
         refused = served.post("/sync", json={"paths": [outside]})
         assert refused.status_code == 403 and "serve_roots" in refused.json()["error"]

@@ -235,6 +235,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
             raise HTTPException(403, "POST /sync is off: the server has no serve_roots")
         wanted = []
         for text in body.paths:
+            if "\x00" in text:
+                raise errors.InvalidArgument("a path cannot hold a NUL character")
             path = Path(os.path.realpath(text))
             if not any(path == root or root in path.parents for root in roots):
                 raise HTTPException(403, f"{text} is not below the server's serve_roots")

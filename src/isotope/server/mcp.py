@@ -68,6 +68,8 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         @server.tool()
         async def ingest(paths: list[str]) -> dict[str, Any]:
             """Add files or folders to the index (a changed file replaces its old version)."""
+            if any("\x00" in p for p in paths):
+                raise ValueError("a path cannot hold a NUL character")
             wanted = [Path(p).expanduser().resolve() for p in paths]
             if roots is not None:
                 outside = [str(p) for p in wanted
