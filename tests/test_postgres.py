@@ -673,3 +673,15 @@ def test_review_cases_numbers_resume_and_the_extension(
         assert conn.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON "
                             "n.oid = e.extnamespace WHERE e.extname = 'vector'"
                             ).fetchone() == ("public",)
+
+
+def test_the_index_setting_can_be_a_postgres_url(postgres_url: str, examples: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ISOTOPE_INDEX", postgres_url)
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    ingest = runner.invoke(app, ["ingest", str(examples / "faq.html"), "--plain"])
+    assert ingest.exit_code == 0, ingest.output
+    status = json.loads(runner.invoke(app, ["status", "--json"]).output)
+    assert status["index"].startswith("postgresql://") and status["counts"]["sources"] == 1
+    with Isotope.open() as iso:  # no location given: the setting's
+        assert repr(iso).startswith("Isotope(index='postgresql://")
