@@ -112,6 +112,14 @@ def test_sigkill_at_random_moments_never_corrupts_and_a_rerun_completes(
             if asked:  # a stored question is found by its own text
                 name, question = asked[0]
                 found = iso.search(question, k=5, mode="questions-dense").results
+                if vector_index == "hnsw" and not any(name in r.chunk.source for r in found):
+                    # An approximate index may miss one of 24 near-copies (the sources'
+                    # questions differ by a word): the crash-safety claim is that the
+                    # vector is stored, so fold the vectors into an exact index and ask
+                    # again (seen once in a few full runs; the message below says more).
+                    iso.store.set_vector_index("exact")
+                    iso.compact()
+                    found = iso.search(question, k=5, mode="questions-dense").results
                 assert any(name in r.chunk.source for r in found), (
                     f"run {run}: {question!r} of {name} not in "
                     f"{[(Path(r.chunk.source).name, r.score) for r in found]}; matched "
