@@ -553,11 +553,7 @@ class PostgresStore(Store):
         with self.snapshot():
             chunks = self._rows("SELECT id, hash, context, vector FROM chunks WHERE source = "
                                 "%s AND hash IS NOT NULL AND enriched", (uri,))
-            ids = [c[0] for c in chunks]
-            atoms = self._rows('SELECT id, chunk_id, idx, start, "end", text, vector FROM atoms '
-                               "WHERE chunk_id = ANY(%s) ORDER BY chunk_id, idx", (ids,))
-            questions = self._rows("SELECT atom_id, chunk_id, text, vector FROM questions "
-                                   "WHERE chunk_id = ANY(%s) ORDER BY row", (ids,))
+            atoms, questions = self._derived([c[0] for c in chunks], "chunk_id, idx")
         atoms_of: dict[str, list[tuple[Any, ...]]] = {}
         for a in atoms:
             atoms_of.setdefault(a[1], []).append(a)
@@ -578,6 +574,17 @@ class PostgresStore(Store):
                 context=context)
         return found
 
+    def _derived(self, chunk_ids: list[str], atom_order: str
+                 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The atoms (id, chunk_id, idx, start, end, text, vector; ordered by
+        ``atom_order``) and questions (atom_id, chunk_id, text, vector; in stored order)
+        of some chunks."""
+        atoms = self._rows('SELECT id, chunk_id, idx, start, "end", text, vector FROM atoms '
+                           f"WHERE chunk_id = ANY(%s) ORDER BY {atom_order}", (chunk_ids,))
+        questions = self._rows("SELECT atom_id, chunk_id, text, vector FROM questions "
+                               "WHERE chunk_id = ANY(%s) ORDER BY row", (chunk_ids,))
+        return atoms, questions
+
     def export_source(self, uri: str) -> SourceBatch | None:
         with self.snapshot():
             source = self.get_source(uri)
@@ -586,11 +593,7 @@ class PostgresStore(Store):
             chunks = self._rows('SELECT id, source, idx, start, "end", text, metadata, context,'
                                 " hash, enriched, vector FROM chunks WHERE source = %s "
                                 "ORDER BY idx, row", (uri,))
-            ids = [c[0] for c in chunks]
-            atoms = self._rows('SELECT id, chunk_id, idx, start, "end", text, vector FROM atoms '
-                               "WHERE chunk_id = ANY(%s) ORDER BY row", (ids,))
-            questions = self._rows("SELECT atom_id, chunk_id, text, vector FROM questions "
-                                   "WHERE chunk_id = ANY(%s) ORDER BY row", (ids,))
+            atoms, questions = self._derived([c[0] for c in chunks], "row")
         return SourceBatch(
             source=source,
             chunks=[Chunk(id=c[0], source=c[1], index=c[2], start=c[3], end=c[4], text=c[5],
@@ -673,8 +676,6 @@ def _clean(value: Any) -> Any:
 
 
 def _words(query: str) -> list[str]:
-    import re
-
     return re.findall(r"\w+", query)
 
 
