@@ -228,3 +228,47 @@ def test_search_never_runs_on_the_event_loop(served: TestClient) -> None:
         assert not asyncio.iscoroutinefunction(endpoints[path]), path  # the thread pool
     assert module
 
+
+
+def test_workers_share_one_port_and_a_second_server_is_refused(
+        iso: Isotope, tmp_path: Path) -> None:
+    """`isotope serve --workers 2`: connections reach both processes (each has its own
+    SO_REUSEPORT socket, so the kernel spreads them), and another server on the same
+    port is an error rather than a silent partner."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    index = str(iso.settings.index)
+    iso.close()
+    command = [sys.executable, "-m", "isotope", "serve", "--index", index, "--port", str(port)]
+    server = subprocess.Popen([*command, "--workers", "2"], env=os.environ.copy(),
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        seen: set[int] = set()
+        deadline = time.monotonic() + 90
+        while len(seen) < 2 and time.monotonic() < deadline:
+            try:
+                with httpx.Client(base_url=url, timeout=5) as http:  # a new connection
+                    seen.add(http.get("/health").json()["process"])
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        assert len(seen) == 2, seen
+        assert server.pid not in seen  # the processes serving are the workers
+        second = subprocess.run([*command, "--workers", "2"], capture_output=True, text=True,
+                                env=os.environ.copy(), timeout=120)
+        assert second.returncode == 1
+        assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
+        assert "in use" in second.stderr
+    finally:
+        server.send_signal(__import__("signal").SIGINT)
+        server.wait(timeout=30)
+    assert server.returncode == 0

@@ -65,8 +65,12 @@ def serve(
     if workers == 1:
         uvicorn.run(serving_app(), host=host, port=port, log_level="warning")
     else:
-        uvicorn.run("isotope.server.app:serving_app", factory=True, host=host, port=port,
-                    workers=workers, log_level="warning")
+        from isotope.server import workers as processes
+
+        try:
+            processes.run(host, port, workers)
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{port}: {exc}")
 
 
 @app.command("mcp")

@@ -162,8 +162,9 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return FileResponse(static / "app.js", media_type="text/javascript")
 
     @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "version": __version__}
+    def health() -> dict[str, str | int]:
+        """Liveness, the version, and which server process answered (``--workers``)."""
+        return {"status": "ok", "version": __version__, "process": os.getpid()}
 
     @app.post("/search", response_model=QueryResponse)
     def search(body: SearchRequest, _: Read) -> QueryResponse:
