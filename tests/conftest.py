@@ -139,9 +139,19 @@ def iso(tmp_path: Path, embedder: MiniLMEmbedder, fake_llm: FakeLLM) -> Iterator
 
 @pytest.fixture
 def examples(tmp_path: Path) -> Path:
-    """A copy of the bundled examples that a test may change."""
+    """A copy of the bundled examples that a test may change (the four documents; the
+    other formats are the ``formats`` fixture)."""
     target = tmp_path / "docs"
-    shutil.copytree(EXAMPLES, target)
+    shutil.copytree(EXAMPLES, target, ignore=shutil.ignore_patterns("formats"))
+    return target
+
+
+@pytest.fixture
+def formats(tmp_path: Path) -> Path:
+    """A copy of the bundled examples of the other formats: an email, a LaTeX paper with
+    its .bib, a Word document."""
+    target = tmp_path / "formats"
+    shutil.copytree(EXAMPLES / "formats", target)
     return target
 
 

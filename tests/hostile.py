@@ -33,6 +33,8 @@ class Case:
     outcome: str
     match: str = ""
     """A substring of the error message, or a phrase that must be searchable."""
+    warning: str = ""
+    """For ``ingested``: a substring of the warning the ingest must report."""
 
 
 def _sentence(n: int) -> str:
@@ -61,11 +63,11 @@ def build(folder: Path) -> list[Case]:
     rng = random.Random(0)
 
     def add(name: str, rel: str, outcome: str, match: str,
-            write: Callable[[Path], object]) -> None:
+            write: Callable[[Path], object], warning: str = "") -> None:
         path = folder / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         write(path)
-        cases.append(Case(name, rel, outcome, match))
+        cases.append(Case(name, rel, outcome, match, warning))
 
     def data(content: bytes) -> Callable[[Path], object]:
         return lambda p: p.write_bytes(content)
@@ -134,8 +136,27 @@ def build(folder: Path) -> list[Case]:
         text(_sentence(16)))
     add("directory named like a file", "folder.md/inside.txt", "ingested",
         "zebra number 17", text(_sentence(17)))
-    add("unsupported type", "report.docx", "skipped", "unsupported file type",
+    add("unsupported type", "slides.pptx", "skipped", "unsupported file type",
         data(b"PK\x03\x04"))
+    add("a .docx that is not a zip", "not-a-zip.docx", "error", "not a Word document",
+        text(_sentence(19)))
+    add("a zip bomb renamed .docx", "bomb.docx", "error", "zip bomb", data(_zip_bomb()))
+    add("a .tex that \\inputs /etc/passwd and ../../x", "paper/escape.tex", "ingested",
+        "zebra number 20", text("\\documentclass{article}\\begin{document}\n"
+                                "\\input{/etc/passwd}\n\\include{../../x}\n"
+                                + _sentence(20) + "\n\\end{document}\n"),
+        warning="outside the folder being ingested")
+    add("a .tex with unbalanced braces and an unknown macro", "paper/broken.tex",
+        "ingested", "zebra number 21",
+        text("\\section{Start\n\\mystery{" + _sentence(21) + "\n\\cite{nobody}\n"),
+        warning="unbalanced braces")
+    add("MIME parts nested 5,000 deep", "deep.eml", "ingested", "zebra number 22",
+        data(_nested_mime(5_000, _sentence(22))), warning="nested deeper than")
+    add("an email header in an unknown charset", "charset.eml", "ingested",
+        "zebra number 23", data(b"From: a@example.com\nSubject: =?x-klingon?Q?Qapla=27?=\n"
+                                b"Content-Type: text/plain; charset=x-klingon\n\n"
+                                + _sentence(23).encode() + b"\n"),
+        warning="unknown charset")
     add("symbolic link loop", "loop/again", "walked", "",
         lambda p: os.symlink("..", p))
     add("broken symbolic link", "broken.md", "error", "cannot read",
@@ -149,6 +170,26 @@ def build(folder: Path) -> list[Case]:
         "zebra number 18" if os.geteuid() == 0 else "Permission denied",
         lambda p: (p.write_text(_sentence(18)), p.chmod(0)))
     return cases
+
+
+def _zip_bomb() -> bytes:
+    """A .docx-shaped zip whose document.xml inflates 60 MB of zeros (about 60 KB)."""
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("word/document.xml", b"\0" * 60_000_000)
+    return out.getvalue()
+
+
+def _nested_mime(depth: int, text: str) -> bytes:
+    """A message whose multipart parts nest ``depth`` deep, the text at the bottom."""
+    head = "".join(f"Content-Type: multipart/mixed; boundary=b{i}\n\n--b{i}\n"
+                   for i in range(depth))
+    tail = "".join(f"\n--b{i}--\n" for i in reversed(range(depth)))
+    return (f"From: deep@example.com\nSubject: deep\nMIME-Version: 1.0\n{head}"
+            f"Content-Type: text/plain\n\n{text}\n{tail}").encode()
 
 
 def _big_file(path: Path, megabytes: int) -> None:
@@ -171,7 +212,7 @@ def table(cases: list[Case], messages: dict[str, str]) -> str:
         if case.name == "unreadable permissions" and case.outcome == "ingested":
             outcome = "ingested here (tests run as root); as a user: error, cannot read"
         if message:
-            outcome += f": {message}"
+            outcome += f": {message}" if case.outcome != "ingested" else f", warning: {message}"
         rows.append(f"| {case.name} | {outcome.replace('|', '/')} |")
     return "\n".join(rows)
 
@@ -189,8 +230,10 @@ def main() -> None:
         cases = build(corpus)
         with Isotope.open(Path(tmp) / "index", llm=FakeLLM(), cache=False) as iso:
             report = iso.ingest(corpus)
-        messages = {str(Path(e.path).relative_to(corpus)): e.message
-                    for e in report.errors + report.skipped}
+        messages: dict[str, str] = {}
+        for e in report.errors + report.skipped + report.warnings:
+            key = str(Path(e.path).relative_to(corpus))
+            messages[key] = "; ".join(filter(None, [messages.get(key), e.message]))
         print(table(cases, messages))
 
 

@@ -156,3 +156,38 @@ def test_readme_opens_with_the_two_commands_and_they_exist() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "\ndemo: setup" in makefile and "\ntest: lint" in makefile
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_questions_shows_kept_and_dropped_with_why(index: Path, examples: Path) -> None:
+    handbook = str(examples / "handbook.md")
+    shown = json.loads(runner.invoke(app, ["questions", handbook, "--index", str(index),
+                                           "--json"]).stdout)
+    kept = [q for q in shown if q["kept"]]
+    dropped = [q for q in shown if not q["kept"]]
+    assert kept and dropped and {q["chunk_index"] for q in shown} == {
+        q["chunk_index"] for q in kept}
+    # the fake model asks "What did it do?" for every atom: the pronoun filter drops it
+    assert all(q["reason"] == "" for q in kept)
+    assert {q["text"] for q in dropped} >= {"What did it do?"}
+    assert all(q["reason"] for q in dropped) and all(q["atom"] for q in shown)
+    assert all(q["source"].endswith("handbook.md") for q in shown)
+
+    last = max(q["chunk_index"] for q in shown)
+    one = json.loads(runner.invoke(app, ["questions", handbook, "--chunk", str(last),
+                                         "--index", str(index), "--json"]).stdout)
+    assert one == [q for q in shown if q["chunk_index"] == last]
+    text = runner.invoke(app, ["questions", handbook, "--index", str(index)]).stdout
+    assert "chunk 0" in text and "dropped: pronoun only" in text and "kept," in text
+
+    sample = json.loads(runner.invoke(app, ["questions", "--sample", "5", "--seed", "3",
+                                            "--index", str(index), "--json"]).stdout)
+    again = json.loads(runner.invoke(app, ["questions", "--sample", "5", "--seed", "3",
+                                           "--index", str(index), "--json"]).stdout)
+    assert len(sample) == 5 and sample == again
+    assert len({q["source"] for q in json.loads(runner.invoke(app, [
+        "questions", "--sample", "60", "--index", str(index), "--json"]).stdout)}) > 1
+
+    missing = runner.invoke(app, ["questions", "nope.md", "--index", str(index)])
+    assert missing.exit_code == 1 and "no source 'nope.md'" in missing.stderr
+    neither = runner.invoke(app, ["questions", "--index", str(index)])
+    assert neither.exit_code == 1 and "give a SOURCE or --sample" in neither.stderr

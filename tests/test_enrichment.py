@@ -57,6 +57,11 @@ def test_later_is_searchable_at_once_without_the_model_and_enrich_completes_it(
         assert found.results[0].has_questions and found.results[0].matched_questions
         assert iso.status().counts["chunks_waiting"] == 0
         assert iso.check() == []  # the sources' stored counts follow their new questions
+        shown = iso.questions(tmp_path / "docs" / "parking.md")
+        stored = next(i for i in iso.sources() if i.source.uri.endswith("parking.md"))
+        assert sum(q.kept for q in shown) == stored.questions > 0
+        assert next(q.reason for q in shown if not q.kept).startswith("pronoun only")
+        assert done.questions_dropped == len(iso.questions(sample=1000)) - done.questions
         assert iso.enrich().enriched_chunks == 0 and llm.calls == done.atoms  # nothing left
 
 

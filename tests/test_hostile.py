@@ -27,6 +27,9 @@ def test_every_hostile_file_gets_a_clear_outcome_and_nothing_is_lost(
         before = _content(iso)
         report = iso.ingest(tmp_path / "hostile")
         errors = {e.path: e.message for e in report.errors}
+        warnings = {}
+        for w in report.warnings:
+            warnings[w.path] = warnings.get(w.path, "") + w.message + "\n"
         skipped = {s.path: s.message for s in report.skipped}
         added = set(report.added)
         conn = iso.store._conn()  # type: ignore[attr-defined]
@@ -44,6 +47,8 @@ def test_every_hostile_file_gets_a_clear_outcome_and_nothing_is_lost(
                     "SELECT text FROM chunks WHERE source=?", (uri,))]
                 assert texts and all(t.strip() for t in texts), case.name
                 assert case.match in " ".join(texts), case.name
+                assert case.warning in warnings.get(str(path), ""), (case.name, warnings)
+                assert "root:x:0:0" not in " ".join(texts)  # nothing read from outside
         assert len(report.added) == len(added)  # the link loop repeated nothing
         assert len(added) == sum(c.outcome == "ingested" for c in cases)
         after = _content(iso)

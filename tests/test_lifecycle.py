@@ -16,6 +16,7 @@ from isotope.cli import app
 from isotope.embedders import Embedder
 from isotope.errors import IndexLocked
 from isotope.filters import FilterError, parse_where
+from isotope.stores import SCHEMA_VERSION
 
 from conftest import FakeLLM
 
@@ -67,6 +68,7 @@ def test_a_changed_file_keeps_its_unchanged_chunks_and_their_questions(
         assert first.chunks >= 6
         before = {r.chunk.text: r.matched_questions for r in
                   iso.search("Who wrote the billing module?", k=10).results}
+        generated = {(q.atom, q.text, q.kept, q.reason) for q in iso.questions(doc)}
         calls = llm.calls
         doc.write_text(LONG.replace("pager notifications", "pager and SMS notifications"))
         assert iso.sources()[0].state == "changed"
@@ -81,6 +83,10 @@ def test_a_changed_file_keeps_its_unchanged_chunks_and_their_questions(
         kept = iso.search("Who wrote the billing module?", k=10).results
         billing = next(r for r in kept if "billing" in r.chunk.text)
         assert billing.matched_questions == before[billing.chunk.text]
+        # the reused chunks keep their dropped questions (and why) too
+        now = {(q.atom, q.text, q.kept, q.reason) for q in iso.questions(doc)}
+        unchanged = {g for g in generated if "pager" not in g[0]}
+        assert unchanged and any(not g[2] for g in unchanged) and unchanged <= now
         assert iso.sources()[0].state == "current"
         assert iso.check() == []
 
@@ -325,7 +331,7 @@ def test_an_index_of_an_older_schema_is_migrated_in_place(
     assert sqlite3.connect(tmp_path / "index" / "isotope.db").execute(
         "SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(version),)
     with _open(tmp_path, embedder, FakeLLM()) as iso:
-        assert iso.status().schema_version == 6
+        assert iso.status().schema_version == SCHEMA_VERSION
         assert len(iso.sources()) == 4 and iso.check() == []
         after = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
         assert after == before and after

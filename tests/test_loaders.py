@@ -11,7 +11,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def test_every_documented_extension_has_a_loader() -> None:
-    assert {".txt", ".md", ".markdown", ".html", ".htm", ".pdf"} <= set(supported_extensions())
+    assert {".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".eml", ".tex",
+            ".docx"} <= set(supported_extensions())
 
 
 def test_markdown_keeps_the_file_offsets_and_heading_paths() -> None:
@@ -80,7 +81,7 @@ def test_bad_files_raise_one_clear_error_naming_the_file(
 
 
 def test_unsupported_file_is_its_own_error(tmp_path: Path) -> None:
-    path = tmp_path / "x.docx"
+    path = tmp_path / "x.pptx"
     path.write_bytes(b"PK")
     with pytest.raises(UnsupportedFile, match="supported: "):
         load(path)
@@ -91,3 +92,125 @@ def test_utf16_and_bom_are_decoded(tmp_path: Path) -> None:
     (tmp_path / "b.txt").write_bytes("Hello there, world.".encode("utf-16"))
     assert load(tmp_path / "a.txt")[0].text == "Hello there, world."
     assert load(tmp_path / "b.txt")[0].text == "Hello there, world."
+
+
+FORMATS = EXAMPLES / "formats"
+
+
+def test_email_keeps_what_the_sender_wrote_and_its_headers() -> None:
+    document, loader = load(FORMATS / "offsite-planning.eml")
+    assert loader.name == "email"
+    assert document.metadata == {
+        "from": "alice@example.com", "from_name": "Alice Martin",
+        "to": ["bob@example.com", "team@example.com"], "cc": ["carol@example.com"],
+        "subject": "Re: Team offsite in Lisbon", "date": "2024-05-14T09:12:00+02:00",
+        "message_id": "<offsite-2@example.com>", "in_reply_to": "<offsite-1@example.com>",
+        "thread": "<offsite-1@example.com>", "attachments": ["agenda.txt"],
+        "type": "email", "title": "Re: Team offsite in Lisbon"}
+    text = document.text
+    assert text.startswith("Re: Team offsite in Lisbon\n\nHi Bob,")
+    assert "150 euros per day" in text
+    # the quoted question, the "On ... wrote:" line and the signature are left out
+    assert "daily budget" not in text and "wrote:" not in text
+    assert "Operations" not in text and "hackathon" not in text
+    assert document.warnings == []
+
+
+def test_email_in_broken_encodings_is_read_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "broken.eml"
+    path.write_bytes(b"From: =?utf-8?B?!!!notbase64?= <x@example.com>\n"
+                     b"Subject: =?unknown-9?Q?caf=E9?=\nDate: not a date\n"
+                     b"Content-Type: text/html; charset=utf-8\n\n"
+                     b"<p>The ferry leaves at nine \xff\xfe sharp.</p>")
+    document, _ = load(path)
+    assert "The ferry leaves at nine" in document.text
+    assert document.metadata["from"] == "x@example.com"
+    assert any("unknown charset" in w for w in document.warnings)
+    assert any("not valid" in w for w in document.warnings)
+    assert any("Date" in w for w in document.warnings)
+    (tmp_path / "nothing.eml").write_bytes(b"just some words without headers\n")
+    with pytest.raises(LoaderError, match=r"nothing\.eml: not an email message"):
+        load(tmp_path / "nothing.eml")
+
+
+def test_latex_keeps_math_sections_and_readable_citations() -> None:
+    document, loader = load(FORMATS / "robot-navigation.tex", root=FORMATS)
+    assert loader.name == "latex" and document.warnings == []
+    assert document.metadata["title"] == "Battery-Aware Navigation for Warehouse Robots"
+    assert document.metadata["author"] == "Ada Lovelace and Alan Turing"
+    text = document.text
+    assert "$c(e) = d(e) + \\lambda \\, E(e)$" in text  # math as its LaTeX source
+    assert "\\begin{equation}" in text and "\\tfrac{1}{2} m v^2" in text
+    assert "(Okafor and Müller 2021, Lithium-Ion Ageing in Warehouse Fleets)" in text
+    assert "(Hart et al. 1968, A Formal Basis" in text
+    assert "\\section" not in text and "\\label" not in text and "plain" not in text
+    assert "12% of their shift" in text
+    headings = [s.metadata["headings"] for s in document.sections if "headings" in s.metadata]
+    assert headings == [["Introduction"], ["Method"], ["Method", "Charging"], ["Results"]]
+    cites = [s.metadata["cites"][0] for s in document.sections if "cites" in s.metadata]
+    assert cites[0] == {"key": "dijkstra1959", "authors": ["Dijkstra, Edsger W."],
+                        "year": "1959", "doi": "10.1007/BF01386390",
+                        "title": "A Note on Two Problems in Connexion with Graphs"}
+
+
+def test_latex_inputs_stay_inside_the_root_and_bad_input_warns(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "paper" / "parts").mkdir(parents=True)
+    (tmp_path / "secret.tex").write_text("TOP SECRET outside the root")
+    (root / "paper" / "parts" / "intro.tex").write_text("The intro part is included.")
+    main = root / "paper" / "main.tex"
+    main.write_text("\\documentclass{article}\\begin{document}\n\\input{parts/intro}\n"
+                    "% \\input{commented/out}\n\\input{../../secret}\n\\input{/etc/passwd}\n"
+                    "\\input{missing}\n\\myunknown{kept text} and \\cite{ghost}.\n"
+                    "\\end{document}\n")
+    document, _ = load(main, root=root)
+    assert "The intro part is included." in document.text
+    assert "TOP SECRET" not in document.text and "root:x" not in document.text
+    assert "kept text" in document.text and "(ghost)" in document.text
+    joined = "\n".join(document.warnings)
+    assert joined.count("outside the folder being ingested") == 2
+    assert "\\input{missing}: cannot read it" in joined
+    assert "unknown macros kept as the text of their arguments: \\myunknown" in joined
+    assert "no .bib file is beside it" in joined
+    assert "commented" not in joined
+    broken = root / "paper" / "broken.tex"
+    broken.write_text("\\section{Open\nText that is still read.")
+    document, _ = load(broken, root=root)
+    assert "Text that is still read." in document.text
+    assert any("unbalanced braces" in w for w in document.warnings)
+
+
+def test_docx_headings_tables_and_properties() -> None:
+    document, loader = load(FORMATS / "visitor-policy.docx")
+    assert loader.name == "docx" and document.warnings == []
+    assert document.metadata == {"type": "docx", "title": "Visitor Policy",
+                                 "author": "Facilities Team",
+                                 "created": "2024-03-01T09:00:00+00:00"}
+    assert "Monday to Friday | 07:00 to 19:00" in document.text
+    assert "first three hours are free" in document.text
+    headings = [s.metadata["headings"] for s in document.sections]
+    assert headings == [["Visitor Policy"], ["Visitor Policy", "Parking"],
+                        ["Visitor Policy", "Opening hours"]]
+    start = next(s.start for s in document.sections if s.metadata["headings"][-1] == "Parking")
+    assert document.text[start:].startswith("Parking\n\nVisitor parking")
+
+
+def test_docx_that_is_not_a_zip_or_a_bomb_is_refused(tmp_path: Path) -> None:
+    import io
+    import zipfile
+
+    (tmp_path / "text.docx").write_text("just text")
+    with pytest.raises(LoaderError, match=r"text\.docx: not a Word document: not a zip"):
+        load(tmp_path / "text.docx")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("word/document.xml", b" " * 30_000_000)
+    (tmp_path / "bomb.docx").write_bytes(out.getvalue())
+    with pytest.raises(LoaderError, match=r"bomb.docx: refused: .*\(a zip bomb\?\)"):
+        load(tmp_path / "bomb.docx")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("other.txt", "x")
+    (tmp_path / "other.docx").write_bytes(out.getvalue())
+    with pytest.raises(LoaderError, match=r"no word/document\.xml"):
+        load(tmp_path / "other.docx")

@@ -241,6 +241,13 @@ def test_errors_name_the_url_without_its_password(postgres_server: str,
         hba.write_text("local all pw_user scram-sha-256\n" + hba.read_text())
         admin.execute("SELECT pg_reload_conf()")
     admin.close()
+    deadline = time.monotonic() + 15  # the reload is asynchronous: wait until it applies
+    while time.monotonic() < deadline:
+        try:
+            psycopg.connect(_as_user(postgres_server, "pw_user", "wrong")).close()
+        except psycopg.OperationalError:
+            break
+        time.sleep(0.1)
     wrong = _as_user(postgres_url, "pw_user", "wrong")
     with pytest.raises(InvalidIndex, match=r"cannot connect .*pw_user:\*\*\*@.*check the "
                        "user and password"):

@@ -1,6 +1,6 @@
 import numpy as np
 
-from isotope.questions import diverse_mask, is_pronoun_only, keep_mask, parse_questions
+from isotope.questions import duplicates, is_pronoun_only, parse_questions, relevance_reasons
 
 
 def test_parse_strips_numbering_bullets_answers_and_duplicates() -> None:
@@ -43,12 +43,15 @@ def test_filters_drop_off_topic_and_near_duplicate_questions(embedder) -> None: 
     ]
     vectors = embedder.embed(questions)
     atom_vector = embedder.embed_one(atom)
-    assert keep_mask(questions, vectors, atom_vector, min_similarity=0.3) == [
-        True, True, False, False
-    ]
-    assert diverse_mask(vectors[:2], 0.85) == [True, False]
-    assert diverse_mask(vectors[:2], None) == [True, True]
-    assert diverse_mask(np.zeros((0, 384), dtype=np.float32), 0.85) == []
+    reasons = relevance_reasons(questions, vectors, atom_vector, min_similarity=0.3)
+    assert reasons[:2] == ["", ""]
+    assert reasons[2].startswith("off its atom: similarity ")
+    assert reasons[2].endswith("< min_similarity 0.30")
+    assert reasons[3] == "pronoun only: its subject is only a pronoun"
+    near = duplicates(vectors[:2], 0.85)
+    assert near[0] is None and near[1] is not None and near[1][0] == 0 and near[1][1] > 0.85
+    assert duplicates(vectors[:2], None) == [None, None]
+    assert duplicates(np.zeros((0, 384), dtype=np.float32), 0.85) == []
 
 
 def test_an_answer_counts_only_when_grounded_in_the_passages_it_cites() -> None:

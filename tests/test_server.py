@@ -65,7 +65,11 @@ def test_search_returns_what_query_raw_json_prints(served: TestClient, iso: Isot
         "battery-safety.pdf"}
 
 
-def test_ask_answers_with_citations_and_streams(served: TestClient) -> None:
+def test_ask_answers_with_citations_and_streams(served: TestClient, iso: Isotope,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    searches = []
+    search = iso.search
+    monkeypatch.setattr(iso, "search", lambda *a, **kw: searches.append(a) or search(*a, **kw))
     body = served.post("/ask", json={"query": "How many vacation days do new employees "
                                               "get?"}).json()
     assert body["answer"] and body["citations"] == [1]
@@ -77,6 +81,9 @@ def test_ask_answers_with_citations_and_streams(served: TestClient) -> None:
     assert events == ["event: results", "event: answer", "event: done"]
     answer = json.loads(text.split("event: answer\ndata: ")[1].split("\n")[0])
     assert answer["answer"] and answer["citations"]
+    assert len(searches) == 2  # one per request: the stream answers from the results it sent
+    sent = json.loads(text.split("event: results\ndata: ")[1].split("\n")[0])
+    assert all(n <= len(sent["results"]) for n in answer["citations"])
 
 
 def test_sources_status_questions_and_delete(served: TestClient) -> None:
@@ -88,6 +95,14 @@ def test_sources_status_questions_and_delete(served: TestClient) -> None:
     questions = served.get(f"/chunks/{chunk['chunk']['id']}/questions").json()
     assert questions["questions"] and all(q["atom"] in chunk["chunk"]["text"]
                                           for q in questions["questions"])
+    kept = [q for q in questions["questions"] if q["kept"]]
+    dropped = [q for q in questions["questions"] if not q["kept"]]
+    assert kept and all(q["reason"] == "" for q in kept)
+    # the fake model also asks a pronoun-only question per atom: shown, with why
+    assert dropped and all(q["reason"] for q in dropped)
+    assert any(q["text"] == "What did it do?" and q["reason"].startswith("pronoun only")
+               for q in dropped)
+    assert {m["text"] for m in chunk["matched_questions"]} <= {q["text"] for q in kept}
     assert served.get("/chunks/nope/questions").status_code == 404
     faq = next(s["uri"] for s in listed if s["uri"].endswith("faq.html"))
     assert served.delete(f"/sources{faq}").status_code == 204

@@ -23,15 +23,17 @@ def test_select_questions_reattributes_filters_and_dedups(embedder: Embedder) ->
              "How warm is the swimming pool?",  # written for atom 0, about atom 1
              "What is the capital of Mongolia?"]  # off topic
     questions = [Question(text=t, atom_id=atoms[0].id, chunk_id=chunk.id) for t in asked]
-    kept, keep = select_questions(
+    kept, reasons = select_questions(
         atoms, embedder.embed([a.text for a in atoms]), questions,
         embedder.embed(asked), min_similarity=0.3, dedup_threshold=0.85)
-    assert keep == [True, False, True, False]
+    assert [not r for r in reasons] == [True, False, True, False]
+    assert reasons[1].startswith("near-duplicate of 'When does the parking garage open?'")
+    assert reasons[3].startswith("off its atom")
     assert kept[2].atom_id == atoms[1].id and kept[0].atom_id == atoms[0].id
     _, everything = select_questions(
         atoms, embedder.embed([a.text for a in atoms]), questions, embedder.embed(asked),
         min_similarity=-1, dedup_threshold=None)
-    assert everything == [True, True, True, True]
+    assert everything == ["", "", "", ""]
 
 
 def test_discover_walks_filters_and_reports(tmp_path: Path) -> None:

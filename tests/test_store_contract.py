@@ -13,7 +13,7 @@ from isotope import stores
 from isotope.embedders import Embedder
 from isotope.errors import IndexLocked
 from isotope.filters import parse
-from isotope.models import Atom, Chunk, Question, Source, content_hash
+from isotope.models import Atom, Chunk, DroppedQuestion, Question, Source, content_hash
 from isotope.stores import ChunkQuestions, SourceBatch, Store
 
 DOCS = {
@@ -208,3 +208,44 @@ def test_a_sound_store_checks_clean(filled: Store) -> None:
     with filled.snapshot():
         assert filled.counts()["sources"] == 3
     assert filled.check() == [] and filled.damaged_sources() == []
+
+
+def test_generated_questions_keep_the_dropped_ones_with_why(store: Store,
+                                                            embedder: Embedder) -> None:
+    batch = _batch(embedder, "/docs/garage.md", DOCS["/docs/garage.md"])
+    first, second = batch.chunks
+    batch.dropped = [DroppedQuestion(text="What did it do?", atom_id=batch.atoms[0].id,
+                                     chunk_id=first.id, reason="pronoun only: ..."),
+                     DroppedQuestion(text="Where do visitors park their cars?",
+                                     atom_id=batch.atoms[1].id, chunk_id=second.id,
+                                     reason="near-duplicate of ...")]
+    store.add(batch)
+    store.add(_batch(embedder, "/docs/pool.md", DOCS["/docs/pool.md"]))
+    shown = store.generated_questions(source="/docs/garage.md")
+    assert [(q.chunk_index, q.text, q.kept, q.reason) for q in shown] == [
+        (0, "What is said about parking?", True, ""),
+        (0, "What did it do?", False, "pronoun only: ..."),
+        (1, "What is said about park?", True, ""),
+        (1, "Where do visitors park their cars?", False, "near-duplicate of ...")]
+    assert shown[1].atom == DOCS["/docs/garage.md"][0] and shown[1].atom_id == batch.atoms[0].id
+    assert store.generated_questions(chunk_id=second.id) == shown[2:]
+    # never searched
+    assert all(h.text != "What did it do?" for h in store.keyword_search("questions", "did do", 10))
+    sample = store.generated_questions(sample=3, seed=7)
+    assert len(sample) == 3 and sample == store.generated_questions(sample=3, seed=7)
+    assert len(store.generated_questions(sample=50)) == 5  # 3 kept, 2 dropped
+
+    # carried over when a chunk is reused, replaced with new questions by enrichment
+    reused = store.stored_chunks("/docs/garage.md")[content_hash(first.text)]
+    assert [d.text for d in reused.dropped] == ["What did it do?"]
+    store.add_questions([ChunkQuestions(first.id, [], embedder.embed([]), dropped=[
+        DroppedQuestion(text="Why?", atom_id=batch.atoms[0].id, chunk_id=first.id,
+                        reason="off its atom")])])
+    assert [(q.text, q.kept) for q in store.generated_questions(chunk_id=first.id)] == [
+        ("Why?", False)]
+    exported = store.export_source("/docs/garage.md")
+    assert exported is not None and {d.text for d in exported.dropped} == {
+        "Why?", "Where do visitors park their cars?"}
+    store.delete_source("/docs/garage.md")
+    assert store.generated_questions(chunk_id=second.id) == []
+    assert [q.kept for q in store.generated_questions(sample=10)] == [True]

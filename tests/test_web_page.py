@@ -6,6 +6,7 @@ README's (docs/web-page.png)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +43,7 @@ def test_the_page_searches_and_shows_the_answer_and_the_matched_question(
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page = browser.new_page(viewport={"width": 1100, "height": 1350})
             requests: list[str] = []
             page.on("request", lambda r: requests.append(r.url))
             page.goto(page_url)
@@ -59,6 +60,11 @@ def test_the_page_searches_and_shows_the_answer_and_the_matched_question(
             assert page.inner_text("#action") in ("deliver", "query_more", "refine_query")
             first.locator("details summary").click()
             page.wait_for_selector(".result details ul li", timeout=10_000)
+            # kept and dropped questions, each dropped one with why
+            shown = first.locator("details li").all_inner_texts()
+            dropped = first.locator("details li.dropped").all_inner_texts()
+            assert dropped and len(dropped) < len(shown)
+            assert any("What did it do?" in d and "dropped: pronoun only" in d for d in dropped)
             page.screenshot(path=str(tmp_path / "page.png"), full_page=False)
             assert all(url.startswith(page_url) for url in requests)  # nothing from a CDN
         finally:
@@ -66,5 +72,5 @@ def test_the_page_searches_and_shows_the_answer_and_the_matched_question(
     shot = tmp_path / "page.png"
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     target = ROOT / "docs" / "web-page.png"
-    if not target.exists():  # the README's picture, made by this test
+    if not target.exists() or os.environ.get("UPDATE_SCREENSHOT"):  # the README's picture
         shutil.copy(shot, target)

@@ -9,13 +9,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from isotope.models import Atom, Chunk, Question, Source, content_hash
+from isotope.models import Atom, Chunk, DroppedQuestion, Question, Source, content_hash
 from isotope.stores import SourceBatch, StoredChunk
 
 Select = Callable[[list[Atom], np.ndarray, list[Question], np.ndarray],
-                  tuple[list[Question], list[bool]]]
+                  tuple[list[Question], list[str]]]
 """Question selection: atoms, their vectors, candidate questions, theirs -> the candidates
-and whether each is kept."""
+and why each is dropped ("" when it is kept)."""
+
+
+def split(candidates: list[Question], reasons: list[str], vectors: np.ndarray
+          ) -> tuple[list[Question], np.ndarray, list[DroppedQuestion]]:
+    """The kept questions with their vectors, and the dropped ones with their reasons."""
+    kept = [q for q, why in zip(candidates, reasons, strict=True) if not why]
+    dropped = [DroppedQuestion(text=q.text, atom_id=q.atom_id, chunk_id=q.chunk_id,
+                               reason=why)
+               for q, why in zip(candidates, reasons, strict=True) if why]
+    if candidates:
+        vectors = vectors[np.array([not why for why in reasons], dtype=bool)]
+    return kept, vectors, dropped
 
 
 @dataclass
@@ -87,11 +99,8 @@ def assemble(work: Work, vectors: np.ndarray, select: Select) -> Assembled:
     chunk_vectors = vectors[: len(fresh)]
     atom_vectors = vectors[len(fresh) : len(fresh) + len(atoms)]
     question_vectors = vectors[len(fresh) + len(atoms) :]
-    candidates, keep = select(atoms, atom_vectors, candidates, question_vectors)
-    questions = [q for q, k in zip(candidates, keep, strict=True) if k]
-    if candidates:
-        question_vectors = question_vectors[np.array(keep, dtype=bool)]
-    dropped = len(candidates) - len(questions)
+    candidates, reasons = select(atoms, atom_vectors, candidates, question_vectors)
+    questions, question_vectors, dropped = split(candidates, reasons, question_vectors)
     chunk_rows = dict(zip(fresh, chunk_vectors, strict=True))
     atom_parts, question_parts = [atom_vectors], [question_vectors]
     for i, stored in work.reused.items():
@@ -101,6 +110,9 @@ def assemble(work: Work, vectors: np.ndarray, select: Select) -> Assembled:
         atoms += new_atoms
         questions += [Question(text=q.text, atom_id=renamed[q.atom_id].id,
                                chunk_id=chunks[i].id) for q in stored.questions]
+        dropped += [q.model_copy(update={"atom_id": renamed[q.atom_id].id,
+                                         "chunk_id": chunks[i].id})
+                    for q in stored.dropped if q.atom_id in renamed]
         atom_parts.append(stored.atom_vectors)
         question_parts.append(stored.question_vectors)
     batch = SourceBatch(
@@ -110,8 +122,9 @@ def assemble(work: Work, vectors: np.ndarray, select: Select) -> Assembled:
         atom_vectors=_stack(atom_parts, vectors),
         question_vectors=_stack(question_parts, vectors),
         replaces=work.replaces,
+        dropped=dropped,
     )
-    return Assembled(batch, dropped)
+    return Assembled(batch, sum(1 for why in reasons if why))
 
 
 def _stack(parts: list[np.ndarray], like: np.ndarray) -> np.ndarray:

@@ -128,10 +128,17 @@ def chunk_text(
 
 def section_metadata(sections: list[Section], start: int, end: int) -> dict[str, object]:
     """Metadata for a chunk ``[start, end)`` from the sections it overlaps: the heading path
-    where it starts, and the pages it covers."""
+    where it starts, the pages it covers, and the works it cites (``cites``, with their
+    keys as ``cite_keys``)."""
     metadata: dict[str, object] = {}
     pages: list[int] = []
+    cites: dict[str, object] = {}
     for section in sections:
+        if "cites" in section.metadata:
+            if section.start < end and section.end > start:
+                for work in section.metadata["cites"]:
+                    cites.setdefault(work["key"], work)
+            continue
         if section.end <= start or section.start >= end:
             if "headings" in section.metadata and section.start <= start:
                 metadata["headings"] = section.metadata["headings"]
@@ -149,4 +156,7 @@ def section_metadata(sections: list[Section], start: int, end: int) -> dict[str,
     if pages:
         metadata["page"] = pages[0]
         metadata["pages"] = pages
+    if cites:
+        metadata["cites"] = list(cites.values())
+        metadata["cite_keys"] = list(cites)
     return metadata

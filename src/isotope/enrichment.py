@@ -16,11 +16,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from isotope import references
+from isotope.assembly import Select, split
 from isotope.discovery import FileError
 from isotope.embedders import Embedder
 from isotope.errors import ProviderError
 from isotope.generation import Generated, QuestionGenerator
-from isotope.models import Atom, Question, Source
+from isotope.models import DroppedQuestion, Question, Source
 from isotope.reports import IngestReport, Progress, ProgressCallback, Timer
 from isotope.settings import Settings
 from isotope.stores import ChunkQuestions, PendingChunk, Store
@@ -29,9 +30,6 @@ from isotope.windows import windows
 log = logging.getLogger(__name__)
 PAGE = 256
 """Waiting chunks read from the store at a time."""
-
-Select = Callable[[list[Atom], np.ndarray, list[Question], np.ndarray],
-                  tuple[list[Question], list[bool]]]
 
 
 class Enricher:
@@ -113,12 +111,12 @@ class Enricher:
         atom_vectors = [p.atom_vectors for p, r in zip(part, results, strict=True)
                         if r is not None and len(p.atoms)]
         kept: list[Question] = []
+        dropped: list[DroppedQuestion] = []
         if candidates:
-            candidates, keep = self._select(atoms, np.concatenate(atom_vectors), candidates,
-                                            vectors)
-            kept = [q for q, k in zip(candidates, keep, strict=True) if k]
-            vectors = vectors[np.array(keep, dtype=bool)]
-            report.questions_dropped += len(candidates) - len(kept)
+            candidates, reasons = self._select(atoms, np.concatenate(atom_vectors),
+                                               candidates, vectors)
+            kept, vectors, dropped = split(candidates, reasons, vectors)
+            report.questions_dropped += len(dropped)
         report.questions += len(kept)
         by_chunk: dict[str, list[int]] = {}
         for i, question in enumerate(kept):
@@ -126,7 +124,8 @@ class Enricher:
         done = [
             ChunkQuestions(p.chunk.id, [kept[i] for i in by_chunk.get(p.chunk.id, [])],
                            vectors[by_chunk.get(p.chunk.id, [])] if kept else vectors[:0],
-                           complete=not r.failed)
+                           complete=not r.failed,
+                           dropped=[d for d in dropped if d.chunk_id == p.chunk.id])
             for p, r in zip(part, results, strict=True) if r is not None]
         with Timer(report, "store"):
             self.store.add_questions(done)

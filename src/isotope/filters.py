@@ -4,7 +4,8 @@ A filter is a dict, as in ``iso.search(q, filters={...})``:
 
 - ``{"source": "docs/*.md"}``: sources matching a glob (absolute, relative to the working
   directory, or a file name pattern matched in any folder);
-- ``{"type": "pdf"}``: the loader (``text``, ``markdown``, ``html``, ``pdf``, ``chunks``);
+- ``{"type": "pdf"}``: the loader (``text``, ``markdown``, ``html``, ``pdf``, ``email``,
+  ``latex``, ``docx``, ``chunks``);
 - ``{"author": "Ada"}``: any metadata key of the chunk (``headings``, ``page``) or of its
   source (front matter, ``title``), equal to the value (for a list, e.g. ``headings``:
   containing it); a list of values means any of them;

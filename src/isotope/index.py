@@ -28,7 +28,7 @@ from isotope.files import source_path
 from isotope.filters import parse as parse_filters
 from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
 from isotope.maintenance import RepairReport, source_state
-from isotope.models import Chunk, QueryResponse, SearchResult, content_hash
+from isotope.models import Chunk, GeneratedQuestion, QueryResponse, SearchResult, content_hash
 from isotope.providers import LLM
 from isotope.questions import parse_questions
 from isotope.settings import Settings, index_settings, resolve
@@ -386,8 +386,14 @@ class Isotope:
             filters: dict[str, Any] | None = None) -> QueryResponse:
         """Search, then have the answer model answer from the chunks found, citing them.
         Stale chunks (file references whose file changed) are not given to the model."""
-        response = self.search(query, self.settings.answer_k if k is None else k, mode=mode,
-                               transform=transform, filters=filters)
+        return self.answer(self.search(query, self.settings.answer_k if k is None else k,
+                                       mode=mode, transform=transform, filters=filters))
+
+    def answer(self, response: QueryResponse) -> QueryResponse:
+        """Have the answer model answer ``response``'s query from its results (a search
+        already made, e.g. one whose results were already shown), citing them; returns
+        ``response`` with ``answer`` and ``citations`` set."""
+        query = response.query
         readable = [r for r in response.results if not r.chunk.stale]
         if not readable:
             response.answer = ("The index is empty or nothing matched." if not response.results
@@ -412,8 +418,8 @@ class Isotope:
         return lambda query: self.search(query, k, mode=mode, filters=filters).results
 
     # -- bookkeeping -------------------------------------------------------------------
-    def delete(self, source: str | Path) -> None:
-        """Remove a source (its path or identifier) and everything derived from it."""
+    def _stored_uri(self, source: str | Path) -> str:
+        """The stored name of a source given by its path or identifier."""
         uri = str(source)
         if self.store.get_source(uri) is None:
             resolved = str(source_path(source))
@@ -422,6 +428,33 @@ class Isotope:
                     f"no source {uri!r} in the index; `isotope list` shows what is there"
                 )
             uri = resolved
+        return uri
+
+    def questions(self, source: str | Path | None = None, *, chunk: int | None = None,
+                  chunk_id: str | None = None, sample: int | None = None,
+                  seed: int | None = None) -> list[GeneratedQuestion]:
+        """The generated questions with their atoms, kept and dropped (each dropped one
+        with why): of a ``source`` (its path or identifier; only its chunk number
+        ``chunk`` if given), of one chunk by ``chunk_id``, or ``sample`` drawn at random
+        across the index (``seed`` repeats a draw)."""
+        if sample is not None:
+            if sample < 1:
+                raise InvalidArgument(f"sample must be at least 1, got {sample}")
+            return self.store.generated_questions(sample=sample, seed=seed)
+        if chunk_id is not None:
+            if not self.store.get_chunks([chunk_id]):
+                raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
+            return self.store.generated_questions(chunk_id=chunk_id)
+        if source is None:
+            raise InvalidArgument("give a source, a chunk id or a sample size")
+        found = self.store.generated_questions(source=self._stored_uri(source))
+        if chunk is not None:
+            found = [q for q in found if q.chunk_index == chunk]
+        return found
+
+    def delete(self, source: str | Path) -> None:
+        """Remove a source (its path or identifier) and everything derived from it."""
+        uri = self._stored_uri(source)
         with self.store.writer(self.settings.lock_wait):
             self.store.delete_source(uri)
 

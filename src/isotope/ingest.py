@@ -243,7 +243,10 @@ class Pipeline:
             if self.is_current(existing, digest) and existing and existing.uri == uri:
                 report.unchanged.append(uri)
                 return None
-            document, loader = loaders.load(path, data)
+            document, loader = loaders.load(path, data, root=root)
+            for warning in document.warnings:
+                report.warnings.append(FileError(uri, warning))
+                log.warning("%s: %s", uri, warning)
         with Timer(report, "chunk"):
             chunks = self.chunk(document, uri, self.counter())
         source = Source(
@@ -373,7 +376,7 @@ class Pipeline:
         self._notify(progress, "store", work.source.uri, work.done + 1, work.total, report)
 
     def _select(self, atoms: list[Atom], atom_vectors: np.ndarray, questions: list[Question],
-                question_vectors: np.ndarray) -> tuple[list[Question], list[bool]]:
+                question_vectors: np.ndarray) -> tuple[list[Question], list[str]]:
         return select_questions(atoms, atom_vectors, questions, question_vectors,
                                 min_similarity=self.settings.min_question_similarity,
                                 dedup_threshold=self.settings.dedup_threshold)

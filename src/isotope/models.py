@@ -104,6 +104,30 @@ class Question(_Record):
             self.id = stable_id("question", self.atom_id, self.text)
 
 
+class DroppedQuestion(_Record):
+    """A generated question that selection left out, and why (kept for inspection:
+    never searched)."""
+
+    text: str
+    atom_id: str
+    chunk_id: str
+    reason: str
+
+
+class GeneratedQuestion(_Record):
+    """A chunk's generated question as ``isotope questions`` and ``GET
+    /chunks/{id}/questions`` show it: kept (searched) or dropped with the reason."""
+
+    source: str
+    chunk_id: str
+    chunk_index: int
+    atom_id: str
+    atom: str
+    text: str
+    kept: bool
+    reason: str = ""
+
+
 class MatchedQuestion(_Record):
     """A stored question that matched the query, with its similarity (cosine, -1..1)."""
 
@@ -124,6 +148,9 @@ class SearchResult(_Record):
     has_questions: bool = True
     """False while the chunk waits for its generated questions (``isotope enrich``): it
     is found by its text and atoms only."""
+    source_metadata: dict[str, Any] = Field(default_factory=dict)
+    """Its source's metadata (a title, front matter, an email's ``from`` and ``date``, a
+    Word document's ``author``): what ``--where`` filters on besides the chunk's own."""
 
 
 Action = Literal["deliver", "query_more", "refine_query"]

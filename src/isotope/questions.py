@@ -79,35 +79,42 @@ def is_pronoun_only(question: str) -> bool:
     return any(w in _PRONOUNS for w in words) and len(content_words(question)) < 2
 
 
-def keep_mask(
+def relevance_reasons(
     questions: Sequence[str],
     question_vectors: Vectors,
     atom_vector: Vectors,
     *,
     min_similarity: float,
-) -> list[bool]:
-    """Which questions pass the filter: not pronoun-only, and at least ``min_similarity``
-    (cosine) to their atom."""
+) -> list[str]:
+    """Why each question fails the relevance filter ("" when it passes): its subject is
+    only a pronoun, or it is less than ``min_similarity`` (cosine) from its atom."""
     if not len(questions):
         return []
     similarity = question_vectors @ atom_vector
     return [
-        bool(sim >= min_similarity) and not is_pronoun_only(q)
+        "pronoun only: its subject is only a pronoun" if is_pronoun_only(q)
+        else f"off its atom: similarity {float(sim):.2f} < min_similarity {min_similarity:.2f}"
+        if float(sim) < min_similarity else ""
         for q, sim in zip(questions, similarity, strict=True)
     ]
 
 
-def diverse_mask(vectors: Vectors, threshold: float | None) -> list[bool]:
-    """Greedy diversity filter: keep a vector unless its cosine similarity to one already
-    kept exceeds ``threshold`` (None keeps all)."""
+def duplicates(vectors: Vectors, threshold: float | None) -> list[tuple[int, float] | None]:
+    """Greedy diversity filter: for each vector, None when it is kept, else the position
+    of the kept vector it is too close to (cosine above ``threshold``) and that
+    similarity. ``threshold`` None keeps all."""
     n = len(vectors)
     if threshold is None or n == 0:
-        return [True] * n
-    keep = [False] * n
+        return [None] * n
+    found: list[tuple[int, float] | None] = []
     kept: list[int] = []
     for i in range(n):
-        if kept and float(np.max(vectors[kept] @ vectors[i])) > threshold:
-            continue
-        keep[i] = True
+        if kept:
+            similarity = vectors[kept] @ vectors[i]
+            best = int(np.argmax(similarity))
+            if float(similarity[best]) > threshold:
+                found.append((kept[best], float(similarity[best])))
+                continue
+        found.append(None)
         kept.append(i)
-    return keep
+    return found

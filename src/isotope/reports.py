@@ -26,6 +26,8 @@ class IngestReport:
     """Files left out on purpose (unsupported type)."""
     errors: list[FileError] = field(default_factory=list)
     """Files that could not be ingested; everything else was."""
+    warnings: list[FileError] = field(default_factory=list)
+    """Files ingested with something left out (a broken encoding, a missing .bib)."""
     failed_atoms: list[FileError] = field(default_factory=list)
     """Atoms whose questions could not be generated (their source is stored without them
     and is completed by the next ingest)."""

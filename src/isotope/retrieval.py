@@ -213,6 +213,8 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
         scored, chunks = _ranked(store, query, vector, k, mode, alpha, weights, fusion,
                                  aggregate, pool, filters)
         waiting = store.without_questions(list(chunks))
+        described = {uri: store.get_source(uri)
+                     for uri in {chunks[c].source for c, _, _ in scored if c in chunks}}
     results = [
         SearchResult(
             rank=rank,
@@ -223,6 +225,8 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
                 for h in hits if h.kind == "questions"
             ],
             has_questions=chunk_id not in waiting,
+            source_metadata=dict(getattr(described.get(chunks[chunk_id].source),
+                                         "metadata", None) or {}),
         )
         for rank, (chunk_id, score, hits) in enumerate(scored, start=1)
         if chunk_id in chunks

@@ -1,14 +1,14 @@
-"""Which generated questions are kept: a pure function of the atoms, the questions and
-their vectors. Each question goes to the atom of its chunk it is closest to, is kept if
-it is close enough to that atom (relevance), and is dropped if the chunk already has the
-same or a near-identical question (diversity)."""
+"""Which generated questions are kept, and why the others are not: a pure function of
+the atoms, the questions and their vectors. Each question goes to the atom of its chunk
+it is closest to, is kept if it is close enough to that atom (relevance), and is dropped
+if the chunk already has the same or a near-identical question (diversity)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from isotope.models import Atom, Question
-from isotope.questions import diverse_mask, keep_mask, normalize_question
+from isotope.questions import duplicates, normalize_question, relevance_reasons
 
 REATTRIBUTE_MARGIN = 0.05
 """A question moves to another atom of its chunk when it is this much closer to it."""
@@ -17,10 +17,11 @@ REATTRIBUTE_MARGIN = 0.05
 def select_questions(
     atoms: list[Atom], atom_vectors: np.ndarray, questions: list[Question],
     question_vectors: np.ndarray, *, min_similarity: float, dedup_threshold: float | None,
-) -> tuple[list[Question], list[bool]]:
+) -> tuple[list[Question], list[str]]:
     """Attribute each question to the atom of its chunk that it is closest to (a model
     given the whole chunk sometimes asks about a neighbouring statement), apply the
-    relevance filter against that atom, then the diversity filter per chunk."""
+    relevance filter against that atom, then the diversity filter per chunk. Returns the
+    attributed questions and, for each, why it was dropped ("" when it is kept)."""
     atoms_of_chunk: dict[str, list[int]] = {}
     for i, atom in enumerate(atoms):
         atoms_of_chunk.setdefault(atom.chunk_id, []).append(i)
@@ -40,26 +41,29 @@ def select_questions(
             own = best
         attributed.append(question)
         by_atom.setdefault(own, []).append(i)
-    keep = [False] * len(questions)
+    reasons = [""] * len(questions)
     for atom_index, idx in by_atom.items():
-        mask = keep_mask(
+        found = relevance_reasons(
             [questions[i].text for i in idx], question_vectors[idx],
             atom_vectors[atom_index],
             min_similarity=min_similarity,
         )
-        for i, ok in zip(idx, mask, strict=True):
-            keep[i] = ok
+        for i, why in zip(idx, found, strict=True):
+            reasons[i] = why
     seen: set[tuple[str, str]] = set()
     by_chunk: dict[str, list[int]] = {}
     for i, q in enumerate(questions):
         key = (q.chunk_id, normalize_question(q.text))
-        if keep[i] and key in seen:
-            keep[i] = False  # the same question, asked for two atoms of the chunk
-        elif keep[i]:
+        if not reasons[i] and key in seen:
+            reasons[i] = "repeated: the chunk has the same question for another atom"
+        elif not reasons[i]:
             seen.add(key)
             by_chunk.setdefault(q.chunk_id, []).append(i)
     for idx in by_chunk.values():
-        mask = diverse_mask(question_vectors[idx], dedup_threshold)
-        for i, ok in zip(idx, mask, strict=True):
-            keep[i] = ok
-    return attributed, keep
+        for i, near in zip(idx, duplicates(question_vectors[idx], dedup_threshold),
+                           strict=True):
+            if near is not None:
+                other, similarity = near
+                reasons[i] = (f"near-duplicate of {questions[idx[other]].text!r}: similarity "
+                              f"{similarity:.2f} > dedup_threshold {dedup_threshold:.2f}")
+    return attributed, reasons

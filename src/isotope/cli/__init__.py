@@ -9,6 +9,7 @@ from isotope.cli import (  # noqa: F401 (commands)
     evaluating,
     ingesting,
     inspecting,
+    questions_view,
     searching,
     serving,
 )

@@ -208,6 +208,8 @@ def print_report(report: Any) -> None:
         err.print(labelled("error:", "red", f"{problem.path}: {problem.message}"))
     for skipped in report.skipped:
         err.print(labelled("skipped:", "yellow", f"{skipped.path}: {skipped.message}"))
+    for warning in getattr(report, "warnings", []):
+        err.print(labelled("warning:", "yellow", f"{warning.path}: {warning.message}"))
     total = sum(report.timings.values())
     removed = f", {len(report.removed)} removed" if report.removed else ""
     out.print(

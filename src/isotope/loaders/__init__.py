@@ -6,6 +6,7 @@ A loader is a function ``(path, data) -> Document``. Register more with :func:`r
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ class Document:
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
     sections: list[Section] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What could not be read (a broken encoding, a missing .bib): the rest was."""
 
 
 def heading_sections(headings: list[tuple[int, int, str]], length: int) -> list[Section]:
@@ -74,8 +77,15 @@ def loader_for(path: Path) -> Loader | None:
     return _REGISTRY.get(path.suffix.lower())
 
 
-def load(path: Path, data: bytes | None = None) -> tuple[Document, Loader]:
-    """Load one file. Raises :class:`LoaderError` (naming the file) when it cannot."""
+ROOT: ContextVar[Path | None] = ContextVar("isotope_loader_root", default=None)
+"""The folder being ingested, while a loader runs: what a loader may read besides its
+file must be inside it (LaTeX's ``\\input``)."""
+
+
+def load(path: Path, data: bytes | None = None, *, root: Path | None = None
+         ) -> tuple[Document, Loader]:
+    """Load one file (found under ``root``: the folder a loader may read other files of).
+    Raises :class:`LoaderError` (naming the file) when it cannot."""
     loader = loader_for(path)
     if loader is None:
         raise UnsupportedFile(
@@ -89,19 +99,26 @@ def load(path: Path, data: bytes | None = None) -> tuple[Document, Loader]:
         data = read_file(path, DEFAULT_MAX_BYTES)[1]
     if not data.strip():
         raise LoaderError(path, "file is empty; nothing to index")
-    document = loader.func(path, data)
+    token = ROOT.set(root)
+    try:
+        document = loader.func(path, data)
+    finally:
+        ROOT.reset(token)
     if not document.text.strip():
         raise LoaderError(path, "no text found in the file; nothing to index")
     return document, loader
 
 
 def _register_builtins() -> None:
-    from isotope.loaders import html, pdf, text
+    from isotope.loaders import html, latex, mail, pdf, text, word
 
     register("text", (".txt", ".text"), text.load_text)
     register("markdown", (".md", ".markdown"), text.load_markdown)
     register("html", (".html", ".htm"), html.load_html)
     register("pdf", (".pdf",), pdf.load_pdf)
+    register("email", (".eml",), mail.load_eml)
+    register("docx", (".docx",), word.load_docx)
+    register("latex", (".tex",), latex.load_tex)
 
 
 _register_builtins()

@@ -133,6 +133,14 @@ class _Extractor(HTMLParser):
             target.write(data)
 
 
+def html_text(markup: str) -> str:
+    """The readable text of an HTML string (as :func:`load_html` extracts it)."""
+    parser = _Extractor()
+    parser.feed(markup)
+    parser.close()
+    return (parser.main if parser.main.text().strip() else parser.body).text()
+
+
 def load_html(path: Path, data: bytes) -> Document:
     parser = _Extractor()
     parser.feed(decode_text(path, data))

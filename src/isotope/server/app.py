@@ -62,11 +62,6 @@ class SyncRequest(BaseModel):
     paths: list[str] = Field(min_length=1, max_length=1_000)
 
 
-class QuestionView(BaseModel):
-    text: str
-    atom: str
-
-
 def safe_name(filename: str | None) -> str:
     """An uploaded file's name reduced to a plain file name: no folders (``../``, ``/etc``,
     ``C:\\``), no control characters, nothing but letters, digits and ``._- ``."""
@@ -184,7 +179,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         def events() -> Iterator[str]:
             yield "event: results\ndata: " + found.model_dump_json() + "\n\n"
             try:
-                answered = iso.ask(body.query, body.k, mode=body.mode, filters=body.filters)
+                answered = iso.answer(found)  # from the results just sent
                 yield "event: answer\ndata: " + json.dumps(
                     {"answer": answered.answer, "citations": answered.citations}) + "\n\n"
             except errors.IsotopeError as exc:
@@ -209,15 +204,12 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     @app.get("/chunks/{chunk_id}/questions")
     def chunk_questions(chunk_id: str, _: Read) -> dict[str, Any]:
-        """Every stored question of a chunk with the atom it was written for."""
+        """Every generated question of a chunk with the atom it was written for: kept
+        (searched) and dropped, each dropped one with why (as ``isotope questions``)."""
         chunk = iso.store.get_chunks([chunk_id]).get(chunk_id)
         if chunk is None:
             raise errors.SourceNotFound(f"no chunk {chunk_id!r} in the index")
-        found: list[QuestionView] = []
-        for stored in iso.store.stored_chunks(chunk.source).values():
-            atoms = {a.id: a.text for a in stored.atoms if a.chunk_id == chunk_id}
-            found += [QuestionView(text=q.text, atom=atoms[q.atom_id])
-                      for q in stored.questions if q.atom_id in atoms]
+        found = iso.questions(chunk_id=chunk_id)
         return {"chunk": chunk.model_dump(mode="json"),
                 "waiting": bool(iso.store.without_questions([chunk_id])),
                 "questions": [q.model_dump() for q in found]}

@@ -32,11 +32,11 @@ from typing import Any, Literal
 from isotope.embedders import Vectors
 from isotope.errors import InvalidIndex, MissingDependency
 from isotope.filters import Condition
-from isotope.models import Atom, Chunk, Question, Source
+from isotope.models import Atom, Chunk, DroppedQuestion, GeneratedQuestion, Question, Source
 
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 @dataclass
@@ -60,6 +60,9 @@ class SourceBatch:
     pending: set[str] = field(default_factory=set)
     """Chunks (ids) stored before their questions: :meth:`Store.pending_chunks` lists them
     until :meth:`Store.add_questions` completes them."""
+    dropped: list[DroppedQuestion] = field(default_factory=list)
+    """Generated questions that selection left out, with why: kept for inspection
+    (:meth:`Store.generated_questions`), never searched."""
 
 
 @dataclass
@@ -80,6 +83,7 @@ class ChunkQuestions:
     questions: list[Question]
     vectors: Vectors
     complete: bool = True
+    dropped: list[DroppedQuestion] = field(default_factory=list)
 
 
 @dataclass
@@ -93,6 +97,7 @@ class StoredChunk:
     questions: list[Question]
     question_vectors: Vectors
     context: str = ""
+    dropped: list[DroppedQuestion] = field(default_factory=list)
 
 
 @dataclass
@@ -226,6 +231,15 @@ class Store(ABC):
     def meta_items(self) -> dict[str, Any]:
         """Every meta key with its value (for copying an index). Default: none."""
         return {}
+
+    def generated_questions(self, *, source: str | None = None,
+                            chunk_id: str | None = None, sample: int | None = None,
+                            seed: int | None = None) -> list[GeneratedQuestion]:
+        """The generated questions, kept and dropped, each with its atom: of one
+        ``source`` or one chunk (``chunk_id``) in chunk, atom and generation order, or
+        ``sample`` of them drawn at random across the index (``seed`` makes the draw
+        repeatable). Default: not supported."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list generated questions")
 
     def export_source(self, uri: str) -> SourceBatch | None:
         """Everything a stored source holds, vectors included, as the batch that would

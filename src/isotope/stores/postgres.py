@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 import re
 import threading
 import time
@@ -35,7 +36,15 @@ import numpy as np
 from isotope.embedders import Vectors
 from isotope.errors import IndexLocked, InvalidIndex, IsotopeError
 from isotope.filters import Condition
-from isotope.models import Atom, Chunk, Question, Source, content_hash
+from isotope.models import (
+    Atom,
+    Chunk,
+    DroppedQuestion,
+    GeneratedQuestion,
+    Question,
+    Source,
+    content_hash,
+)
 from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,
@@ -57,7 +66,13 @@ from isotope.stores.postgres_schema import (
     store_error,
     upgrade,
 )
-from isotope.stores.postgres_sql import ITEM_CHUNK, bm25, where
+from isotope.stores.postgres_sql import (
+    DROPPED_QUESTIONS,
+    ITEM_CHUNK,
+    KEPT_QUESTIONS,
+    bm25,
+    where,
+)
 from isotope.stores.sqlite_keywords import Tokenizer
 
 if TYPE_CHECKING:
@@ -331,6 +346,18 @@ class PostgresStore(Store):
                                         strict=True)])
             self._postings(conn, "atoms", rows, atom_terms)
             self._add_questions(conn, batch.questions, batch.question_vectors)
+            self._add_dropped(conn, batch.dropped)
+
+    @staticmethod
+    def _add_dropped(conn: psycopg.Connection[Any], dropped: Sequence[DroppedQuestion]
+                     ) -> None:
+        if dropped:
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO dropped_questions (chunk_id, atom_id, text, reason) "
+                    "VALUES (%s, %s, %s, %s)",
+                    [(d.chunk_id, d.atom_id, _clean(d.text), _clean(d.reason))
+                     for d in dropped])
 
     def _add_questions(self, conn: psycopg.Connection[Any], questions: Sequence[Question],
                        vectors: Vectors) -> int:
@@ -393,6 +420,10 @@ class PostgresStore(Store):
                 added = self._add_questions(conn, [
                     q.model_copy(update={"chunk_id": item.chunk_id}) for q in item.questions],
                     item.vectors)
+                conn.execute("DELETE FROM dropped_questions WHERE chunk_id = %s",
+                             (item.chunk_id,))
+                self._add_dropped(conn, [d.model_copy(update={"chunk_id": item.chunk_id})
+                                         for d in item.dropped])
                 conn.execute("UPDATE chunks SET enriched = %s WHERE id = %s",
                              (item.complete, item.chunk_id))
                 conn.execute("UPDATE sources SET counts = jsonb_set(counts, '{2}', "
@@ -554,6 +585,7 @@ class PostgresStore(Store):
             chunks = self._rows("SELECT id, hash, context, vector FROM chunks WHERE source = "
                                 "%s AND hash IS NOT NULL AND enriched", (uri,))
             atoms, questions = self._derived([c[0] for c in chunks], "chunk_id, idx")
+            dropped = self._dropped([c[0] for c in chunks])
         atoms_of: dict[str, list[tuple[Any, ...]]] = {}
         for a in atoms:
             atoms_of.setdefault(a[1], []).append(a)
@@ -571,8 +603,39 @@ class PostgresStore(Store):
                 questions=[Question(atom_id=q[0], chunk_id=chunk_id, text=q[2])
                            for q in own_questions],
                 question_vectors=_stack([q[3] for q in own_questions]),
-                context=context)
+                context=context,
+                dropped=[d for d in dropped if d.chunk_id == chunk_id])
         return found
+
+    def _dropped(self, chunk_ids: list[str]) -> list[DroppedQuestion]:
+        return [DroppedQuestion(chunk_id=r[0], atom_id=r[1], text=r[2], reason=r[3])
+                for r in self._rows("SELECT chunk_id, atom_id, text, reason FROM "
+                                    "dropped_questions WHERE chunk_id = ANY(%s) ORDER BY row",
+                                    (chunk_ids,))]
+
+    def generated_questions(self, *, source: str | None = None,
+                            chunk_id: str | None = None, sample: int | None = None,
+                            seed: int | None = None) -> list[GeneratedQuestion]:
+        with self.snapshot():
+            if sample is not None:  # drawn among the row numbers, then only those read
+                pool = [(1, int(r)) for (r,) in self._rows("SELECT row FROM questions")]
+                pool += [(0, int(r)) for (r,) in self._rows("SELECT row FROM dropped_questions")]
+                picked = random.Random(seed).sample(pool, min(sample, len(pool)))
+                rows = [*self._rows(KEPT_QUESTIONS.format(where="q.row = ANY(%s)"),
+                                    ([r for t, r in picked if t],)),
+                        *self._rows(DROPPED_QUESTIONS.format(where="d.row = ANY(%s)"),
+                                    ([r for t, r in picked if not t],))]
+                random.Random(seed).shuffle(rows)
+            else:
+                where, value = (("c.source = %s", source) if source is not None
+                                else ("c.id = %s", chunk_id))
+                rows = self._rows(
+                    f"{KEPT_QUESTIONS.format(where=where)} UNION ALL "
+                    f"{DROPPED_QUESTIONS.format(where=where)} ORDER BY 3, 1, 2, 5, 8 DESC, 10",
+                    (value, value))
+        return [GeneratedQuestion(source=r[0], chunk_id=r[1], chunk_index=r[2],
+                                  atom_id=r[3] or "", atom=r[5] or "", text=r[6],
+                                  kept=bool(r[7]), reason=r[8]) for r in rows]
 
     def _derived(self, chunk_ids: list[str], atom_order: str
                  ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -594,6 +657,7 @@ class PostgresStore(Store):
                                 " hash, enriched, vector FROM chunks WHERE source = %s "
                                 "ORDER BY idx, row", (uri,))
             atoms, questions = self._derived([c[0] for c in chunks], "row")
+            dropped = self._dropped([c[0] for c in chunks])
         return SourceBatch(
             source=source,
             chunks=[Chunk(id=c[0], source=c[1], index=c[2], start=c[3], end=c[4], text=c[5],
@@ -605,7 +669,8 @@ class PostgresStore(Store):
             atom_vectors=_stack([a[6] for a in atoms]),
             question_vectors=_stack([q[3] for q in questions]),
             chunk_hashes=[c[8] or content_hash(c[5]) for c in chunks],
-            pending={c[0] for c in chunks if not c[9]})
+            pending={c[0] for c in chunks if not c[9]},
+            dropped=dropped)
 
     # -- integrity ---------------------------------------------------------------------
     def inspect(self) -> Inspection:

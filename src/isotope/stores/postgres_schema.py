@@ -29,7 +29,7 @@ STEPS: dict[int, list[str]] = {
     # 1..6 as one step: the embedded store's schema 6 (sources, chunks, atoms, questions,
     # chunks waiting for questions), vectors in the rows (pgvector halfvec), and BM25
     # postings per kind with their statistics, kept in step by triggers
-    SCHEMA_VERSION: [
+    6: [
         "CREATE TABLE meta (key text PRIMARY KEY, value jsonb NOT NULL)",
         """CREATE TABLE sources (
         uri text PRIMARY KEY, content_hash text NOT NULL, size bigint NOT NULL,
@@ -85,9 +85,16 @@ STEPS: dict[int, list[str]] = {
             f"FOR EACH STATEMENT EXECUTE FUNCTION {k}_stats_remove()",
         )),
     ],
+    # 7: the generated questions that selection dropped, with why (never searched)
+    7: ["""CREATE TABLE dropped_questions (
+        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        chunk_id text NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+        atom_id text NOT NULL, text text NOT NULL, reason text NOT NULL)""",
+        "CREATE INDEX dropped_questions_chunk ON dropped_questions(chunk_id)"],
 }
 """Numbered steps. The first PostgreSQL schema is the embedded store's schema 6, so it is
 numbered 6; a later change is a new step (7, ...) and is never edited once released."""
+assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 
 
 def split_location(location: str) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import sqlite3
 import threading
@@ -30,7 +31,15 @@ from isotope.ann import search_groups
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, InvalidArgument, InvalidIndex, StoreError
 from isotope.filters import Condition
-from isotope.models import Atom, Chunk, Question, Source, content_hash
+from isotope.models import (
+    Atom,
+    Chunk,
+    DroppedQuestion,
+    GeneratedQuestion,
+    Question,
+    Source,
+    content_hash,
+)
 from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,
@@ -59,6 +68,16 @@ from isotope.stores.sqlite_vectors import KEYWORD_POLICIES, POLICIES, VectorStor
 
 log = logging.getLogger(__name__)
 
+
+
+_KEPT = ("SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, q.text, 1, '', q.rowid "
+         "FROM questions q JOIN atoms a ON a.id = q.atom_id JOIN chunks c ON c.id = q.chunk_id "
+         "WHERE {where}")
+_DROPPED = ("SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, d.text, 0, d.reason, d.rowid "
+            "FROM dropped_questions d JOIN chunks c ON c.id = d.chunk_id "
+            "LEFT JOIN atoms a ON a.id = d.atom_id WHERE {where}")
+"""A generated question kept (searched) or dropped, with its chunk and atom: columns
+source, chunk id, chunk index, atom id, atom index, atom, text, kept, reason, row."""
 
 
 class SQLiteStore(Store):
@@ -262,7 +281,14 @@ class SQLiteStore(Store):
                    for r, q, v in zip(question_rows, batch.questions, batch.question_vectors,
                                       strict=True))],
             )
+            self._add_dropped(conn, batch.dropped)
         self._after_write()
+
+    @staticmethod
+    def _add_dropped(conn: sqlite3.Connection, dropped: Sequence[DroppedQuestion]) -> None:
+        conn.executemany(
+            "INSERT INTO dropped_questions(chunk_id, atom_id, text, reason) VALUES (?,?,?,?)",
+            [(d.chunk_id, d.atom_id, d.text, d.reason) for d in dropped])
 
     @guarded
     def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
@@ -285,6 +311,10 @@ class SQLiteStore(Store):
                     "INSERT INTO vector_log(kind, item, grp, vector) VALUES (?, ?, ?, ?)",
                     [("questions", r, chunk_row, _blob(v))
                      for r, v in zip(rows, item.vectors, strict=True)])
+                conn.execute("DELETE FROM dropped_questions WHERE chunk_id = ?",
+                             (item.chunk_id,))
+                self._add_dropped(conn, [d.model_copy(update={"chunk_id": item.chunk_id})
+                                         for d in item.dropped])
                 conn.execute("UPDATE chunks SET enriched = ? WHERE rowid = ?",
                              (int(item.complete), chunk_row))
                 conn.execute(  # what the source holds, for `check`
@@ -532,6 +562,7 @@ class SQLiteStore(Store):
     def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
         conn = self._conn()
         found: dict[str, StoredChunk] = {}
+        dropped: dict[str, list[DroppedQuestion]] = {}
         with self.snapshot():
             chunks = conn.execute(
                 "SELECT rowid, id, hash, context FROM chunks WHERE source=? AND hash IS NOT "
@@ -547,6 +578,7 @@ class SQLiteStore(Store):
                     "SELECT rowid, atom_id, text FROM questions WHERE atom_id IN "
                     "(SELECT id FROM atoms WHERE chunk_id=?) ORDER BY rowid",
                     (chunk_id,)).fetchall()
+                dropped[chunk_id] = self._dropped(conn, [chunk_id])
                 parts.append((chunk_row, chunk_id, digest, context, atoms, questions))
             vectors = {
                 "chunks": self._vectors_of("chunks", [p[0] for p in parts]),
@@ -568,8 +600,42 @@ class SQLiteStore(Store):
                            for q in questions],
                 question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
                 context=context,
+                dropped=dropped[chunk_id],
             )
         return found
+
+    @staticmethod
+    def _dropped(conn: sqlite3.Connection, chunk_ids: list[str]) -> list[DroppedQuestion]:
+        return [DroppedQuestion(chunk_id=r[0], atom_id=r[1], text=r[2], reason=r[3])
+                for r in conn.execute(
+                    "SELECT chunk_id, atom_id, text, reason FROM dropped_questions WHERE "
+                    "chunk_id IN (SELECT value FROM json_each(?)) ORDER BY rowid",
+                    (json.dumps(chunk_ids),))]
+
+    @guarded
+    def generated_questions(self, *, source: str | None = None,
+                            chunk_id: str | None = None, sample: int | None = None,
+                            seed: int | None = None) -> list[GeneratedQuestion]:
+        conn = self._conn()
+        if sample is not None:  # drawn among the row numbers, then only those rows read
+            pool = [(1, r) for (r,) in conn.execute("SELECT rowid FROM questions")]
+            pool += [(0, r) for (r,) in conn.execute("SELECT rowid FROM dropped_questions")]
+            picked = random.Random(seed).sample(pool, min(sample, len(pool)))
+            rows = [*conn.execute(_KEPT.format(where="q.rowid IN (SELECT value FROM json_each(?))"),
+                                  (json.dumps([r for t, r in picked if t]),)),
+                    *conn.execute(_DROPPED.format(
+                        where="d.rowid IN (SELECT value FROM json_each(?))"),
+                        (json.dumps([r for t, r in picked if not t]),))]
+            random.Random(seed).shuffle(rows)
+        else:
+            where, value = (("c.source = ?", source) if source is not None
+                            else ("c.id = ?", chunk_id))
+            rows = conn.execute(
+                f"{_KEPT.format(where=where)} UNION ALL {_DROPPED.format(where=where)} "
+                "ORDER BY 3, 1, 2, 5, 8 DESC, 10", (value, value)).fetchall()
+        return [GeneratedQuestion(source=r[0], chunk_id=r[1], chunk_index=r[2],
+                                  atom_id=r[3] or "", atom=r[5] or "", text=r[6],
+                                  kept=bool(r[7]), reason=r[8]) for r in rows]
 
     @guarded
     def meta_items(self) -> dict[str, Any]:
@@ -593,6 +659,7 @@ class SQLiteStore(Store):
             questions = conn.execute(
                 f"SELECT rowid, atom_id, chunk_id, text FROM questions "
                 f"WHERE chunk_id IN ({marks}) ORDER BY rowid", ids).fetchall()
+            dropped = self._dropped(conn, ids)
             vectors: dict[str, dict[int, Vectors]] = {
                 "chunks": self._vectors_of("chunks", [r[0] for r in chunks]),
                 "atoms": self._vectors_of("atoms", [r[0] for r in atoms]),
@@ -614,7 +681,8 @@ class SQLiteStore(Store):
             atom_vectors=_stack([vectors["atoms"][a[0]] for a in atoms]),
             question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
             chunk_hashes=[c[8] or content_hash(c[5]) for c in chunks],
-            pending={c[1] for c in chunks if not c[9]})
+            pending={c[1] for c in chunks if not c[9]},
+            dropped=dropped)
 
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         ids, vectors = self._vectors.index(kind).get(np.array(rows, dtype=np.int64))
@@ -636,6 +704,8 @@ class SQLiteStore(Store):
             conn.execute("DELETE FROM atoms WHERE chunk_id NOT IN (SELECT id FROM chunks)")
             conn.execute("DELETE FROM questions WHERE atom_id NOT IN (SELECT id FROM atoms) "
                          "OR chunk_id NOT IN (SELECT id FROM chunks)")
+            conn.execute("DELETE FROM dropped_questions WHERE chunk_id NOT IN "
+                         "(SELECT id FROM chunks)")
             for kind in KINDS:
                 conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
         for kind in KINDS:

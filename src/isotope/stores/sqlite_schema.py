@@ -97,6 +97,13 @@ STEPS: dict[int, list[str]] = {
     # (enriched = 0) until `isotope enrich` (or the ingest's second stage) adds them
     6: ["ALTER TABLE chunks ADD COLUMN enriched INTEGER NOT NULL DEFAULT 1",
         "CREATE INDEX IF NOT EXISTS chunks_pending ON chunks(source) WHERE enriched = 0"],
+    # 7: the generated questions that selection dropped, with why (for `isotope
+    # questions` and the chunk view; never searched)
+    7: ["""CREATE TABLE IF NOT EXISTS dropped_questions (
+        rowid INTEGER PRIMARY KEY,
+        chunk_id TEXT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+        atom_id TEXT NOT NULL, text TEXT NOT NULL, reason TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS dropped_questions_chunk ON dropped_questions(chunk_id)"],
 }
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 

@@ -60,7 +60,10 @@ function showResult(result) {
     try {
       const data = await call("GET", `/chunks/${encodeURIComponent(chunk.id)}/questions`);
       questions.append(data.waiting ? el("p", { className: "waiting", textContent: "questions not generated yet" })
-        : el("ul", {}, ...data.questions.map((q) => el("li", {}, q.text, " ", el("span", { textContent: "— " + q.atom })))));
+        : el("ul", {}, ...data.questions.map((q) => q.kept
+          ? el("li", {}, q.text, " ", el("span", { textContent: "— " + q.atom }))
+          : el("li", { className: "dropped", title: q.reason }, el("s", { textContent: q.text }), " ",
+            el("span", { textContent: "— dropped: " + q.reason })))));
     } catch (error) { questions.append(el("p", { textContent: error.message })); }
   });
   return el("div", { className: "result" },

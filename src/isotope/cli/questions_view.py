@@ -1,0 +1,61 @@
+"""``isotope questions``: the questions generated for a source's chunks, kept and
+dropped (with why), or a random sample across the index."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from isotope.cli.console import display, errors, fail, out, print_json
+from isotope.cli.shell import IndexOpt, JsonOpt, ProjectOpt, app, open_index
+
+
+@app.command("questions")
+def questions_command(
+    source: Annotated[str | None, typer.Argument(
+        help="The source's path or identifier (as `isotope list` shows it).")] = None,
+    chunk: Annotated[int | None, typer.Option(
+        "--chunk", min=0, help="Only the chunk with this number (0 is the first).")] = None,
+    sample: Annotated[int | None, typer.Option(
+        "--sample", min=1, help="A random sample of N questions across the index instead "
+        "of a source.")] = None,
+    seed: Annotated[int | None, typer.Option(
+        "--seed", help="Repeat a --sample draw.")] = None,
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the questions generated for a source's chunks, each with the atom (statement)
+    it was written for: the kept ones (searched) and the dropped ones with why they were
+    dropped (off their atom, pronoun only, repeated, near-duplicate)."""
+    if (source is None) == (sample is None):
+        fail("give a SOURCE or --sample N (not both); `isotope list` shows the sources")
+    with errors(), open_index(index, project) as iso:
+        found = iso.questions(source, chunk=chunk, sample=sample, seed=seed)
+    if as_json:
+        print_json([q.model_dump() for q in found])
+        return
+    if not found:
+        out.print("no generated questions" + (
+            f" for chunk {chunk}" if chunk is not None else "") + (
+            "; the chunks may still wait for them (`isotope enrich`)" if source else ""))
+        return
+    place = None
+    atom = None
+    for q in found:
+        if sample is None and (q.chunk_index, q.atom_id) != (place, atom):
+            if q.chunk_index != place:
+                out.print(Text(f"\nchunk {q.chunk_index}", "bold"))
+            place, atom = q.chunk_index, q.atom_id
+            out.print(Text(f"  atom: {q.atom or '(removed)'}", "cyan"))
+        elif sample is not None:
+            out.print(Text(f"\n{display(q.source)} chunk {q.chunk_index}", "bold"))
+            out.print(Text(f"  atom: {q.atom or '(removed)'}", "cyan"))
+        if q.kept:
+            out.print(Text(f"    + {q.text}"))
+        else:
+            out.print(Text(f"    - {q.text}  ", "dim") + Text(f"dropped: {q.reason}", "yellow"))
+    kept = sum(q.kept for q in found)
+    out.print(f"\n{kept} kept, {len(found) - kept} dropped")

@@ -1,0 +1,227 @@
+"""Email: an ``.eml`` file is one message (stdlib ``email``).
+
+What is indexed is what the sender wrote: quoted replies (``> ...`` lines, and an
+"On ... wrote:" or "-----Original Message-----" block with all after it) and the
+signature (after a ``-- `` line) are left out, so a thread does not index the same text
+once per reply. The subject heads the text. Metadata, for results and ``--where``:
+``from`` (the address, lowercase; ``from_name``), ``to`` and ``cc`` (lists of
+addresses), ``subject``, ``date`` (ISO 8601), ``message_id``, ``in_reply_to``, ``thread``
+(the message id the thread started with) and ``attachments`` (their file names).
+
+A header or a body in a broken or unknown encoding is read with what can be decoded and
+a warning; a message nested deeper than :data:`MAX_DEPTH` parts is read down to there.
+"""
+
+from __future__ import annotations
+
+import email
+import email.header
+import email.parser
+import email.policy
+import re
+from collections.abc import Iterator
+from email.message import Message
+from email.utils import getaddresses, parseaddr, parsedate_to_datetime
+from pathlib import Path
+from typing import Any
+
+from isotope.errors import LoaderError
+from isotope.loaders import Document
+
+MAX_DEPTH = 20
+"""MIME parts nested deeper than this are not read (a hostile message nests thousands)."""
+_QUOTE_HEAD = re.compile(
+    r"^\s*(?:On\b.{0,300}\bwrote:\s*$|-{2,}\s*Original Message\s*-{2,}\s*$|"
+    r"_{10,}\s*$\n^From:)", re.M | re.I)
+_ID = re.compile(r"<[^<>\s]+>")
+
+
+def load_eml(path: Path, data: bytes) -> Document:
+    warnings: list[str] = []
+    try:
+        message = email.message_from_bytes(data, policy=email.policy.compat32)
+        flat = False
+    except RecursionError:  # parts nested thousands deep: the parser recurses per level
+        message = email.parser.BytesHeaderParser(policy=email.policy.compat32).parsebytes(data)
+        flat = True
+    except Exception as exc:  # the parser is lenient; this is a last resort
+        raise LoaderError(path, f"not an email message ({exc})") from exc
+    if not message.keys():
+        raise LoaderError(path, "not an email message: no headers (From:, Subject:, ...)")
+    metadata = headers(message, warnings)
+    if flat:
+        warnings.append(f"MIME parts nested deeper than {MAX_DEPTH} levels: the text was "
+                        "read without its part structure")
+        body, attachments = _unparsed(message, warnings), []
+    else:
+        body, attachments = _body(message, warnings)
+    if attachments:
+        metadata["attachments"] = attachments
+    subject = metadata.get("subject", "")
+    text = (f"{subject}\n\n" if subject else "") + written(body)
+    metadata["type"] = "email"
+    metadata["title"] = subject or path.stem
+    return Document(text.strip() + "\n", metadata, warnings=list(dict.fromkeys(warnings)))
+
+
+def headers(message: Message, warnings: list[str]) -> dict[str, Any]:
+    """The message's headers as metadata (see the module docstring)."""
+    found: dict[str, Any] = {}
+    sender = _header(message, "From", warnings)
+    if sender:
+        name, address = parseaddr(sender)
+        found["from"] = (address or sender).lower()
+        if name:
+            found["from_name"] = name
+    for key in ("To", "Cc"):
+        values = [a.lower() for _, a in getaddresses(
+            [_header(message, key, warnings)]) if a]
+        if values:
+            found[key.lower()] = values
+    subject = " ".join(_header(message, "Subject", warnings).split())
+    if subject:
+        found["subject"] = subject
+    date = _header(message, "Date", warnings)
+    if date:
+        try:
+            found["date"] = parsedate_to_datetime(date).isoformat()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            warnings.append(f"unreadable Date header {date[:60]!r}")
+    own = _ids(_header(message, "Message-ID", warnings))
+    replied = _ids(_header(message, "In-Reply-To", warnings))
+    references = _ids(_header(message, "References", warnings))
+    if own:
+        found["message_id"] = own[0]
+    if replied:
+        found["in_reply_to"] = replied[0]
+    thread = (references or replied or own)[:1]
+    if thread:
+        found["thread"] = thread[0]
+    return found
+
+
+def _ids(value: str) -> list[str]:
+    return _ID.findall(value)
+
+
+def _header(message: Message, key: str, warnings: list[str]) -> str:
+    """A header decoded (RFC 2047), with what cannot be decoded replaced and a warning."""
+    raw = message.get(key)
+    if raw is None:
+        return ""
+    try:
+        parts = email.header.decode_header(str(raw))
+    except Exception:
+        warnings.append(f"unreadable {key} header")
+        return str(raw)
+    out: list[str] = []
+    for value, charset in parts:
+        if isinstance(value, str):
+            out.append(value)
+            continue
+        out.append(_decode(value, charset, f"{key} header", warnings))
+    return "".join(out).strip()
+
+
+def _decode(data: bytes, charset: str | None, what: str, warnings: list[str]) -> str:
+    name = (charset or "utf-8").strip().lower()
+    if name in ("unknown-8bit", "x-unknown"):
+        name = "utf-8"
+    try:
+        return data.decode(name)
+    except LookupError:
+        warnings.append(f"{what} in an unknown charset {charset!r}: read as UTF-8, "
+                        "unreadable bytes replaced")
+    except UnicodeDecodeError:
+        warnings.append(f"{what} is not valid {charset or 'UTF-8'}: unreadable bytes replaced")
+    return data.decode("utf-8", errors="replace")
+
+
+def _parts(message: Message) -> Iterator[Message]:
+    """The message's leaf parts in order (a walk without recursion); a multipart part at
+    MAX_DEPTH is yielded unread."""
+    stack: list[tuple[Message, int]] = [(message, 0)]
+    while stack:
+        part, level = stack.pop()
+        payload = part.get_payload() if part.is_multipart() else None
+        if isinstance(payload, list) and level < MAX_DEPTH:
+            stack.extend((p, level + 1) for p in reversed(payload))
+        else:
+            yield part
+
+
+def _body(message: Message, warnings: list[str]) -> tuple[str, list[str]]:
+    """The message's text (its plain parts; its HTML parts when it has no plain one) and
+    its attachments' file names."""
+    plain: list[str] = []
+    html: list[str] = []
+    attachments: list[str] = []
+    too_deep = False
+    for part in _parts(message):
+        if part.is_multipart():
+            too_deep = True
+            continue
+        name = part.get_filename()
+        disposition = (part.get("Content-Disposition") or "").split(";")[0].strip().lower()
+        if name or disposition == "attachment":
+            attachments.append(_decoded_name(name or "(unnamed)", warnings))
+            continue
+        kind = part.get_content_type()
+        if kind not in ("text/plain", "text/html"):
+            continue
+        try:
+            payload = part.get_payload(decode=True)
+        except Exception:
+            warnings.append("an undecodable body part was left out")
+            continue
+        if not isinstance(payload, bytes):
+            continue
+        text = _decode(payload, part.get_content_charset(), "the body", warnings)
+        (plain if kind == "text/plain" else html).append(text)
+    if too_deep:
+        warnings.append(f"MIME parts nested deeper than {MAX_DEPTH} levels were not read")
+    if plain:
+        return "\n\n".join(plain), attachments
+    if html:
+        from isotope.loaders.html import html_text
+
+        return "\n\n".join(html_text(h) for h in html), attachments
+    return "", attachments
+
+
+def _unparsed(message: Message, warnings: list[str]) -> str:
+    """The text of a message the parser could not take apart: its body without the MIME
+    boundary lines and part headers."""
+    payload = message.get_payload()
+    raw = payload.encode("utf-8", "surrogateescape") if isinstance(payload, str) else b""
+    text = _decode(raw, "utf-8", "the body", warnings)
+    lines = [line for line in text.splitlines()
+             if not re.match(r"^(--\S+|Content-[\w-]+:.*|MIME-Version:.*)$", line.strip(),
+                             re.I)]
+    return "\n".join(lines)
+
+
+def _decoded_name(name: str, warnings: list[str]) -> str:
+    return " ".join(_header_value(name, warnings).split())
+
+
+def _header_value(value: str, warnings: list[str]) -> str:
+    try:
+        parts = email.header.decode_header(value)
+    except Exception:
+        return value
+    return "".join(v if isinstance(v, str) else _decode(v, c, "an attachment name", warnings)
+                   for v, c in parts)
+
+
+def written(body: str) -> str:
+    """What the sender wrote: the body without quoted replies and the signature."""
+    body = body.replace("\r\n", "\n")
+    quoted = _QUOTE_HEAD.search(body)
+    if quoted:
+        body = body[:quoted.start()]
+    signature = re.search(r"^-- ?$", body, re.M)
+    if signature:
+        body = body[:signature.start()]
+    lines = [line for line in body.split("\n") if not line.lstrip().startswith(">")]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
