@@ -4,7 +4,8 @@
 
 Outcomes: ``ingested`` (stored, searchable), ``error`` (a per-file error whose message
 contains ``match``), ``skipped`` (left out of a folder walk, with a notice), ``walked``
-(a folder structure that must not hang or repeat files).
+(a folder structure that must not hang or repeat files), ``members`` (a mailbox: its
+readable message ingested, its oversized one reported).
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ def build(folder: Path) -> list[Case]:
         warning="unbalanced braces")
     add("MIME parts nested 5,000 deep", "deep.eml", "ingested", "zebra number 22",
         data(_nested_mime(5_000, _sentence(22))), warning="nested deeper than")
+    add(f"a {BIG_MB + 8} MB mbox: a {BIG_MB} MB message without a line break, then one",
+        "archive.mbox", "members", "zebra number 24", lambda p: _big_mbox(p, _sentence(24)))
     add("an email header in an unknown charset", "charset.eml", "ingested",
         "zebra number 23", data(b"From: a@example.com\nSubject: =?x-klingon?Q?Qapla=27?=\n"
                                 b"Content-Type: text/plain; charset=x-klingon\n\n"
@@ -170,6 +173,16 @@ def build(folder: Path) -> list[Case]:
         "zebra number 18" if os.geteuid() == 0 else "Permission denied",
         lambda p: (p.write_text(_sentence(18)), p.chmod(0)))
     return cases
+
+
+def _big_mbox(path: Path, text: str) -> None:
+    """A mailbox whose first message is BIG_MB of NUL bytes with no line break (sparse:
+    instant), then a readable one: streamed, the big one reported, the other ingested."""
+    with open(path, "wb") as fh:
+        fh.write(b"From a@example.com Mon Jun  3 10:00:00 2024\nSubject: big\n\n")
+        fh.seek(BIG_MB * 1_000_000, 1)
+        fh.write(b"\n\nFrom b@example.com Mon Jun  3 10:00:00 2024\nSubject: small\n"
+                 b"Message-ID: <small@example.com>\n\n" + text.encode() + b"\n")
 
 
 def _zip_bomb() -> bytes:
@@ -207,7 +220,8 @@ def table(cases: list[Case], messages: dict[str, str]) -> str:
     rows = ["| case | outcome |", "|---|---|"]
     for case in cases:
         outcome = {"error": "error", "ingested": "ingested", "skipped": "skipped",
-                   "walked": "walked once, no hang"}[case.outcome]
+                   "walked": "walked once, no hang",
+                   "members": "streamed: the small message ingested"}[case.outcome]
         message = messages.get(case.path, "")
         if case.name == "unreadable permissions" and case.outcome == "ingested":
             outcome = "ingested here (tests run as root); as a user: error, cannot read"
@@ -232,7 +246,7 @@ def main() -> None:
             report = iso.ingest(corpus)
         messages: dict[str, str] = {}
         for e in report.errors + report.skipped + report.warnings:
-            key = str(Path(e.path).relative_to(corpus))
+            key = str(Path(e.path.split("#")[0]).relative_to(corpus))
             messages[key] = "; ".join(filter(None, [messages.get(key), e.message]))
         print(table(cases, messages))
 

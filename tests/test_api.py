@@ -93,12 +93,12 @@ def test_bad_files_are_reported_and_the_rest_ingested_without_losing_data(
     (bad / "latin1.txt").write_bytes("Caf\xe9 au lait is served at nine.".encode("latin-1"))
     (bad / "corrupt.pdf").write_bytes(b"%PDF-1.4\n1 0 obj << /Type /Catalog")
     (bad / "good.txt").write_text("The cafeteria opens at eight in the morning on weekdays.")
-    (bad / "notes.docx").write_bytes(b"PK")
+    (bad / "notes.pptx").write_bytes(b"PK")
     report = iso.ingest([bad, tmp_path / "missing.md"])
     failed = {Path(e.path).name: e.message for e in report.errors}
     assert set(failed) == {"empty.txt", "binary.txt", "latin1.txt", "corrupt.pdf", "missing.md"}
     assert "no such file" in failed["missing.md"]
-    assert [Path(s.path).name for s in report.skipped] == ["notes.docx"]
+    assert [Path(s.path).name for s in report.skipped] == ["notes.pptx"]
     assert [Path(a).name for a in report.added] == ["good.txt"]
     names = sorted(Path(s.source.uri).name for s in iso.sources())
     assert names == ["good.txt", "handbook.md"]  # the earlier source is still there

@@ -209,3 +209,33 @@ def test_cli_ingest_and_eval_with_contexts_over_multi_passage_documents(
     missing = runner.invoke(app, ["eval", str(passages), str(queries), "--documents",
                                   "author"])
     assert missing.exit_code == 1 and "no 'author' field" in missing.output
+
+
+def test_a_chunk_deep_in_a_long_document_sees_its_own_neighbourhood() -> None:
+    """Past ``context_chars``, the model is shown the document's beginning and a window
+    around the chunk (not only the first pages); neighbouring chunks share a window."""
+    from isotope import contextual
+    from isotope.models import Chunk
+
+    paragraphs = [f"Paragraph {n} is about topic number {n} of the long manual." for n in
+                  range(400)]
+    document = "\n\n".join(paragraphs)
+    chunks = []
+    for n in (0, 300, 301, 399):
+        start = document.index(paragraphs[n])
+        chunks.append(Chunk(text=paragraphs[n], source="manual", index=n, start=start,
+                            end=start + len(paragraphs[n])))
+    shown = [contextual.excerpt(document, 3000, c.start, c.end) for c in chunks]
+    assert all(len(s) <= 3000 + 20 for s in shown)
+    assert all(s.startswith("Paragraph 0 is about") for s in shown)  # what it is about
+    assert "Paragraph 300 is about" not in shown[0]
+    for text, chunk in zip(shown[1:], chunks[1:], strict=True):
+        assert chunk.text in text and " [...] " in text  # its own neighbourhood
+    assert shown[1] == shown[2]  # neighbours: the same excerpt, one prompt prefix
+    assert not shown[3].endswith("[...]")  # the last window runs to the end
+    # ready-made chunks (no offsets) are found in the document
+    asked = contextual.prompts(document, [Chunk(text=paragraphs[350], source="manual")],
+                               max_chars=3000)
+    assert "Paragraph 349 is about" in asked[0][-1]["content"].split("<chunk>")[0]
+    # a short document is shown whole
+    assert contextual.excerpt("short text", 3000, 0, 5) == "short text"

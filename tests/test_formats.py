@@ -22,7 +22,15 @@ def test_the_formats_are_ingested_searchable_and_filterable(
         tmp_path: Path, embedder: Embedder, formats: Path) -> None:
     with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
         report = iso.ingest(formats)
-        assert report.ok and report.warnings == [] and len(report.added) == 3
+        assert report.ok and report.warnings == []
+        assert sorted(Path(a).name for a in report.added) == [
+            "offsite-planning.eml", "offsite-planning.eml#agenda.txt", "robot-navigation.tex",
+            "support.mbox#dock-1@example.com", "support.mbox#dock-2@example.com",
+            "support.mbox#dock-3@example.com", "visitor-policy.docx"]
+        # a text attachment is its own source, linked to its message
+        agenda = iso.search("What happens on day 2 of the offsite?", k=1).results[0]
+        assert agenda.chunk.source.endswith("offsite-planning.eml#agenda.txt")
+        assert agenda.source_metadata["container"] == str(formats / "offsite-planning.eml")
         found = iso.search("What is the daily budget for the Lisbon offsite?", k=1)
         top = found.results[0]
         assert Path(top.chunk.source).name == "offsite-planning.eml"
@@ -78,3 +86,87 @@ def test_one_real_model_run_over_a_latex_paper(tmp_path: Path, embedder: Embedde
         assert report.ok and report.questions > 0
         shown = iso.questions(formats / "robot-navigation.tex")
         assert any(q.kept for q in shown)
+
+
+def test_a_mailbox_is_a_source_per_message_kept_in_step(
+        tmp_path: Path, embedder: Embedder, formats: Path) -> None:
+    box = formats / "support.mbox"
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
+        report = iso.ingest(box)
+        assert sorted(report.added) == [f"{box}#dock-{n}@example.com" for n in (1, 2, 3)]
+        assert report.ok
+        found = iso.search("How do I get the robot to find its dock?", k=1).results[0]
+        assert found.chunk.source == f"{box}#dock-2@example.com"
+        assert found.source_metadata["thread"] == "<dock-1@example.com>"
+        assert found.source_metadata["container"] == str(box)
+        # the quoted question of message 1 is not indexed again in the replies
+        texts = [r.chunk.text for r in iso.search("drives past its charging dock", k=5,
+                                                 mode="chunks-bm25").results]
+        assert sum("drives past its charging dock" in t for t in texts) == 1
+        thread = iso.search("dock", filters={"thread": "<dock-1@example.com>"}, k=10)
+        assert len({r.chunk.source for r in thread.results}) == 3
+        assert {i.state for i in iso.sources()} == {"current"}
+
+        # a message appended: only it is new; one removed: its source goes
+        text = box.read_text()
+        box.write_text(text + "\nFrom dave@example.com Tue Jun  4 08:00:00 2024\n"
+                       "From: dave@example.com\nSubject: Spare dock\nMessage-ID: <dock-4@"
+                       "example.com>\n\nDo you sell a spare dock for the Orbit R2?\n")
+        assert {i.state for i in iso.sources()} == {"changed"}
+        again = iso.ingest(box)
+        assert again.added == [f"{box}#dock-4@example.com"] and len(again.unchanged) == 3
+        first = text.index("From support@example.com")
+        box.write_text(text[first:])
+        third = iso.ingest(box)
+        assert sorted(third.removed) == [f"{box}#dock-1@example.com",
+                                         f"{box}#dock-4@example.com"]
+        assert len(iso.sources()) == 2 and iso.check() == []
+        iso.delete(box)  # the mailbox: all its messages
+        assert iso.sources() == []
+
+
+def test_a_large_mailbox_streams_in_bounded_memory(tmp_path: Path) -> None:
+    """2,000 messages and one 80 MB message (over max_file_mb here: reported): the
+    ingest's peak memory stays near that of a 20-message mailbox."""
+    from test_hostile import _peak_rss
+
+    def mailbox(folder: Path, messages: int, huge: bool) -> None:
+        folder.mkdir()
+        with open(folder / "archive.mbox", "w") as fh:
+            for n in range(messages):
+                fh.write(f"From x@example.com Mon Jun  3 10:00:00 2024\nFrom: u{n % 7}@example"
+                         f".com\nSubject: note {n}\nMessage-ID: <m{n}@example.com>\n\nThe "
+                         f"zebra archive note {n} says shelf {n % 50} holds box {n}.\n\n")
+            if huge:
+                fh.write("From x@example.com Mon Jun  3 10:00:00 2024\nSubject: huge\n\n")
+                line = "a long line of the huge message " * 30 + "\n"
+                fh.write(line * (80_000_000 // len(line)))
+    mailbox(tmp_path / "small", 20, False)
+    mailbox(tmp_path / "big", 2_000, True)
+    errors, baseline = _peak_rss(tmp_path / "a", tmp_path / "small")
+    assert errors == 0
+    errors, peak = _peak_rss(tmp_path / "b", tmp_path / "big")
+    assert errors == 1  # the huge message, reported; the 2,000 others ingested
+    assert peak < baseline + 64, (peak, baseline)
+
+
+def test_an_attachment_follows_its_message(tmp_path: Path, embedder: Embedder,
+                                           formats: Path) -> None:
+    mail = formats / "offsite-planning.eml"
+    original = mail.read_text()
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
+        iso.ingest(mail)
+        assert {Path(i.source.uri).name for i in iso.sources()} == {
+            "offsite-planning.eml", "offsite-planning.eml#agenda.txt"}
+        assert {i.state for i in iso.sources()} == {"current"}
+        mail.write_text(original.split("--b1\nContent-Type: text/plain; charset=utf-8; name")[0]
+                        + "--b1--\n")  # the attachment taken out
+        report = iso.ingest(mail)
+        assert report.replaced == [str(mail)] and report.removed == [f"{mail}#agenda.txt"]
+        mail.write_text(original)
+        iso.ingest(mail)
+        mail.unlink()
+        assert {i.state for i in iso.sources()} == {"missing"}
+        removed = iso.sync(formats, force=True).removed
+        assert f"{mail}#agenda.txt" in removed and str(mail) in removed
+        assert all("offsite" not in i.source.uri for i in iso.sources())

@@ -528,7 +528,9 @@ def test_eval_refuses_a_device_instead_of_reading_it_forever(tmp_path: Path) -> 
     assert result.exit_code == 1 and "not a regular file" in result.output
 
 
-def test_an_install_hint_keeps_its_brackets(small_index: Path) -> None:
+def test_an_install_hint_keeps_its_brackets(small_index: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "litellm", None)  # as if not installed
     result = runner.invoke(app, ["query", "When does the garage open?", "--index",
                                  str(small_index)], env={"ISOTOPE_ANSWER_MODEL": "litellm/x"})
     assert result.exit_code == 1

@@ -49,8 +49,16 @@ def test_every_hostile_file_gets_a_clear_outcome_and_nothing_is_lost(
                 assert case.match in " ".join(texts), case.name
                 assert case.warning in warnings.get(str(path), ""), (case.name, warnings)
                 assert "root:x:0:0" not in " ".join(texts)  # nothing read from outside
+            elif case.outcome == "members":  # a mailbox: streamed, member by member
+                assert errors.get(f"{path}#message-1", "").startswith(
+                    "a member over the max_file_mb limit"), (case.name, sorted(errors))
+                small = f"{path}#small@example.com"
+                assert small in added, (case.name, sorted(added))
+                texts = [t for (t,) in conn.execute(
+                    "SELECT text FROM chunks WHERE source=?", (small,))]
+                assert case.match in " ".join(texts), case.name
         assert len(report.added) == len(added)  # the link loop repeated nothing
-        assert len(added) == sum(c.outcome == "ingested" for c in cases)
+        assert len(added) == sum(c.outcome in ("ingested", "members") for c in cases)
         after = _content(iso)
         assert {k: after[k] for k in before} == before  # nothing stored before is lost
         assert iso.check() == []

@@ -82,3 +82,25 @@ def test_ingest_and_ask_through_an_openai_compatible_server(
         assert response.answer  # SmolLM's answer: text, not judged here
         again = iso.ingest(doc)
         assert again.unchanged == [str(doc.resolve())] and again.llm_calls == 0
+
+
+def test_litellm_end_to_end_through_the_same_server(
+    server: str, tmp_path: Path, embedder: Embedder
+) -> None:
+    """The ``litellm`` provider (litellm's OpenAI route) against llama.cpp's server: the
+    questions, the answer and the token counts come through litellm."""
+    model = "litellm/openai/smol"
+    doc = tmp_path / "greenhouse.md"
+    doc.write_text("# Greenhouse\n\nThe greenhouse vents open when the air reaches 28 "
+                   "degrees. The misting system runs for ninety seconds every hour.\n")
+    with Isotope.open(tmp_path / "idx", embedder=embedder, question_model=model,
+                      answer_model=model, questions_per_atom=3, max_repairs=1,
+                      openai_base_url=server, openai_api_key="local", cache=False) as iso:
+        report = iso.ingest(doc)
+        assert report.ok and report.llm_calls >= report.atoms == 2
+        assert report.prompt_tokens > 0 and report.completion_tokens > 0
+        assert report.questions > 0
+        assert iso.status().models["questions"] == model
+        response = iso.ask("When do the greenhouse vents open?")
+        assert response.results[0].chunk.source == str(doc.resolve())
+        assert response.answer

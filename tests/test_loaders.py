@@ -214,3 +214,27 @@ def test_docx_that_is_not_a_zip_or_a_bomb_is_refused(tmp_path: Path) -> None:
     (tmp_path / "other.docx").write_bytes(out.getvalue())
     with pytest.raises(LoaderError, match=r"no word/document\.xml"):
         load(tmp_path / "other.docx")
+
+
+def test_mbox_members_are_streamed_one_message_at_a_time(tmp_path: Path) -> None:
+    from isotope.loaders import loader_for
+    from isotope.loaders.mail import mbox_members
+
+    members = list(mbox_members(FORMATS / "support.mbox", 1_000_000))
+    assert [m.name for m in members] == ["dock-1@example.com", "dock-2@example.com",
+                                         "dock-3@example.com"]
+    assert all(m.loader == "email" for m in members)
+    assert b"\nFrom now on we keep the area clear." in members[2].data  # >From unescaped
+    box = tmp_path / "big.mbox"
+    box.write_bytes(b"From a@x Mon Jun  3 10:00:00 2024\nSubject: one\n\nsmall\n\n"
+                    b"From b@x Mon Jun  3 10:00:00 2024\nSubject: two\n\n" + b"x" * 5000
+                    + b"\n\nFrom c@x Mon Jun  3 10:00:00 2024\nMessage-ID: <one@x>\n\nc\n\n"
+                    b"From d@x Mon Jun  3 10:00:00 2024\nMessage-ID: <one@x>\n\nd\n")
+    found = list(mbox_members(box, 1000))
+    assert [m.name for m in found] == ["message-1", "message-2", "one@x", "one@x-2"]
+    assert found[1].data == b""  # over the limit: yielded empty, for the caller to report
+    loader = loader_for(box)
+    assert loader is not None and loader.members is not None
+    (tmp_path / "not.mbox").write_text("Subject: no separator line\n\nbody\n")
+    with pytest.raises(LoaderError, match="not an mbox mailbox"):
+        list(mbox_members(tmp_path / "not.mbox", 1000))

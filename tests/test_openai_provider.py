@@ -168,13 +168,13 @@ def test_the_async_api_works_inside_a_running_loop(tmp_path: Path) -> None:
     assert "sky is blue" in replies[0].lower() and "grass is green" in replies[1].lower()
 
 
-def test_litellm_is_an_optional_extra_named_in_the_error() -> None:
-    import importlib.util
+def test_litellm_is_an_optional_extra_named_in_the_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
 
     from isotope.errors import MissingDependency
 
-    if importlib.util.find_spec("litellm") is not None:
-        pytest.skip("litellm is installed here")
+    monkeypatch.setitem(sys.modules, "litellm", None)  # as if not installed
     with pytest.raises(MissingDependency, match=r"pip install 'isotopedb\[litellm\]'"):
         create("litellm/anthropic/claude-3-5-haiku-latest", Settings())
 

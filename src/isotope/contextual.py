@@ -7,8 +7,12 @@ the chunk's own text, with the context beside it (:attr:`Chunk.context`).
 
 This is Anthropic's Contextual Retrieval. It helps chunks that do not name what they are
 about (a pronoun for the product, a section without its heading). It costs one model call
-per chunk; the prompt begins with the document, so a local model evaluates that beginning
-once per document and reuses it for the document's other chunks.
+per chunk. The model sees the whole document when it fits in ``context_chars``; a longer
+one is shown as its beginning (what it is about) and a window around the chunk (what
+surrounds it), so a chunk deep in a long document is situated by its own neighbourhood,
+not by the first pages. Windows start on a grid of a quarter of their length, so the
+chunks near one another share one window: a model with a prompt cache evaluates it once
+for all of them.
 """
 
 from __future__ import annotations
@@ -32,23 +36,59 @@ MAX_CHARS = 600
 _LABEL = re.compile(r"^\s*(?:\*\*)?(?:succinct\s+)?context(?:\*\*)?\s*:\s*", re.IGNORECASE)
 
 
-def excerpt(document: str, max_chars: int) -> str:
-    """The document as the model sees it: whole, or its first ``max_chars`` characters
-    (cut at a word) followed by ``[...]``."""
+HEAD_SHARE = 5
+"""A long document's beginning takes 1/HEAD_SHARE of what the model is shown."""
+
+
+def _cut(text: str, start: int, end: int) -> str:
+    """``text[start:end]`` shortened to whole words at both ends (when there are some)."""
+    part = text[start:end]
+    if start > 0 and " " in part[: len(part) // 4]:
+        part = part[part.index(" ") + 1:]
+    if end < len(text) and " " in part[len(part) // 2:]:
+        part = part[: part.rindex(" ")]
+    return part
+
+
+def excerpt(document: str, max_chars: int, start: int | None = None,
+            end: int | None = None) -> str:
+    """The document as the model sees it for the chunk at ``[start, end)``: whole when it
+    fits in ``max_chars``; else its beginning and a window around the chunk, joined by
+    ``[...]`` (without a position: the beginning only)."""
     if len(document) <= max_chars:
         return document
-    cut = document[:max_chars]
-    space = cut.rfind(" ", max_chars // 2)
-    return (cut[:space] if space > 0 else cut) + " [...]"
+    if start is None or end is None:
+        return _cut(document, 0, max_chars) + " [...]"
+    head = max_chars // HEAD_SHARE
+    window = max_chars - head
+    step = max(1, window // 4)
+    centre = (start + end) // 2
+    begin = min(max(centre - window // 2, head), len(document) - window)
+    begin = head + (begin - head) // step * step  # on the grid: neighbours share a window
+    if begin + window < min(end, len(document)):  # the grid cut the chunk off (the last)
+        begin = max(head, min(end, len(document)) - window)
+    if begin <= head:
+        return _cut(document, 0, max_chars) + " [...]"
+    shown = f"{_cut(document, 0, head)} [...] {_cut(document, begin, begin + window)}"
+    return shown + (" [...]" if begin + window < len(document) else "")
 
 
 def prompts(document: str, chunks: Sequence[Chunk], *, title: str | None = None,
             max_chars: int = 6000, spec: PromptSpec = PROMPTS["context"]) -> list[Prompt]:
-    """One prompt per chunk. They all begin with the same document text (and ``title``),
-    so a model with a prompt cache evaluates it once."""
+    """One prompt per chunk, the document (and ``title``) first: chunks that see the same
+    excerpt share their prompt's beginning, which a model with a prompt cache evaluates
+    once."""
     head = f"Title: {title}\n" if title else ""
-    shown = excerpt(document, max_chars)
-    return [spec.render(title=head, document=shown, chunk=chunk.text) for chunk in chunks]
+    found: list[Prompt] = []
+    for chunk in chunks:
+        start: int | None = chunk.start
+        end: int | None = chunk.end
+        if start is None or end is None or document[start:end] != chunk.text:
+            at = document.find(chunk.text)  # ready-made chunks carry no offsets
+            start, end = (at, at + len(chunk.text)) if at >= 0 else (None, None)
+        found.append(spec.render(title=head, document=excerpt(document, max_chars, start,
+                                                                 end), chunk=chunk.text))
+    return found
 
 
 def clean(reply: str) -> str:

@@ -453,10 +453,19 @@ class Isotope:
         return found
 
     def delete(self, source: str | Path) -> None:
-        """Remove a source (its path or identifier) and everything derived from it."""
-        uri = self._stored_uri(source)
+        """Remove a source (its path or identifier) and everything derived from it; a
+        container file (a mailbox) removes all its members."""
+        try:
+            uris = [self._stored_uri(source)]
+        except SourceNotFound:
+            path = str(source_path(source))
+            uris = [i.source.uri for i in self.store.sources()
+                    if i.source.metadata.get("file") in (str(source), path)]
+            if not uris:
+                raise
         with self.store.writer(self.settings.lock_wait):
-            self.store.delete_source(uri)
+            for uri in uris:
+                self.store.delete_source(uri)
 
     def sources(self, *, check_files: bool = True) -> list[SourceInfo]:
         """The sources, each with its ``state`` when ``check_files``: ``current``,

@@ -96,9 +96,12 @@ class Pipeline:
         for done, (path, root) in enumerate(files.items()):
             self._notify(progress, "load", str(path), done, len(files), report)
             try:
-                work = self._ingest_file(path, root, report, progress, done, len(files))
-                if work is not None:
-                    self._store(work, report, progress)
+                loader = loaders.loader_for(path)
+                if loader is not None and loader.members is not None:
+                    self._ingest_members(path, root, loader, report, progress, done,
+                                         len(files))
+                    continue
+                self._ingest_file(path, root, report, progress, done, len(files))
             except LoaderError as exc:
                 report.errors.append(FileError(exc.path, exc.reason))
                 log.warning("%s", exc)
@@ -231,7 +234,7 @@ class Pipeline:
     def _ingest_file(
         self, path: Path, root: Path, report: IngestReport, progress: ProgressCallback | None,
         done: int, total: int,
-    ) -> Work | None:
+    ) -> None:
         with Timer(report, "load"):
             stat, data = self.read(path)
             uri = str(path)
@@ -242,19 +245,84 @@ class Pipeline:
                 existing = self.store.get_source(resolved)
             if self.is_current(existing, digest) and existing and existing.uri == uri:
                 report.unchanged.append(uri)
-                return None
+                return
             document, loader = loaders.load(path, data, root=root)
-            for warning in document.warnings:
-                report.warnings.append(FileError(uri, warning))
-                log.warning("%s: %s", uri, warning)
-        with Timer(report, "chunk"):
-            chunks = self.chunk(document, uri, self.counter())
         source = Source(
             uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
             loader=loader.name, metadata={**document.metadata}, root=str(root),
         )
-        return self._prepare(source, chunks, report, progress, done, total, existing,
+        self._document(source, document, existing, report, progress, done, total)
+
+    def _ingest_members(
+        self, path: Path, root: Path, container: loaders.Loader, report: IngestReport,
+        progress: ProgressCallback | None, done: int, total: int,
+    ) -> None:
+        """A container file (a mailbox): each member is a source ``PATH#NAME``, read,
+        stored and reported one at a time (memory: one member)."""
+        assert container.members is not None
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError as exc:
+            raise LoaderError(path, f"cannot read it ({exc.strerror or exc})") from exc
+        self._members(str(path), str(path), container.members(path, self.max_bytes), mtime,
+                      root, report, progress, done, total)
+
+    def _members(self, owner: str, file: str, members: Iterable[loaders.Member],
+                 mtime: float | None, root: Path, report: IngestReport,
+                 progress: ProgressCallback | None, done: int, total: int) -> None:
+        """Ingest the members of ``owner`` (a mailbox's messages, a message's
+        attachments) as sources ``OWNER#NAME`` that name it as their ``container`` and
+        ``file`` as the file they are in; those it no longer holds are removed (the
+        caller holds the writer lock)."""
+        held = {i.source.uri for i in self.store.sources()
+                if i.source.metadata.get("container") == owner}
+        seen: set[str] = set()
+        for member in members:
+            uri = f"{owner}#{member.name}"
+            seen.add(uri)
+            self._notify(progress, "load", uri, done, total, report)
+            if not member.data:
+                report.errors.append(FileError(uri, "a member over the max_file_mb limit of "
+                                               f"{self.max_bytes / 1e6:.0f} MB: left out"))
+                continue
+            digest = content_hash(member.data)
+            existing = self.store.get_source(uri)
+            if self.is_current(existing, digest):
+                report.unchanged.append(uri)
+                continue
+            try:
+                reader = loaders.loader_named(member.loader)
+                document = reader.func(Path(uri), member.data)
+            except LoaderError as exc:
+                report.errors.append(FileError(exc.path, exc.reason))
+                continue
+            source = Source(uri=uri, content_hash=digest, size=len(member.data), mtime=mtime,
+                            loader=reader.name, root=str(root),
+                            metadata={**document.metadata, "container": owner,
+                                      "file": file})
+            self._document(source, document, existing, report, progress, done, total)
+        for uri in sorted(held - seen):  # no longer in the container
+            self.store.delete_source(uri)
+            report.removed.append(uri)
+
+    def _document(self, source: Source, document: loaders.Document, existing: Source | None,
+                  report: IngestReport, progress: ProgressCallback | None, done: int,
+                  total: int) -> None:
+        """Chunk and store a loaded document as ``source``, with its warnings and its
+        members (an email's attachments)."""
+        for warning in document.warnings:
+            report.warnings.append(FileError(source.uri, warning))
+            log.warning("%s: %s", source.uri, warning)
+        with Timer(report, "chunk"):
+            chunks = self.chunk(document, source.uri, self.counter())
+        work = self._prepare(source, chunks, report, progress, done, total, existing,
                              document=document.text)
+        if work is not None:
+            self._store(work, report, progress)
+        if document.members or (existing is not None and existing.metadata.get("attachments")):
+            self._members(source.uri, str(source.metadata.get("file") or source.uri),
+                          document.members, source.mtime, Path(source.root or "."),
+                          report, progress, done, total)
 
     def _meter(self) -> Callable[[IngestReport], None]:
         """Snapshot the model counters; the returned function writes what was spent since

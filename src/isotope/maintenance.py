@@ -35,7 +35,8 @@ def deleted_sources(store: Store, paths: Sequence[str | Path], *, force: bool) -
         # stored the sources it reached through links)
         tops = {top.rstrip(os.sep) + os.sep, str(root.resolve()).rstrip(os.sep) + os.sep}
         below = [s.uri for s in infos if s.uri == top or s.uri.startswith(tuple(tops))]
-        missing = [uri for uri in below if gone_file(uri)]
+        files = {s.uri: str(s.metadata.get("file") or s.uri) for s in infos}
+        missing = [uri for uri in below if gone_file(files[uri])]
         most = len(missing) == len(below) or (
             len(below) > 4 and len(missing) > SYNC_MAX_REMOVED * len(below))
         emptied = emptied_folder(missing, top)
@@ -133,13 +134,19 @@ def gone_file(path: str) -> bool:
 def source_state(source: Source, max_bytes: int) -> str:
     """``current``, ``changed``, ``missing`` or ``incomplete`` for a file source (the
     file's size and mtime are compared first, its hash only when they differ; a file that
-    is no longer a regular file, or is over ``max_bytes``, is ``changed``)."""
+    is no longer a regular file, or is over ``max_bytes``, is ``changed``). A member of a
+    container (a mailbox's message) follows its container's modification time."""
     if source.loader == "chunks" or not os.path.isabs(source.uri):
         return "incomplete" if source.status == "incomplete" else ""
+    container = source.metadata.get("file")  # a member of a mailbox, or an attachment
     try:
-        stat = os.stat(source.uri)
+        stat = os.stat(str(container or source.uri))
     except OSError:
         return "missing"
+    if container:  # a message of a mailbox: the mailbox changed since it was read
+        changed = stat.st_mtime != source.mtime
+        return "changed" if changed else "incomplete" if source.status == "incomplete" \
+            else "current"
     if stat.st_size != source.size or stat.st_mtime != source.mtime:
         try:
             if content_hash(read_file(source.uri, max_bytes)[1]) != source.content_hash:

@@ -5,7 +5,7 @@ A loader is a function ``(path, data) -> Document``. Register more with :func:`r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +24,16 @@ class Section:
     metadata: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Member:
+    """One document inside a container file (a message of a mailbox): its name, unique
+    in the container, its bytes, and the loader (by name) that reads them."""
+
+    name: str
+    data: bytes
+    loader: str
+
+
 @dataclass
 class Document:
     """A loaded file: its text, document metadata, and sections."""
@@ -33,6 +43,9 @@ class Document:
     sections: list[Section] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """What could not be read (a broken encoding, a missing .bib): the rest was."""
+    members: list[Member] = field(default_factory=list)
+    """Documents inside this one, each ingested as its own source ``FILE#NAME`` (an
+    email's attachments)."""
 
 
 def heading_sections(headings: list[tuple[int, int, str]], length: int) -> list[Section]:
@@ -52,11 +65,19 @@ def heading_sections(headings: list[tuple[int, int, str]], length: int) -> list[
 LoaderFunc = Callable[[Path, bytes], Document]
 
 
+MembersFunc = Callable[[Path, int], Iterator[Member]]
+"""A container's members, read one at a time (``(path, max_bytes)``: a member larger
+than ``max_bytes`` is yielded empty, for the caller to report)."""
+
+
 @dataclass(frozen=True)
 class Loader:
     name: str
     extensions: tuple[str, ...]
     func: LoaderFunc
+    members: MembersFunc | None = None
+    """For a container (a mailbox): its members, each ingested as its own source named
+    ``FILE#MEMBER``; ``func`` is then not used."""
 
 
 _REGISTRY: dict[str, Loader] = {}
@@ -67,6 +88,26 @@ def register(name: str, extensions: tuple[str, ...], func: LoaderFunc) -> None:
     loader = Loader(name, tuple(e.lower() for e in extensions), func)
     for ext in loader.extensions:
         _REGISTRY[ext] = loader
+
+
+def register_container(name: str, extensions: tuple[str, ...], members: MembersFunc) -> None:
+    """Register a container format (files holding many documents, as a mailbox holds
+    messages): ``members`` reads them one at a time, each with the loader to use."""
+
+    def whole(path: Path, data: bytes) -> Document:
+        raise LoaderError(path, f"a {name} file: its members are ingested one by one")
+
+    loader = Loader(name, tuple(e.lower() for e in extensions), whole, members)
+    for ext in loader.extensions:
+        _REGISTRY[ext] = loader
+
+
+def loader_named(name: str) -> Loader:
+    """The registered loader called ``name``."""
+    for loader in _REGISTRY.values():
+        if loader.name == name:
+            return loader
+    raise KeyError(name)
 
 
 def supported_extensions() -> list[str]:
@@ -117,6 +158,7 @@ def _register_builtins() -> None:
     register("html", (".html", ".htm"), html.load_html)
     register("pdf", (".pdf",), pdf.load_pdf)
     register("email", (".eml",), mail.load_eml)
+    register_container("mbox", (".mbox", ".mbx"), mail.mbox_members)
     register("docx", (".docx",), word.load_docx)
     register("latex", (".tex",), latex.load_tex)
 
@@ -124,5 +166,6 @@ def _register_builtins() -> None:
 _register_builtins()
 
 __all__ = [
-    "Document", "Loader", "Section", "load", "loader_for", "register", "supported_extensions",
+    "Document", "Loader", "Member", "Section", "load", "loader_for", "loader_named",
+    "register", "register_container", "supported_extensions",
 ]

@@ -1,4 +1,6 @@
-"""Email: an ``.eml`` file is one message (stdlib ``email``).
+"""Email: an ``.eml`` file is one message (stdlib ``email``); an ``.mbox`` mailbox holds
+many, each ingested as its own source (``archive.mbox#<message-id>``), read one at a
+time so that a mailbox of any size takes the memory of its largest message.
 
 What is indexed is what the sender wrote: quoted replies (``> ...`` lines, and an
 "On ... wrote:" or "-----Original Message-----" block with all after it) and the
@@ -6,7 +8,9 @@ signature (after a ``-- `` line) are left out, so a thread does not index the sa
 once per reply. The subject heads the text. Metadata, for results and ``--where``:
 ``from`` (the address, lowercase; ``from_name``), ``to`` and ``cc`` (lists of
 addresses), ``subject``, ``date`` (ISO 8601), ``message_id``, ``in_reply_to``, ``thread``
-(the message id the thread started with) and ``attachments`` (their file names).
+(the message id the thread started with) and ``attachments`` (their file names). An
+attachment of a type isotope reads (.txt, .md, .pdf, .docx, ...) is ingested as its own
+source, ``message.eml#agenda.txt``, linked to the message (``container``).
 
 A header or a body in a broken or unknown encoding is read with what can be decoded and
 a warning; a message nested deeper than :data:`MAX_DEPTH` parts is read down to there.
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from isotope.errors import LoaderError
-from isotope.loaders import Document
+from isotope.loaders import Document, Member
 
 MAX_DEPTH = 20
 """MIME parts nested deeper than this are not read (a hostile message nests thousands)."""
@@ -49,19 +53,22 @@ def load_eml(path: Path, data: bytes) -> Document:
     if not message.keys():
         raise LoaderError(path, "not an email message: no headers (From:, Subject:, ...)")
     metadata = headers(message, warnings)
+    attachments: list[str] = []
+    members: list[Member] = []
     if flat:
         warnings.append(f"MIME parts nested deeper than {MAX_DEPTH} levels: the text was "
                         "read without its part structure")
-        body, attachments = _unparsed(message, warnings), []
+        body = _unparsed(message, warnings)
     else:
-        body, attachments = _body(message, warnings)
+        body, attachments, members = _body(message, warnings)
     if attachments:
         metadata["attachments"] = attachments
     subject = metadata.get("subject", "")
     text = (f"{subject}\n\n" if subject else "") + written(body)
     metadata["type"] = "email"
     metadata["title"] = subject or path.stem
-    return Document(text.strip() + "\n", metadata, warnings=list(dict.fromkeys(warnings)))
+    return Document(text.strip() + "\n", metadata, warnings=list(dict.fromkeys(warnings)),
+                    members=members)
 
 
 def headers(message: Message, warnings: list[str]) -> dict[str, Any]:
@@ -145,17 +152,22 @@ def _parts(message: Message) -> Iterator[Message]:
         part, level = stack.pop()
         payload = part.get_payload() if part.is_multipart() else None
         if isinstance(payload, list) and level < MAX_DEPTH:
-            stack.extend((p, level + 1) for p in reversed(payload))
+            stack.extend((p, level + 1) for p in reversed(payload) if isinstance(p, Message))
         else:
             yield part
 
 
-def _body(message: Message, warnings: list[str]) -> tuple[str, list[str]]:
-    """The message's text (its plain parts; its HTML parts when it has no plain one) and
-    its attachments' file names."""
+def _body(message: Message, warnings: list[str]
+          ) -> tuple[str, list[str], list[Member]]:
+    """The message's text (its plain parts; its HTML parts when it has no plain one), its
+    attachments' file names, and those of a type isotope reads (not a container) as
+    members, to be ingested as their own sources."""
+    from isotope.loaders import loader_for
+
     plain: list[str] = []
     html: list[str] = []
     attachments: list[str] = []
+    members: list[Member] = []
     too_deep = False
     for part in _parts(message):
         if part.is_multipart():
@@ -164,7 +176,16 @@ def _body(message: Message, warnings: list[str]) -> tuple[str, list[str]]:
         name = part.get_filename()
         disposition = (part.get("Content-Disposition") or "").split(";")[0].strip().lower()
         if name or disposition == "attachment":
-            attachments.append(_decoded_name(name or "(unnamed)", warnings))
+            shown = _decoded_name(name or "(unnamed)", warnings)
+            attachments.append(shown)
+            reader = loader_for(Path(shown))
+            if reader is not None and reader.members is None and reader.name != "email":
+                data = part.get_payload(decode=True)
+                if isinstance(data, bytes) and data.strip():
+                    unique = _member_name(shown) or "attachment"
+                    while unique in {m.name for m in members}:
+                        unique = "_" + unique
+                    members.append(Member(unique, data, reader.name))
             continue
         kind = part.get_content_type()
         if kind not in ("text/plain", "text/html"):
@@ -181,12 +202,12 @@ def _body(message: Message, warnings: list[str]) -> tuple[str, list[str]]:
     if too_deep:
         warnings.append(f"MIME parts nested deeper than {MAX_DEPTH} levels were not read")
     if plain:
-        return "\n\n".join(plain), attachments
+        return "\n\n".join(plain), attachments, members
     if html:
         from isotope.loaders.html import html_text
 
-        return "\n\n".join(html_text(h) for h in html), attachments
-    return "", attachments
+        return "\n\n".join(html_text(h) for h in html), attachments, members
+    return "", attachments, members
 
 
 def _unparsed(message: Message, warnings: list[str]) -> str:
@@ -225,3 +246,68 @@ def written(body: str) -> str:
         body = body[:signature.start()]
     lines = [line for line in body.split("\n") if not line.lstrip().startswith(">")]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def mbox_members(path: Path, max_bytes: int) -> Iterator[Member]:
+    """The messages of an mbox mailbox, in order, streamed: a message starts at a line
+    beginning ``From `` at the start of the file or after a blank line (mboxrd's
+    ``>From `` lines are unescaped). Each is named by its Message-ID (else its number),
+    made unique; one over ``max_bytes`` is yielded empty (the caller reports it)."""
+    names: set[str] = set()
+    number = 0
+
+    def finish(lines: list[bytes], size: int) -> Member:
+        nonlocal number
+        number += 1
+        # the blank line before the next "From " belongs to the separator, so appending
+        # a message leaves the one before it as it was
+        data = b"".join(lines).rstrip(b"\r\n") + b"\n" if size <= max_bytes else b""
+        found = _MESSAGE_ID.search(data[:65536]) if data else None
+        name = _member_name(found.group(1).decode("ascii", "replace")) if found else ""
+        name = name or f"message-{number}"
+        base, n = name, 1
+        while name in names:
+            n += 1
+            name = f"{base}-{n}"
+        names.add(name)
+        return Member(name, data, "email")
+
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below, across yields
+    except OSError as exc:
+        raise LoaderError(path, f"cannot read it ({exc.strerror or exc})") from exc
+    with handle:
+        lines: list[bytes] = []
+        size, previous_blank, started, line_start = 0, True, False, True
+        while piece := handle.readline(65536):  # a line, or 64 KB of one: memory bounded
+            at_start, line_start = line_start, piece.endswith(b"\n")
+            if at_start and piece.startswith(b"From ") and previous_blank:
+                if started:
+                    yield finish(lines, size)
+                lines, size, started, previous_blank = [], 0, True, False
+                while not line_start and (piece := handle.readline(65536)):
+                    line_start = piece.endswith(b"\n")  # the rest of the separator line
+                continue
+            if not started:
+                if piece.strip():
+                    raise LoaderError(path, "not an mbox mailbox: it does not start with a "
+                                      "'From ' line")
+                continue
+            if at_start and (piece.startswith(b">From ") or piece.startswith(b">>From ")):
+                piece = piece[1:]
+            size += len(piece)
+            if size <= max_bytes:
+                lines.append(piece)
+            elif lines:
+                lines = []  # too large: its bytes are not kept
+            previous_blank = at_start and line_start and not piece.strip()
+        if started:
+            yield finish(lines, size)
+
+
+_MESSAGE_ID = re.compile(rb"^Message-ID:\s*<([^<>\r\n]{1,300})>", re.I | re.M)
+
+
+def _member_name(message_id: str) -> str:
+    """A Message-ID as a source name part: printable, no '#', '/' or spaces."""
+    return re.sub(r"[^\w.@+=-]", "_", message_id)[:200]
