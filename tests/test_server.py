@@ -232,16 +232,31 @@ def test_serve_refuses_other_hosts_without_a_key(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "without an API key" in result.output
 
 
-def test_search_never_runs_on_the_event_loop(served: TestClient) -> None:
-    from isotope.server import app as module
+def test_search_never_runs_on_the_event_loop(served: TestClient, iso: Isotope,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import threading
 
     endpoints = {r.path: r.endpoint for r in served.app.routes  # type: ignore[attr-defined]
                  if hasattr(r, "endpoint")}
-    import asyncio
-
-    for path in ("/search", "/ask", "/ingest", "/sync", "/sources", "/status"):
+    for path in ("/ingest", "/sync", "/sources", "/status"):
         assert not asyncio.iscoroutinefunction(endpoints[path]), path  # the thread pool
-    assert module
+    where: list[str] = []
+    search, answer = iso.search, iso.answer
+
+    def searched(*args: object, **kwargs: object) -> object:
+        where.append(threading.current_thread().name)
+        return search(*args, **kwargs)  # type: ignore[arg-type]
+
+    def answered(*args: object, **kwargs: object) -> object:
+        where.append(threading.current_thread().name)
+        return answer(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(iso, "search", searched)
+    monkeypatch.setattr(iso, "answer", answered)
+    assert served.post("/search", json={"query": "vacation days"}).status_code == 200
+    assert served.post("/ask", json={"query": "vacation days"}).status_code == 200
+    assert len(where) == 3 and all(w.startswith("AnyIO worker thread") for w in where), where
 
 
 

@@ -59,6 +59,7 @@ def serve(
                  "print(secrets.token_urlsafe())')) or keep --host 127.0.0.1")
     os.environ["ISOTOPE_SERVE_INDEX"] = location  # what each worker process opens
     os.environ["ISOTOPE_SERVE_HOST"] = host
+    os.environ["ISOTOPE_SERVE_WORKERS"] = str(workers)  # each takes its share of the cores
     err.print(f"serving {described} on http://{host}:{port} with {workers} process(es) "
               f"(API keys: {'required' if keys else 'none, loopback only'}); search page "
               "at /, OpenAPI at /docs")
