@@ -153,7 +153,7 @@ def build(folder: Path) -> list[Case]:
         warning="unbalanced braces")
     add("MIME parts nested 5,000 deep", "deep.eml", "ingested", "zebra number 22",
         data(_nested_mime(5_000, _sentence(22))), warning="nested deeper than")
-    add(f"a {BIG_MB + 8} MB mbox: a {BIG_MB} MB message without a line break, then one",
+    add("a 1 GB mbox: a 1 GB message without a line break, then a small one",
         "archive.mbox", "members", "zebra number 24", lambda p: _big_mbox(p, _sentence(24)))
     add("an email header in an unknown charset", "charset.eml", "ingested",
         "zebra number 23", data(b"From: a@example.com\nSubject: =?x-klingon?Q?Qapla=27?=\n"
@@ -176,11 +176,11 @@ def build(folder: Path) -> list[Case]:
 
 
 def _big_mbox(path: Path, text: str) -> None:
-    """A mailbox whose first message is BIG_MB of NUL bytes with no line break (sparse:
+    """A mailbox whose first message is 1 GB of NUL bytes with no line break (sparse:
     instant), then a readable one: streamed, the big one reported, the other ingested."""
     with open(path, "wb") as fh:
         fh.write(b"From a@example.com Mon Jun  3 10:00:00 2024\nSubject: big\n\n")
-        fh.seek(BIG_MB * 1_000_000, 1)
+        fh.seek(1_000_000_000, 1)
         fh.write(b"\n\nFrom b@example.com Mon Jun  3 10:00:00 2024\nSubject: small\n"
                  b"Message-ID: <small@example.com>\n\n" + text.encode() + b"\n")
 

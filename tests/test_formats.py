@@ -170,3 +170,24 @@ def test_an_attachment_follows_its_message(tmp_path: Path, embedder: Embedder,
         removed = iso.sync(formats, force=True).removed
         assert f"{mail}#agenda.txt" in removed and str(mail) in removed
         assert all("offsite" not in i.source.uri for i in iso.sources())
+
+
+def test_a_mailbox_by_thread(tmp_path: Path, embedder: Embedder, formats: Path) -> None:
+    box = formats / "support.mbox"
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),
+                      mail_sources="thread") as iso:
+        report = iso.ingest(box)
+        assert report.added == [f"{box}#thread-dock-1@example.com"]
+        source = iso.sources()[0].source
+        assert source.loader == "email-thread"
+        assert source.metadata["from"] == ["carol@example.com", "support@example.com"]
+        assert source.metadata["message_ids"] == [
+            "<dock-1@example.com>", "<dock-2@example.com>", "<dock-3@example.com>"]
+        assert source.metadata["date"] == "2024-06-03T10:02:11+00:00"
+        assert source.metadata["date_last"] == "2024-06-03T12:40:05+00:00"
+        text = " ".join(c.text for c in iso.store.get_chunks(
+            [r.chunk.id for r in iso.search("dock", k=10).results]).values())
+        assert text.count("drives past its charging dock") == 1  # quotes left out
+        assert "Support, 2024-06-03T11:15:40+00:00:" in text
+        assert iso.search("dock", filters={"from": "support@example.com"}).results
+        assert iso.ingest(box).unchanged == [f"{box}#thread-dock-1@example.com"]

@@ -12,8 +12,10 @@ from isotope.prompts import PromptSpec
 from isotope.settings import Settings, index_settings
 from isotope.stores import StoredChunk
 
-NOT_CONTENT = ("storage",)
-"""Index settings that do not change what is generated (left out of the fingerprint)."""
+NOT_CONTENT = ("storage", "mail_sources")
+"""Index settings that do not change what is generated from a source (left out of the
+fingerprint; ``mail_sources`` changes which sources a mailbox makes, not what each
+holds)."""
 CONTEXT_SETTINGS = ("chunk_context", "context_chars")
 """Settings of contextual enrichment: part of the pipeline's fingerprint only when it is on
 (so indexes made before it existed stay current)."""

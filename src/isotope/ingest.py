@@ -264,8 +264,10 @@ class Pipeline:
             mtime = os.stat(path).st_mtime
         except OSError as exc:
             raise LoaderError(path, f"cannot read it ({exc.strerror or exc})") from exc
-        self._members(str(path), str(path), container.members(path, self.max_bytes), mtime,
-                      root, report, progress, done, total)
+        members = container.members(path, self.max_bytes,
+                                    grouping=self.settings.mail_sources)
+        self._members(str(path), str(path), members, mtime, root, report, progress, done,
+                      total)
 
     def _members(self, owner: str, file: str, members: Iterable[loaders.Member],
                  mtime: float | None, root: Path, report: IngestReport,

@@ -222,7 +222,11 @@ class Settings(BaseSettings):
         "situating each chunk in its document, searched with the chunk (one call per chunk)")
     context_chars: int = Field(
         6000, ge=200, description="Characters of the document shown to the model with each "
-        "chunk (chunk_context; the document's beginning)")
+        "chunk (chunk_context; a longer document: its beginning and a window around the "
+        "chunk)")
+    mail_sources: Literal["message", "thread"] = Field(
+        "message", description="A mailbox (.mbox) as one source per message, or per thread "
+        "(its messages together, in order)")
 
     top_k: int = Field(5, ge=1, le=10_000, description="Chunks returned by a query")
     mode: str = Field("hybrid", description="Retrieval mode (isotope query --help)")
@@ -396,6 +400,7 @@ INDEX_FIELDS: tuple[str, ...] = (
     "chunk_overlap",
     "chunk_context",
     "context_chars",
+    "mail_sources",
     "storage",
 )
 """Settings saved inside an index when it is created."""

@@ -65,9 +65,10 @@ def heading_sections(headings: list[tuple[int, int, str]], length: int) -> list[
 LoaderFunc = Callable[[Path, bytes], Document]
 
 
-MembersFunc = Callable[[Path, int], Iterator[Member]]
-"""A container's members, read one at a time (``(path, max_bytes)``: a member larger
-than ``max_bytes`` is yielded empty, for the caller to report)."""
+MembersFunc = Callable[..., Iterator[Member]]
+"""A container's members, read one at a time: called ``(path, max_bytes, grouping=...)``
+(a member larger than ``max_bytes`` is yielded empty, for the caller to report;
+``grouping``: the ``mail_sources`` setting, ``message`` or ``thread``)."""
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,13 @@ class Loader:
 
 
 _REGISTRY: dict[str, Loader] = {}
+_NAMED: dict[str, Loader] = {}
 
 
 def register(name: str, extensions: tuple[str, ...], func: LoaderFunc) -> None:
     """Register ``func`` as the loader for files ending in any of ``extensions``."""
     loader = Loader(name, tuple(e.lower() for e in extensions), func)
+    _NAMED[name] = loader
     for ext in loader.extensions:
         _REGISTRY[ext] = loader
 
@@ -98,16 +101,14 @@ def register_container(name: str, extensions: tuple[str, ...], members: MembersF
         raise LoaderError(path, f"a {name} file: its members are ingested one by one")
 
     loader = Loader(name, tuple(e.lower() for e in extensions), whole, members)
+    _NAMED[name] = loader
     for ext in loader.extensions:
         _REGISTRY[ext] = loader
 
 
 def loader_named(name: str) -> Loader:
-    """The registered loader called ``name``."""
-    for loader in _REGISTRY.values():
-        if loader.name == name:
-            return loader
-    raise KeyError(name)
+    """The registered loader called ``name`` (KeyError if none is)."""
+    return _NAMED[name]
 
 
 def supported_extensions() -> list[str]:
@@ -158,6 +159,7 @@ def _register_builtins() -> None:
     register("html", (".html", ".htm"), html.load_html)
     register("pdf", (".pdf",), pdf.load_pdf)
     register("email", (".eml",), mail.load_eml)
+    register("email-thread", (), mail.load_thread)
     register_container("mbox", (".mbox", ".mbx"), mail.mbox_members)
     register("docx", (".docx",), word.load_docx)
     register("latex", (".tex",), latex.load_tex)

@@ -248,45 +248,61 @@ def written(body: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
-def mbox_members(path: Path, max_bytes: int) -> Iterator[Member]:
+def mbox_members(path: Path, max_bytes: int, grouping: str = "message"
+                 ) -> Iterator[Member]:
     """The messages of an mbox mailbox, in order, streamed: a message starts at a line
     beginning ``From `` at the start of the file or after a blank line (mboxrd's
     ``>From `` lines are unescaped). Each is named by its Message-ID (else its number),
-    made unique; one over ``max_bytes`` is yielded empty (the caller reports it)."""
-    names: set[str] = set()
-    number = 0
+    made unique; one over ``max_bytes`` is yielded empty (the caller reports it).
 
-    def finish(lines: list[bytes], size: int) -> Member:
-        nonlocal number
-        number += 1
-        # the blank line before the next "From " belongs to the separator, so appending
-        # a message leaves the one before it as it was
-        data = b"".join(lines).rstrip(b"\r\n") + b"\n" if size <= max_bytes else b""
-        found = _MESSAGE_ID.search(data[:65536]) if data else None
-        name = _member_name(found.group(1).decode("ascii", "replace")) if found else ""
-        name = name or f"message-{number}"
+    ``grouping="thread"``: one member per thread instead (``thread-<first id>``, in the
+    order threads start), its messages read back by their offsets in a second pass, so
+    memory stays one thread's."""
+    names: set[str] = set()
+
+    def unique(name: str) -> str:
         base, n = name, 1
         while name in names:
             n += 1
             name = f"{base}-{n}"
         names.add(name)
-        return Member(name, data, "email")
+        return name
 
+    if grouping == "thread":
+        yield from _threads(path, max_bytes, unique)
+        return
+    for number, (_, _, data) in enumerate(_split(path, max_bytes), start=1):
+        found = _MESSAGE_ID.search(data[:65536]) if data else None
+        name = _member_name(found.group(1).decode("ascii", "replace")) if found else ""
+        yield Member(unique(name or f"message-{number}"), data, "email")
+
+
+def _split(path: Path, max_bytes: int) -> Iterator[tuple[int, int, bytes]]:
+    """Each message of a mailbox as (its first byte, its end, its bytes unescaped; empty
+    when over ``max_bytes``), read a line (at most 64 KB of one) at a time."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below, across yields
     except OSError as exc:
         raise LoaderError(path, f"cannot read it ({exc.strerror or exc})") from exc
+
+    def finish(lines: list[bytes], size: int) -> bytes:
+        # the blank line before the next "From " belongs to the separator, so appending
+        # a message leaves the one before it as it was
+        return b"".join(lines).rstrip(b"\r\n") + b"\n" if size <= max_bytes else b""
+
     with handle:
         lines: list[bytes] = []
-        size, previous_blank, started, line_start = 0, True, False, True
+        size, previous_blank, started, line_start, begin = 0, True, False, True, 0
         while piece := handle.readline(65536):  # a line, or 64 KB of one: memory bounded
             at_start, line_start = line_start, piece.endswith(b"\n")
             if at_start and piece.startswith(b"From ") and previous_blank:
+                end = handle.tell() - len(piece)
                 if started:
-                    yield finish(lines, size)
+                    yield begin, end, finish(lines, size)
                 lines, size, started, previous_blank = [], 0, True, False
                 while not line_start and (piece := handle.readline(65536)):
                     line_start = piece.endswith(b"\n")  # the rest of the separator line
+                begin = handle.tell()
                 continue
             if not started:
                 if piece.strip():
@@ -302,7 +318,70 @@ def mbox_members(path: Path, max_bytes: int) -> Iterator[Member]:
                 lines = []  # too large: its bytes are not kept
             previous_blank = at_start and line_start and not piece.strip()
         if started:
-            yield finish(lines, size)
+            yield begin, handle.tell(), finish(lines, size)
+
+
+_SEPARATOR = b"\nFrom isotope-thread\n"
+
+
+def _threads(path: Path, max_bytes: int, unique: Any) -> Iterator[Member]:
+    """One member per thread: the first pass keeps each message's offsets and thread,
+    the second reads each thread's messages back."""
+    threads: dict[str, list[tuple[int, int]]] = {}
+    for number, (begin, end, data) in enumerate(_split(path, max_bytes), start=1):
+        head = email.parser.BytesHeaderParser(policy=email.policy.compat32).parsebytes(
+            data[:65536]) if data else None
+        ids = ((_ids(str(head.get("References") or "")) or _ids(str(head.get(
+            "In-Reply-To") or "")) or _ids(str(head.get("Message-ID") or "")))
+               if head is not None else [])
+        threads.setdefault(ids[0] if ids else f"<message-{number}>", []).append((begin, end))
+    with open(path, "rb") as handle:
+        for thread, spans in threads.items():
+            total = sum(end - begin for begin, end in spans)
+            parts: list[bytes] = []
+            if total <= max_bytes:
+                for begin, end in spans:
+                    handle.seek(begin)
+                    raw = handle.read(end - begin)
+                    parts.append(re.sub(rb"(?m)^>(>*From )", rb"\1", raw).rstrip(b"\r\n"))
+            name = unique("thread-" + _member_name(thread.strip("<>")))
+            yield Member(name, _SEPARATOR.join(parts) + b"\n" if parts else b"",
+                         "email-thread")
+
+
+def load_thread(path: Path, data: bytes) -> Document:
+    """A thread of messages (``mbox_members(grouping="thread")``) as one document: each
+    message's written text under its sender and date; metadata: the thread's ``subject``,
+    ``from`` (every sender), ``to`` and ``cc`` (every recipient), ``date`` (the first),
+    ``date_last``, ``message_ids``, ``thread`` and ``attachments``."""
+    warnings: list[str] = []
+    parts: list[str] = []
+    merged: dict[str, Any] = {"type": "email", "message_ids": []}
+    members: list[Member] = []
+    for raw in data.split(_SEPARATOR):
+        message = email.message_from_bytes(raw, policy=email.policy.compat32)
+        found = headers(message, warnings)
+        body, attachments, attached = _body(message, warnings)
+        members += attached
+        who = found.get("from_name") or found.get("from", "")
+        parts.append(f"{who}, {found.get('date', '')}:\n{written(body)}".strip())
+        for key in ("from", "to", "cc", "attachments"):
+            values = found.get(key) if key != "attachments" else attachments
+            for value in [values] if isinstance(values, str) else values or []:
+                merged.setdefault(key, [])
+                if value not in merged[key]:
+                    merged[key].append(value)
+        if found.get("message_id"):
+            merged["message_ids"].append(found["message_id"])
+        merged.setdefault("subject", found.get("subject", ""))
+        merged.setdefault("thread", found.get("thread", ""))
+        if found.get("date"):
+            merged.setdefault("date", found["date"])
+            merged["date_last"] = found["date"]
+    merged["title"] = merged.get("subject") or path.name
+    text = (f"{merged['subject']}\n\n" if merged.get("subject") else "") + "\n\n".join(parts)
+    return Document(text + "\n", {k: v for k, v in merged.items() if v not in ("", [])},
+                    warnings=list(dict.fromkeys(warnings)), members=members)
 
 
 _MESSAGE_ID = re.compile(rb"^Message-ID:\s*<([^<>\r\n]{1,300})>", re.I | re.M)
