@@ -112,7 +112,7 @@ def test_a_mailbox_is_a_source_per_message_kept_in_step(
         box.write_text(text + "\nFrom dave@example.com Tue Jun  4 08:00:00 2024\n"
                        "From: dave@example.com\nSubject: Spare dock\nMessage-ID: <dock-4@"
                        "example.com>\n\nDo you sell a spare dock for the Orbit R2?\n")
-        assert {i.state for i in iso.sources()} == {"changed"}
+        assert {i.state for i in iso.sources()} == {"current"}  # each message is as it was
         again = iso.ingest(box)
         assert again.added == [f"{box}#dock-4@example.com"] and len(again.unchanged) == 3
         first = text.index("From support@example.com")
@@ -191,3 +191,35 @@ def test_a_mailbox_by_thread(tmp_path: Path, embedder: Embedder, formats: Path) 
         assert "Support, 2024-06-03T11:15:40+00:00:" in text
         assert iso.search("dock", filters={"from": "support@example.com"}).results
         assert iso.ingest(box).unchanged == [f"{box}#thread-dock-1@example.com"]
+
+
+def test_members_go_with_their_container_and_an_emptied_mailbox_keeps_them(
+        tmp_path: Path, embedder: Embedder, formats: Path) -> None:
+    mail = (formats / "offsite-planning.eml").read_text()
+    box = formats / "support.mbox"
+    # message 2 of the mailbox carries the offsite email's attachment
+    text = box.read_text()
+    attached = mail.split("\n\n", 1)[1]
+    boundary_headers = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"b1\"\n"
+    second = text.index("From support@example.com")
+    third = text.index("From carol@example.com", second)
+    message = text[second:third].replace("In-Reply-To:", boundary_headers + "In-Reply-To:", 1)
+    message = message.split("\n\n", 1)[0] + "\n\n" + attached + "\n"
+    box.write_text(text[:second] + message + text[third:])
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
+        iso.ingest(box)
+        attachment = f"{box}#dock-2@example.com#agenda.txt"
+        assert attachment in {i.source.uri for i in iso.sources()}
+        # message 2 leaves the mailbox: its attachment goes with it
+        box.write_text(text[:second] + text[third:])
+        report = iso.ingest(box)
+        assert set(report.removed) == {f"{box}#dock-2@example.com", attachment}
+        # a mailbox emptied (compacting, rewriting): nothing removed, an error says why
+        box.write_text("")
+        emptied = iso.ingest(box)
+        assert emptied.removed == [] and len(iso.sources()) == 2
+        assert "none removed" in emptied.errors[0].message
+        box.write_text(text)
+        iso.ingest(box)
+        iso.delete(box)  # the mailbox, its messages and their attachments
+        assert iso.sources() == []

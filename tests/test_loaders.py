@@ -238,3 +238,98 @@ def test_mbox_members_are_streamed_one_message_at_a_time(tmp_path: Path) -> None
     (tmp_path / "not.mbox").write_text("Subject: no separator line\n\nbody\n")
     with pytest.raises(LoaderError, match="not an mbox mailbox"):
         list(mbox_members(tmp_path / "not.mbox", 1000))
+
+
+def test_latex_limits_and_offsets(tmp_path: Path) -> None:
+    import os
+
+    from isotope.loaders import load_member
+
+    root = tmp_path / "paper"
+    (root / "parts").mkdir(parents=True)
+    (root / "parts" / "a.tex").write_text("Part A text.")
+    (root / "refs.bib").write_text("@article{smith, author={Smith, Ann}, title={Cats}, "
+                                   "year={2020}}\n")
+    main = root / "main.tex"
+    main.write_text("\\documentclass{article}\\begin{document}\n\\begin{itemize}\\item x"
+                    "\\end{itemize}\n\n\n\\section{Intro}   \nSee \\parencite{smith} and "
+                    "\\includegraphics{fig}.\n\\input{parts/a}\n\\section{Methods}\nText."
+                    "\\end{document}\n")
+    # the file itself named as what is ingested: its folder is the root
+    document, _ = load(main, root=main)
+    text = document.text
+    assert "Part A text." in text and "(Smith 2020, Cats)" in text
+    assert "fig" not in text and "graphics" not in " ".join(document.warnings)
+    for section in document.sections:  # offsets point at what they describe
+        if "headings" in section.metadata:
+            title = section.metadata["headings"][-1]
+            assert text[section.start:].startswith(title), (title, text[section.start:][:20])
+        else:
+            assert text[section.start:section.end] == "(Smith 2020, Cats)"
+    # an attachment (a member) reads no other file
+    member = load_member("latex", tmp_path / "mail.eml#main.tex", main.read_bytes())
+    assert "Part A text." not in member.text and "(smith)" in member.text
+    assert any("not followed" in w for w in member.warnings)
+    # amplification: each file inputs the next ten times
+    for n in range(6):
+        body = "leaf" if n == 5 else f"\\input{{l{n + 1}}}" * 10
+        (root / f"l{n}.tex").write_text(body)
+    (root / "amp.tex").write_text("\\input{l0}")
+    amplified, _ = load(root / "amp.tex", root=root)
+    assert amplified.text.count("leaf") <= 200
+    assert any("past the 200 inputs" in w for w in amplified.warnings)
+    # a FIFO and a link loop are left out with a warning, never read
+    os.mkfifo(root / "pipe.tex")
+    (root / "loop.tex").symlink_to(root / "loop.tex")
+    (root / "odd.tex").write_text("Odd. \\input{pipe} \\input{loop}")
+    odd, _ = load(root / "odd.tex", root=root)
+    assert "Odd." in odd.text and len(odd.warnings) == 2
+
+
+def test_email_keeps_interleaved_answers_and_survives_odd_headers(tmp_path: Path) -> None:
+    path = tmp_path / "inline.eml"
+    path.write_bytes((
+        "From: Bob <bob@example.com>\nSubject: Gr\u00fc\u00dfe aus K\u00f6ln\n"
+        "Content-Type: text/plain; charset=undefined\n\n"
+        "On Mon, Ann wrote:\n> Does X work on ARM?\nYes, X works on ARM since 2.0.\n"
+        "> And Y?\nNo, Y needs x86.\n\nOn page 3 the reviewer wrote:\n\nThe proof is wrong.\n"
+        "--\nnot a signature: more text follows here\n" + "line\n" * 15 +
+        "-- \nBob, the signature\n").encode("utf-8"))
+    document, _ = load(path)
+    text = document.text
+    assert "Yes, X works on ARM since 2.0." in text and "No, Y needs x86." in text
+    assert "Does X work" not in text and "Ann wrote" not in text
+    assert "On page 3 the reviewer wrote:" in text and "The proof is wrong." in text
+    assert "more text follows here" in text and "the signature" not in text
+    assert document.metadata["subject"] == "Gr\u00fc\u00dfe aus K\u00f6ln"
+    assert any("unknown charset 'undefined'" in w for w in document.warnings)
+    weird = tmp_path / "weird.eml"
+    weird.write_bytes(b"From: a@example.com\nSubject: s\nMIME-Version: 1.0\n"
+                      b"Content-Type: multipart/mixed; boundary=b\n\n--b\n"
+                      b"Content-Type: text/plain\n\nThe body.\n--b\n"
+                      b"Content-Disposition: attachment; filename=\"B\xc3\xbccher.txt\"\n"
+                      b"Content-Type: text/plain\n\nA list of books.\n--b--\n")
+    document, _ = load(weird)
+    assert "The body." in document.text and document.metadata["attachments"]
+    assert [m.loader for m in document.members] == ["text"]
+
+
+def test_docx_reads_nested_tables_and_content_controls(tmp_path: Path) -> None:
+    import docx
+    from docx.oxml import parse_xml
+
+    made = docx.Document()
+    made.add_paragraph("Intro paragraph.")
+    table = made.add_table(rows=1, cols=2)
+    table.cell(0, 0).text = "Outer A"
+    inner = table.cell(0, 1).add_table(rows=1, cols=2)
+    inner.cell(0, 0).text = "Nested one"
+    inner.cell(0, 1).text = "Nested two"
+    made.element.body.append(parse_xml(
+        '<w:sdt xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+        '<w:sdtContent><w:p><w:r><w:t>Inside a content control.</w:t></w:r></w:p>'
+        '</w:sdtContent></w:sdt>'))
+    made.save(str(tmp_path / "n.docx"))
+    text = load(tmp_path / "n.docx")[0].text
+    assert "Outer A | Nested one / Nested two" in text
+    assert "Inside a content control." in text

@@ -460,12 +460,13 @@ class Isotope:
         except SourceNotFound:
             path = str(source_path(source))
             uris = [i.source.uri for i in self.store.sources()
-                    if i.source.metadata.get("file") in (str(source), path)]
+                    if i.source.metadata.get("container") in (str(source), path)]
             if not uris:
                 raise
         with self.store.writer(self.settings.lock_wait):
+            members = maintenance.members_of(self.store)
             for uri in uris:
-                self.store.delete_source(uri)
+                maintenance.drop(self.store, uri, members)
 
     def sources(self, *, check_files: bool = True) -> list[SourceInfo]:
         """The sources, each with its ``state`` when ``check_files``: ``current``,

@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from isotope import changes, contextual, loaders, planning, references
+from isotope import changes, contextual, loaders, maintenance, planning, references
 from isotope.assembly import Work, assemble
 from isotope.atomizers import Atomizer
 from isotope.chunking import chunk_text, section_metadata
@@ -64,6 +64,8 @@ class Pipeline:
         """Ingest every source again, unchanged ones included, reusing nothing stored
         (the cache still answers for unchanged text)."""
         self.max_bytes = int(settings.max_file_mb * 1e6)
+        self._members_of: dict[str, set[str]] | None = None
+        """Sources inside others, by container (read when a container is first met)."""
         self.store = store
         self.embedder = embedder
         self.atomizer = atomizer
@@ -267,17 +269,20 @@ class Pipeline:
         members = container.members(path, self.max_bytes,
                                     grouping=self.settings.mail_sources)
         self._members(str(path), str(path), members, mtime, root, report, progress, done,
-                      total)
+                      total, mailbox=True)
 
     def _members(self, owner: str, file: str, members: Iterable[loaders.Member],
                  mtime: float | None, root: Path, report: IngestReport,
-                 progress: ProgressCallback | None, done: int, total: int) -> None:
+                 progress: ProgressCallback | None, done: int, total: int, *,
+                 mailbox: bool = False) -> None:
         """Ingest the members of ``owner`` (a mailbox's messages, a message's
         attachments) as sources ``OWNER#NAME`` that name it as their ``container`` and
-        ``file`` as the file they are in; those it no longer holds are removed (the
-        caller holds the writer lock)."""
-        held = {i.source.uri for i in self.store.sources()
-                if i.source.metadata.get("container") == owner}
+        ``file`` as the file they are in; those it no longer holds are removed, with
+        theirs (the caller holds the writer lock), unless a ``mailbox`` lost all or most
+        of them (emptied or being rewritten: an error, nothing removed)."""
+        if self._members_of is None:  # read once per run, kept up to date below
+            self._members_of = maintenance.members_of(self.store)
+        held = set(self._members_of.get(owner, set()))
         seen: set[str] = set()
         for member in members:
             uri = f"{owner}#{member.name}"
@@ -293,8 +298,8 @@ class Pipeline:
                 report.unchanged.append(uri)
                 continue
             try:
+                document = loaders.load_member(member.loader, Path(uri), member.data)
                 reader = loaders.loader_named(member.loader)
-                document = reader.func(Path(uri), member.data)
             except LoaderError as exc:
                 report.errors.append(FileError(exc.path, exc.reason))
                 continue
@@ -303,9 +308,17 @@ class Pipeline:
                             metadata={**document.metadata, "container": owner,
                                       "file": file})
             self._document(source, document, existing, report, progress, done, total)
-        for uri in sorted(held - seen):  # no longer in the container
-            self.store.delete_source(uri)
-            report.removed.append(uri)
+            self._members_of.setdefault(owner, set()).add(uri)
+        stale = held - seen  # no longer in the container
+        most = len(held) > 4 and len(stale) > maintenance.SYNC_MAX_REMOVED * len(held)
+        if stale and mailbox and not self.force and (not seen or most):
+            report.errors.append(FileError(owner, (
+                f"it holds {len(seen)} of the {len(held)} messages stored from it (emptied, "
+                "or being rewritten?): none removed; if that is right, ingest it with "
+                "--force")))
+            return
+        for uri in sorted(stale):
+            report.removed += maintenance.drop(self.store, uri, self._members_of)
 
     def _document(self, source: Source, document: loaders.Document, existing: Source | None,
                   report: IngestReport, progress: ProgressCallback | None, done: int,

@@ -22,6 +22,30 @@ share of them when the root holds more than four: an unmounted or emptied folder
 like that."""
 
 
+def members_of(store: Store) -> dict[str, set[str]]:
+    """The sources inside others (a mailbox's messages, an email's attachments), by the
+    source or file they are in (their ``container``)."""
+    found: dict[str, set[str]] = {}
+    for info in store.sources():
+        container = info.source.metadata.get("container")
+        if container:
+            found.setdefault(str(container), set()).add(info.source.uri)
+    return found
+
+
+def drop(store: Store, uri: str, members: dict[str, set[str]]) -> list[str]:
+    """Delete the source ``uri`` and, first, every source inside it, at every level (the
+    caller holds the writer lock); returns what was deleted."""
+    gone: list[str] = []
+    for inner in sorted(members.pop(uri, set())):
+        gone += drop(store, inner, members)
+    if store.delete_source(uri):
+        gone.append(uri)
+    for held in members.values():
+        held.discard(uri)
+    return gone
+
+
 def deleted_sources(store: Store, paths: Sequence[str | Path], *, force: bool) -> list[str]:
     """The file sources below ``paths`` whose files are gone; SyncRefused if that is
     all or most of a root's sources and not ``force``."""
@@ -143,10 +167,8 @@ def source_state(source: Source, max_bytes: int) -> str:
         stat = os.stat(str(container or source.uri))
     except OSError:
         return "missing"
-    if container:  # a message of a mailbox: the mailbox changed since it was read
-        changed = stat.st_mtime != source.mtime
-        return "changed" if changed else "incomplete" if source.status == "incomplete" \
-            else "current"
+    if container:  # a mailbox's message, an attachment: there while its file is
+        return "incomplete" if source.status == "incomplete" else "current"
     if stat.st_size != source.size or stat.st_mtime != source.mtime:
         try:
             if content_hash(read_file(source.uri, max_bytes)[1]) != source.content_hash:

@@ -122,6 +122,9 @@ def loader_for(path: Path) -> Loader | None:
 ROOT: ContextVar[Path | None] = ContextVar("isotope_loader_root", default=None)
 """The folder being ingested, while a loader runs: what a loader may read besides its
 file must be inside it (LaTeX's ``\\input``)."""
+SEALED: ContextVar[bool] = ContextVar("isotope_loader_sealed", default=False)
+"""True while a member is loaded (an email's attachment): a loader then reads no other
+file at all (a mailed .tex must not \\input files of the machine reading it)."""
 
 
 def load(path: Path, data: bytes | None = None, *, root: Path | None = None
@@ -143,12 +146,36 @@ def load(path: Path, data: bytes | None = None, *, root: Path | None = None
         raise LoaderError(path, "file is empty; nothing to index")
     token = ROOT.set(root)
     try:
-        document = loader.func(path, data)
+        document = _run(loader, path, data)
     finally:
         ROOT.reset(token)
     if not document.text.strip():
         raise LoaderError(path, "no text found in the file; nothing to index")
     return document, loader
+
+
+def _run(loader: Loader, path: Path, data: bytes) -> Document:
+    """``loader`` on a file's bytes; anything it raises but a LoaderError becomes one
+    (a loader's bug or a library's surprise costs that file, never the ingest)."""
+    try:
+        return loader.func(path, data)
+    except (LoaderError, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        raise LoaderError(path, f"cannot read it ({type(exc).__name__}: {exc})") from exc
+
+
+def load_member(name: str, path: Path, data: bytes) -> Document:
+    """A member of a container (a mailbox's message, an email's attachment) with the
+    loader called ``name``, sealed: it reads no other file."""
+    token = SEALED.set(True)
+    try:
+        document = _run(loader_named(name), path, data)
+    finally:
+        SEALED.reset(token)
+    if not document.text.strip():
+        raise LoaderError(path, "no text found; nothing to index")
+    return document
 
 
 def _register_builtins() -> None:
@@ -168,6 +195,7 @@ def _register_builtins() -> None:
 _register_builtins()
 
 __all__ = [
-    "Document", "Loader", "Member", "Section", "load", "loader_for", "loader_named",
+    "Document", "Loader", "Member", "Section", "load", "load_member", "loader_for",
+    "loader_named",
     "register", "register_container", "supported_extensions",
 ]

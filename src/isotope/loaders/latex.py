@@ -27,12 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from isotope.errors import LoaderError, MissingDependency
-from isotope.loaders import ROOT, Document, Section, heading_sections
+from isotope.loaders import ROOT, SEALED, Document, Section, heading_sections
 from isotope.loaders.text import decode_text
 
 MAX_INPUT_DEPTH = 10
+MAX_INPUTS = 200
+"""The most ``\\input``/``\\include`` a document may make in all (a file that inputs
+another ten times, nested, would otherwise read it billions of times)."""
+MAX_EXPANDED = 64 * 1024 * 1024
+"""The most text the inputs may add."""
 _COMMENT = re.compile(r"(?<!\\)%.*")
-_INPUT = re.compile(r"\\(input|include)\s*(?:\{([^{}]*)\}|([^\s{}\\%]+))")
+_INPUT = re.compile(r"\\(input|include)(?![A-Za-z@])\s*(?:\{([^{}]*)\}|([^\s{}\\%]+))")
 _SECTIONS = {"part": 1, "chapter": 1, "section": 2, "subsection": 3, "subsubsection": 4,
              "paragraph": 5, "subparagraph": 6}
 _CITES = {"cite", "citep", "citet", "citealp", "citealt", "parencite", "textcite",
@@ -72,23 +77,32 @@ def load_tex(path: Path, data: bytes) -> Document:
     except ImportError as exc:
         raise MissingDependency.from_import(exc, ".tex files", "latex") from exc
     warnings: list[str] = []
-    root = (ROOT.get() or path.parent).resolve()
-    source = _expand(decode_text(path, data), path, root, warnings, 0, {path.resolve()})
+    sealed = SEALED.get()  # an attachment: no other file is read
+    given = ROOT.get() or path.parent
+    root = _resolved(given if given.is_dir() else given.parent)
+    budget = _Budget()
+    source = _COMMENT.sub("", decode_text(path, data)) if sealed or root is None else \
+        _expand(decode_text(path, data), path, root, warnings, 0, {_resolved(path)}, budget)
+    if sealed and _INPUT.search(source):
+        warnings.append("an attachment's \\input and \\include are not followed")
+        source = _INPUT.sub("", source)
     depth = _balance(source)
     if depth:
         warnings.append(f"unbalanced braces ({abs(depth)} {'{' if depth > 0 else '}'} "
                         "unmatched): the text is read as far as it can be")
-    works = _bibliography(path, source, warnings)
+    works = {} if sealed or root is None else _bibliography(path, root, source, warnings)
     try:
-        nodes, _, _ = LatexWalker(source, tolerant_parsing=True).get_latex_nodes()
+        nodes, _, _ = LatexWalker(source, latex_context=_context(),
+                                  tolerant_parsing=True).get_latex_nodes()
     except Exception as exc:  # the tolerant parser still gives up on some input
         raise LoaderError(path, f"cannot parse the LaTeX ({type(exc).__name__}: {exc})"
                           ) from exc
     writer = _Writer(works)
     body = next((n for n in nodes if _env(n) == "document"), None)
     writer.walk(body.nodelist if body is not None else nodes)
-    text = re.sub(r"[ \t]+\n", "\n", writer.text())
-    text = re.sub(r"\n{3,}", "\n\n", text)
+    text, moved = _squeeze(writer.text())
+    writer.headings = [(moved(at), level, title) for at, level, title in writer.headings]
+    writer.cites = [(moved(a), moved(b), works_) for a, b, works_ in writer.cites]
     if writer.unknown:
         names = ", ".join(f"\\{n}" for n in sorted(writer.unknown)[:10])
         warnings.append(f"unknown macros kept as the text of their arguments: {names}")
@@ -109,35 +123,91 @@ def load_tex(path: Path, data: bytes) -> Document:
     return Document(text, metadata, sections, warnings=warnings)
 
 
+class _Budget:
+    """What the inputs of one document may still read."""
+
+    def __init__(self) -> None:
+        self.inputs = MAX_INPUTS
+        self.chars = MAX_EXPANDED
+
+
+def _resolved(path: Path) -> Path | None:
+    """``path`` with its links resolved (None: a link loop, or unreadable)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
 def _expand(text: str, path: Path, root: Path, warnings: list[str], depth: int,
-            seen: set[Path]) -> str:
+            seen: set[Path | None], budget: _Budget) -> str:
     """``text`` without comments, with its ``\\input``/``\\include`` files in place
-    (only those inside ``root``)."""
+    (only regular files inside ``root``, within the budget)."""
+    from isotope.files import read_file
+
     text = _COMMENT.sub("", text)
 
     def replace(match: re.Match[str]) -> str:
         name = (match.group(2) or match.group(3) or "").strip()
+        said = f"\\{match.group(1)}{{{name}}}"
         target = (path.parent / name)
         if not target.suffix:
             target = target.with_suffix(".tex")
-        resolved = target.resolve()
-        if not resolved.is_relative_to(root):
-            warnings.append(f"\\{match.group(1)}{{{name}}} is outside the folder being "
-                            "ingested: left out")
+        resolved = _resolved(target)
+        if resolved is None or not resolved.is_relative_to(root):
+            warnings.append(f"{said} is outside the folder being ingested: left out")
             return ""
-        if resolved in seen or depth >= MAX_INPUT_DEPTH:
-            warnings.append(f"\\{match.group(1)}{{{name}}} includes itself or nests deeper "
-                            f"than {MAX_INPUT_DEPTH}: left out")
+        if resolved in seen or depth >= MAX_INPUT_DEPTH or budget.inputs <= 0:
+            warnings.append(f"{said} includes itself, nests deeper than {MAX_INPUT_DEPTH} or "
+                            f"is past the {MAX_INPUTS} inputs a document may make: left out")
             return ""
+        budget.inputs -= 1
         try:
-            included = decode_text(target, resolved.read_bytes())
+            data = read_file(resolved, budget.chars)[1]  # a regular file, within the budget
+            included = decode_text(target, data)
         except (OSError, LoaderError) as exc:
-            warnings.append(f"\\{match.group(1)}{{{name}}}: cannot read it ({exc}): left out")
+            reason = exc.reason if isinstance(exc, LoaderError) else str(exc)
+            warnings.append(f"{said}: cannot read it ({reason}): left out")
             return ""
+        budget.chars -= len(included)
         return "\n" + _expand(included, resolved, root, warnings, depth + 1,
-                              seen | {resolved}) + "\n"
+                              seen | {resolved}, budget) + "\n"
 
     return _INPUT.sub(replace, text)
+
+
+def _squeeze(text: str) -> tuple[str, Any]:
+    """``text`` without spaces before a line break and with at most one blank line in a
+    row, and the function that moves an offset of ``text`` to the same place in it."""
+    cuts = [(m.start(), m.end()) for m in re.finditer(r"[ \t]+(?=\n)|(?<=\n\n)\n+", text)]
+    kept = "".join(text[a:b] for a, b in zip([0] + [e for _, e in cuts],
+                                             [s for s, _ in cuts] + [len(text)], strict=True))
+    starts = [a for a, _ in cuts]
+    removed = [0]
+    for a, b in cuts:
+        removed.append(removed[-1] + b - a)
+
+    def moved(offset: int) -> int:
+        import bisect
+
+        i = bisect.bisect_right(starts, offset)  # cuts starting at or before the offset
+        if i and offset < cuts[i - 1][1]:  # inside a cut: where it was cut
+            return cuts[i - 1][0] - removed[i - 1]
+        return offset - removed[i]
+
+    return kept, moved
+
+
+def _context() -> Any:
+    """pylatexenc's macros, with the citation commands it does not know (biblatex's)
+    taking their arguments."""
+    from pylatexenc.latexwalker import get_default_latex_context_db
+    from pylatexenc.macrospec import MacroSpec
+
+    db = get_default_latex_context_db()
+    db.add_context_category("isotope-citations", prepend=True,
+                            macros=[MacroSpec(name, "*[[{") for name in _CITES])
+    return db
 
 
 def _balance(text: str) -> int:
@@ -149,8 +219,10 @@ def _balance(text: str) -> int:
     return low if low < 0 else depth
 
 
-def _bibliography(path: Path, source: str, warnings: list[str]) -> dict[str, dict[str, Any]]:
-    """The works of the .bib files the document names (else all beside it), by key."""
+def _bibliography(path: Path, root: Path, source: str, warnings: list[str]
+                  ) -> dict[str, dict[str, Any]]:
+    """The works of the .bib files the document names (else all beside it), by key: only
+    regular files inside ``root``."""
     named = [n.strip() for group in re.findall(
         r"\\(?:bibliography|addbibresource)\s*(?:\[[^\]]*\])?\{([^{}]*)\}", source)
         for n in group.split(",") if n.strip()]
@@ -169,14 +241,22 @@ def _bibliography(path: Path, source: str, warnings: list[str]) -> dict[str, dic
         raise MissingDependency.from_import(exc, ".tex citations", "latex") from exc
     logging.getLogger("bibtexparser").setLevel(logging.CRITICAL)
     works: dict[str, dict[str, Any]] = {}
+    from isotope.files import read_file
+
     for bib in files:
-        if not bib.resolve().is_relative_to(path.parent.resolve()) or not bib.is_file():
-            warnings.append(f"{bib.name}: no such .bib beside it: its citations kept as keys")
+        resolved = _resolved(bib)
+        if resolved is None or not resolved.is_relative_to(root):
+            warnings.append(f"{bib.name}: outside the folder being ingested: its citations "
+                            "kept as keys")
             continue
         try:
-            library = parse_string(
-                bib.read_text(encoding="utf-8", errors="replace"),
-                append_middleware=[LatexDecodingMiddleware()])
+            text = read_file(resolved, MAX_EXPANDED)[1].decode("utf-8", errors="replace")
+        except (OSError, LoaderError):
+            warnings.append(f"{bib.name}: no such .bib (or not a readable file): its "
+                            "citations kept as keys")
+            continue
+        try:
+            library = parse_string(text, append_middleware=[LatexDecodingMiddleware()])
         except Exception as exc:
             warnings.append(f"{bib.name}: cannot parse it ({type(exc).__name__})")
             continue

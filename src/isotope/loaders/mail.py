@@ -34,9 +34,9 @@ from isotope.loaders import Document, Member
 
 MAX_DEPTH = 20
 """MIME parts nested deeper than this are not read (a hostile message nests thousands)."""
-_QUOTE_HEAD = re.compile(
-    r"^\s*(?:On\b.{0,300}\bwrote:\s*$|-{2,}\s*Original Message\s*-{2,}\s*$|"
-    r"_{10,}\s*$\n^From:)", re.M | re.I)
+_ORIGINAL = re.compile(r"^\s*(?:-{2,}\s*Original Message\s*-{2,}\s*$|_{10,}\s*\n\s*From:)",
+                       re.M | re.I)
+_ATTRIBUTION = re.compile(r"^\s*On\b.{0,300}\bwrote:\s*$", re.I)
 _ID = re.compile(r"<[^<>\s]+>")
 
 
@@ -116,8 +116,9 @@ def _header(message: Message, key: str, warnings: list[str]) -> str:
     raw = message.get(key)
     if raw is None:
         return ""
-    try:
-        parts = email.header.decode_header(str(raw))
+    try:  # a Header object (raw 8-bit bytes) keeps its bytes, marked unknown-8bit
+        parts = email.header.decode_header(raw if isinstance(raw, email.header.Header)
+                                           else str(raw))
     except Exception:
         warnings.append(f"unreadable {key} header")
         return str(raw)
@@ -136,11 +137,11 @@ def _decode(data: bytes, charset: str | None, what: str, warnings: list[str]) ->
         name = "utf-8"
     try:
         return data.decode(name)
-    except LookupError:
-        warnings.append(f"{what} in an unknown charset {charset!r}: read as UTF-8, "
-                        "unreadable bytes replaced")
     except UnicodeDecodeError:
         warnings.append(f"{what} is not valid {charset or 'UTF-8'}: unreadable bytes replaced")
+    except (LookupError, ValueError):  # an unknown name, "undefined", a NUL in the name
+        warnings.append(f"{what} in an unknown charset {str(charset)[:40]!r}: read as UTF-8, "
+                        "unreadable bytes replaced")
     return data.decode("utf-8", errors="replace")
 
 
@@ -173,8 +174,11 @@ def _body(message: Message, warnings: list[str]
         if part.is_multipart():
             too_deep = True
             continue
-        name = part.get_filename()
-        disposition = (part.get("Content-Disposition") or "").split(";")[0].strip().lower()
+        try:
+            name = part.get_filename()
+        except Exception:  # an undecodable name parameter
+            name = "(unnamed)"
+        disposition = str(part.get("Content-Disposition") or "").split(";")[0].strip().lower()
         if name or disposition == "attachment":
             shown = _decoded_name(name or "(unnamed)", warnings)
             attachments.append(shown)
@@ -236,16 +240,30 @@ def _header_value(value: str, warnings: list[str]) -> str:
 
 
 def written(body: str) -> str:
-    """What the sender wrote: the body without quoted replies and the signature."""
+    """What the sender wrote: the body without quoted lines (``> ...``), the line that
+    introduces them ("On ... wrote:", when quoted lines follow it), a forwarded or
+    top-posted original ("-----Original Message-----", Outlook's rule then ``From:``)
+    with all after it, and the signature (after a ``-- `` line near the end). An
+    interleaved reply keeps every answer between the quotes."""
     body = body.replace("\r\n", "\n")
-    quoted = _QUOTE_HEAD.search(body)
-    if quoted:
-        body = body[:quoted.start()]
-    signature = re.search(r"^-- ?$", body, re.M)
-    if signature:
-        body = body[:signature.start()]
-    lines = [line for line in body.split("\n") if not line.lstrip().startswith(">")]
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+    original = _ORIGINAL.search(body)
+    if original:
+        body = body[:original.start()]
+    lines = body.split("\n")
+    for i in range(len(lines) - 1, -1, -1):  # the signature: "-- " within the last lines
+        if lines[i].rstrip("\n") in ("-- ", "--") and len(lines) - i <= 12:
+            lines = lines[:i]
+            break
+    kept: list[str] = []
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(">"):
+            continue
+        if _ATTRIBUTION.match(line):
+            following = next((n for n in lines[i + 1:] if n.strip()), "")
+            if following.lstrip().startswith(">") or not following:
+                continue
+        kept.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
 
 
 def mbox_members(path: Path, max_bytes: int, grouping: str = "message"

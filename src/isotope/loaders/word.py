@@ -50,7 +50,7 @@ def load_docx(path: Path, data: bytes) -> Document:
         raise MissingDependency.from_import(exc, ".docx files", "docx") from exc
     try:
         document = docx.Document(io.BytesIO(data))
-        blocks = list(document.iter_inner_content())
+        blocks = list(_blocks(document.element.body, document))
     except Exception as exc:  # python-docx and lxml raise many kinds on damaged files
         raise LoaderError(path, f"cannot read the Word document ({type(exc).__name__}: "
                           f"{exc}); re-save it from Word or LibreOffice") from exc
@@ -87,6 +87,24 @@ def load_docx(path: Path, data: bytes) -> Document:
     return Document(body, metadata, heading_sections(headings, len(body)))
 
 
+def _blocks(parent: Any, document: Any) -> Any:
+    """The paragraphs and tables of the body in order, including those inside content
+    controls (``w:sdt``), which python-docx's own walk leaves out."""
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+
+    for child in parent.iterchildren():
+        tag = child.tag.rsplit("}", 1)[-1]
+        if tag == "p":
+            yield Paragraph(child, document)
+        elif tag == "tbl":
+            yield Table(child, document)
+        elif tag == "sdt":
+            for content in child.iterchildren():
+                if content.tag.rsplit("}", 1)[-1] == "sdtContent":
+                    yield from _blocks(content, document)
+
+
 def _level(paragraph: Any) -> int:
     """1 for Title and Heading 1, n for Heading n, 0 for body text."""
     try:
@@ -109,4 +127,7 @@ def _unique(cells: Any) -> list[Any]:
 
 
 def _cell(cell: Any) -> str:
-    return " ".join(cell.text.split())
+    """A cell's text, with the rows of a table nested in it."""
+    nested = ["; ".join(" / ".join(_cell(c) for c in _unique(row.cells)) for row in t.rows)
+              for t in cell.tables]
+    return " ".join(" ".join([cell.text, *nested]).split())
