@@ -27,7 +27,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passages", type=int, default=300)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--first-pages", action="store_true",
+                        help="show the model only each document's beginning (isotope before "
+                        "the windows), to compare with the windows")
     args = parser.parse_args()
+    if args.first_pages:
+        from isotope import contextual
+
+        whole = contextual.excerpt
+        contextual.excerpt = lambda document, max_chars, start=None, end=None: whole(
+            document, max_chars)
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                         args.passages)
     chunks = evaluation.chunks_of(passages, "title")
@@ -38,7 +47,8 @@ def main() -> None:
     costs: dict[bool, IngestReport] = {}
     sample = ""
     for enriched in (False, True):
-        index = OUT / f"contextual-{args.passages}-{'on' if enriched else 'off'}"
+        index = OUT / (f"contextual-{args.passages}-{'on' if enriched else 'off'}"
+                       + ("-first" if args.first_pages and enriched else ""))
         started = time.perf_counter()
         with Isotope.open(index, cache_dir=CACHE, chunk_context=enriched) as iso:
             report = iso.ingest_chunks(
@@ -74,7 +84,8 @@ def main() -> None:
           f"({seconds / max(1, on.contexts):.1f} s per chunk; the index without them: "
           f"{sum(costs[False].timings.values()):.0f} s of ingest, mostly cached)")
     print(f"A context written: {sample}")
-    (OUT / f"contextual-{args.passages}.json").write_text(json.dumps(
+    suffix = "-first" if args.first_pages else ""
+    (OUT / f"contextual-{args.passages}{suffix}.json").write_text(json.dumps(
         {enriched: {"questions": [m.__dict__ for m in r[0]],
                     "keywords": [m.__dict__ for m in r[1]]} for enriched, r in rows.items()},
         indent=1, default=str))

@@ -10,9 +10,9 @@ about (a pronoun for the product, a section without its heading). It costs one m
 per chunk. The model sees the whole document when it fits in ``context_chars``; a longer
 one is shown as its beginning (what it is about) and a window around the chunk (what
 surrounds it), so a chunk deep in a long document is situated by its own neighbourhood,
-not by the first pages. Windows start on a grid of a quarter of their length, so the
-chunks near one another share one window: a model with a prompt cache evaluates it once
-for all of them.
+not by the first pages. Windows start on a grid of half their length (each chunk at least
+a quarter of a window from either edge), so the chunks near one another share one
+window: a model with a prompt cache evaluates it once for all of them.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def excerpt(document: str, max_chars: int, start: int | None = None,
         return _cut(document, 0, max_chars) + " [...]"
     head = max_chars // HEAD_SHARE
     window = max_chars - head
-    step = max(1, window // 4)
+    step = max(1, window // 2)
     centre = (start + end) // 2
     begin = min(max(centre - window // 2, head), len(document) - window)
     begin = head + (begin - head) // step * step  # on the grid: neighbours share a window
