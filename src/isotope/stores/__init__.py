@@ -324,6 +324,32 @@ StoreFactory = Callable[..., Store]
 _BACKENDS: dict[str, tuple[StoreFactory | str, str | None]] = {}
 
 
+def draw_questions(kept: Sequence[int], dropped: Sequence[int], n: int, seed: int | None
+                   ) -> tuple[list[int], list[int]]:
+    """``n`` generated questions drawn at random among the row numbers of the kept and of
+    the dropped ones (``seed`` repeats a draw): (kept rows, dropped rows)."""
+    import random
+
+    pool = [(True, r) for r in kept] + [(False, r) for r in dropped]
+    picked = random.Random(seed).sample(pool, min(n, len(pool)))
+    return [r for k, r in picked if k], [r for k, r in picked if not k]
+
+
+def as_generated(rows: Sequence[Sequence[Any]], *, shuffle: bool = False,
+                        seed: int | None = None) -> list[GeneratedQuestion]:
+    """Rows (source, chunk id, chunk index, atom id, atom index, atom, text, kept,
+    reason, row) as :class:`GeneratedQuestion` (``shuffle``: in an order drawn with
+    ``seed``, for a sample)."""
+    import random
+
+    rows = list(rows)
+    if shuffle:
+        random.Random(seed).shuffle(rows)
+    return [GeneratedQuestion(source=r[0], chunk_id=r[1], chunk_index=r[2],
+                              atom_id=r[3] or "", atom=r[5] or "", text=r[6],
+                              kept=bool(r[7]), reason=r[8]) for r in rows]
+
+
 def register(scheme: str, backend: StoreFactory | str, *, extra: str | None = None) -> None:
     """Serve locations ``scheme://...`` with ``backend``: a factory, or ``"module:Class"``
     imported on first use (a class taking ``(location, create=...)``). ``extra`` names the

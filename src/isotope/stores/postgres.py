@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 import re
 import threading
 import time
@@ -57,7 +56,9 @@ from isotope.stores import (
     SourceInfo,
     Store,
     StoredChunk,
+    as_generated,
     describe,
+    draw_questions,
 )
 from isotope.stores.postgres_schema import (
     connect,
@@ -618,24 +619,20 @@ class PostgresStore(Store):
                             seed: int | None = None) -> list[GeneratedQuestion]:
         with self.snapshot():
             if sample is not None:  # drawn among the row numbers, then only those read
-                pool = [(1, int(r)) for (r,) in self._rows("SELECT row FROM questions")]
-                pool += [(0, int(r)) for (r,) in self._rows("SELECT row FROM dropped_questions")]
-                picked = random.Random(seed).sample(pool, min(sample, len(pool)))
-                rows = [*self._rows(KEPT_QUESTIONS.format(where="q.row = ANY(%s)"),
-                                    ([r for t, r in picked if t],)),
+                kept, dropped = draw_questions(
+                    [int(r) for (r,) in self._rows("SELECT row FROM questions")],
+                    [int(r) for (r,) in self._rows("SELECT row FROM dropped_questions")],
+                    sample, seed)
+                rows = [*self._rows(KEPT_QUESTIONS.format(where="q.row = ANY(%s)"), (kept,)),
                         *self._rows(DROPPED_QUESTIONS.format(where="d.row = ANY(%s)"),
-                                    ([r for t, r in picked if not t],))]
-                random.Random(seed).shuffle(rows)
-            else:
-                where, value = (("c.source = %s", source) if source is not None
-                                else ("c.id = %s", chunk_id))
-                rows = self._rows(
-                    f"{KEPT_QUESTIONS.format(where=where)} UNION ALL "
-                    f"{DROPPED_QUESTIONS.format(where=where)} ORDER BY 3, 1, 2, 5, 8 DESC, 10",
-                    (value, value))
-        return [GeneratedQuestion(source=r[0], chunk_id=r[1], chunk_index=r[2],
-                                  atom_id=r[3] or "", atom=r[5] or "", text=r[6],
-                                  kept=bool(r[7]), reason=r[8]) for r in rows]
+                                    (dropped,))]
+                return as_generated(rows, shuffle=True, seed=seed)
+            where, value = (("c.source = %s", source) if source is not None
+                            else ("c.id = %s", chunk_id))
+            return as_generated(self._rows(
+                f"{KEPT_QUESTIONS.format(where=where)} UNION ALL "
+                f"{DROPPED_QUESTIONS.format(where=where)} ORDER BY 3, 1, 2, 5, 8 DESC, 10",
+                (value, value)))
 
     def _derived(self, chunk_ids: list[str], atom_order: str
                  ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import re
 import sqlite3
 import threading
@@ -52,6 +51,8 @@ from isotope.stores import (
     SourceInfo,
     Store,
     StoredChunk,
+    as_generated,
+    draw_questions,
 )
 from isotope.stores.sqlite_check import inspect
 from isotope.stores.sqlite_connection import (
@@ -618,24 +619,20 @@ class SQLiteStore(Store):
                             seed: int | None = None) -> list[GeneratedQuestion]:
         conn = self._conn()
         if sample is not None:  # drawn among the row numbers, then only those rows read
-            pool = [(1, r) for (r,) in conn.execute("SELECT rowid FROM questions")]
-            pool += [(0, r) for (r,) in conn.execute("SELECT rowid FROM dropped_questions")]
-            picked = random.Random(seed).sample(pool, min(sample, len(pool)))
-            rows = [*conn.execute(_KEPT.format(where="q.rowid IN (SELECT value FROM json_each(?))"),
-                                  (json.dumps([r for t, r in picked if t]),)),
-                    *conn.execute(_DROPPED.format(
-                        where="d.rowid IN (SELECT value FROM json_each(?))"),
-                        (json.dumps([r for t, r in picked if not t]),))]
-            random.Random(seed).shuffle(rows)
-        else:
-            where, value = (("c.source = ?", source) if source is not None
-                            else ("c.id = ?", chunk_id))
-            rows = conn.execute(
-                f"{_KEPT.format(where=where)} UNION ALL {_DROPPED.format(where=where)} "
-                "ORDER BY 3, 1, 2, 5, 8 DESC, 10", (value, value)).fetchall()
-        return [GeneratedQuestion(source=r[0], chunk_id=r[1], chunk_index=r[2],
-                                  atom_id=r[3] or "", atom=r[5] or "", text=r[6],
-                                  kept=bool(r[7]), reason=r[8]) for r in rows]
+            kept, dropped = draw_questions(
+                [r for (r,) in conn.execute("SELECT rowid FROM questions")],
+                [r for (r,) in conn.execute("SELECT rowid FROM dropped_questions")],
+                sample, seed)
+            among = "{}.rowid IN (SELECT value FROM json_each(?))"
+            rows = [*conn.execute(_KEPT.format(where=among.format("q")), (json.dumps(kept),)),
+                    *conn.execute(_DROPPED.format(where=among.format("d")),
+                                  (json.dumps(dropped),))]
+            return as_generated(rows, shuffle=True, seed=seed)
+        where, value = (("c.source = ?", source) if source is not None
+                        else ("c.id = ?", chunk_id))
+        return as_generated(conn.execute(
+            f"{_KEPT.format(where=where)} UNION ALL {_DROPPED.format(where=where)} "
+            "ORDER BY 3, 1, 2, 5, 8 DESC, 10", (value, value)).fetchall())
 
     @guarded
     def meta_items(self) -> dict[str, Any]:
