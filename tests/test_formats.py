@@ -23,6 +23,7 @@ def test_the_formats_are_ingested_searchable_and_filterable(
     with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
         report = iso.ingest(formats)
         assert report.ok and report.warnings == []
+        assert report.skipped == []  # references.bib is read with the paper, not skipped
         assert sorted(Path(a).name for a in report.added) == [
             "offsite-planning.eml", "offsite-planning.eml#agenda.txt", "robot-navigation.tex",
             "support.mbox#dock-1@example.com", "support.mbox#dock-2@example.com",

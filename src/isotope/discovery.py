@@ -53,6 +53,8 @@ def discover(
             missing.append(FileError(str(path), "no such file or directory"))
         elif path.is_dir():
             for file in _walk(path, include, exclude):
+                if file.suffix.lower() in loaders.COMPANIONS:
+                    continue  # read with the files it belongs to (a .bib with its .tex)
                 if loaders.loader_for(file) is None:
                     skipped.append(FileError(str(file), f"unsupported file type {file.suffix!r}"))
                 else:

@@ -81,6 +81,10 @@ class Loader:
     ``FILE#MEMBER``; ``func`` is then not used."""
 
 
+COMPANIONS = {".bib": "the citations of the .tex files beside it"}
+"""Extensions of files that are read with others, never on their own: a folder walk
+passes them over without a notice."""
+
 _REGISTRY: dict[str, Loader] = {}
 _NAMED: dict[str, Loader] = {}
 
