@@ -24,7 +24,7 @@ from isotope.generation import Generated, QuestionGenerator
 from isotope.models import DroppedQuestion, Question, Source
 from isotope.reports import IngestReport, Progress, ProgressCallback, Timer
 from isotope.settings import Settings
-from isotope.stores import ChunkQuestions, PendingChunk, Store
+from isotope.stores import ChunkQuestions, PendingChunk, Store, dropped_by_chunk
 from isotope.windows import windows
 
 log = logging.getLogger(__name__)
@@ -121,11 +121,11 @@ class Enricher:
         by_chunk: dict[str, list[int]] = {}
         for i, question in enumerate(kept):
             by_chunk.setdefault(question.chunk_id, []).append(i)
+        dropped_of = dropped_by_chunk(dropped)
         done = [
             ChunkQuestions(p.chunk.id, [kept[i] for i in by_chunk.get(p.chunk.id, [])],
                            vectors[by_chunk.get(p.chunk.id, [])] if kept else vectors[:0],
-                           complete=not r.failed,
-                           dropped=[d for d in dropped if d.chunk_id == p.chunk.id])
+                           complete=not r.failed, dropped=dropped_of.get(p.chunk.id, []))
             for p, r in zip(part, results, strict=True) if r is not None]
         with Timer(report, "store"):
             self.store.add_questions(done)

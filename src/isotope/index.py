@@ -455,18 +455,23 @@ class Isotope:
     def delete(self, source: str | Path) -> None:
         """Remove a source (its path or identifier) and everything derived from it; a
         container file (a mailbox) removes all its members."""
-        try:
-            uris = [self._stored_uri(source)]
-        except SourceNotFound:
-            path = str(source_path(source))
-            uris = [i.source.uri for i in self.store.sources()
-                    if i.source.metadata.get("container") in (str(source), path)]
-            if not uris:
-                raise
         with self.store.writer(self.settings.lock_wait):
-            members = maintenance.members_of(self.store)
-            for uri in uris:
-                maintenance.drop(self.store, uri, members)
+            try:
+                uri = self._stored_uri(source)
+            except SourceNotFound:  # a mailbox: its messages (and theirs)
+                members = maintenance.members_of(self.store)
+                uris = members.get(str(source), set()) | members.get(
+                    str(source_path(source)), set())
+                if not uris:
+                    raise
+            else:  # only an email with attachments holds others (read all only then)
+                stored = self.store.get_source(uri)
+                members = (maintenance.members_of(self.store)
+                           if stored is not None and stored.metadata.get("attachments")
+                           else {})
+                uris = {uri}
+            for each in sorted(uris):
+                maintenance.drop(self.store, each, members)
 
     def sources(self, *, check_files: bool = True) -> list[SourceInfo]:
         """The sources, each with its ``state`` when ``check_files``: ``current``,

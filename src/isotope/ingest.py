@@ -299,12 +299,11 @@ class Pipeline:
                 continue
             try:
                 document = loaders.load_member(member.loader, Path(uri), member.data)
-                reader = loaders.loader_named(member.loader)
             except LoaderError as exc:
                 report.errors.append(FileError(exc.path, exc.reason))
                 continue
             source = Source(uri=uri, content_hash=digest, size=len(member.data), mtime=mtime,
-                            loader=reader.name, root=str(root),
+                            loader=member.loader, root=str(root),
                             metadata={**document.metadata, "container": owner,
                                       "file": file})
             self._document(source, document, existing, report, progress, done, total)

@@ -158,8 +158,9 @@ def gone_file(path: str) -> bool:
 def source_state(source: Source, max_bytes: int) -> str:
     """``current``, ``changed``, ``missing`` or ``incomplete`` for a file source (the
     file's size and mtime are compared first, its hash only when they differ; a file that
-    is no longer a regular file, or is over ``max_bytes``, is ``changed``). A member of a
-    container (a mailbox's message) follows its container's modification time."""
+    is no longer a regular file, or is over ``max_bytes``, is ``changed``). A source inside
+    a file (a mailbox's message, an attachment) is ``current`` while that file is there
+    (``missing`` once it is gone)."""
     if source.loader == "chunks" or not os.path.isabs(source.uri):
         return "incomplete" if source.status == "incomplete" else ""
     container = source.metadata.get("file")  # a member of a mailbox, or an attachment

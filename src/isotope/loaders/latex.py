@@ -53,13 +53,12 @@ _DROP = {"label", "ref", "eqref", "pageref", "autoref", "cref", "Cref", "usepack
          "normalsize", "bfseries", "itshape", "rmfamily", "ttfamily", "sffamily",
          "appendix", "frontmatter", "mainmatter", "backmatter", "hline", "toprule",
          "midrule", "bottomrule", "cline", "printbibliography", "graphicspath", "input",
-         "include", "def", "let", "protect", "index", "hypersetup", "caption*",
-         "smallskip", "medskip", "bigskip", "par", "relax", "today", "and", "item*",
+         "include", "def", "let", "protect", "index", "hypersetup",
+         "smallskip", "medskip", "bigskip", "par", "relax", "today", "and",
          "quad", "qquad", "newline", "indent", "begingroup", "endgroup"}
 _TEXT = {"emph", "textbf", "textit", "texttt", "textsc", "textrm", "textsf", "textup",
          "underline", "mbox", "hbox", "text", "url", "caption", "footnote", "textsuperscript",
-         "textsubscript", "uline", "enquote", "mathrm", "section*", "abstract", "href",
-         "paragraph*", "emph*"}
+         "textsubscript", "uline", "enquote", "mathrm", "abstract", "href"}
 _SYMBOLS = {"&": "&", "%": "%", "$": "$", "#": "#", "_": "_", "{": "{", "}": "}",
             "\\": "\n", " ": " ", ",": " ", ";": " ", ":": " ", "!": "", "/": "", "-": "",
             "ldots": "...", "dots": "...", "LaTeX": "LaTeX", "TeX": "TeX", "S": "§",

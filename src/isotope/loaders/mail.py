@@ -116,19 +116,23 @@ def _header(message: Message, key: str, warnings: list[str]) -> str:
     raw = message.get(key)
     if raw is None:
         return ""
-    try:  # a Header object (raw 8-bit bytes) keeps its bytes, marked unknown-8bit
+    return _decoded(raw, f"{key} header", warnings, unreadable=f"unreadable {key} header")
+
+
+def _decoded(raw: Any, what: str, warnings: list[str], *, unreadable: str | None = None
+             ) -> str:
+    """An encoded header value (RFC 2047) as text; a Header object (raw 8-bit bytes)
+    keeps its bytes, marked unknown-8bit. One that cannot be split into its encoded
+    words is given as it is (with the warning ``unreadable``, if any)."""
+    try:
         parts = email.header.decode_header(raw if isinstance(raw, email.header.Header)
                                            else str(raw))
     except Exception:
-        warnings.append(f"unreadable {key} header")
+        if unreadable:
+            warnings.append(unreadable)
         return str(raw)
-    out: list[str] = []
-    for value, charset in parts:
-        if isinstance(value, str):
-            out.append(value)
-            continue
-        out.append(_decode(value, charset, f"{key} header", warnings))
-    return "".join(out).strip()
+    return "".join(v if isinstance(v, str) else _decode(v, c, what, warnings)
+                   for v, c in parts).strip()
 
 
 def _decode(data: bytes, charset: str | None, what: str, warnings: list[str]) -> str:
@@ -227,16 +231,7 @@ def _unparsed(message: Message, warnings: list[str]) -> str:
 
 
 def _decoded_name(name: str, warnings: list[str]) -> str:
-    return " ".join(_header_value(name, warnings).split())
-
-
-def _header_value(value: str, warnings: list[str]) -> str:
-    try:
-        parts = email.header.decode_header(value)
-    except Exception:
-        return value
-    return "".join(v if isinstance(v, str) else _decode(v, c, "an attachment name", warnings)
-                   for v, c in parts)
+    return " ".join(_decoded(name, "an attachment name", warnings).split())
 
 
 def written(body: str) -> str:
@@ -349,10 +344,8 @@ def _threads(path: Path, max_bytes: int, unique: Any) -> Iterator[Member]:
     for number, (begin, end, data) in enumerate(_split(path, max_bytes), start=1):
         head = email.parser.BytesHeaderParser(policy=email.policy.compat32).parsebytes(
             data[:65536]) if data else None
-        ids = ((_ids(str(head.get("References") or "")) or _ids(str(head.get(
-            "In-Reply-To") or "")) or _ids(str(head.get("Message-ID") or "")))
-               if head is not None else [])
-        threads.setdefault(ids[0] if ids else f"<message-{number}>", []).append((begin, end))
+        thread = headers(head, []).get("thread") if head is not None else None
+        threads.setdefault(thread or f"<message-{number}>", []).append((begin, end))
     with open(path, "rb") as handle:
         for thread, spans in threads.items():
             total = sum(end - begin for begin, end in spans)

@@ -324,6 +324,14 @@ StoreFactory = Callable[..., Store]
 _BACKENDS: dict[str, tuple[StoreFactory | str, str | None]] = {}
 
 
+def dropped_by_chunk(dropped: Sequence[DroppedQuestion]) -> dict[str, list[DroppedQuestion]]:
+    """Dropped questions grouped by their chunk's id, each group in the order given."""
+    found: dict[str, list[DroppedQuestion]] = {}
+    for question in dropped:
+        found.setdefault(question.chunk_id, []).append(question)
+    return found
+
+
 def draw_questions(kept: Sequence[int], dropped: Sequence[int], n: int, seed: int | None
                    ) -> tuple[list[int], list[int]]:
     """``n`` generated questions drawn at random among the row numbers of the kept and of
@@ -336,7 +344,7 @@ def draw_questions(kept: Sequence[int], dropped: Sequence[int], n: int, seed: in
 
 
 def as_generated(rows: Sequence[Sequence[Any]], *, shuffle: bool = False,
-                        seed: int | None = None) -> list[GeneratedQuestion]:
+                 seed: int | None = None) -> list[GeneratedQuestion]:
     """Rows (source, chunk id, chunk index, atom id, atom index, atom, text, kept,
     reason, row) as :class:`GeneratedQuestion` (``shuffle``: in an order drawn with
     ``seed``, for a sample)."""

@@ -59,6 +59,7 @@ from isotope.stores import (
     as_generated,
     describe,
     draw_questions,
+    dropped_by_chunk,
 )
 from isotope.stores.postgres_schema import (
     connect,
@@ -586,7 +587,7 @@ class PostgresStore(Store):
             chunks = self._rows("SELECT id, hash, context, vector FROM chunks WHERE source = "
                                 "%s AND hash IS NOT NULL AND enriched", (uri,))
             atoms, questions = self._derived([c[0] for c in chunks], "chunk_id, idx")
-            dropped = self._dropped([c[0] for c in chunks])
+            dropped = dropped_by_chunk(self._dropped([c[0] for c in chunks]))
         atoms_of: dict[str, list[tuple[Any, ...]]] = {}
         for a in atoms:
             atoms_of.setdefault(a[1], []).append(a)
@@ -605,7 +606,7 @@ class PostgresStore(Store):
                            for q in own_questions],
                 question_vectors=_stack([q[3] for q in own_questions]),
                 context=context,
-                dropped=[d for d in dropped if d.chunk_id == chunk_id])
+                dropped=dropped.get(chunk_id, []))
         return found
 
     def _dropped(self, chunk_ids: list[str]) -> list[DroppedQuestion]:

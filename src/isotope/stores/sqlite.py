@@ -53,6 +53,7 @@ from isotope.stores import (
     StoredChunk,
     as_generated,
     draw_questions,
+    dropped_by_chunk,
 )
 from isotope.stores.sqlite_check import inspect
 from isotope.stores.sqlite_connection import (
@@ -563,7 +564,6 @@ class SQLiteStore(Store):
     def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
         conn = self._conn()
         found: dict[str, StoredChunk] = {}
-        dropped: dict[str, list[DroppedQuestion]] = {}
         with self.snapshot():
             chunks = conn.execute(
                 "SELECT rowid, id, hash, context FROM chunks WHERE source=? AND hash IS NOT "
@@ -579,8 +579,8 @@ class SQLiteStore(Store):
                     "SELECT rowid, atom_id, text FROM questions WHERE atom_id IN "
                     "(SELECT id FROM atoms WHERE chunk_id=?) ORDER BY rowid",
                     (chunk_id,)).fetchall()
-                dropped[chunk_id] = self._dropped(conn, [chunk_id])
                 parts.append((chunk_row, chunk_id, digest, context, atoms, questions))
+            dropped = dropped_by_chunk(self._dropped(conn, [p[1] for p in parts]))
             vectors = {
                 "chunks": self._vectors_of("chunks", [p[0] for p in parts]),
                 "atoms": self._vectors_of("atoms", [a[0] for p in parts for a in p[4]]),
@@ -601,7 +601,7 @@ class SQLiteStore(Store):
                            for q in questions],
                 question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
                 context=context,
-                dropped=dropped[chunk_id],
+                dropped=dropped.get(chunk_id, []),
             )
         return found
 
