@@ -52,7 +52,7 @@ def test_stdio_tools_search_and_list(iso: Isotope, examples: Path, tmp_path: Pat
             names = {t.name for t in (await s.list_tools()).tools}
             assert names == {"search", "ask", "list_sources", "ingest"}
             found = _payload(await s.call_tool("search", {"query": QUERY, "k": 3}))
-            assert Path(found["results"][0]["chunk"]["source"]).name == "handbook.md"
+            assert Path(found["results"][0]["source"]).name == "handbook.md"
             assert found["results"][0]["matched_questions"]
             listed = _payload(await s.call_tool("list_sources", {}))
             assert len(listed) == 4
@@ -82,7 +82,7 @@ def test_http_tools_with_a_write_key(http_server: str, examples: Path) -> None:
                 ClientSession(read, write) as s:
             await s.initialize()
             found = _payload(await s.call_tool("search", {"query": QUERY}))
-            assert Path(found["results"][0]["chunk"]["source"]).name == "handbook.md"
+            assert Path(found["results"][0]["source"]).name == "handbook.md"
             answered = _payload(await s.call_tool("ask", {"query": QUERY}))
             assert answered["answer"] and answered["citations"]
             done = _payload(await s.call_tool("ingest", {"paths": [str(examples / "faq.html")]}))

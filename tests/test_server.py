@@ -34,7 +34,7 @@ def served(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[TestClient]
     roots = [examples.resolve()]
     application = create_app(iso, keys=Keys(), roots=roots, max_bytes=2_000_000,
                              uploads=tmp_path / "uploads")
-    with TestClient(application) as client:
+    with TestClient(application, base_url="http://127.0.0.1") as client:
         yield client
 
 
@@ -44,7 +44,7 @@ def guarded(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[TestClient
     keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY, f"{READ_KEY}:read"]))
     application = create_app(iso, keys=keys, roots=[], max_bytes=2_000_000,
                              uploads=tmp_path / "uploads")
-    with TestClient(application) as client:
+    with TestClient(application, base_url="http://127.0.0.1") as client:
         yield client
 
 
@@ -78,9 +78,14 @@ def test_ask_answers_with_citations_and_streams(served: TestClient, iso: Isotope
         assert reply.headers["content-type"].startswith("text/event-stream")
         text = "".join(reply.iter_text())
     events = [block.split("\n")[0] for block in text.strip().split("\n\n")]
-    assert events == ["event: results", "event: answer", "event: done"]
+    assert events[0] == "event: results" and events[-2:] == ["event: answer", "event: done"]
+    assert events[1:-2] and set(events[1:-2]) == {"event: token"}  # the reply as it came
+    tokens = "".join(json.loads(block.split("data: ", 1)[1])["text"]
+                     for block in text.strip().split("\n\n")
+                     if block.startswith("event: token"))
     answer = json.loads(text.split("event: answer\ndata: ")[1].split("\n")[0])
-    assert answer["answer"] and answer["citations"]
+    assert answer["answer"] and answer["citations"] and answer["answer_kind"] == "generated"
+    assert answer["answer"] in tokens
     assert len(searches) == 2  # one per request: the stream answers from the results it sent
     sent = json.loads(text.split("event: results\ndata: ")[1].split("\n")[0])
     assert all(n <= len(sent["results"]) for n in answer["citations"])
@@ -227,9 +232,12 @@ def test_client_moves_code_from_embedded_to_served_by_one_line(
 
 
 def test_serve_refuses_other_hosts_without_a_key(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["serve", "--index", str(tmp_path / "i"), "--host",
-                                      "0.0.0.0"])
+    result = CliRunner().invoke(cli, ["serve", "--index", str(tmp_path / "i"), "--create",
+                                      "--host", "0.0.0.0"])
     assert result.exit_code == 1 and "without an API key" in result.output
+    typo = CliRunner().invoke(cli, ["serve", "--index", str(tmp_path / "typo-idx")])
+    assert typo.exit_code == 1 and "no index at" in typo.output  # not served empty
+    assert not (tmp_path / "typo-idx").exists()
 
 
 def test_search_never_runs_on_the_event_loop(served: TestClient, iso: Isotope,

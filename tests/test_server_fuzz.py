@@ -26,7 +26,8 @@ from isotope.server.auth import Keys  # noqa: E402
 def api(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[Any]:
     iso.ingest(examples / "handbook.md")
     application = create_app(iso, keys=Keys(), roots=[examples.resolve()],
-                             max_bytes=200_000, uploads=tmp_path / "uploads", mcp=False)
+                             max_bytes=200_000, uploads=tmp_path / "uploads", mcp=False,
+                             allowed_hosts=["testserver"])  # schemathesis' Host
     yield schemathesis.openapi.from_asgi("/openapi.json", application)
 
 

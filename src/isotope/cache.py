@@ -18,7 +18,7 @@ import logging
 import shlex
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -277,6 +277,30 @@ class CachedLLM(LLM):
                 replies, {missing[i]: message for i, message in error.failures.items()}
             ) from error
         return [r or "" for r in replies]
+
+    def stream(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0
+               ) -> Iterator[str]:
+        """A cached reply whole; else the model's pieces as they come, the reply cached
+        once it is complete (a stream stopped early is not)."""
+        key = self._keys([prompt], max_tokens, temperature)[0]
+        found = self.cache.get_replies([key]) if self.cache is not None else {}
+        if key in found:
+            self.stats.hits += 1
+            yield found[key][0]
+            return
+        self.stats.misses += 1
+        pieces: list[str] = []
+        stream = self.inner.stream(prompt, max_tokens=max_tokens, temperature=temperature)
+        try:
+            for piece in stream:
+                pieces.append(piece)
+                yield piece
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        if self.cache is not None:
+            self.cache.put_replies([(key, "".join(pieces), 0, 0)])
 
     def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
                        temperature: float, questions: int) -> list[list[str]]:

@@ -22,19 +22,35 @@ class FileError:
 
 
 
+def inside(path: str | Path, roots: Sequence[Path]) -> bool:
+    """Whether ``path``, its links followed, is one of ``roots`` (resolved) or below one."""
+    real = Path(os.path.realpath(path))
+    return any(real == root or root in real.parents for root in roots)
+
+
 def discover(
-    paths: Iterable[str | Path], include: Sequence[str], exclude: Sequence[str]
+    paths: Iterable[str | Path], include: Sequence[str], exclude: Sequence[str],
+    confine: Sequence[Path] | None = None,
 ) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
     """Files to ingest under ``paths`` (directories are walked), each as the absolute path
     it was reached by (see :mod:`isotope.files`) with the path it was found under (its
     root); files skipped; and paths that do not exist. A file reached twice (a symbolic
-    link to a file already found) is ingested once, under the first path."""
+    link to a file already found) is ingested once, under the first path.
+
+    With ``confine`` (resolved folders: a server's ``serve_roots``), a file or folder
+    whose links lead out of them is not read: the file is listed with the errors, the
+    folder is not walked."""
     files: dict[Path, Path] = {}
     skipped: list[FileError] = []
     missing: list[FileError] = []
     seen: dict[tuple[int, int], Path] = {}
+    roots = None if confine is None else [Path(os.path.realpath(r)) for r in confine]
 
     def add(file: Path, root: Path) -> None:
+        if roots is not None and not inside(file, roots):
+            missing.append(FileError(str(file), "a link leading out of the serve_roots "
+                                     f"({os.path.realpath(file)}); not read"))
+            return
         try:
             stat = file.stat()
         except OSError:
@@ -52,7 +68,7 @@ def discover(
         if not path.exists():
             missing.append(FileError(str(path), "no such file or directory"))
         elif path.is_dir():
-            for file in _walk(path, include, exclude):
+            for file in _walk(path, include, exclude, roots, missing):
                 if file.suffix.lower() in loaders.COMPANIONS:
                     continue  # read with the files it belongs to (a .bib with its .tex)
                 if loaders.loader_for(file) is None:
@@ -64,9 +80,17 @@ def discover(
     return files, skipped, missing
 
 
-def _walk(root: Path, include: Sequence[str], exclude: Sequence[str]) -> Iterator[Path]:
+def _walk(root: Path, include: Sequence[str], exclude: Sequence[str],
+          confine: Sequence[Path] | None = None, refused: list[FileError] | None = None,
+          ) -> Iterator[Path]:
     seen: set[tuple[int, int]] = set()
     for folder, dirs, names in os.walk(root, followlinks=True):
+        if confine is not None and not inside(folder, confine):  # a link out of them
+            dirs[:] = []
+            if refused is not None:
+                refused.append(FileError(folder, "a link leading out of the serve_roots "
+                                         f"({os.path.realpath(folder)}); not read"))
+            continue
         stat = os.stat(folder)
         if (stat.st_dev, stat.st_ino) in seen:  # a symlink loop
             dirs[:] = []

@@ -8,6 +8,7 @@ API's documentation."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -28,7 +29,14 @@ from isotope.files import source_path
 from isotope.filters import parse as parse_filters
 from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
 from isotope.maintenance import RepairReport, source_state
-from isotope.models import Chunk, GeneratedQuestion, QueryResponse, SearchResult, content_hash
+from isotope.models import (
+    Chunk,
+    ChunkQuestions,
+    GeneratedQuestion,
+    QueryResponse,
+    SearchResult,
+    content_hash,
+)
 from isotope.providers import LLM
 from isotope.questions import parse_questions
 from isotope.settings import Settings, index_settings, resolve
@@ -225,6 +233,7 @@ class Isotope:
         progress: ProgressCallback | None = None,
         force: bool = False,
         questions: Questions = "now",
+        confine: Sequence[Path] | None = None,
     ) -> IngestReport:
         """Ingest files and directories. Files that cannot be read are listed in the
         report's ``errors``; the rest are ingested. An unchanged file is skipped (with
@@ -236,13 +245,14 @@ class Isotope:
         left for :meth:`enrich` (``"later"``: no language model is called).
 
         A source is named by the path it was reached by, made absolute, with symbolic
-        links kept (see :mod:`isotope.files`)."""
+        links kept (see :mod:`isotope.files`). With ``confine`` (folders), a file or
+        folder whose links lead out of them is not read (it is listed in ``errors``)."""
         if isinstance(paths, str | Path):
             paths = [paths]
         with self.store.writer(self.settings.lock_wait):
             return self._pipeline(force=force).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
-                questions=questions)
+                questions=questions, confine=confine)
 
     def enrich(self, *, progress: ProgressCallback | None = None,
                sources: Sequence[str] | None = None) -> IngestReport:
@@ -263,6 +273,7 @@ class Isotope:
         progress: ProgressCallback | None = None,
         force: bool = False,
         questions: Questions = "now",
+        confine: Sequence[Path] | None = None,
     ) -> IngestReport:
         """Make the index match ``paths``: ingest new and changed files (as
         :meth:`ingest`), and remove the sources below these paths whose files were
@@ -272,14 +283,14 @@ class Isotope:
         A sync that would remove all of a root's sources, or most of them
         (:data:`isotope.maintenance.SYNC_MAX_REMOVED`), raises :class:`SyncRefused`
         before changing anything: an unmounted or emptied folder looks like that.
-        ``force=True`` removes them."""
+        ``force=True`` removes them. ``confine``: as for :meth:`ingest`."""
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
         with self.store.writer(self.settings.lock_wait):
             gone = ([] if self.settings.sync_strategy != "source_aware" else
                     maintenance.deleted_sources(self.store, paths, force=force))
             report = self._pipeline().ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
-                questions=questions)
+                questions=questions, confine=confine)
             for uri in gone:
                 self.store.delete_source(uri)
                 report.removed.append(uri)
@@ -389,10 +400,16 @@ class Isotope:
         return self.answer(self.search(query, self.settings.answer_k if k is None else k,
                                        mode=mode, transform=transform, filters=filters))
 
-    def answer(self, response: QueryResponse) -> QueryResponse:
+    def answer(self, response: QueryResponse, *,
+               on_token: Callable[[str], None] | None = None,
+               cancel: threading.Event | None = None) -> QueryResponse:
         """Have the answer model answer ``response``'s query from its results (a search
         already made, e.g. one whose results were already shown), citing them; returns
-        ``response`` with ``answer`` and ``citations`` set."""
+        ``response`` with ``answer`` and ``citations`` set.
+
+        ``on_token`` is called with each piece of the model's reply as it is written (the
+        answer finally set may differ: see :mod:`isotope.answer`); setting ``cancel``
+        stops the model at its next piece and leaves ``answer`` None."""
         query = response.query
         readable = [r for r in response.results if not r.chunk.stale]
         if not readable:
@@ -401,14 +418,25 @@ class Isotope:
                                "Run `isotope sync` on them.")
             return response
         started = time.perf_counter()
-        text = self.llm(self.settings.answer_model).complete(
+        pieces: list[str] = []
+        stream = self.llm(self.settings.answer_model).stream(
             answer_prompt(query, readable, self.prompts["answer"]), max_tokens=256,
-            temperature=0.0
-        ).strip()
+            temperature=0.0)
+        try:
+            for piece in stream:
+                if cancel is not None and cancel.is_set():
+                    return response
+                pieces.append(piece)
+                if on_token is not None:
+                    on_token(piece)
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+        text = "".join(pieces).strip()
         response.timings["answer"] = time.perf_counter() - started
         cited = grounded(text, query, readable)
         response.citations = [readable[n - 1].rank for n in cited]
         response.answer = text if response.citations else NOT_FOUND
+        response.answer_kind = "generated" if response.citations else "declined"
         return response
 
     def as_retriever(self, k: int | None = None, *, mode: str | None = None,
@@ -452,26 +480,56 @@ class Isotope:
             found = [q for q in found if q.chunk_index == chunk]
         return found
 
-    def delete(self, source: str | Path) -> None:
+    def has_source(self, source: str | Path) -> bool:
+        """Whether ``source`` (its path or identifier) is stored."""
+        try:
+            self._stored_uri(source)
+        except SourceNotFound:
+            return False
+        return True
+
+    def chunk_questions(self, chunk_id: str) -> ChunkQuestions:
+        """A chunk by id with every question generated for it, kept and dropped (each
+        dropped one with why), and whether it still waits for them;
+        :class:`SourceNotFound` if there is no such chunk."""
+        chunk = self.store.get_chunks([chunk_id]).get(chunk_id)
+        if chunk is None:
+            raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
+        return ChunkQuestions(chunk=chunk,
+                              waiting=bool(self.store.without_questions([chunk_id])),
+                              questions=self.store.generated_questions(chunk_id=chunk_id))
+
+    def delete(self, source: str | Path, *, members: bool = True) -> list[str]:
         """Remove a source (its path or identifier) and everything derived from it; a
-        container file (a mailbox) removes all its members."""
+        container file (a mailbox) removes all its members, unless ``members`` is False:
+        then naming a container is an :class:`InvalidArgument` (a member's name cut at
+        its ``#`` must not remove the whole mailbox). Returns the sources removed."""
         with self.store.writer(self.settings.lock_wait):
             try:
                 uri = self._stored_uri(source)
             except SourceNotFound:  # a mailbox: its messages (and theirs)
-                members = maintenance.members_of(self.store)
-                uris = members.get(str(source), set()) | members.get(
+                held = maintenance.members_of(self.store)
+                uris = held.get(str(source), set()) | held.get(
                     str(source_path(source)), set())
                 if not uris:
                     raise
+                if not members:
+                    raise InvalidArgument(
+                        f"{source} is a container holding {len(uris)} sources (a mailbox's "
+                        "messages); delete them all with members=true (HTTP: "
+                        "?members=true), or name one of them (in a URL, '#' is %23)"
+                    ) from None
+                members_map = held
             else:  # only an email with attachments holds others (read all only then)
                 stored = self.store.get_source(uri)
-                members = (maintenance.members_of(self.store)
-                           if stored is not None and stored.metadata.get("attachments")
-                           else {})
+                members_map = (maintenance.members_of(self.store)
+                               if stored is not None and stored.metadata.get("attachments")
+                               else {})
                 uris = {uri}
+            gone: list[str] = []
             for each in sorted(uris):
-                maintenance.drop(self.store, each, members)
+                gone += maintenance.drop(self.store, each, members_map)
+            return gone
 
     def sources(self, *, check_files: bool = True) -> list[SourceInfo]:
         """The sources, each with its ``state`` when ``check_files``: ``current``,

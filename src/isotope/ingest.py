@@ -83,8 +83,9 @@ class Pipeline:
         exclude: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
         questions: Questions = "now",
+        confine: Sequence[Path] | None = None,
     ) -> IngestReport:
-        files, skipped, missing = self._discover(paths, include, exclude)
+        files, skipped, missing = self._discover(paths, include, exclude, confine)
         report = self.ingest_files(files, progress=progress, questions=questions)
         report.skipped[:0], report.errors[:0] = skipped, missing
         return report
@@ -228,10 +229,10 @@ class Pipeline:
 
     # -- sequencing --------------------------------------------------------------------
     def _discover(self, paths: Iterable[str | Path], include: Sequence[str] | None,
-                  exclude: Sequence[str] | None,
+                  exclude: Sequence[str] | None, confine: Sequence[Path] | None = None,
                   ) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
         return discover(paths, self.settings.include if include is None else include,
-                        self.settings.exclude if exclude is None else exclude)
+                        self.settings.exclude if exclude is None else exclude, confine)
 
     def _ingest_file(
         self, path: Path, root: Path, report: IngestReport, progress: ProgressCallback | None,

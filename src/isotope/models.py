@@ -154,6 +154,7 @@ class SearchResult(_Record):
 
 
 Action = Literal["deliver", "query_more", "refine_query"]
+AnswerKind = Literal["generated", "quoted", "declined"]
 
 
 class QueryResponse(_Record):
@@ -167,6 +168,10 @@ class QueryResponse(_Record):
     """The synthesised answer (``ask`` only), citing results as [1], [2], ..."""
     citations: list[int] = Field(default_factory=list)
     """1-based numbers of the results the answer cites."""
+    answer_kind: AnswerKind | None = None
+    """How the answer was made (``ask`` only): ``generated`` by the model and supported by
+    the passages it cites, ``quoted`` from the passage that best matches (the model's
+    reply was not supported), or ``declined`` (no passage holds the answer)."""
     rewrites: list[str] = Field(default_factory=list)
     """Questions the model rewrote a keyword query into (query transformation)."""
     top_score: float = 0.0
@@ -180,6 +185,15 @@ class QueryResponse(_Record):
     likely right), ``query_more`` (the answer is probably among them: read several, or
     search again), or ``refine_query`` (probably not found: rephrase or add detail)."""
     timings: dict[str, float] = Field(default_factory=dict)
+
+
+class ChunkQuestions(_Record):
+    """A chunk with every question generated for it (``GET /chunks/{id}/questions``)."""
+
+    chunk: Chunk
+    waiting: bool
+    """The chunk still waits for its questions (``isotope enrich``)."""
+    questions: list[GeneratedQuestion]
 
 
 Stage = Literal["load", "chunk", "atomize", "generate", "embed", "store"]

@@ -45,9 +45,11 @@ DEFAULT_LLM = "local/qwen2.5-coder-1.5b"
 DEFAULT_EMBEDDER = "local/all-minilm-l6-v2"
 
 
-def _default_data_dir() -> Path:
+def data_dir() -> Path:
+    """isotope's data folder: ``$XDG_DATA_HOME/isotope`` (``~/.local/share/isotope``)."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "isotope"
+
 
 
 def _default_cache_dir() -> Path:
@@ -298,7 +300,7 @@ class Settings(BaseSettings):
         None, description="A folder of NAME.txt files overriding prompts by name (isotope "
         "status lists the names); only the work an overridden prompt does is redone")
     projects_dir: Path = Field(
-        default_factory=lambda: _default_data_dir() / "projects",
+        default_factory=lambda: data_dir() / "projects",
         description="Where named indexes (projects) live")
     project: str | None = Field(None, description="Project used when no index is given")
 
@@ -309,10 +311,21 @@ class Settings(BaseSettings):
         None, description="A file of API keys for `isotope serve`, one per line: KEY, or "
         "KEY read")
     serve_roots: Globs = Field(
-        default_factory=list, description="Folders whose files POST /sync of `isotope "
-        "serve` may ingest (none: /sync is refused)")
+        default_factory=list, description="Folders whose files `isotope serve` may ingest "
+        "by path (POST /sync, the MCP ingest tool; links out of them are not followed), as "
+        "a JSON list or separated by commas; none: ingest by path is off over HTTP, and "
+        "`isotope mcp` (stdio, run by the user) reads any path")
     max_upload_mb: float = Field(32.0, gt=0, le=100_000,
                                  description="Largest request body `isotope serve` accepts")
+    allowed_hosts: Globs = Field(
+        default_factory=list, description="Host names `isotope serve` answers to besides "
+        "the loopback names and the address it listens on (* for any); other Host "
+        "headers are refused (DNS rebinding)")
+    allowed_origins: Globs = Field(
+        default_factory=list, description="Web origins (https://app.example.com) whose "
+        "pages may call `isotope serve` from a browser, besides the server's own page")
+    body_timeout: float = Field(30.0, gt=0, le=3600, description="Seconds `isotope serve` "
+                                "waits for more of a request's body before answering 408")
 
     include: Globs = Field(
         default_factory=list, description="Globs a file in a directory must match (a JSON "
@@ -349,7 +362,8 @@ class Settings(BaseSettings):
             return [k.strip() for k in text.split(",") if k.strip()]
         return value
 
-    @field_validator("include", "exclude", mode="before")
+    @field_validator("include", "exclude", "serve_roots", "allowed_hosts", "allowed_origins",
+                     mode="before")
     @classmethod
     def _split_globs(cls, value: Any) -> Any:
         return _globs(value)
@@ -407,7 +421,8 @@ INDEX_FIELDS: tuple[str, ...] = (
 
 LOCAL_FIELDS: tuple[str, ...] = (
     "index", "project", "projects_dir", "cache_dir", "model_dir", "openai_api_key",
-    "api_keys", "api_keys_file", "serve_roots", "max_upload_mb",
+    "api_keys", "api_keys_file", "serve_roots", "max_upload_mb", "allowed_hosts",
+    "allowed_origins", "body_timeout",
 )
 """Settings of a machine or a call, never saved in an index."""
 

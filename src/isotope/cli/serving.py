@@ -27,16 +27,22 @@ def serve(
     index: IndexOpt = None,
     project: ProjectOpt = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(
         "--workers", min=1, max=64, help="Server processes (each with its own models); "
         "searches in one process share its CPU time with Python's lock.")] = 1,
+    create: Annotated[bool, typer.Option(
+        "--create", help="Serve an empty new index when there is none at the location "
+        "(without it, a location that holds no index is an error: a typo is not served "
+        "as an empty index).")] = False,
 ) -> None:
     """Serve the index over HTTP: POST /search and /ask, GET /sources and /status,
-    DELETE /sources/{source}, POST /ingest (file upload) and /sync (below the serve_roots
-    setting), GET /chunks/{id}/questions, MCP tools at /mcp, a search page at /; OpenAPI
-    at /docs. With no API key configured (the api_keys or api_keys_file setting) it
-    listens on loopback only."""
+    DELETE /sources?source=NAME, POST /ingest (file upload) and /sync (below the
+    serve_roots setting), GET /chunks/{id}/questions, MCP tools at /mcp, a search page at
+    /; OpenAPI at /docs. With no API key configured (the api_keys or api_keys_file
+    setting) it listens on loopback only; a request naming another host or sent by a
+    page of another site is refused."""
     import os
 
     try:
@@ -47,8 +53,10 @@ def serve(
         from isotope.errors import MissingDependency
 
         fail(str(MissingDependency.from_import(exc, "isotope serve", "server")))
+    from isotope.server import workers as processes
+
     with errors():
-        iso = open_index(index, project, create=True)  # checked here, once, before serving
+        iso = open_index(index, project, create=create)  # checked here, once
         keys = Keys.from_settings(iso.settings)
         location = str(iso.settings.index)
         described = repr(iso)
@@ -60,18 +68,23 @@ def serve(
     os.environ["ISOTOPE_SERVE_INDEX"] = location  # what each worker process opens
     os.environ["ISOTOPE_SERVE_HOST"] = host
     os.environ["ISOTOPE_SERVE_WORKERS"] = str(workers)  # each takes its share of the cores
-    err.print(f"serving {described} on http://{host}:{port} with {workers} process(es) "
+    try:
+        listener = processes.listening_socket(host, port) if workers == 1 else None
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    shown = f"[{host}]" if ":" in host else host
+    err.print(f"serving {described} on http://{shown}:{port} with {workers} process(es) "
               f"(API keys: {'required' if keys else 'none, loopback only'}); search page "
               "at /, OpenAPI at /docs")
-    if workers == 1:
-        uvicorn.run(serving_app(), host=host, port=port, log_level="warning")
-    else:
-        from isotope.server import workers as processes
-
-        try:
-            processes.run(host, port, workers)
-        except OSError as exc:
-            fail(f"cannot listen on {host}:{port}: {exc}")
+    if listener is not None:
+        with errors():
+            server = uvicorn.Server(uvicorn.Config(serving_app(), log_level="warning"))
+        server.run(sockets=[listener])
+        return
+    try:
+        processes.run(host, port, workers)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
 
 @app.command("mcp")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
@@ -117,6 +117,12 @@ class LLM(ABC):
 
     def complete(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0) -> str:
         return self.complete_batch([prompt], max_tokens=max_tokens, temperature=temperature)[0]
+
+    def stream(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0
+               ) -> Iterator[str]:
+        """The reply to ``prompt`` in pieces, as the model writes them; stop iterating
+        (close the iterator) to stop the model. Default: the whole reply as one piece."""
+        yield self.complete(prompt, max_tokens=max_tokens, temperature=temperature)
 
     async def acomplete_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,

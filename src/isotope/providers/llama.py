@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,27 @@ class LocalLlama(LLM):
                 self.usage.add(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
                 replies.append(result["choices"][0]["message"]["content"] or "")
         return replies
+
+    def stream(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0
+               ) -> Iterator[str]:
+        """The reply's tokens as they are decoded; closing the iterator stops decoding
+        (the model is held, for other callers, only while it decodes)."""
+        with self._lock:
+            llama = self._load()
+            pieces = None
+            try:
+                pieces = llama.create_chat_completion(
+                    messages=list(prompt), max_tokens=max_tokens, temperature=temperature,
+                    top_p=0.9, repeat_penalty=1.1, seed=self.seed, stream=True)
+                for piece in pieces:
+                    text = (piece["choices"][0].get("delta") or {}).get("content")
+                    if text:
+                        yield text
+            except ValueError as exc:  # e.g. the prompt exceeds the context window
+                raise ProviderError(f"{self.model_id}: {exc}") from exc
+            finally:
+                if pieces is not None and hasattr(pieces, "close"):
+                    pieces.close()
 
     def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
                        temperature: float, questions: int) -> list[list[str]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -60,6 +60,15 @@ class _Client:
         self.max_retries = max_retries
         self.limiter = limiter
         self.key_setting = key_setting
+        self._sync: Any = None
+
+    def sync(self) -> Any:
+        """The blocking SDK client (made once; its connection pool is kept), which retries
+        a call that fails before its reply starts (connection, 429, 5xx)."""
+        if self._sync is None:
+            self._sync = self.openai.OpenAI(base_url=self.base_url, api_key=self.api_key,
+                                            timeout=self.timeout, max_retries=self.max_retries)
+        return self._sync
 
     def make(self) -> Any:
         # A fresh async client per event loop (asyncio.run creates a loop per batch).
@@ -163,6 +172,36 @@ class OpenAIChat(AsyncFirst, LLM):
         if refused:
             raise refused[0]
         return collect(outcomes)
+
+
+    def stream(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0
+               ) -> Iterator[str]:
+        """The reply's pieces as the server sends them; closing the iterator closes the
+        connection, which stops the server generating."""
+        openai = self._client.openai
+        try:
+            pieces = self._client.sync().chat.completions.create(
+                model=self.model, messages=prompt, max_tokens=max_tokens,
+                temperature=temperature, stream=True)
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise ProviderAuthError(
+                f"{self.model_id}: the endpoint refused the credentials (HTTP "
+                f"{exc.status_code}); set ISOTOPE_OPENAI_API_KEY or OPENAI_API_KEY") from exc
+        except openai.APIError as exc:
+            raise ProviderError(f"{self.model_id}: {_describe(exc)}") from exc
+        try:
+            for piece in pieces:
+                if piece.choices and piece.choices[0].delta.content:
+                    yield str(piece.choices[0].delta.content)
+        except openai.APIError as exc:
+            raise ProviderError(f"{self.model_id}: {_describe(exc)}") from exc
+        finally:
+            pieces.close()
+
+    def close(self) -> None:
+        if self._client._sync is not None:
+            self._client._sync.close()
+            self._client._sync = None
 
 
 class OpenAIEmbedder(Embedder):

@@ -1,10 +1,12 @@
 """The HTTP API of ``isotope serve``: a thin shell over :class:`isotope.Isotope`.
 
-Every endpoint that touches the index is a plain function, so FastAPI runs it in its
-thread pool: the embedder, the store and the language model are never called on the
-event loop, searches run side by side, and an ingest (which holds the index's writer
-lock) never blocks them. Errors are JSON ``{"error": ...}`` with the status that fits;
-never a traceback.
+Every request passes :class:`isotope.server.gate.Gate` first (Host, Origin, API key,
+body size and stalls), before a byte of its body is read. Endpoints that touch the index
+run the library in the thread pool, never on the event loop: searches side by side (one
+per core at a time), answers one per model slot, writes of this process one after
+another (queued, never refused as "locked" by the server itself). An answer whose client
+went away is stopped at the model's next token. Errors are JSON ``{"error": ...}`` with
+the status that fits, for every route (validation, 404, 405 included); never a traceback.
 
 Imported only by ``isotope serve`` (the ``server`` extra). Annotations are evaluated at
 definition (no ``from __future__ import annotations``): FastAPI reads the endpoints'
@@ -16,23 +18,28 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request, UploadFile
+from fastapi import FastAPI, HTTPException, Query, Request, UploadFile
 from fastapi import File as FileParam
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, Field
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field, field_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from isotope import __version__, errors
 from isotope.index import Isotope
 from isotope.models import QueryResponse
 from isotope.reports import source_listing
-from isotope.server.auth import Keys, Scope
+from isotope.server.auth import Keys
+from isotope.server.gate import Gate, own_hosts
 
 log = logging.getLogger(__name__)
 
@@ -47,40 +54,33 @@ STATUS: list[tuple[type[errors.IsotopeError], int]] = [
 ]
 """HTTP status of each named error (the first that matches)."""
 
+MAX_NAME_BYTES = 200
+"""The longest upload name kept, in UTF-8 bytes (file systems allow 255)."""
+
 
 class SearchRequest(BaseModel):
-    query: str = Field(min_length=1, max_length=10_000)
-    k: int | None = Field(None, ge=1, le=10_000)
-    mode: str | None = None
-    filters: dict[str, Any] | None = None
+    query: str = Field(max_length=10_000, description="A question or keywords")
+    k: int | None = Field(None, ge=1, le=10_000, description="Results wanted (default: "
+                          "the top_k setting)")
+    mode: str | None = Field(None, description="Retrieval mode (default: the mode setting)")
+    filters: dict[str, Any] | None = Field(None, description="Conditions on the source "
+                                           "and metadata (see the README's filters)")
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the query is empty: ask a question, or give some keywords")
+        return value
 
 
 class AskRequest(SearchRequest):
-    stream: bool = False
-    """Send the results, then the answer, as server-sent events."""
+    stream: bool = Field(False, description="Server-sent events: results, then the "
+                         "answer's tokens as they come, then the answer, then done")
 
 
 class SyncRequest(BaseModel):
     paths: list[str] = Field(min_length=1, max_length=1_000)
-
-
-class BodyLimit:
-    """Refuses a request whose declared body is over ``max_bytes`` (413), before reading
-    it. A plain ASGI middleware: Starlette's ``BaseHTTPMiddleware`` cost about a
-    millisecond of every request."""
-
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            length = dict(scope["headers"]).get(b"content-length")
-            if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-                await JSONResponse({"error": f"the request body is over {self.max_bytes} "
-                                    "bytes (the max_upload_mb setting)"},
-                                   status_code=413)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def json_response(model: BaseModel) -> Response:
@@ -91,37 +91,65 @@ def json_response(model: BaseModel) -> Response:
 
 def safe_name(filename: str | None) -> str:
     """An uploaded file's name reduced to a plain file name: no folders (``../``, ``/etc``,
-    ``C:\\``), no control characters, nothing but letters, digits and ``._- ``."""
+    ``C:\\``), no control characters, nothing but letters, digits and ``._- ``; at most
+    :data:`MAX_NAME_BYTES` bytes in UTF-8, its extension kept."""
     name = PureWindowsPath(PurePosixPath(filename or "").name).name
     name = re.sub(r"[^\w.\- ]", "_", name).strip(" .")
     if not name or name in (".", ".."):
         raise errors.InvalidArgument(f"upload {filename!r} has no usable file name; name the "
                                      "file, e.g. notes.md")
-    return name[:200]
+    stem, dot, suffix = name.rpartition(".")
+    if not dot or len(suffix.encode()) > 16:
+        stem, dot, suffix = name, "", ""
+    room = MAX_NAME_BYTES - len((dot + suffix).encode())
+    stem = stem.encode()[:room].decode("utf-8", "ignore").rstrip(" .") or "upload"
+    return stem + dot + suffix
+
+
+def _writes(method: str, path: str) -> bool:
+    """Whether a request writes to the index (a read-only key is refused before its body
+    is read)."""
+    return ((method == "POST" and path in ("/ingest", "/sync"))
+            or (method == "DELETE" and (path == "/sources" or path.startswith("/sources/"))))
 
 
 def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                uploads: Path, host: str = "127.0.0.1", mcp: bool = True,
-               search_slots: int | None = None) -> FastAPI:
+               search_slots: int | None = None, answer_slots: int | None = None,
+               allowed_hosts: Collection[str] = (), allowed_origins: Collection[str] = (),
+               body_timeout: float = 30.0) -> FastAPI:
     """The API over ``iso``. ``keys``: empty for none (the CLI then binds to loopback only);
-    ``roots``: folders below which ``POST /sync`` may read; ``uploads``: where uploaded
-    files are kept (they stay the sources' files); ``search_slots``: searches run at once
-    in this process (default: one per CPU core), the others wait their turn."""
+    ``roots``: folders below which ``POST /sync`` and the MCP ``ingest`` tool may read
+    (none: they are off); ``uploads``: where uploaded files are kept (they stay the
+    sources' files); ``host``: the address listened on (with ``allowed_hosts``, the Host
+    names answered); ``allowed_origins``: web origins besides the server's own that may
+    call it from a browser; ``search_slots``: searches run at once in this process
+    (default: one per CPU core); ``answer_slots``: answers written at once (default: one
+    for the local model, else ``llm_concurrency``)."""
     # More searches at once than cores only adds contention: 8 threads searching in one
     # process made 68 searches/s on 2 cores, 2 threads 105 (each waits for the other's
     # hold on Python's lock, and the CPU caches are shared among more of them).
     slots = asyncio.Semaphore(search_slots or os.cpu_count() or 1)
+    local = iso.settings.answer_model.startswith("local")
+    answering = asyncio.Semaphore(answer_slots or (1 if local else
+                                                   iso.settings.llm_concurrency))
+    writing = threading.Lock()  # this process's writes, one after another (queued)
 
     async def searching(*args: Any, **kwargs: Any) -> QueryResponse:
         """``iso.search`` in the thread pool (never on the event loop), in turn."""
         async with slots:
             return await run_in_threadpool(iso.search, *args, **kwargs)
 
+    def written(call: Callable[[], Any]) -> Any:
+        """``call`` (a write) after this process's earlier writes."""
+        with writing:
+            return call()
+
     lifespan = None
-    if mcp:  # the MCP tools at /mcp (streamable HTTP), behind the same keys
+    if mcp:  # the MCP tools at /mcp (streamable HTTP), behind the same gate
         from isotope.server.mcp import create_mcp, guard
 
-        agents = create_mcp(iso, roots=roots, host=host)
+        agents = create_mcp(iso, roots=roots, host=host, remote=True, writes=written)
         agents_app = agents.streamable_http_app()
 
         @asynccontextmanager
@@ -130,10 +158,11 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                 yield
 
     app = FastAPI(title="isotope", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None,
                   description="Question-indexed retrieval: search, ask, ingest; MCP tools "
-                  "for agents at /mcp.")
+                  "for agents at /mcp. Errors are JSON {\"error\": \"...\"}.")
     if mcp:
-        app.mount("/mcp", guard(agents_app, keys, max_bytes))
+        app.mount("/mcp", guard(agents_app))
     uploads.mkdir(parents=True, exist_ok=True)
 
     @app.exception_handler(errors.IsotopeError)
@@ -141,42 +170,23 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         status = next(code for kind, code in STATUS if isinstance(exc, kind))
         return JSONResponse({"error": str(exc)}, status_code=status)
 
-    @app.exception_handler(HTTPException)
-    def _http(request: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
+    @app.exception_handler(StarletteHTTPException)
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = {404: f"no route {request.url.path}; the routes are listed at /docs",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(
+                       exc.status_code, str(exc.detail))
+        return JSONResponse({"error": message}, status_code=exc.status_code,
                             headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": _validation(exc)}, status_code=422)
 
     @app.exception_handler(Exception)
     def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error in %s %s", request.method, request.url.path)
         return JSONResponse({"error": f"internal error ({type(exc).__name__}); the server's "
                              "log has the details"}, status_code=500)
-
-    app.add_middleware(BodyLimit, max_bytes=max_bytes)
-
-    async def caller(request: Request) -> Scope:
-        """The scope of the request's key (``write`` when no key is configured)."""
-        if any(k.lower() in ("api_key", "key", "token", "access_token")
-               for k in request.query_params):
-            raise HTTPException(400, "send the API key in the Authorization header "
-                                "(Authorization: Bearer KEY), never in the URL")
-        if not keys:
-            return "write"
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        scope = keys.scope(token.strip()) if scheme.lower() == "bearer" else None
-        if scope is None:
-            raise HTTPException(401, "a valid API key is needed: Authorization: Bearer KEY",
-                                headers={"WWW-Authenticate": "Bearer"})
-        return scope
-
-    async def writer(scope: Annotated[Scope, Depends(caller)]) -> Scope:
-        if scope != "write":
-            raise HTTPException(403, "this API key may only read")
-        return scope
-
-    Read = Annotated[Scope, Depends(caller)]
-    Write = Annotated[Scope, Depends(writer)]
 
     static = Path(__file__).parent / "static"
 
@@ -189,101 +199,243 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     def script() -> FileResponse:
         return FileResponse(static / "app.js", media_type="text/javascript")
 
+    _api_docs(app)
+
     @app.get("/health")
-    def health() -> dict[str, str | int]:
-        """Liveness, the version, and which server process answered (``--workers``)."""
-        return {"status": "ok", "version": __version__, "process": os.getpid()}
+    async def health() -> dict[str, Any]:
+        """Liveness, the version, which server process answered (``--workers``), and
+        whether the answer model is local (slow on a CPU)."""
+        return {"status": "ok", "version": __version__, "process": os.getpid(),
+                "answer_model_local": local}
 
     @app.post("/search", response_model=QueryResponse)
-    async def search(body: SearchRequest, _: Read) -> Response:
+    async def search(body: SearchRequest) -> Response:
         """The chunks that answer the query (as ``isotope query --raw --json``)."""
         found = await searching(body.query, body.k, mode=body.mode, filters=body.filters)
         return json_response(found)
 
     @app.post("/ask", response_model=QueryResponse,
               responses={200: {"content": {"text/event-stream": {}}}})
-    async def ask(body: AskRequest, _: Read) -> Any:
+    async def ask(body: AskRequest, request: Request) -> Any:
         """An answer citing the chunks found; ``stream``: as server-sent events
-        (``results``, then ``answer``, then ``done``)."""
+        (``results``, then ``token`` for each piece of the model's reply, then
+        ``answer``, then ``done``). The model is stopped when the client goes away."""
         found = await searching(body.query, iso.settings.answer_k if body.k is None
                                 else body.k, mode=body.mode, filters=body.filters)
         if not body.stream:
-            return json_response(await run_in_threadpool(iso.answer, found))
-
-        def events() -> Iterator[str]:
-            yield "event: results\ndata: " + found.model_dump_json() + "\n\n"
-            try:
-                answered = iso.answer(found)  # from the results just sent
-                yield "event: answer\ndata: " + json.dumps(
-                    {"answer": answered.answer, "citations": answered.citations}) + "\n\n"
-            except errors.IsotopeError as exc:
-                yield "event: error\ndata: " + json.dumps({"error": str(exc)}) + "\n\n"
-            yield "event: done\ndata: {}\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+            await _answer(iso, found, answering, request)
+            return json_response(found)
+        return StreamingResponse(_events(iso, found, answering, request),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
 
     @app.get("/sources")
-    def sources(_: Read) -> list[dict[str, Any]]:
+    def sources() -> list[dict[str, Any]]:
         return [source_listing(info) for info in iso.sources()]
 
+    @app.delete("/sources", status_code=204)
+    def delete_named(source: Annotated[str, Query(description="The source's name, as "
+                                                  "GET /sources lists it")],
+                     members: bool = False) -> Response:
+        """Remove a source; a container (a mailbox) only with ``members=true``."""
+        return _delete(source, members)
+
     @app.delete("/sources/{source:path}", status_code=204)
-    def delete_source(source: str, _: Write) -> Response:
-        iso.delete(source if source.startswith("/") or "://" in source
-                   else source if iso.store.get_source(source) else "/" + source)
+    def delete_source(source: str, members: bool = False) -> Response:
+        """Remove a source named in the path (``#`` sent as ``%23``); a container (a
+        mailbox) only with ``?members=true``. ``DELETE /sources?source=NAME`` is the
+        unambiguous form."""
+        return _delete(source if source.startswith("/") or "://" in source
+                       or iso.has_source(source) else "/" + source, members)
+
+    def _delete(source: str, members: bool) -> Response:
+        gone = written(lambda: iso.delete(source, members=members))
+        folder = os.path.realpath(uploads)
+        for uri in gone:  # an upload's file goes with its source
+            if os.path.dirname(os.path.realpath(uri)) == folder:
+                Path(uri).unlink(missing_ok=True)
         return Response(status_code=204)
 
     @app.get("/status")
-    def status(_: Read) -> dict[str, Any]:
+    def status() -> dict[str, Any]:
         return iso.status().model_dump(mode="json")
 
     @app.get("/chunks/{chunk_id}/questions")
-    def chunk_questions(chunk_id: str, _: Read) -> dict[str, Any]:
+    def chunk_questions(chunk_id: str) -> dict[str, Any]:
         """Every generated question of a chunk with the atom it was written for: kept
         (searched) and dropped, each dropped one with why (as ``isotope questions``)."""
-        chunk = iso.store.get_chunks([chunk_id]).get(chunk_id)
-        if chunk is None:
-            raise errors.SourceNotFound(f"no chunk {chunk_id!r} in the index")
-        found = iso.questions(chunk_id=chunk_id)
-        return {"chunk": chunk.model_dump(mode="json"),
-                "waiting": bool(iso.store.without_questions([chunk_id])),
-                "questions": [q.model_dump() for q in found]}
+        return iso.chunk_questions(chunk_id).model_dump(mode="json")
 
     @app.post("/ingest")
-    def ingest(files: Annotated[list[UploadFile], FileParam()], _: Write) -> dict[str, Any]:
-        """Store uploaded files (kept in the server's upload folder) and ingest them."""
-        saved = [_save(upload, uploads, max_bytes) for upload in files]
-        report = iso.ingest(saved)
-        return _report(report)
+    def ingest(files: Annotated[list[UploadFile], FileParam()]) -> Response:
+        """Store uploaded files (kept in the server's upload folder) and ingest them. A
+        file that cannot be ingested is not kept (an upload that replaced an earlier one
+        of its name puts that one back): 422 with the report."""
+        reply: Response = written(lambda: _ingest_uploads(iso, files, uploads, max_bytes))
+        return reply
 
     @app.post("/sync")
-    def sync(body: SyncRequest, _: Write) -> dict[str, Any]:
-        """Make the index match folders below the server's ``serve_roots``."""
+    def sync(body: SyncRequest) -> dict[str, Any]:
+        """Make the index match folders below the server's ``serve_roots`` (links that
+        lead out of them are not followed)."""
         if not roots:
-            raise HTTPException(403, "POST /sync is off: the server has no serve_roots")
-        wanted = []
-        for text in body.paths:
-            if "\x00" in text:
-                raise errors.InvalidArgument("a path cannot hold a NUL character")
-            path = Path(os.path.realpath(text))
-            if not any(path == root or root in path.parents for root in roots):
-                raise HTTPException(403, f"{text} is not below the server's serve_roots")
-            wanted.append(path)
-        return _report(iso.sync(wanted))
+            raise HTTPException(403, "POST /sync is off: the server has no serve_roots "
+                                "(set ISOTOPE_SERVE_ROOTS to the folders it may read)")
+        wanted = [_below(text, roots) for text in body.paths]
+        return _report(written(lambda: iso.sync(wanted, confine=roots)))
 
+    app.add_middleware(Gate, keys=keys, max_bytes=max_bytes,  # outermost but for errors
+                       hosts=own_hosts(host, allowed_hosts, bool(keys)),
+                       origins=frozenset(allowed_origins), body_timeout=body_timeout,
+                       writes=_writes)
     return app
 
 
-def _report(report: Any) -> dict[str, Any]:
-    from dataclasses import asdict
+def _below(text: str, roots: list[Path]) -> Path:
+    """``text`` as a path, resolved, if it is below one of ``roots`` (else 403)."""
+    if "\x00" in text:
+        raise errors.InvalidArgument("a path cannot hold a NUL character")
+    path = Path(os.path.realpath(text))
+    if not any(path == root or root in path.parents for root in roots):
+        raise HTTPException(403, f"{text} is not below the server's serve_roots")
+    return path
 
+
+def _validation(exc: RequestValidationError) -> str:
+    """A validation error in one line: where, and what is wrong."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        problems.append(f"{where}: {message}")
+    return "invalid request: " + "; ".join(problems)
+
+
+async def _answer(iso: Isotope, found: QueryResponse, slots: asyncio.Semaphore,
+                  request: Request, on_token: Callable[[str], None] | None = None) -> bool:
+    """Have the model answer ``found`` in a worker thread, in turn; stops the model when
+    the client goes away (then returns False)."""
+    cancel = threading.Event()
+    async with slots:
+        if await request.is_disconnected():
+            return False
+        work = asyncio.ensure_future(run_in_threadpool(
+            iso.answer, found, on_token=on_token, cancel=cancel))
+        while not work.done():
+            await asyncio.wait([work], timeout=0.25)
+            if not work.done() and await request.is_disconnected():
+                cancel.set()
+        await work
+    return not cancel.is_set()
+
+
+async def _events(iso: Isotope, found: QueryResponse, slots: asyncio.Semaphore,
+                  request: Request) -> AsyncIterator[str]:
+    """The /ask stream: results at once, the reply's tokens as the model writes them,
+    then the answer as checked, then done."""
+    yield "event: results\ndata: " + found.model_dump_json() + "\n\n"
+    loop = asyncio.get_running_loop()
+    tokens: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def token(piece: str) -> None:
+        loop.call_soon_threadsafe(tokens.put_nowait, piece)
+
+    async def run() -> None:
+        try:
+            await _answer(iso, found, slots, request, token)
+        finally:
+            loop.call_soon_threadsafe(tokens.put_nowait, None)
+
+    work = asyncio.ensure_future(run())
+    try:
+        while (piece := await tokens.get()) is not None:
+            yield "event: token\ndata: " + json.dumps({"text": piece}) + "\n\n"
+        await work
+        yield "event: answer\ndata: " + json.dumps(
+            {"answer": found.answer, "citations": found.citations,
+             "answer_kind": found.answer_kind}) + "\n\n"
+    except errors.IsotopeError as exc:
+        yield "event: error\ndata: " + json.dumps({"error": str(exc)}) + "\n\n"
+    finally:
+        if not work.done():
+            work.cancel()
+    yield "event: done\ndata: {}\n\n"
+
+
+def _api_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI from assets in the package (fastapi-offline's), never from a
+    CDN; without them, a page that says where the schema is."""
+    try:
+        import fastapi_offline
+    except ImportError:
+        @app.get("/docs", include_in_schema=False)
+        def schema_only() -> HTMLResponse:
+            return HTMLResponse("<!doctype html><title>isotope API</title><p>The API's "
+                                "OpenAPI schema is at <a href='/openapi.json'>/openapi.json"
+                                "</a>.</p>")
+        return
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.staticfiles import StaticFiles
+
+    assets = Path(fastapi_offline.__file__).parent / "static"
+    app.mount("/docs/static", StaticFiles(directory=assets), name="docs-static")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="isotope API",
+                                   swagger_js_url="/docs/static/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs/static/swagger-ui.css",
+                                   swagger_favicon_url="/docs/static/favicon.png")
+
+
+def _report(report: Any) -> dict[str, Any]:
     done: dict[str, Any] = json.loads(json.dumps({**asdict(report), "ok": report.ok},
                                                  default=str))
     return done
 
 
-def _save(upload: UploadFile, folder: Path, max_bytes: int) -> Path:
-    """Write an upload to ``folder`` under its safe name (replacing an earlier upload of
-    that name, never following a link), at most ``max_bytes``."""
+def _ingest_uploads(iso: Isotope, files: list[UploadFile], folder: Path,
+                    max_bytes: int) -> Response:
+    """Save the uploads and ingest them; the files that fail are not kept (an earlier
+    upload of the same name is put back)."""
+    saved: list[tuple[Path, Path | None]] = []
+    try:
+        for upload in files:
+            saved.append(_save(upload, folder, max_bytes))
+    except BaseException:
+        _restore(saved, set())
+        raise
+    try:
+        report = iso.ingest([path for path, _ in saved])
+    except BaseException:
+        _restore(saved, {str(path) for path, _ in saved})
+        raise
+    failed = {e.path for e in report.errors}
+    _restore(saved, failed)
+    body = _report(report)
+    if report.ok:
+        return JSONResponse(body)
+    body["error"] = "; ".join(f"{Path(e.path).name}: {e.message}" for e in report.errors)
+    return JSONResponse(body, status_code=422)
+
+
+def _restore(saved: list[tuple[Path, Path | None]], failed: set[str]) -> None:
+    """Keep the uploads that were ingested; for the others (``failed``) put back what
+    they replaced, or remove them. Drops the replaced copies of the ones kept."""
+    for path, previous in saved:
+        if str(path) in failed:
+            if previous is not None:
+                os.replace(previous, path)
+            else:
+                path.unlink(missing_ok=True)
+        elif previous is not None:
+            previous.unlink(missing_ok=True)
+
+
+def _save(upload: UploadFile, folder: Path, max_bytes: int) -> tuple[Path, Path | None]:
+    """Write an upload to ``folder`` under its safe name, at most ``max_bytes``, never
+    following a link; returns its path and where the file it replaced was moved (to put
+    back if the new one fails)."""
     name = safe_name(upload.filename)
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".upload-")
     written = 0
@@ -296,23 +448,40 @@ def _save(upload: UploadFile, folder: Path, max_bytes: int) -> Path:
                                                  "max_upload_mb setting)")
                 out.write(block)
         target = folder / name
+        previous: Path | None = None
+        if os.path.lexists(target):
+            previous = folder / f".replaced-{uuid.uuid4().hex}"
+            os.replace(target, previous)
         os.replace(temporary, target)  # a link at the target is replaced, not followed
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise errors.StoreError(f"the upload {name} could not be saved in {folder} "
+                                f"({exc.strerror or exc}); nothing of it was stored; free "
+                                "some space and send it again") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    return target
+    return target, previous
 
 
 def serving_app() -> FastAPI:
     """The app of ``isotope serve`` (a factory: each worker process builds its own), over
-    the index in ``ISOTOPE_SERVE_INDEX``, with the settings of the environment."""
+    the index in ``ISOTOPE_SERVE_INDEX``, with the settings of the environment. The
+    server's writes wait for other processes' (up to ``lock_wait``, default 300 s)."""
+    from isotope.settings import env_origin
+
     index = os.environ["ISOTOPE_SERVE_INDEX"]
-    iso = Isotope.open(index if "://" in index else Path(index), create=True)
-    roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots]
-    return create_app(iso, keys=Keys.from_settings(iso.settings), roots=roots,
-                      max_bytes=int(iso.settings.max_upload_mb * 1_000_000),
+    iso = Isotope.open(index if "://" in index else Path(index), create=False,
+                       lock_wait=None if env_origin("lock_wait") else 300.0)
+    settings = iso.settings
+    roots = [Path(r).expanduser().resolve() for r in settings.serve_roots]
+    return create_app(iso, keys=Keys.from_settings(settings), roots=roots,
+                      max_bytes=int(settings.max_upload_mb * 1_000_000),
                       uploads=uploads_folder(iso),
                       host=os.environ.get("ISOTOPE_SERVE_HOST", "127.0.0.1"),
+                      allowed_hosts=settings.allowed_hosts,
+                      allowed_origins=settings.allowed_origins,
+                      body_timeout=settings.body_timeout,
                       search_slots=max(1, (os.cpu_count() or 1)
                                        // int(os.environ.get("ISOTOPE_SERVE_WORKERS", "1"))))
 
@@ -321,12 +490,12 @@ def uploads_folder(iso: Isotope) -> Path:
     """Where a server keeps uploads: beside an index in a directory, else in the data
     folder under the index's name."""
     from isotope import stores
-    from isotope.settings import _default_data_dir
+    from isotope.settings import data_dir
 
     location = str(iso.settings.index)
     if stores.scheme(location) is None:
         return Path(location) / "uploads"
-    return _default_data_dir() / "uploads" / uuid.uuid5(uuid.NAMESPACE_URL, location).hex
+    return data_dir() / "uploads" / uuid.uuid5(uuid.NAMESPACE_URL, location).hex
 
 
 __all__ = ["AskRequest", "SearchRequest", "create_app", "safe_name", "serving_app",

@@ -1,18 +1,27 @@
 """isotope as an MCP server for agents (the official ``mcp`` SDK): the tools ``search``,
 ``ask``, ``list_sources`` and, with write access, ``ingest``. ``isotope mcp`` serves them
-over stdio; ``isotope serve`` also at ``/mcp`` (streamable HTTP), behind its API keys: a
-read-only key cannot call ``ingest``.
+over stdio; ``isotope serve`` also at ``/mcp`` (streamable HTTP), behind its gate (Host,
+Origin, API keys): a read-only key cannot call ``ingest``.
 
-The tools run the library in a worker thread, never on the event loop."""
+``ingest`` reads paths of the machine the server runs on. Over HTTP it reads only below
+the ``serve_roots`` setting (none: it is off), never following a link out of them; over
+stdio (``isotope mcp``, started by the user as the user) it reads any path unless
+``serve_roots`` is set.
+
+Replies are compact JSON (the structured content is the same object). The tools run the
+library in a worker thread, never on the event loop."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
+from mcp.types import CallToolResult, TextContent
+from pydantic import Field
 
 from isotope.reports import source_listing
 
@@ -20,110 +29,213 @@ if TYPE_CHECKING:
     from mcp.server.fastmcp import FastMCP
 
     from isotope.index import Isotope
-    from isotope.server.auth import Keys
+    from isotope.models import QueryResponse
 
 INSTRUCTIONS = (
     "A question-indexed search over the user's documents. Call `search` with a natural "
-    "question; each result has the chunk, its source and the generated questions that "
+    "question; each result has the passage, its source and the questions it answers that "
     "matched. `suggested_action` says whether to deliver the first result, read several "
-    "(query_more) or rephrase (refine_query). `ask` returns an answer citing the chunks.")
+    "(query_more) or rephrase (refine_query). `ask` returns a written answer citing the "
+    "passages; it runs a language model and can take many seconds: prefer `search` and "
+    "read the passages yourself.")
+
+Mode = Literal["hybrid", "questions-dense", "questions-bm25", "atoms-dense", "atoms-bm25",
+               "chunks-dense", "chunks-bm25"]
+FILTERS = (
+    "Optional conditions on the passages' source and metadata, all of which must hold. "
+    "Keys: `source` (a glob of the file path, e.g. \"*.md\" or \"docs/*\"), `type` (the "
+    "loader: text, markdown, html, pdf, email, latex, docx), `title`, `page`, `headings`, "
+    "email fields `from`, `to`, `subject`, `date`, and any front-matter key. A value "
+    "matches equal values; a list matches any of them; an object compares: "
+    "{\"gte\": 2020, \"lt\": 2024} (gt, gte, lt, lte, ne). Examples: {\"type\": \"pdf\"}, "
+    "{\"from\": \"ceo@example.com\", \"date\": {\"gte\": \"2024-01-01\"}}.")
+Query = Annotated[str, Field(min_length=1, max_length=10_000,
+                             description="A natural question, or keywords")]
+K = Annotated[int, Field(ge=1, le=50, description="How many passages to return")]
+Filters = Annotated[dict[str, Any] | None, Field(description=FILTERS)]
+ModeField = Annotated[Mode | None, Field(
+    description="Retrieval mode (default hybrid, the best): questions-* match the "
+    "questions each passage answers, atoms-* its statements, chunks-* the passage; "
+    "-dense by meaning, -bm25 by words")]
+
+
+def agent_view(response: QueryResponse) -> dict[str, Any]:
+    """What an agent needs of a search or an answer: each passage with its source, place
+    and the questions that matched; the confidence; the answer with its citations."""
+    view: dict[str, Any] = {"suggested_action": response.suggested_action,
+                            "top_score": round(response.top_score, 3)}
+    if response.answer is not None:
+        view.update(answer=response.answer, answer_kind=response.answer_kind,
+                    citations=response.citations)
+    view["results"] = [{
+        "rank": r.rank, "score": round(r.score, 3), "source": r.chunk.source,
+        **{k: r.chunk.metadata[k] for k in ("page", "headings") if r.chunk.metadata.get(k)},
+        "text": r.chunk.text,
+        "matched_questions": [q.text for q in r.matched_questions],
+        "chunk_id": r.chunk.id} for r in response.results]
+    return view
+
+
+def _reply(data: Any) -> CallToolResult:
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    structured = data if isinstance(data, dict) else {"result": data}
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structuredContent=structured)
 
 
 def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool = True,
-               host: str = "127.0.0.1") -> FastMCP:
-    """The MCP server over ``iso``. ``ingest`` only when ``writable``, and only for paths
-    below ``roots`` when they are given. On a loopback ``host`` the HTTP transport checks
-    the Host header (DNS rebinding: a web page must not reach a local server)."""
+               host: str = "127.0.0.1", remote: bool = False,
+               writes: Callable[[Callable[[], Any]], Any] | None = None) -> FastMCP:
+    """The MCP server over ``iso``. ``ingest`` only when ``writable``; it reads below
+    ``roots`` only (links out of them not followed), and with ``remote`` (HTTP) nothing
+    at all without ``roots``. ``writes`` runs each write (the server queues them). On a
+    loopback ``host`` the HTTP transport also checks the Host header itself."""
     from mcp.server.fastmcp import FastMCP
     from mcp.server.transport_security import TransportSecuritySettings
 
+    _quiet_closed_streams()
     local = host in ("127.0.0.1", "localhost", "::1")
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=local,
         allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"] if local else [])
     server = FastMCP("isotope", instructions=INSTRUCTIONS, streamable_http_path="/",
                      host=host, transport_security=security)
+    confine = roots or None
+    run_write = writes or (lambda call: call())
 
     @server.tool()
-    async def search(query: str, k: int = 5, mode: str | None = None,
-                     filters: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Find the chunks that answer a question (with the questions that matched)."""
+    async def search(query: Query, k: K = 5, mode: ModeField = None,
+                     filters: Filters = None) -> CallToolResult:
+        """Find the passages of the user's documents that answer a question, best first,
+        each with its source, its place (page, headings) and the generated questions of
+        it that matched. Fast (tens of milliseconds). Read `suggested_action`: deliver
+        (the first passage is very likely right), query_more (read several, or search
+        again), refine_query (probably not found: rephrase or add detail)."""
         found = await anyio.to_thread.run_sync(
             lambda: iso.search(query, k, mode=mode, filters=filters))
-        return found.model_dump(mode="json")
+        return _reply(agent_view(found))
 
     @server.tool()
-    async def ask(query: str, k: int | None = None) -> dict[str, Any]:
-        """Answer a question from the documents, citing the chunks used as [1], [2]."""
-        answered = await anyio.to_thread.run_sync(lambda: iso.ask(query, k))
-        return answered.model_dump(mode="json")
+    async def ask(query: Query, k: Annotated[int, Field(
+            ge=1, le=20, description="Passages given to the model")] = 3,
+            mode: ModeField = None, filters: Filters = None) -> CallToolResult:
+        """Answer a question from the user's documents in a few sentences, citing the
+        passages used as [1], [2] (`citations` are their ranks). Slow: a language model
+        writes the answer (seconds on a GPU server, up to a minute on a laptop's CPU);
+        `search` is faster when you can read passages yourself. `answer_kind` says how the
+        answer was made: generated (supported by the cited passages), quoted (the passage
+        that matched best, quoted), or declined (the documents do not hold it)."""
+        answered = await anyio.to_thread.run_sync(
+            lambda: iso.ask(query, k, mode=mode, filters=filters))
+        return _reply(agent_view(answered))
 
     @server.tool()
-    async def list_sources() -> list[dict[str, Any]]:
-        """The documents in the index, with their counts."""
+    async def list_sources() -> CallToolResult:
+        """The documents in the index: each one's name (its path), type, title, state
+        and how many passages, statements and questions it holds."""
         infos = await anyio.to_thread.run_sync(iso.sources)
-        return [source_listing(info) for info in infos]
+        return _reply([{k: v for k, v in source_listing(info).items()
+                        if k in ("uri", "loader", "state", "chunks", "atoms", "questions",
+                                 "chunks_waiting") or k == "metadata"} for info in infos])
 
     if writable:
         @server.tool()
-        async def ingest(paths: list[str]) -> dict[str, Any]:
-            """Add files or folders to the index (a changed file replaces its old version)."""
+        async def ingest(paths: Annotated[list[str], Field(
+                min_length=1, max_length=100,
+                description="Files or folders on the server's machine (absolute paths)")],
+                ) -> CallToolResult:
+            """Add files or folders of the server's machine to the index (a changed file
+            replaces its old version; unchanged ones are skipped). Only paths below the
+            server's serve_roots setting are read. Supported: .md .txt .html .pdf .eml
+            .mbox .tex .docx."""
             if any("\x00" in p for p in paths):
                 raise ValueError("a path cannot hold a NUL character")
+            if remote and not confine:
+                raise ValueError("ingest by path is off on this server: it has no "
+                                 "serve_roots (set ISOTOPE_SERVE_ROOTS to the folders it "
+                                 "may read)")
             wanted = [Path(p).expanduser().resolve() for p in paths]
-            if roots is not None:
+            if confine is not None:
                 outside = [str(p) for p in wanted
-                           if not any(p == r or r in p.parents for r in roots)]
+                           if not any(p == r or r in p.parents for r in confine)]
                 if outside:
-                    raise ValueError(f"not below the server's serve_roots: {outside}")
-            report = await anyio.to_thread.run_sync(lambda: iso.ingest(wanted))
-            return {"added": report.added, "replaced": report.replaced,
+                    raise ValueError(f"not below the server's serve_roots "
+                                     f"({', '.join(map(str, confine))}): {outside}")
+            missing = [str(p) for p in wanted if not p.exists()]
+            if missing:
+                raise ValueError(f"no such file or folder: {', '.join(missing)}")
+            report = await anyio.to_thread.run_sync(
+                lambda: run_write(lambda: iso.ingest(wanted, confine=confine)))
+            done = {"added": report.added, "replaced": report.replaced,
                     "unchanged": report.unchanged, "chunks": report.chunks,
                     "questions": report.questions,
-                    "errors": [str(e) for e in report.errors], "ok": report.ok}
+                    "errors": [f"{e.path}: {e.message}" for e in report.errors],
+                    "ok": report.ok}
+            if not report.ok:
+                return CallToolResult(content=[TextContent(type="text", text=json.dumps(
+                    done, separators=(",", ":")))], structuredContent=done, isError=True)
+            return _reply(done)
 
     return server
+
+
+def _quiet_closed_streams() -> None:
+    """The SDK logs a client that closed its event stream (a normal end of an MCP
+    session over HTTP) as ``ERROR ... Error in standalone SSE writer`` with a
+    traceback; such records are shown at debug level instead."""
+    logger = logging.getLogger("mcp.server.streamable_http")
+    if any(isinstance(f, _ClosedStream) for f in logger.filters):
+        return
+    logger.addFilter(_ClosedStream())
+
+
+class _ClosedStream(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and "standalone SSE writer" in record.getMessage():
+            kind = record.exc_info[0] if record.exc_info else None
+            if kind is not None and kind.__name__ in ("ClosedResourceError",
+                                                      "BrokenResourceError",
+                                                      "EndOfStream"):
+                record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+                record.exc_info = None
+                return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
 
 
 ASGI = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
                  Callable[[MutableMapping[str, Any]], Awaitable[None]]], Awaitable[None]]
 
 
-def guard(inner: ASGI, keys: Keys, max_bytes: int = 1_000_000) -> ASGI:
-    """``inner`` (the streamable HTTP app) behind the API keys: no key or a wrong one is
-    401; a read-only key may list and call every tool but ``ingest`` (403)."""
+def guard(inner: ASGI) -> ASGI:
+    """``inner`` (the streamable HTTP app) for read-only keys: they may list and call
+    every tool but ``ingest`` (a JSON-RPC error). The gate before it checked the key
+    (``scope["state"]["isotope.scope"]``) and the body's size."""
 
     async def app(scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]],
                   send: Callable[[MutableMapping[str, Any]], Awaitable[None]]) -> None:
-        if scope["type"] != "http" or not keys:
-            await inner(scope, receive, send)
-            return
-        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
-        kind, _, token = headers.get("authorization", "").partition(" ")
-        allowed = keys.scope(token.strip()) if kind.lower() == "bearer" else None
-        if allowed is None:
-            await _reply(send, 401, "a valid API key is needed: Authorization: Bearer KEY")
-            return
-        if allowed == "write" or scope.get("method") != "POST":
+        access = (scope.get("state") or {}).get("isotope.scope", "write")
+        if scope["type"] != "http" or access == "write" or scope.get("method") != "POST":
             await inner(scope, receive, send)
             return
         body, more = b"", True
         while more:  # read the request to see which tool it calls
             message = await receive()
+            if message["type"] == "http.disconnect":
+                return
             body += message.get("body", b"")
             more = message.get("more_body", False)
-            if len(body) > max_bytes:
-                await _reply(send, 413, "request too large")
-                return
-        try:
-            calls = json.loads(body or b"null")
-        except ValueError:
-            calls = None
-        for call in calls if isinstance(calls, list) else [calls]:
-            if isinstance(call, dict) and call.get("method") == "tools/call" and (
-                    call.get("params") or {}).get("name") == "ingest":
+        calls = _calls(body)
+        if calls is None:
+            await _send(send, 400, {"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32700, "message": "parse error: the body is not JSON, or is "
+                "nested too deep"}})
+            return
+        for call in calls:
+            params = call.get("params") if isinstance(call, dict) else None
+            if (isinstance(call, dict) and call.get("method") == "tools/call"
+                    and isinstance(params, dict) and params.get("name") == "ingest"):
                 # a JSON-RPC error for that call, which the agent's client reports as such
-                await _reply(send, 200, None, {
+                await _send(send, 200, {
                     "jsonrpc": "2.0", "id": call.get("id"),
                     "error": {"code": -32001, "message": "this API key may only read: "
                               "ingest needs a read-write key"}})
@@ -142,10 +254,20 @@ def guard(inner: ASGI, keys: Keys, max_bytes: int = 1_000_000) -> ASGI:
     return app
 
 
-async def _reply(send: Callable[[MutableMapping[str, Any]], Awaitable[None]], status: int,
-                 message: str | None, body: Any = None) -> None:
+def _calls(body: bytes) -> list[Any] | None:
+    """The JSON-RPC messages of a request body (None: not JSON, or nested too deep for
+    the parser)."""
+    try:
+        calls = json.loads(body or b"null")
+    except (ValueError, RecursionError):
+        return None
+    return calls if isinstance(calls, list) else [calls]
+
+
+async def _send(send: Callable[[MutableMapping[str, Any]], Awaitable[None]], status: int,
+                body: Any) -> None:
+    data = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
-                            *([(b"www-authenticate", b"Bearer")] if status == 401 else [])]})
-    await send({"type": "http.response.body",
-                "body": json.dumps(body if body is not None else {"error": message}).encode()})
+                            (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})

@@ -1,59 +1,104 @@
-"""``isotope serve --workers N``: N server processes on one port, each with its own
-listening socket (SO_REUSEPORT), so the kernel spreads connections evenly.
+"""``isotope serve --workers N``: N server processes behind one listening socket, the
+connections dealt out in turn by the parent process, so each worker holds its share.
 
-uvicorn's own ``--workers`` shares one listening socket among its processes, and two
-things made it no faster than one process here: an idle process accepts every pending
-connection in one go (8 keep-alive clients arriving together all landed on one
-process), and the shared socket is made with protocol 0, so asyncio never turned off
-Nagle's algorithm and each keep-alive request after the first waited ~40 ms for a
-delayed ACK (uvicorn#3149: one client got 17 searches/s from two workers against 55
-from one). Each process here binds its own TCP socket to the address; Linux admits only
-sockets of the same user to a SO_REUSEPORT group.
+Two ways of sharing a port were measured and dropped. uvicorn's own ``--workers`` shares
+one listening socket: an idle process accepts every pending connection in one go (8
+keep-alive clients arriving together all landed on one process), and its socket is made
+with protocol 0, so asyncio never turned off Nagle's algorithm and each keep-alive
+request after the first waited ~40 ms for a delayed ACK (uvicorn#3149). One SO_REUSEPORT
+socket per worker fixed both, but the kernel spreads connections by a hash of their
+addresses: 8 clients split 7:1 or 1:7 in 2 of 5 runs, and p99 rose to 214-283 ms.
+
+Here the parent accepts each connection and passes it (``SCM_RIGHTS`` over a Unix
+socket pair) to the next worker in turn; the worker serves it with uvicorn's own
+protocol on its event loop (asyncio turns Nagle off on such a socket).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import multiprocessing
+import selectors
 import signal
 import socket
 import time
 from types import FrameType
+from typing import Any
 
 
-def listening_socket(host: str, port: int, *, shared: bool = True) -> socket.socket:
-    """A TCP socket bound to ``(host, port)``; with ``shared``, one that other processes
-    of this user can also bind (SO_REUSEPORT). OSError when the address is taken."""
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``(host, port)``; OSError when the address is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if shared:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
+        sock.listen(2048)
     except OSError:
         sock.close()
         raise
     return sock
 
 
-def _worker(host: str, port: int) -> None:
+def _worker(channel: socket.socket) -> None:
+    """A worker: the app of :func:`isotope.server.app.serving_app`, serving the
+    connections the parent sends over ``channel``."""
     import uvicorn
 
-    sock = listening_socket(host, port)
-    config = uvicorn.Config("isotope.server.app:serving_app", factory=True, log_level="warning")
-    uvicorn.Server(config).run(sockets=[sock])
+    class Handed(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await self.lifespan.startup()
+            if self.lifespan.should_exit:
+                raise SystemExit(3)
+            config, loop = self.config, asyncio.get_running_loop()
+
+            def protocol() -> asyncio.Protocol:
+                made: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+                    config=config, server_state=self.server_state,
+                    app_state=self.lifespan.state)
+                return made
+
+            def received() -> None:
+                try:
+                    _, fds, _, _ = socket.recv_fds(channel, 1, 64)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    fds = []
+                if not fds:  # the parent is gone
+                    loop.remove_reader(channel.fileno())
+                    self.should_exit = True
+                    return
+                for fd in fds:
+                    conn = socket.socket(fileno=fd)
+                    conn.setblocking(False)
+                    loop.create_task(_serve(loop, protocol, conn))
+
+            channel.setblocking(False)
+            loop.add_reader(channel.fileno(), received)
+            self.servers = []
+            self.started = True
+
+    config = uvicorn.Config("isotope.server.app:serving_app", factory=True,
+                            log_level="warning")
+    Handed(config).run()
+
+
+async def _serve(loop: asyncio.AbstractEventLoop, protocol: Any, conn: socket.socket) -> None:
+    try:
+        await loop.connect_accepted_socket(protocol, sock=conn)
+    except OSError:
+        conn.close()
 
 
 def run(host: str, port: int, workers: int) -> None:
-    """Serve with ``workers`` processes until SIGINT or SIGTERM; a process that dies is
+    """Serve with ``workers`` processes until SIGINT or SIGTERM; a worker that dies is
     started again (at most once a second). The environment (ISOTOPE_SERVE_INDEX, the
-    settings) is each process's configuration."""
-    if not hasattr(socket, "SO_REUSEPORT"):  # pragma: no cover - Windows
-        raise OSError("--workers needs SO_REUSEPORT (Linux, macOS, BSD); use --workers 1")
-    # Not shared first: another server on the port (even another `isotope serve
-    # --workers`, whose sockets would otherwise admit ours) is an error, not a partner.
-    listening_socket(host, port, shared=False).close()
-    holder = listening_socket(host, port)  # held until the end, so nothing else takes it
+    settings) is each process's configuration. OSError when the address is taken."""
+    if not hasattr(socket, "send_fds"):  # pragma: no cover - Windows
+        raise OSError("--workers needs Unix sockets that pass descriptors; use --workers 1")
+    listener = listening_socket(host, port)
     context = multiprocessing.get_context("spawn")
     stopping = False
 
@@ -61,32 +106,60 @@ def run(host: str, port: int, workers: int) -> None:
         nonlocal stopping
         stopping = True
 
+    def start() -> tuple[Any, socket.socket]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        process = context.Process(target=_worker, args=(theirs,), daemon=True)
+        process.start()
+        theirs.close()
+        return process, ours
+
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    processes = []
+    pool: list[tuple[Any, socket.socket]] = []
+    turn = 0
     try:
-        for _ in range(workers):
-            process = context.Process(target=_worker, args=(host, port), daemon=True)
-            process.start()
-            processes.append(process)
-        while not stopping:
-            time.sleep(0.2)
-            for n, process in enumerate(processes):
-                if not process.is_alive() and not stopping:
-                    time.sleep(1)
-                    processes[n] = context.Process(target=_worker, args=(host, port),
-                                                   daemon=True)
-                    processes[n].start()
+        pool = [start() for _ in range(workers)]
+        listener.setblocking(False)
+        with selectors.DefaultSelector() as ready:
+            ready.register(listener, selectors.EVENT_READ)
+            while not stopping:
+                for n, (process, channel) in enumerate(pool):
+                    if not process.is_alive() and not stopping:
+                        channel.close()
+                        time.sleep(1)
+                        pool[n] = start()
+                if not ready.select(timeout=0.2):
+                    continue
+                with contextlib.suppress(BlockingIOError, InterruptedError):
+                    while True:
+                        conn, _ = listener.accept()
+                        turn = _hand(pool, turn, conn)
     finally:
-        for process in processes:
+        listener.close()
+        for process, channel in pool:
+            channel.close()
             if process.is_alive():
                 process.terminate()  # SIGTERM: uvicorn finishes the requests in flight
-        for process in processes:
+        for process, _ in pool:
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
-        holder.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _hand(pool: list[tuple[Any, socket.socket]], turn: int, conn: socket.socket) -> int:
+    """Pass ``conn`` to the next worker that takes it; returns the next turn."""
+    try:
+        for tries in range(len(pool)):
+            _, channel = pool[(turn + tries) % len(pool)]
+            try:
+                socket.send_fds(channel, [b"c"], [conn.fileno()])
+            except OSError:
+                continue  # that worker is gone: the next one takes it
+            return (turn + tries + 1) % len(pool)
+        return turn
+    finally:
+        conn.close()
 
 
 __all__ = ["listening_socket", "run"]

@@ -1,0 +1,203 @@
+"""The gate every request of ``isotope serve`` passes before the app reads a byte of its
+body: a plain ASGI middleware, outermost, over every route (``/mcp`` included).
+
+In order:
+
+1. **Host.** A request naming another host than the server's own is refused (421): a
+   web page that rebinds its own DNS name to 127.0.0.1 must not read a local server.
+   The server's own names are the loopback names and the address it listens on, plus
+   the ``allowed_hosts`` setting (``*``: any; the default for a server listening on
+   every address, which needs API keys anyway).
+2. **Origin.** A browser request sent from a page of another origin (an ``Origin`` that
+   is not this server's, or ``Sec-Fetch-Site`` ``cross-site`` / ``same-site``) is
+   refused (403) unless the ``allowed_origins`` setting lists it: a page elsewhere must
+   not write to a server, nor read a key-less one. The search page served at ``/`` is
+   of this origin and keeps working; programs (curl, the Client, agents) send neither
+   header.
+3. **Key.** With API keys, a request without a valid one is refused (401) before its
+   body is read, and a read-only key on a route that writes (403); the key's scope is
+   left in ``scope["state"]["isotope.scope"]`` for the route. ``/``, ``/app.js``,
+   ``/health``, ``/docs`` and ``/openapi.json`` need no key.
+4. **Body.** A body over ``max_bytes`` is refused (413) as soon as it passes the limit,
+   whether declared (``Content-Length``) or streamed (``Transfer-Encoding: chunked``);
+   a client that stops sending its body for ``body_timeout`` seconds is answered 408
+   and let go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+from collections.abc import Awaitable, Callable, Collection, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from isotope.server.auth import Keys
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGI = Callable[[Message, Receive, Send], Awaitable[None]]
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+OPEN_PATHS = frozenset({"/", "/app.js", "/health", "/docs", "/openapi.json",
+                        "/favicon.ico"})
+"""Paths served without a key (the page and its script, liveness, the API's schema)."""
+OPEN_PREFIXES = ("/docs/",)
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def host_name(value: str) -> str:
+    """The host of a ``Host`` header or an origin's authority, lowercase, without port or
+    brackets (``[::1]:8000`` -> ``::1``)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:].split("]", 1)[0]
+    if value.count(":") > 1:  # a bare IPv6 address
+        return value
+    return value.rsplit(":", 1)[0] if ":" in value else value
+
+
+def own_hosts(listen: str, allowed: Collection[str], keyed: bool) -> frozenset[str] | None:
+    """The host names a server listening on ``listen`` answers to (None: any): the
+    loopback names, ``listen`` itself, and ``allowed`` (``*`` in it: any). A server on
+    every address (``0.0.0.0``, ``::``) with keys and no ``allowed`` answers to any."""
+    names = {host_name(n) for n in allowed}
+    if "*" in names:
+        return None
+    try:
+        wildcard = ipaddress.ip_address(listen).is_unspecified
+    except ValueError:
+        wildcard = False
+    if wildcard and keyed and not names:
+        return None
+    names.update(LOOPBACK_NAMES)
+    if not wildcard:
+        names.add(host_name(listen))
+    return frozenset(names)
+
+
+@dataclass
+class Gate:
+    """The ASGI middleware (see the module docstring). ``writes(method, path)`` says
+    whether a route writes (so a read-only key is refused before its body is read)."""
+
+    app: ASGI
+    keys: Keys
+    max_bytes: int
+    hosts: frozenset[str] | None = frozenset(LOOPBACK_NAMES)
+    origins: frozenset[str] = field(default_factory=frozenset)
+    body_timeout: float = 30.0
+    writes: Callable[[str, str], bool] = lambda method, path: False
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        method, path = scope.get("method", "GET"), scope.get("path", "/")
+        host = headers.get("host")
+        if self.hosts is not None and host is not None and host_name(host) not in self.hosts:
+            await reply(send, 421, f"this server does not answer to the host {host!r}; "
+                        "use its address, or list the name in the allowed_hosts setting")
+            return
+        if self._foreign(headers, host):
+            await reply(send, 403, "a request from a page of another site is refused; "
+                        "open the page this server serves at /, or list that origin in "
+                        "the allowed_origins setting")
+            return
+        if any(k.lower() in ("api_key", "key", "token", "access_token")
+               for k in _query_names(scope)):
+            await reply(send, 400, "send the API key in the Authorization header "
+                        "(Authorization: Bearer KEY), never in the URL")
+            return
+        access = "write"
+        if self.keys and not (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)):
+            kind, _, token = headers.get("authorization", "").partition(" ")
+            found = self.keys.scope(token.strip()) if kind.lower() == "bearer" else None
+            if found is None:
+                await reply(send, 401, "a valid API key is needed: Authorization: Bearer KEY",
+                            [(b"www-authenticate", b"Bearer")])
+                return
+            if found != "write" and method in WRITE_METHODS and self.writes(method, path):
+                await reply(send, 403, "this API key may only read")
+                return
+            access = found
+        scope.setdefault("state", {})["isotope.scope"] = access
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._too_large(send)
+            return
+        await self._limited(scope, receive, send)
+
+    def _foreign(self, headers: dict[str, str], host: str | None) -> bool:
+        """Whether a browser sent the request from a page of another origin."""
+        origin = headers.get("origin")
+        if origin is not None:
+            if origin in self.origins:
+                return False
+            scheme, _, authority = origin.partition("://")
+            return not (authority and host and authority.lower() == host.lower()
+                        and scheme in ("http", "https"))
+        return headers.get("sec-fetch-site") in ("cross-site", "same-site")
+
+    async def _too_large(self, send: Send) -> None:
+        await reply(send, 413, f"the request body is over {self.max_bytes} bytes (the "
+                    "max_upload_mb setting)")
+
+    async def _limited(self, scope: Message, receive: Receive, send: Send) -> None:
+        """The app, with its body counted as it arrives and its stalls timed."""
+        received = 0
+        answered = False  # by the gate: the app's own reply is dropped
+
+        async def counted() -> Message:
+            nonlocal received, answered
+            if answered:
+                return {"type": "http.disconnect"}
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout)
+            except TimeoutError:
+                answered = True
+                await reply(send, 408, f"the request body stalled for {self.body_timeout:g} "
+                            "s; send it whole")
+                return {"type": "http.disconnect"}
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    answered = True
+                    await self._too_large(send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def sent(message: Message) -> None:
+            if not answered:
+                await send(message)
+
+        await self.app(scope, counted, sent)
+
+
+def _headers(scope: Message) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1")
+            for k, v in scope.get("headers", [])}
+
+
+def _query_names(scope: Message) -> list[str]:
+    from urllib.parse import parse_qsl
+
+    raw = scope.get("query_string", b"").decode("latin-1")
+    return [name for name, _ in parse_qsl(raw, keep_blank_values=True)]
+
+
+async def reply(send: Send, status: int, message: str,
+                headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """Answer ``{"error": message}`` with ``status`` (the API's one form of error)."""
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+__all__ = ["LOOPBACK_NAMES", "Gate", "host_name", "own_hosts", "reply"]
