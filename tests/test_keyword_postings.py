@@ -147,3 +147,88 @@ def test_common_words_rank_as_fts5_and_split_words_go_to_fts5(tmp_path: Path,
         assert layer.search(["billing_ops"], 5) is None
         found = iso.search("billing-ops billing_ops", k=3, mode="chunks-bm25").results
         assert Path(found[0].chunk.source).stem == "billing"
+
+
+def _array_span(path: Path, name: str) -> tuple[int, int]:
+    """Where array ``name`` lies in a saved keyword index: (offset, bytes)."""
+    import json
+
+    import numpy as np
+
+    raw = path.read_bytes()
+    size = int.from_bytes(raw[8:16], "little")
+    header = json.loads(raw[16:16 + size])
+    dtype, offset, count, _ = header["arrays"][name]
+    return 16 + (size + 7) // 8 * 8 + offset, np.dtype(dtype).itemsize * count
+
+
+@pytest.mark.parametrize("damage", ["shuffled", "out of range"])
+def test_postings_damaged_in_place_are_never_used(tmp_path: Path, embedder: Embedder,
+                                                  damage: str) -> None:
+    """The postings rewritten in place (the same size, so no size check can see it): the
+    results stay FTS5's in every mode, hybrid included, and check says so truly."""
+    import numpy as np
+
+    modes = ("atoms-bm25", "chunks-bm25", "questions-bm25", "hybrid")
+    with _compacted(tmp_path, embedder) as iso:
+        expected = {(q, m): [(r.chunk.id, round(r.score, 6))
+                             for r in iso.search(q, k=5, mode=m).results]
+                    for q in QUERIES for m in modes}
+        tags = {kind: iso.store.get_meta("vectors")[kind]["tag"] for kind in KINDS}
+    for kind, tag in tags.items():
+        path = tmp_path / "index" / "vectors" / f"{tag}.keywords"
+        start, size = _array_span(path, "docs")
+        raw = bytearray(path.read_bytes())
+        docs = np.frombuffer(bytes(raw[start:start + size]), dtype=np.int32).copy()
+        docs = docs[::-1].copy() if damage == "shuffled" else docs + 10_000_000
+        raw[start:start + size] = docs.tobytes()
+        path.write_bytes(bytes(raw))
+    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
+        for (query, mode), before in expected.items():
+            found = [(r.chunk.id, round(r.score, 6))
+                     for r in iso.search(query, k=5, mode=mode).results]
+            assert found == before, (query, mode)
+        problems = iso.check()
+        assert len([p for p in problems if "keyword postings" in p]) == len(KINDS)
+        assert all("FTS5" in p for p in problems if "keyword postings" in p)
+        iso.compact()
+        assert iso.check() == []
+        for kind in KINDS:
+            layer = iso.store._vectors.keywords(kind)  # type: ignore[attr-defined]
+            assert layer is not None and not layer.base.damaged
+
+
+def test_postings_of_an_index_without_questions_then_enriched(tmp_path: Path,
+                                                              embedder: Embedder) -> None:
+    """Compacted before any question existed (an empty base), then questions are added:
+    questions-bm25, and hybrid weighing it, work and rank as FTS5."""
+    with _open(tmp_path / "index", embedder, keyword_index="postings") as iso:
+        iso.ingest(_docs(tmp_path / "docs"), questions="later")
+        iso.compact()
+        assert iso.search("billing service", mode="questions-bm25").results == []
+        iso.enrich()
+        found = iso.search("When was the billing service started?", k=3,
+                           mode="questions-bm25").results
+        assert Path(found[0].chunk.source).stem == "billing"
+        hybrid = iso.search("billing service started", k=3,
+                            weights={"questions-bm25": 1.0}).results
+        assert Path(hybrid[0].chunk.source).stem == "billing"
+        iso.compact()
+        _same(_postings(iso, "questions", "billing service started", 5),
+              _fts5(iso, "questions", "billing service started", 5))
+
+
+def test_term_frequencies_over_255_count_in_full(tmp_path: Path, embedder: Embedder) -> None:
+    """A word written 600, 300 and 256 times: three different scores, in FTS5's order
+    (frequencies were capped at 255, which tied them and changed the ranking)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, times in (("a", 256), ("b", 600), ("c", 300)):
+        (docs / f"{name}.txt").write_text("zebra " * times + "stripes here.\n")
+    with _open(tmp_path / "index", embedder, keyword_index="postings", chunk_size=4000,
+               chunk_overlap=0) as iso:
+        iso.ingest(docs, questions="later")
+        iso.compact()
+        found = _postings(iso, "chunks", "zebra", 3)
+        _same(found, _fts5(iso, "chunks", "zebra", 3))
+        assert len({round(s, 9) for _, s in found}) == 3

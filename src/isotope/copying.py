@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +52,14 @@ def copy_index(source: str | Path, target: str | Path, *, resume: bool = False,
         src.close()
 
 
+def _identity(src: stores.Store, described: str) -> dict[str, object]:
+    """What names the index being copied: its location (password masked), when it was
+    created, and its embedding model."""
+    embedding = src.get_meta("embedding") or {}
+    return {"location": described, "created_at": src.get_meta("created_at"),
+            "model_id": embedding.get("model_id")}
+
+
 def _same_model(a: dict[str, object], b: dict[str, object]) -> bool:
     return (a.get("model_id"), a.get("dim")) == (b.get("model_id"), b.get("dim"))
 
@@ -65,12 +72,18 @@ def _copy(src: stores.Store, dst: stores.Store, source: str, target: str, resume
         raise IsotopeError(f"{target} already holds sources; copy into an empty index (a "
                            "new directory, or a new ?schema=), or pass --resume to finish "
                            "an interrupted copy")
+    origin = _identity(src, source)
+    if held and dst.get_meta("copy_of") != origin:
+        raise IsotopeError(f"{target} holds an index that is not a copy of {source} (or was "
+                           "copied from it by an older isotope); --resume only finishes a "
+                           "copy of the same index: copy into an empty index instead")
     theirs, ours = src.get_meta("embedding"), dst.get_meta("embedding")
     if ours and theirs and not _same_model(ours, theirs):
         raise IsotopeError(f"{target} was made with another embedding model "
                            f"({ours.get('model_id')}); copy into an empty index")
+    dst.set_meta("copy_of", origin)  # before any source: a resume knows its own copy
     infos = src.sources()
-    with dst.bulk() if not held else nullcontext():
+    with dst.bulk():  # (a resumed one makes what an interrupted bulk load left undone)
         for n, info in enumerate(infos, start=1):
             uri = info.source.uri
             if held.get(uri) == info.source.content_hash:

@@ -82,6 +82,9 @@ class StoreError(IsotopeError):
     """A write to the index failed (the disk is full, the index is read-only); nothing of
     that write was stored."""
 
+    retry = False
+    """The same write may succeed if made again (the server broke a deadlock)."""
+
 
 class InvalidArgument(IsotopeError, ValueError):
     """A value given to a call is out of range (``k``, an empty query...)."""

@@ -39,7 +39,7 @@ from isotope.models import (
 )
 from isotope.providers import LLM
 from isotope.questions import parse_questions
-from isotope.settings import Settings, index_settings, resolve
+from isotope.settings import Settings, index_settings, resolve, shown
 from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
 
 MAX_K = 10_000
@@ -595,7 +595,7 @@ class Isotope:
                 + (f" ({self.settings.atomizer_model})" if self.settings.atomizer == "llm" else ""),
             },
             prompt_versions=prompt_specs.versions(self.prompts),
-            settings=self.settings.model_dump(mode="json"),
+            settings=shown(self.settings),
         )
 
 

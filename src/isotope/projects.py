@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from isotope.errors import IsotopeError, SettingsError
+from isotope.redaction import has_secret
 from isotope.settings import (
+    LOCAL_FIELDS,
     Settings,
     index_settings,
     project_settings,
@@ -96,7 +98,11 @@ def location_of(name: str, settings: Settings | None = None) -> str:
     path = require(name, settings)
     pointer = path / LOCATION_FILE
     if pointer.is_file():
-        return pointer.read_text(encoding="utf-8").strip()
+        location = pointer.read_text(encoding="utf-8").strip()
+        if pointer.stat().st_mode & 0o077 and has_secret(location):
+            with contextlib.suppress(OSError):  # written by an older isotope: made private
+                pointer.chmod(0o600)
+        return location
     return str(path)
 
 
@@ -164,6 +170,14 @@ def index_path(settings: Settings, origins: dict[str, str]) -> str:
     return location_of(name, settings) if name else settings.index
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a file only its owner may read (it may hold a password)."""
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(handle, 0o600)
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
 def create(name: str, *, location: str | None = None, **values: Any) -> Path:
     """Create an empty project whose saved settings are ``values`` over the defaults. With
     ``location`` (a store URL, or a directory elsewhere), the project's folder points at
@@ -180,6 +194,11 @@ def create(name: str, *, location: str | None = None, **values: Any) -> Path:
     if unknown:
         raise ProjectError(f"unknown setting(s): {', '.join(sorted(unknown))}; "
                            "`isotope config` lists them")
+    local = sorted(set(values) & set(LOCAL_FIELDS))
+    if local:
+        raise ProjectError(
+            f"{', '.join(local)}: a setting of this machine or server, never saved in a "
+            f"project; set it in the environment (ISOTOPE_{local[0].upper()}) or in .env")
     try:
         settings, _ = resolve(None, **values)
     except SettingsError as exc:
@@ -188,7 +207,7 @@ def create(name: str, *, location: str | None = None, **values: Any) -> Path:
     if location is not None:
         store = stores.open(location, create=True)
         path.mkdir(parents=True, exist_ok=True)
-        (path / LOCATION_FILE).write_text(str(location) + "\n", encoding="utf-8")
+        _write_private(path / LOCATION_FILE, str(location) + "\n")
     else:
         store = stores.open(path, create=True)
     try:

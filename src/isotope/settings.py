@@ -513,6 +513,16 @@ def project_settings(settings: Settings, names: Any) -> dict[str, Any]:
     return {n: dumped[n] for n in names if n in dumped and n not in LOCAL_FIELDS}
 
 
+def shown(settings: Settings) -> dict[str, Any]:
+    """The settings as they may be shown (``isotope config``, ``isotope status``, ``GET
+    /status``): secrets masked, a location's password too."""
+    from isotope.redaction import mask_location
+
+    dumped = settings.model_dump(mode="json")
+    dumped["index"] = mask_location(dumped["index"])
+    return dumped
+
+
 def index_settings(settings: Settings) -> dict[str, Any]:
     """The part of ``settings`` saved inside an index."""
     dumped = settings.model_dump(mode="json")

@@ -52,7 +52,9 @@ class VisibleFormatter(logging.Formatter):
     """Log lines with control characters shown as escapes (they carry file names)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return visible(super().format(record))
+        from isotope.redaction import redact
+
+        return visible(redact(super().format(record)))
 
 
 def labelled(label: str, style: str, message: str) -> Text:
@@ -61,7 +63,9 @@ def labelled(label: str, style: str, message: str) -> Text:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    err.print(labelled("error:", "red", message))
+    from isotope.redaction import redact
+
+    err.print(labelled("error:", "red", redact(message)))
     raise typer.Exit(code)
 
 

@@ -102,20 +102,22 @@ def config(index: IndexOpt = None, project: ProjectOpt = None,
     """Show the resolved settings and where each value came from."""
     from isotope import projects, stores
     from isotope import prompts as prompt_specs
-    from isotope.settings import Settings, resolve
+    from isotope.settings import Settings, resolve, shown
 
     with errors():
-        base, origins = resolve(None, index=index, project=project)
-        path = projects.index_path(base, origins)
+        base, first = resolve(None, index=index, project=project)
+        path = projects.index_path(base, first)
         saved = None
         if stores.exists(path):
             store = stores.open(path, create=False)
             saved = store.get_meta("settings")
             store.close()
         settings, origins = resolve(saved, index=path, project=project)
+        if index is None:  # the location came from where the first reading found it
+            origins["index"] = first["index"] if base.index == path else "project"
         overridden = {name: str(spec.source) for name, spec in
                       prompt_specs.load(settings.prompts_dir).items() if spec.source}
-    values = settings.model_dump(mode="json")
+    values = shown(settings)
     if as_json:
         print_json({**{name: {"value": values[name], "from": origins[name]}
                         for name in values}, "overridden_prompts": overridden})

@@ -25,7 +25,7 @@ import email.policy
 import re
 from collections.abc import Iterator
 from email.message import Message
-from email.utils import getaddresses, parseaddr, parsedate_to_datetime
+from email.utils import getaddresses, parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,15 +74,15 @@ def load_eml(path: Path, data: bytes) -> Document:
 def headers(message: Message, warnings: list[str]) -> dict[str, Any]:
     """The message's headers as metadata (see the module docstring)."""
     found: dict[str, Any] = {}
-    sender = _header(message, "From", warnings)
-    if sender:
-        name, address = parseaddr(sender)
-        found["from"] = (address or sender).lower()
+    senders = _addresses(message, "From", warnings)
+    if senders:
+        name, address = senders[0]
+        if address:
+            found["from"] = address
         if name:
             found["from_name"] = name
     for key in ("To", "Cc"):
-        values = [a.lower() for _, a in getaddresses(
-            [_header(message, key, warnings)]) if a]
+        values = [a for _, a in _addresses(message, key, warnings) if a]
         if values:
             found[key.lower()] = values
     subject = " ".join(_header(message, "Subject", warnings).split())
@@ -105,6 +105,41 @@ def headers(message: Message, warnings: list[str]) -> dict[str, Any]:
     if thread:
         found["thread"] = thread[0]
     return found
+
+
+_ADDRESS = re.compile(r"^[^@\s<>()\[\]\\,;:\"]+@[^@\s<>()\[\]\\,;:\"]+$")
+
+
+def _addresses(message: Message, key: str, warnings: list[str]) -> list[tuple[str, str]]:
+    """The (display name, address) pairs of an address header. The header is split into
+    addresses first, and only display names are decoded (RFC 2047): an encoded word can
+    never become an address (``=?utf-8?b?Y2VvQGNvbXBhbnkuY29t?= <x@evil.example>`` is
+    from x@evil.example, shown as "ceo@company.com"). An address that is not one (an
+    encoded word, no ``@``) is left out with a warning; addresses are lowercase."""
+    raws = message.get_all(key) or []
+    pairs = []
+    for name, address in getaddresses([_raw(raw) for raw in raws]):
+        shown = _decoded(name, f"{key} header", warnings) if name else ""
+        address = address.strip().lower()
+        if address and not _ADDRESS.match(address):
+            warnings.append(f"the {key} header holds no valid address ({address[:60]!r}); "
+                            "left out")
+            address = ""
+        if address or shown:
+            pairs.append((" ".join(shown.split()), address))
+    return pairs
+
+
+def _raw(value: Any) -> str:
+    """A header's text as sent, encoded words not decoded (raw 8-bit bytes as UTF-8)."""
+    if isinstance(value, str):
+        return value
+    try:
+        parts = email.header.decode_header(value)
+    except Exception:
+        return str(value)
+    return "".join(p.decode("utf-8", "replace") if isinstance(p, bytes) else p
+                   for p, _ in parts)
 
 
 def _ids(value: str) -> list[str]:

@@ -374,24 +374,12 @@ def scheme(location: str | Path) -> str | None:
 
 def describe(location: str | Path) -> str:
     """A location as a user should see it: a directory made absolute, a URL as given
-    without its password."""
+    without its password (:func:`isotope.redaction.mask_location`)."""
     if scheme(location) is None:
         return str(Path(location).expanduser().absolute())
-    text = str(location)
-    head, rest = text.split("://", 1)
-    address, mark, query = rest.partition("?")
-    credentials, at, host = address.rpartition("@")
-    if at and ":" in credentials:
-        address = credentials.split(":", 1)[0] + ":***@" + host
-    if mark:
-        from urllib.parse import unquote
+    from isotope.redaction import mask_location
 
-        secret = {"password", "sslpassword"}
-        query = "&".join(
-            f"{part.split('=', 1)[0]}=***"
-            if unquote(part.split("=", 1)[0]).lower() in secret else part
-            for part in query.split("&"))
-    return f"{head}://{address}{mark}{query}"
+    return mask_location(str(location))
 
 
 def exists(location: str | Path) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 import re
 import threading
 import time
@@ -28,12 +29,12 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from isotope.embedders import Vectors
-from isotope.errors import IndexLocked, InvalidIndex, IsotopeError
+from isotope.errors import IndexLocked, InvalidIndex, IsotopeError, StoreError
 from isotope.filters import Condition
 from isotope.models import (
     Atom,
@@ -89,6 +90,9 @@ MAX_SCAN_TUPLES = 40_000
 PARAMETERS = 30_000
 """Bound values per INSERT statement (under PostgreSQL's limit of 65,535)."""
 BULK_MEMORY = "1GB"
+WRITE_RETRIES = 6
+"""Times a write the server aborted to break a deadlock is made (then its error stands)."""
+T = TypeVar("T")
 """maintenance_work_mem for building the HNSW indexes after a bulk load (a graph that fits
 builds several times faster)."""
 
@@ -255,36 +259,71 @@ class PostgresStore(Store):
 
     # -- writes ------------------------------------------------------------------------
     def _ensure_dim(self, dim: int) -> None:
-        """Record the vectors' dimension and make each kind's HNSW index, once per index,
-        in a transaction of its own (committed before any row is written, so a write
-        that fails later cannot undo them, and two first writers do not deadlock on
-        them); then refuse vectors of another dimension."""
+        """Record the vectors' dimension and make each kind's HNSW index that is missing,
+        once per index, in a transaction of its own (committed before any row is
+        written, so a write that fails later cannot undo them); then refuse vectors of
+        another dimension. The catalog is read first, without a lock: ``CREATE INDEX IF
+        NOT EXISTS`` takes a lock on its table even when the index is there, and four
+        writers' first writes deadlocked on it against each other's inserts."""
         if self._dims == dim:
             return
-        with self._write(lock=f"isotope-dim:{self.schema}") as conn:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'").fetchone()
-            if row is not None and int(row[0]) != dim:
-                raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, not "
-                                   f"{dim}; use the index's embedding model")
-            if not self._bulk:  # (again if a bulk load was cut short before making them)
-                self._hnsw(conn, dim)
-            if row is None:
-                conn.execute("INSERT INTO meta(key, value) VALUES ('vector_dim', %s)",
-                             (json.dumps(dim),))
+        stored = self.get_meta("vector_dim")
+        if stored is not None and int(stored) != dim:
+            raise InvalidIndex(f"{self.where} holds vectors of {stored} dimensions, not "
+                               f"{dim}; use the index's embedding model")
+        if stored is None or (not self._bulk and self.missing_hnsw()):
+            with self._write(lock=f"isotope-dim:{self.schema}") as conn:
+                row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'"
+                                   ).fetchone()
+                if row is not None and int(row[0]) != dim:
+                    raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, "
+                                       f"not {dim}; use the index's embedding model")
+                if not self._bulk:  # (again if a bulk load was cut short before making them)
+                    self._hnsw(conn, dim, self.missing_hnsw(conn))
+                if row is None:
+                    conn.execute("INSERT INTO meta(key, value) VALUES ('vector_dim', %s)",
+                                 (json.dumps(dim),))
         self._dims = dim
 
+    def missing_hnsw(self, conn: psycopg.Connection[Any] | None = None) -> list[Kind]:
+        """The kinds whose HNSW index is missing (a bulk load cut short leaves them so:
+        searches then scan every row; :meth:`check` says so and :meth:`repair` makes
+        them)."""
+        rows = (conn.execute if conn is not None else self._conn().execute)(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (self.schema,)
+        ).fetchall()
+        present = {r[0] for r in rows}
+        return [kind for kind in KINDS if f"{kind}_hnsw" not in present]
+
     @staticmethod
-    def _hnsw(conn: psycopg.Connection[Any], dim: int) -> None:
-        for kind in KINDS:
+    def _hnsw(conn: psycopg.Connection[Any], dim: int,
+              kinds: Sequence[Kind] = KINDS) -> None:
+        for kind in kinds:
             conn.execute(f"CREATE INDEX IF NOT EXISTS {kind}_hnsw ON {kind} USING hnsw "
                          f"((vector::halfvec({dim})) halfvec_cosine_ops)")
+
+    def _build_hnsw(self) -> None:
+        """Make the missing HNSW indexes (with the memory a bulk build wants)."""
+        dim = self._stored_dim()
+        if dim is None:
+            return
+        with self._write(lock=f"isotope-dim:{self.schema}") as conn:
+            missing = self.missing_hnsw(conn)
+            if missing:
+                conn.execute(f"SET LOCAL maintenance_work_mem = '{BULK_MEMORY}'")
+                self._hnsw(conn, dim, missing)
 
     @contextmanager
     def bulk(self) -> Iterator[None]:
         """Load an empty index faster: its HNSW indexes are made once at the end (a build
-        over all the rows) instead of grown row by row. Searches meanwhile scan exactly."""
+        over all the rows) instead of grown row by row. Searches meanwhile scan exactly.
+        A load cut short leaves them missing; the next bulk load (``copy --resume``),
+        write or repair makes them."""
         if self.counts()["sources"]:
-            yield
+            try:
+                yield
+            finally:
+                self._build_hnsw()
             return
         with self._write() as conn:
             for kind in KINDS:
@@ -294,11 +333,8 @@ class PostgresStore(Store):
             yield
         finally:
             self._bulk = False
-            dim = self._stored_dim()
-            if dim is not None:
-                with self._write() as conn:
-                    conn.execute(f"SET LOCAL maintenance_work_mem = '{BULK_MEMORY}'")
-                    self._hnsw(conn, dim)
+            self._dims = None
+            self._build_hnsw()
 
     def _stored_dim(self) -> int | None:
         if self._dims is None:
@@ -311,7 +347,24 @@ class PostgresStore(Store):
         counts = self._tokenizer.texts(list(texts))
         return [(dict(c), sum(c.values())) for c in counts]
 
+    def _retried(self, write: Callable[[], T]) -> T:
+        """``write`` (one transaction), made again when the server aborted it to break a
+        deadlock or a serialization conflict with another writer (nothing of it was
+        stored), up to :data:`WRITE_RETRIES` times with a growing, jittered pause."""
+        for attempt in range(WRITE_RETRIES):
+            try:
+                return write()
+            except StoreError as exc:
+                if not exc.retry or attempt == WRITE_RETRIES - 1:
+                    raise
+                log.info("%s; writing again", exc)
+                time.sleep(random.uniform(0.05, 0.2) * 2**attempt)
+        raise AssertionError("unreachable")
+
     def add(self, batch: SourceBatch) -> None:
+        self._retried(lambda: self._add(batch))
+
+    def _add(self, batch: SourceBatch) -> None:
         from pgvector import HalfVector
         from psycopg.types.json import Jsonb
 
@@ -404,8 +457,10 @@ class PostgresStore(Store):
                     copy.write_row((term, row, tf, length))
 
     def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
-        if not done:
-            return
+        if done:
+            self._retried(lambda: self._add_generated(done))
+
+    def _add_generated(self, done: Sequence[ChunkQuestions]) -> None:
         ids = [d.chunk_id for d in done]
         dims = {int(np.asarray(d.vectors).shape[1]) for d in done if len(d.vectors)}
         for dim in dims:
@@ -433,8 +488,11 @@ class PostgresStore(Store):
                              "NOT NULL", (added - had, found[0]))
 
     def delete_source(self, uri: str) -> bool:
-        with self._write(uri) as conn:
-            return conn.execute("DELETE FROM sources WHERE uri = %s", (uri,)).rowcount > 0
+        def delete() -> bool:
+            with self._write(uri) as conn:
+                return conn.execute("DELETE FROM sources WHERE uri = %s", (uri,)).rowcount > 0
+
+        return self._retried(delete)
 
     # -- enrichment --------------------------------------------------------------------
     def pending_chunks(self, limit: int, *, after: str | None = None,
@@ -693,17 +751,24 @@ class PostgresStore(Store):
                 if (int(n), int(total)) != (int(stats[0]), int(stats[1])):
                     found.problems.append(f"keyword statistics of {kind} drifted ({stats[0]} "
                                           f"rows counted, {n} held); run check --repair")
+            if self._stored_dim() is not None:
+                for kind in self.missing_hnsw():
+                    found.problems.append(
+                        f"the HNSW index of {kind} is missing (a bulk load was cut short): "
+                        "vector searches scan every row; run check --repair")
         return found
 
     def repair(self, embed: Callable[[list[str]], Vectors] | None = None) -> None:
-        """Recount the keyword statistics from the rows (the only derived state that can
-        drift; rows, vectors and postings are kept together by transactions and foreign
-        keys). Holds the index's lock exclusively."""
-        with self._index_lock(60.0, shared=False), self._write() as conn:
-            conn.execute("DELETE FROM kw_stats")
-            for kind in KINDS:
-                conn.execute(f"INSERT INTO kw_stats SELECT %s, 0, count(*), "
-                             f"coalesce(sum(ntok), 0) FROM {kind}", (kind,))
+        """Recount the keyword statistics from the rows (rows, vectors and postings are
+        kept together by transactions and foreign keys), and make the HNSW indexes a bulk
+        load cut short did not. Holds the index's lock exclusively."""
+        with self._index_lock(60.0, shared=False):
+            with self._write() as conn:
+                conn.execute("DELETE FROM kw_stats")
+                for kind in KINDS:
+                    conn.execute(f"INSERT INTO kw_stats SELECT %s, 0, count(*), "
+                                 f"coalesce(sum(ntok), 0) FROM {kind}", (kind,))
+            self._build_hnsw()  # those a bulk load cut short did not make
 
     def disk_size(self) -> int | None:
         rows = self._rows("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from isotope.errors import InvalidIndex, IsotopeError, StoreError
+from isotope.redaction import redact
 from isotope.stores import SCHEMA_VERSION, describe
 
 if TYPE_CHECKING:
@@ -99,7 +100,13 @@ assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VE
 
 def split_location(location: str) -> tuple[str, str]:
     """(the connection URL without isotope's own ``schema`` parameter, the schema)."""
-    parts = urlsplit(location)
+    try:
+        parts = urlsplit(location)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:  # e.g. an unclosed [IPv6 address
+        raise InvalidIndex(redact(f"{describe(location)} is not a valid URL ({exc}); write "
+                                  "postgresql://USER@HOST:PORT/DATABASE, an IPv6 host in "
+                                  "brackets: [::1]", location)) from None
     query = parse_qsl(parts.query, keep_blank_values=True)
     schemas = [v for k, v in query if k == "schema"]
     schema = schemas[-1] if schemas else DEFAULT_SCHEMA
@@ -124,8 +131,9 @@ def connect(url: str, schema: str, location: str) -> psycopg.Connection[Any]:
     except psycopg.OperationalError as exc:
         raise InvalidIndex(_connect_error(location, exc)) from None
     except psycopg.Error as exc:  # e.g. an unknown parameter in the URL
-        raise InvalidIndex(f"cannot connect to {describe(location)}: {_first_line(exc)}; "
-                           "check the URL's parameters") from None
+        raise InvalidIndex(redact(f"cannot connect to {describe(location)}: "
+                                  f"{_first_line(exc)}; check the URL's parameters",
+                                  location)) from None
     try:
         search_path(conn, schema)
         if _has_vector(conn):
@@ -169,7 +177,7 @@ def _connect_error(location: str, exc: Exception) -> str:
         fix = "is the server running and reachable at that host and port?"
     else:
         fix = "check the URL, the server and your credentials"
-    return f"cannot connect to {where}: {text}; {fix}"
+    return redact(f"cannot connect to {where}: {text}; {fix}", location)
 
 
 def schema_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
@@ -239,11 +247,14 @@ def store_error(location: str, exc: Exception, *, writing: bool = True) -> Isoto
     where = describe(location)
     lost = "" if not writing else "; nothing of that write was stored"
     state = getattr(exc, "sqlstate", None) or ""
+    said = redact(_first_line(exc), location)
     if isinstance(exc, psycopg.OperationalError) and state in ("", "57P01", "57P02",
                                                                "57P03", "08006", "08003"):
         return StoreError(f"{where}: the connection to the server was lost "
-                          f"({_first_line(exc)}){lost}; try again")
+                          f"({said}){lost}; try again")
     if state in ("40P01", "40001"):  # deadlock, serialization failure
-        return StoreError(f"{where}: the server aborted the transaction to resolve a "
-                          f"conflict with another writer ({_first_line(exc)}){lost}; try again")
-    return StoreError(f"{where}: {_first_line(exc)}{lost}")
+        error = StoreError(f"{where}: the server aborted the transaction to resolve a "
+                           f"conflict with another writer ({said}){lost}; try again")
+        error.retry = True
+        return error
+    return StoreError(f"{where}: {said}{lost}")

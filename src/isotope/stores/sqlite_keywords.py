@@ -19,7 +19,11 @@ postings and scored apart, from their text, with the same statistics. A 5-byte p
 questions.
 
 It is derived from the FTS5 tables: a missing or damaged file makes keyword search fall
-back to FTS5 (slower, never wrong) until the next compaction makes it again."""
+back to FTS5 (slower, never wrong) until the next compaction makes it again. The file
+says how to tell: a CRC-32 of each small array (checked when the file is opened) and of
+each block of :data:`BLOCK` postings (checked the first time a query reads the block),
+with the postings' bounds; a file that fails either is not used again by the process,
+and ``isotope check`` names it."""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ import json
 import logging
 import sqlite3
 import threading
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +53,11 @@ MIN_IDF = 1e-6
 TOKENIZE = "porter unicode61"
 """The tokenizer of the store's FTS5 tables (sqlite_schema)."""
 SUFFIX = "keywords"
-MAGIC = b"ISOKW001"
+MAGIC = b"ISOKW002"
+"""(``ISOKW001``, without checksums and with term frequencies capped at 255, is read as
+missing: the next compaction writes the new form.)"""
+BLOCK = 65_536
+"""Postings per checksummed block."""
 DENSE_FROM = 200_000
 """Candidate rows from which a query scores every posting of its terms at once."""
 
@@ -65,6 +74,22 @@ def idf(rows: int, holding: Floats) -> Floats:
     """FTS5's idf of terms held by ``holding`` of ``rows`` rows."""
     value = np.log((rows - holding + 0.5) / (holding + 0.5))
     return np.where(value <= 0, MIN_IDF, value)
+
+
+class DamagedKeywords(ValueError):
+    """A saved keyword index whose bytes differ from what was written."""
+
+
+def _crc(array: npt.NDArray[Any]) -> int:
+    return zlib.crc32(np.ascontiguousarray(array).data)
+
+
+def frequencies(freqs: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Term frequencies in the smallest unsigned type that holds them all (no cap: a
+    term written 600 times in a row counts 600 times, as in FTS5)."""
+    top = int(freqs.max()) if len(freqs) else 0
+    kind = np.uint8 if top < 2**8 else np.uint16 if top < 2**16 else np.uint32
+    return freqs.astype(kind)
 
 
 class Tokenizer:
@@ -127,12 +152,19 @@ class KeywordBase:
     """Each term's largest tf-part of a row's score, rounded up (times the term's weight:
     the most it can add to a row's score)."""
     docs: npt.NDArray[np.int32]
-    freqs: npt.NDArray[np.uint8]
-    """Postings: document and term frequency (capped at 255), by term then document."""
+    freqs: npt.NDArray[Any]
+    """Postings: document and term frequency (see :func:`frequencies`), by term then
+    document."""
     total: int
     """FTS5's row count and token count, for idf and the average length."""
     tokens: int
-
+    blocks: dict[str, list[int]] | None = None
+    """CRC-32 of each block of :data:`BLOCK` postings of ``docs`` and ``freqs`` (None: a
+    base being built, not read from a file)."""
+    verified: npt.NDArray[np.bool_] | None = None
+    """Blocks checked so far."""
+    damaged: str = ""
+    """Why the file cannot be used (set by the first block that fails)."""
     @property
     def avgdl(self) -> float:
         return self.tokens / max(1, self.total)
@@ -156,19 +188,44 @@ class KeywordBase:
         found = (self.keys[at] == wanted) if len(self.keys) else np.zeros(len(wanted), bool)
         return np.where(found, at, -1).astype(np.int64)
 
-    def postings(self, term: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]:
+    def postings(self, term: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[Any]]:
+        """A term's postings; :class:`DamagedKeywords` if a block they lie in fails its
+        checksum or holds a document out of range (checked once per block)."""
         start, end = int(self.starts[term]), int(self.starts[term + 1])
+        if self.blocks is not None and end > start:
+            self._verify(start // BLOCK, (end - 1) // BLOCK)
         return self.docs[start:end], self.freqs[start:end]
+
+    def _verify(self, first: int, last: int) -> None:
+        if self.damaged:
+            raise DamagedKeywords(self.damaged)
+        assert self.blocks is not None and self.verified is not None
+        for block in range(first, last + 1):
+            if self.verified[block]:
+                continue
+            part = slice(block * BLOCK, (block + 1) * BLOCK)
+            docs, freqs = self.docs[part], self.freqs[part]
+            if (_crc(docs) != self.blocks["docs"][block]
+                    or _crc(freqs) != self.blocks["freqs"][block]
+                    or (len(docs) and (int(docs.min()) < 0 or int(docs.max()) >= len(self)))):
+                self.damaged = f"postings block {block} differs from what was saved"
+                raise DamagedKeywords(self.damaged)
+            self.verified[block] = True
 
     # -- the file ----------------------------------------------------------------------
     _ARRAYS = ("rows", "lengths", "keys", "starts", "tops", "docs", "freqs")
 
     def save(self, path: Path) -> None:
         arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in self._ARRAYS}
-        header: dict[str, Any] = {"total": self.total, "tokens": self.tokens, "arrays": {}}
+        header: dict[str, Any] = {"total": self.total, "tokens": self.tokens, "arrays": {},
+                                  "blocks": {name: [_crc(arrays[name][i:i + BLOCK])
+                                                    for i in range(0, len(arrays[name]),
+                                                                   BLOCK)]
+                                             for name in ("docs", "freqs")}}
         offset = 0
         for name, array in arrays.items():
-            header["arrays"][name] = [array.dtype.str, offset, len(array)]
+            crc = _crc(array) if name not in ("docs", "freqs") else None
+            header["arrays"][name] = [array.dtype.str, offset, len(array), crc]
             offset += _padded(array.nbytes)
         head = json.dumps(header).encode()
 
@@ -183,7 +240,9 @@ class KeywordBase:
 
     @classmethod
     def load(cls, path: Path) -> KeywordBase:
-        """The base saved at ``path``, mapped (``ValueError`` if it is not one)."""
+        """The base saved at ``path``, mapped (``ValueError`` if it is not one, or its
+        small arrays fail their checksums or bounds; the postings are checked a block at a
+        time as queries read them)."""
         with open(path, "rb") as fh:
             start = fh.read(16)
             if len(start) < 16 or start[:8] != MAGIC:
@@ -194,14 +253,28 @@ class KeywordBase:
         made: dict[str, Any] = {}
         expected = data
         for name in cls._ARRAYS:
-            dtype, offset, count = header["arrays"][name]
+            dtype, offset, count, crc = header["arrays"][name]
             made[name] = (np.memmap(path, dtype=np.dtype(dtype), mode="r",
                                     offset=data + offset, shape=(count,)).view(np.ndarray)
                           if count else np.zeros(0, dtype=np.dtype(dtype)))
             expected = max(expected, data + offset + _padded(np.dtype(dtype).itemsize * count))
         if path.stat().st_size != expected:
             raise ValueError(f"{path} has the wrong size")
-        return cls(**made, total=int(header["total"]), tokens=int(header["tokens"]))
+        for name in cls._ARRAYS:
+            crc = header["arrays"][name][3]
+            if crc is not None and _crc(made[name]) != crc:
+                raise DamagedKeywords(f"{path}: its {name} differ from what was saved")
+        blocks = {name: [int(c) for c in header["blocks"][name]] for name in ("docs", "freqs")}
+        starts = made["starts"]
+        if (len(starts) != len(made["keys"]) + 1 or (len(starts) and int(starts[0]) != 0)
+                or (len(starts) and int(starts[-1]) != len(made["docs"]))
+                or len(made["freqs"]) != len(made["docs"])
+                or len(made["lengths"]) != len(made["rows"])
+                or len(blocks["docs"]) != -(-len(made["docs"]) // BLOCK)
+                or (len(starts) > 1 and bool((np.diff(starts.astype(np.int64)) < 0).any()))):
+            raise DamagedKeywords(f"{path}: its arrays do not fit together")
+        return cls(**made, total=int(header["total"]), tokens=int(header["tokens"]),
+                   blocks=blocks, verified=np.zeros(len(blocks["docs"]), bool))
 
     # -- making one --------------------------------------------------------------------
     @classmethod
@@ -214,7 +287,7 @@ class KeywordBase:
         rows, lengths = _document_lengths(conn, kind)
         terms: list[str] = []
         docs_parts: list[npt.NDArray[np.int32]] = []
-        freq_parts: list[npt.NDArray[np.uint8]] = []
+        freq_parts: list[npt.NDArray[Any]] = []
         for term, docs, freqs in _postings(conn, kind, rows):
             terms.append(term)
             docs_parts.append(docs)
@@ -228,8 +301,8 @@ class KeywordBase:
         base = cls(rows=rows, lengths=lengths, keys=keys[order], starts=starts,
                    tops=np.zeros(len(keys), np.float16),
                    docs=np.concatenate(parts) if parts else np.zeros(0, np.int32),
-                   freqs=(np.concatenate([freq_parts[i] for i in order]) if parts
-                          else np.zeros(0, np.uint8)),
+                   freqs=frequencies(np.concatenate([freq_parts[i] for i in order])
+                                     if parts else np.zeros(0, np.uint32)),
                    total=len(rows), tokens=int(lengths.sum()))
         tops = np.zeros(len(keys))
         for i in range(len(keys)):
@@ -284,21 +357,21 @@ def _varint_sum(blob: bytes) -> int:
 
 def _postings(conn: sqlite3.Connection, kind: str, rows: Rows,
               batch: int = 200_000
-              ) -> Iterable[tuple[str, npt.NDArray[np.int32], npt.NDArray[np.uint8]]]:
+              ) -> Iterable[tuple[str, npt.NDArray[np.int32], npt.NDArray[Any]]]:
     """Each term with its documents and frequencies, read from the instances
     (term, row) that fts5vocab lists in term then row order, a batch at a time."""
     cursor = conn.execute(f"SELECT term, doc FROM temp.isotope_{kind}_instance")
     term: str | None = None
     docs: list[npt.NDArray[np.int64]] = []
 
-    def finish() -> tuple[str, npt.NDArray[np.int32], npt.NDArray[np.uint8]]:
+    def finish() -> tuple[str, npt.NDArray[np.int32], npt.NDArray[Any]]:
         every = np.concatenate(docs)
         if len(every) > 1 and (every[1:] < every[:-1]).any():
             every.sort()
         starts = np.flatnonzero(np.r_[True, every[1:] != every[:-1]])
         freqs = np.diff(np.r_[starts, len(every)])
         positions = np.searchsorted(rows, every[starts]).astype(np.int32)
-        return str(term), positions, np.minimum(freqs, 255).astype(np.uint8)
+        return str(term), positions, freqs.astype(np.uint32)
 
     while part := cursor.fetchmany(batch):
         terms = [r[0] for r in part]
@@ -356,15 +429,27 @@ class KeywordLayer:
         phrase OR'ed with the others), or None when FTS5 must answer (a word FTS5 splits
         in several terms)."""
         terms = TOKENIZER.words(words)
-        if any(len(t) != 1 for t in terms):
+        if any(len(t) != 1 for t in terms) or self.base.total == 0 or self.base.damaged:
+            return None  # (an empty base has no statistics to score the rows added since)
+        try:
+            return self._search(terms, k)
+        except DamagedKeywords as exc:
+            log.warning("the saved keyword index is damaged (%s); keyword search uses FTS5 "
+                        "until `isotope compact` or `isotope check --repair` makes it again",
+                        exc)
             return None
+
+    def _search(self, terms: list[tuple[str, ...]], k: int) -> list[tuple[int, float]]:
         times = Counter(t[0] for t in terms)  # FTS5 scores each phrase, even repeated
         keys = [term_key(t) for t in times]
         base = self.base
         at = base.find(keys)
         weights = np.array(list(times.values()), float)
-        holding = np.where(at >= 0, base.holding(np.maximum(at, 0)), 0.0)
-        for i in np.flatnonzero(at < 0):  # terms only rows added since hold
+        holding = np.zeros(len(at))
+        present = at >= 0
+        if present.any():
+            holding[present] = base.holding(at[present])
+        for i in np.flatnonzero(~present):  # terms only rows added since hold
             holding[i] = len(np.unique(self.rows[self.keys == np.uint64(keys[i])]))
         weights *= idf(base.total, holding)
         found = self._search_base(at, weights, k) + self._search_delta(keys, weights, k)
@@ -399,7 +484,7 @@ class KeywordLayer:
         return self._top(candidates, scores, k)
 
     def _score(self, candidates: Rows, terms: list[int],
-               lists: dict[int, tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]],
+               lists: dict[int, tuple[npt.NDArray[np.int32], npt.NDArray[Any]]],
                weights: Floats) -> Floats:
         """Each candidate's full score (-2 for hidden ones)."""
         base = self.base
@@ -417,7 +502,7 @@ class KeywordLayer:
         return scores
 
     def _dense(self, terms: list[int],
-               lists: dict[int, tuple[npt.NDArray[np.int32], npt.NDArray[np.uint8]]],
+               lists: dict[int, tuple[npt.NDArray[np.int32], npt.NDArray[Any]]],
                weights: Floats, k: int) -> list[tuple[int, float]]:
         """Every posting of the terms scored at once (queries of common terms)."""
         base = self.base

@@ -416,7 +416,8 @@ class VectorStore:
         saved = (info or {}).get("keywords")
         if info and saved:
             path = self._keyword_file(str(info["tag"]))
-            if not path.exists() or digest([path]) != saved.get("digest"):
+            if (not path.exists() or digest([path]) != saved.get("digest")
+                    or sqlite_keywords.load(path) is None):
                 problems.append((f"the {kind} keyword postings {path} are missing or damaged "
                                  "(keyword search uses FTS5 meanwhile): `isotope compact` "
                                  "or `isotope check --repair` makes them again", none))

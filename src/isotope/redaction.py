@@ -1,0 +1,75 @@
+"""Credentials never shown: an index location (a database URL) as a user may see it, and
+any text (a driver's error message, a log line) with the secrets of a location taken
+out. Every place that shows or logs a location or passes on a driver's message goes
+through here: ``isotope status``/``config``/``list``, ``GET /status``, error messages,
+project files."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl, unquote
+
+MASK = "***"
+SECRET_PARAMETERS = frozenset({"password", "sslpassword", "passfile_password"})
+"""Query parameters of a location that hold a secret."""
+_URL_CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s/@:]*):[^\s@/]*@")
+_PARAMETER = re.compile(r"(?i)\b(password|sslpassword)\s*=\s*('[^']*'|\"[^\"]*\"|[^\s&;,]+)")
+
+
+def mask_location(location: str) -> str:
+    """A URL with its password and secret parameters replaced by ``***``; anything else
+    as it is."""
+    text = str(location)
+    if "://" not in text:
+        return text
+    head, rest = text.split("://", 1)
+    address, mark, query = rest.partition("?")
+    credentials, at, host = address.rpartition("@")
+    if at and ":" in credentials:
+        address = credentials.split(":", 1)[0] + f":{MASK}@" + host
+    if mark:
+        query = "&".join(
+            f"{part.split('=', 1)[0]}={MASK}"
+            if unquote(part.split("=", 1)[0]).lower() in SECRET_PARAMETERS else part
+            for part in query.split("&"))
+    return f"{head}://{address}{mark}{query}"
+
+
+def secrets_of(location: str) -> list[str]:
+    """The secret strings inside a location (its password as written and decoded, the
+    values of its secret parameters), longest first."""
+    text = str(location)
+    if "://" not in text:
+        return []
+    rest = text.split("://", 1)[1]
+    address, _, query = rest.partition("?")
+    found: set[str] = set()
+    credentials, at, _ = address.rpartition("@")
+    if at and ":" in credentials:
+        raw = credentials.split(":", 1)[1]
+        found.update({raw, unquote(raw)})
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if unquote(name).lower() in SECRET_PARAMETERS and value:
+            found.update({value, unquote(value)})
+    return sorted((s for s in found if s), key=len, reverse=True)
+
+
+def redact(text: str, *locations: str) -> str:
+    """``text`` with the secrets of ``locations`` and any URL password or ``password=``
+    value in it replaced by ``***``."""
+    for location in locations:
+        for secret in secrets_of(location):
+            text = text.replace(secret, MASK)
+    text = _URL_CREDENTIALS.sub(rf"\1:{MASK}@", text)
+    return _PARAMETER.sub(rf"\1={MASK}", text)
+
+
+def has_secret(location: str) -> bool:
+    """Whether a location holds a password (then a file keeping it must be private)."""
+    return bool(secrets_of(location)) or bool(
+        any(n.lower() in SECRET_PARAMETERS
+            for n, _ in parse_qsl(str(location).partition("?")[2])))
+
+
+__all__ = ["MASK", "has_secret", "mask_location", "redact", "secrets_of"]
