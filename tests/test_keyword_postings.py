@@ -175,7 +175,7 @@ def test_postings_damaged_in_place_are_never_used(tmp_path: Path, embedder: Embe
                              for r in iso.search(q, k=5, mode=m).results]
                     for q in QUERIES for m in modes}
         tags = {kind: iso.store.get_meta("vectors")[kind]["tag"] for kind in KINDS}
-    for kind, tag in tags.items():
+    for tag in tags.values():
         path = tmp_path / "index" / "vectors" / f"{tag}.keywords"
         start, size = _array_span(path, "docs")
         raw = bytearray(path.read_bytes())

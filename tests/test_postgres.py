@@ -23,6 +23,7 @@ from isotope.cli import app
 from isotope.copying import copy_index
 from isotope.embedders import Embedder
 from isotope.errors import InvalidIndex, IsotopeError
+from isotope.filters import FilterError
 from isotope.models import Chunk
 
 from conftest import FakeLLM
@@ -79,7 +80,7 @@ def test_filters_on_metadata_match_the_embedded_store(
     chunks = [Chunk(text=f"Report {n} on the garage, written in {2018 + n}.", source=f"r{n}",
                     metadata={"year": 2018 + n, "tags": ["garage", f"t{n % 2}"],
                               "date": f"{2018 + n}-05-01", "author": {"name": f"A{n % 3}"},
-                              **({"type": "memo"} if n % 2 else {})})
+                              "draft": n % 3 == 0, **({"type": "memo"} if n % 2 else {})})
               for n in range(6)]
     found = {}
     for where in (postgres_url, str(tmp_path / "embedded")):
@@ -94,8 +95,15 @@ def test_filters_on_metadata_match_the_embedded_store(
                           {"source": "r[0-2]"}, {"year": ["2019", 2023]},
                           {"date": {"gte": 2021}}, {"ingested_at": {"gte": 2024}},
                           {"type": {"ne": "memo"}}, {"author": "A1"},
-                          {"source": "r[^]]"}, {"size": {"gte": "abc"}})]
+                          {"source": "r[^]]"}, {"size": {"gte": "abc"}},
+                          {"year": [2020, "draft"]}, {"draft": True}, {"draft": {"ne": True}})]
+            with pytest.raises(FilterError, match="not true"):
+                iso.search("garage", filters={"year": {"gte": True}})
     assert found[postgres_url] == found[str(tmp_path / "embedded")]
+    # a list of mixed types: each value compared by its own type (2020 as a number)
+    assert found[postgres_url][12] == ["r2"]
+    assert found[postgres_url][13] == ["r0", "r3"] and found[postgres_url][14] == [
+        "r1", "r2", "r4", "r5"]
     assert found[postgres_url][0] == ["r2", "r3", "r4"]
     assert found[postgres_url][6] == ["r3", "r4", "r5"]  # a date's leading number
     # `type` is the loader or the source's metadata type: none of these is a memo (a

@@ -208,6 +208,7 @@ class CachedLLM(LLM):
         self.cache = cache
         self.model_id = inner.model_id
         self.batch_sequences = inner.batch_sequences  # forwarded: see sample_batched
+        self.local = inner.local
         self.seed = seed
         self.stats = CacheStats()
 

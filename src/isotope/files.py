@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from stat import S_ISREG
+from typing import BinaryIO
 
 from isotope.errors import LoaderError
 
@@ -26,24 +27,43 @@ def source_path(path: str | Path) -> Path:
     return Path(os.path.abspath(Path(path).expanduser()))
 
 
+def open_regular(path: str | Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file, else a :class:`LoaderError`:
+    opened without blocking (a FIFO would block the open itself) and checked on the
+    opened file, so a file swapped for a FIFO between a check and the open is caught."""
+    path = Path(path)
+    try:
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                         | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        if not S_ISREG(os.fstat(handle).st_mode):
+            raise LoaderError(path, "not a regular file (a FIFO, socket or device); "
+                              "exclude it")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(handle, True)
+        return os.fdopen(handle, "rb")
+    except BaseException:
+        os.close(handle)
+        raise
+
+
 def read_file(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes]:
     """A regular file's status and its bytes; anything else (a FIFO, a device, a file
     over ``max_bytes``) is a :class:`LoaderError` before a byte is read."""
     path = Path(path)
-    try:
-        stat = path.stat()
-        if not S_ISREG(stat.st_mode):
-            raise LoaderError(path, "not a regular file (a FIFO, socket or device); "
-                              "exclude it")
-        if stat.st_size > max_bytes:
-            raise LoaderError(
-                path, f"the file is {stat.st_size / 1e6:.0f} MB, over the max_file_mb "
-                f"limit of {max_bytes / 1e6:g} MB; split it, or raise the limit "
-                "(ISOTOPE_MAX_FILE_MB)")
-        with open(path, "rb") as fh:  # at most the limit, even if the file grows
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
+    with open_regular(path) as fh:
+        try:
+            stat = os.fstat(fh.fileno())
+            if stat.st_size > max_bytes:
+                raise LoaderError(
+                    path, f"the file is {stat.st_size / 1e6:.0f} MB, over the max_file_mb "
+                    f"limit of {max_bytes / 1e6:g} MB; split it, or raise the limit "
+                    "(ISOTOPE_MAX_FILE_MB)")
+            data = fh.read(max_bytes + 1)  # at most the limit, even if the file grows
+        except OSError as exc:
+            raise LoaderError(path, f"cannot read: {exc.strerror or exc}") from exc
     if len(data) > max_bytes:
         raise LoaderError(path, f"the file grew over the max_file_mb limit of "
                           f"{max_bytes / 1e6:g} MB while being read")

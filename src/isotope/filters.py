@@ -72,6 +72,9 @@ def parse(filters: dict[str, Any] | None) -> list[Condition]:
                                       f"{', '.join(OPS)}")
                 if key == "type" and op not in ("eq", "ne"):
                     raise FilterError("filter 'type' takes a loader name: = or != only")
+                if isinstance(value, bool) and op not in ("eq", "ne"):
+                    raise FilterError(f"filter {key!r}: {op} compares with a number, a "
+                                      f"date or text, not {str(value).lower()}")
                 conditions.append(Condition(key, op, (_scalar(key, value),)))
         elif isinstance(spec, list | tuple):
             if not spec:

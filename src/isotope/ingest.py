@@ -64,6 +64,7 @@ class Pipeline:
         """Ingest every source again, unchanged ones included, reusing nothing stored
         (the cache still answers for unchanged text)."""
         self.max_bytes = int(settings.max_file_mb * 1e6)
+        self.max_chars = int(settings.max_text_mb * 1e6)
         self._members_of: dict[str, set[str]] | None = None
         """Sources inside others, by container (read when a container is first met)."""
         self.store = store
@@ -249,7 +250,7 @@ class Pipeline:
             if self.is_current(existing, digest) and existing and existing.uri == uri:
                 report.unchanged.append(uri)
                 return
-            document, loader = loaders.load(path, data, root=root)
+            document, loader = loaders.load(path, data, root=root, max_chars=self.max_chars)
         source = Source(
             uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
             loader=loader.name, metadata={**document.metadata}, root=str(root),
@@ -299,7 +300,8 @@ class Pipeline:
                 report.unchanged.append(uri)
                 continue
             try:
-                document = loaders.load_member(member.loader, Path(uri), member.data)
+                document = loaders.load_member(member.loader, Path(uri), member.data,
+                                               max_chars=self.max_chars)
             except LoaderError as exc:
                 report.errors.append(FileError(exc.path, exc.reason))
                 continue

@@ -292,6 +292,10 @@ class Settings(BaseSettings):
         "source_aware", description="source_aware: skip unchanged files, replace changed "
         "ones reusing unchanged chunks, sync removes deleted files; none: re-index every "
         "file, remove nothing")
+    max_text_mb: float = Field(
+        32.0, gt=0, le=1_000_000, description="Most text one file may make (an email's "
+        "attachment, a .docx that inflates, a .tex with its inputs); a file making more "
+        "is reported, not ingested")
     max_file_mb: float = Field(64.0, gt=0, le=1_000_000,
                                description="Larger files are reported, not read")
     lock_wait: float = Field(0.0, ge=0, description="Seconds to wait for another process "

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from isotope.embedders import Vectors
+from isotope.errors import StoreError
 
 Ids = npt.NDArray[np.int64]
 
@@ -87,19 +88,41 @@ class VectorIndex(ABC):
 def write_file(path: Path, write: Callable[[Path], object]) -> None:
     """Make ``path`` by ``write(temporary)`` on a file beside it, flushed to disk, then
     renamed: a crash leaves no partial file under ``path`` (the temporary one, if any, ends
-    in ``.tmp``)."""
+    in ``.tmp``). A write that fails (a full disk: usearch says only "Failed to
+    serialize") is a :class:`StoreError` naming the file, with nothing of it kept."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     os.close(fd)
     try:
-        write(Path(tmp))
-        fd = os.open(tmp, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            write(Path(tmp))
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except (OSError, RuntimeError) as exc:
+            raise _write_error(path, exc) from exc
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _write_error(path: Path, exc: BaseException) -> StoreError:
+    import errno
+    import shutil
+
+    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = None
+    full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+        free is not None and free < 64 * 1024 * 1024)
+    fix = ("the disk is full: free some space, then run `isotope compact`" if full else
+           "check that the folder is writable and the disk sound, then run `isotope "
+           "compact`")
+    return StoreError(f"cannot write {path} ({reason}); nothing of it was kept (the index "
+                      f"still works from what it had); {fix}")
 
 
 def narrow(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | npt.NDArray[np.int32]:

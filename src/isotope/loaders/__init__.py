@@ -5,6 +5,7 @@ A loader is a function ``(path, data) -> Document``. Register more with :func:`r
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -126,15 +127,30 @@ def loader_for(path: Path) -> Loader | None:
 ROOT: ContextVar[Path | None] = ContextVar("isotope_loader_root", default=None)
 """The folder being ingested, while a loader runs: what a loader may read besides its
 file must be inside it (LaTeX's ``\\input``)."""
+MAX_TEXT_CHARS = 32_000_000
+"""The default of the ``max_text_mb`` setting, in characters."""
+TEXT_BUDGET: ContextVar[int] = ContextVar("isotope_loader_text_budget", default=MAX_TEXT_CHARS)
+"""The most text a loader may produce from one file, while it runs (``max_text_mb``): a
+loader that can tell early stops there (:func:`over_budget`); any result longer is
+refused."""
 SEALED: ContextVar[bool] = ContextVar("isotope_loader_sealed", default=False)
 """True while a member is loaded (an email's attachment): a loader then reads no other
 file at all (a mailed .tex must not \\input files of the machine reading it)."""
 
 
-def load(path: Path, data: bytes | None = None, *, root: Path | None = None
-         ) -> tuple[Document, Loader]:
-    """Load one file (found under ``root``: the folder a loader may read other files of).
-    Raises :class:`LoaderError` (naming the file) when it cannot."""
+def over_budget(path: Path, chars: int) -> LoaderError:
+    """The error for a file whose text passed the ``max_text_mb`` budget."""
+    limit = TEXT_BUDGET.get()
+    return LoaderError(path, f"it makes more than {limit / 1e6:g} MB of text ({chars / 1e6:.1f} "
+                       "MB so far; the max_text_mb limit): split it, or raise the limit "
+                       "(ISOTOPE_MAX_TEXT_MB)")
+
+
+def load(path: Path, data: bytes | None = None, *, root: Path | None = None,
+         max_chars: int | None = None) -> tuple[Document, Loader]:
+    """Load one file (found under ``root``: the folder a loader may read other files of),
+    making at most ``max_chars`` characters of text (default: the ``max_text_mb``
+    default). Raises :class:`LoaderError` (naming the file) when it cannot."""
     loader = loader_for(path)
     if loader is None:
         raise UnsupportedFile(
@@ -149,10 +165,12 @@ def load(path: Path, data: bytes | None = None, *, root: Path | None = None
     if not data.strip():
         raise LoaderError(path, "file is empty; nothing to index")
     token = ROOT.set(root)
+    budget = TEXT_BUDGET.set(max_chars or MAX_TEXT_CHARS)
     try:
         document = _run(loader, path, data)
     finally:
         ROOT.reset(token)
+        TEXT_BUDGET.reset(budget)
     if not document.text.strip():
         raise LoaderError(path, "no text found in the file; nothing to index")
     return document, loader
@@ -160,23 +178,32 @@ def load(path: Path, data: bytes | None = None, *, root: Path | None = None
 
 def _run(loader: Loader, path: Path, data: bytes) -> Document:
     """``loader`` on a file's bytes; anything it raises but a LoaderError becomes one
-    (a loader's bug or a library's surprise costs that file, never the ingest)."""
+    (a loader's bug or a library's surprise costs that file, never the ingest), and a
+    text over the budget is refused."""
     try:
-        return loader.func(path, data)
+        document = loader.func(path, data)
     except (LoaderError, MemoryError, KeyboardInterrupt):
         raise
     except Exception as exc:
         raise LoaderError(path, f"cannot read it ({type(exc).__name__}: {exc})") from exc
+    if len(document.text) > TEXT_BUDGET.get():
+        raise over_budget(path, len(document.text))
+    said = Counter(document.warnings)  # each once, with how many times it was said
+    document.warnings = [w if said[w] == 1 else f"{w} ({said[w]} times)" for w in said]
+    return document
 
 
-def load_member(name: str, path: Path, data: bytes) -> Document:
+def load_member(name: str, path: Path, data: bytes, *, max_chars: int | None = None
+                ) -> Document:
     """A member of a container (a mailbox's message, an email's attachment) with the
     loader called ``name``, sealed: it reads no other file."""
     token = SEALED.set(True)
+    budget = TEXT_BUDGET.set(max_chars or MAX_TEXT_CHARS)
     try:
         document = _run(loader_named(name), path, data)
     finally:
         SEALED.reset(token)
+        TEXT_BUDGET.reset(budget)
     if not document.text.strip():
         raise LoaderError(path, "no text found; nothing to index")
     return document
@@ -199,7 +226,16 @@ def _register_builtins() -> None:
 _register_builtins()
 
 __all__ = [
-    "Document", "Loader", "Member", "Section", "load", "load_member", "loader_for",
+    "Document",
+    "Loader",
+    "Member",
+    "Section",
+    "load",
+    "load_member",
+    "loader_for",
     "loader_named",
-    "register", "register_container", "supported_extensions",
+    "over_budget",
+    "register",
+    "register_container",
+    "supported_extensions",
 ]

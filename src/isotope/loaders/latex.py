@@ -27,15 +27,26 @@ from pathlib import Path
 from typing import Any
 
 from isotope.errors import LoaderError, MissingDependency
-from isotope.loaders import ROOT, SEALED, Document, Section, heading_sections
+from isotope.loaders import (
+    ROOT,
+    SEALED,
+    TEXT_BUDGET,
+    Document,
+    Section,
+    heading_sections,
+)
 from isotope.loaders.text import decode_text
 
 MAX_INPUT_DEPTH = 10
 MAX_INPUTS = 200
 """The most ``\\input``/``\\include`` a document may make in all (a file that inputs
 another ten times, nested, would otherwise read it billions of times)."""
-MAX_EXPANDED = 64 * 1024 * 1024
-"""The most text the inputs may add."""
+MAX_EXPANDED = 4_000_000
+"""The most LaTeX a document and its inputs may make, in characters (and at most the
+``max_text_mb`` budget). pylatexenc parses about 6 s of one core per MB here (a
+300-page thesis is about 1.5 MB); a 2 KB file inputting a 320 KB one 200 times made 64
+MB and ran for minutes at 4 GB. An input past it is left out with a warning; a document
+over it on its own is refused."""
 _COMMENT = re.compile(r"(?<!\\)%.*")
 _INPUT = re.compile(r"\\(input|include)(?![A-Za-z@])\s*(?:\{([^{}]*)\}|([^\s{}\\%]+))")
 _SECTIONS = {"part": 1, "chapter": 1, "section": 2, "subsection": 3, "subsubsection": 4,
@@ -80,8 +91,14 @@ def load_tex(path: Path, data: bytes) -> Document:
     given = ROOT.get() or path.parent
     root = _resolved(given if given.is_dir() else given.parent)
     budget = _Budget()
-    source = _COMMENT.sub("", decode_text(path, data)) if sealed or root is None else \
-        _expand(decode_text(path, data), path, root, warnings, 0, {_resolved(path)}, budget)
+    own = decode_text(path, data)
+    if len(own) > budget.chars:
+        raise LoaderError(path, f"{len(own) / 1e6:.1f} MB of LaTeX, over the "
+                          f"{budget.chars / 1e6:g} MB a document may make with its inputs; "
+                          "split it into files joined by \\input")
+    budget.chars -= len(own)
+    source = _COMMENT.sub("", own) if sealed or root is None else \
+        _expand(own, path, root, warnings, 0, {_resolved(path)}, budget)
     if sealed and _INPUT.search(source):
         warnings.append("an attachment's \\input and \\include are not followed")
         source = _INPUT.sub("", source)
@@ -91,7 +108,7 @@ def load_tex(path: Path, data: bytes) -> Document:
                         "unmatched): the text is read as far as it can be")
     works = {} if sealed or root is None else _bibliography(path, root, source, warnings)
     try:
-        nodes, _, _ = LatexWalker(source, latex_context=_context(),
+        nodes, _, _ = LatexWalker(_breakable(source), latex_context=_context(),
                                   tolerant_parsing=True).get_latex_nodes()
     except Exception as exc:  # the tolerant parser still gives up on some input
         raise LoaderError(path, f"cannot parse the LaTeX ({type(exc).__name__}: {exc})"
@@ -122,12 +139,35 @@ def load_tex(path: Path, data: bytes) -> Document:
     return Document(text, metadata, sections, warnings=warnings)
 
 
+_PLAIN_RUN = re.compile(r"[^\\{}$%]{2000,}")
+
+
+def _breakable(source: str, every: int = 1000) -> str:
+    """``source`` with an empty group ``{}`` (which writes nothing) after a space every
+    ``every`` characters of a long run of plain text: pylatexenc gathers a run of plain
+    characters by adding to a string one character at a time, which costs the square of
+    the run's length (a 3.9 MB document of plain prose: 150 s; broken up: seconds)."""
+
+    def broken(match: re.Match[str]) -> str:
+        run, out, last = match.group(0), [], 0
+        while len(run) - last > every:
+            space = run.find(" ", last + every)
+            if space < 0:
+                break
+            out.append(run[last:space + 1] + "{}")
+            last = space + 1
+        out.append(run[last:])
+        return "".join(out)
+
+    return _PLAIN_RUN.sub(broken, source)
+
+
 class _Budget:
     """What the inputs of one document may still read."""
 
     def __init__(self) -> None:
         self.inputs = MAX_INPUTS
-        self.chars = MAX_EXPANDED
+        self.chars = min(MAX_EXPANDED, TEXT_BUDGET.get())
 
 
 def _resolved(path: Path) -> Path | None:
@@ -162,11 +202,16 @@ def _expand(text: str, path: Path, root: Path, warnings: list[str], depth: int,
             return ""
         budget.inputs -= 1
         try:
-            data = read_file(resolved, budget.chars)[1]  # a regular file, within the budget
+            data = read_file(resolved, MAX_EXPANDED)[1]  # a regular file, never a FIFO
             included = decode_text(target, data)
         except (OSError, LoaderError) as exc:
             reason = exc.reason if isinstance(exc, LoaderError) else str(exc)
             warnings.append(f"{said}: cannot read it ({reason}): left out")
+            return ""
+        if len(included) > budget.chars:
+            warnings.append(f"{said}: past the {min(MAX_EXPANDED, TEXT_BUDGET.get()) / 1e6:g} "
+                            "MB of LaTeX a document may make with its inputs: left out "
+                            "(and any after it that does not fit)")
             return ""
         budget.chars -= len(included)
         return "\n" + _expand(included, resolved, root, warnings, depth + 1,

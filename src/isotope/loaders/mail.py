@@ -328,10 +328,9 @@ def mbox_members(path: Path, max_bytes: int, grouping: str = "message"
 def _split(path: Path, max_bytes: int) -> Iterator[tuple[int, int, bytes]]:
     """Each message of a mailbox as (its first byte, its end, its bytes unescaped; empty
     when over ``max_bytes``), read a line (at most 64 KB of one) at a time."""
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below, across yields
-    except OSError as exc:
-        raise LoaderError(path, f"cannot read it ({exc.strerror or exc})") from exc
+    from isotope.files import open_regular
+
+    handle = open_regular(path)  # a regular file only (a FIFO named box.mbox would block)
 
     def finish(lines: list[bytes], size: int) -> bytes:
         # the blank line before the next "From " belongs to the separator, so appending
@@ -381,7 +380,9 @@ def _threads(path: Path, max_bytes: int, unique: Any) -> Iterator[Member]:
             data[:65536]) if data else None
         thread = headers(head, []).get("thread") if head is not None else None
         threads.setdefault(thread or f"<message-{number}>", []).append((begin, end))
-    with open(path, "rb") as handle:
+    from isotope.files import open_regular
+
+    with open_regular(path) as handle:
         for thread, spans in threads.items():
             total = sum(end - begin for begin, end in spans)
             parts: list[bytes] = []

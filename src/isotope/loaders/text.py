@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
+from typing import Any
 
 from isotope.errors import LoaderError
 from isotope.loaders import Document, heading_sections
@@ -53,12 +55,13 @@ def load_markdown(path: Path, data: bytes) -> Document:
     metadata: dict[str, object] = {"type": "markdown", "title": path.stem}
     front = _FRONT.match(text)
     has_front_title = False
+    warnings: list[str] = []
     if front:
-        for line in front.group(1).splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() and not key.startswith((" ", "\t")):
-                metadata[key.strip()] = value.strip().strip("\"'")
-                has_front_title = has_front_title or key.strip() == "title"
+        found = front_matter(front.group(1), warnings)
+        if "type" in found:  # the loader's type stays the document's type
+            found["doc_type"] = found.pop("type")
+        metadata.update(found)
+        has_front_title = "title" in found
         # Same length, so offsets still point into the file.
         text = re.sub(r"[^\n]", " ", front.group(0)) + text[front.end() :]
 
@@ -81,4 +84,53 @@ def load_markdown(path: Path, data: bytes) -> Document:
 
     if headings and not has_front_title and headings[0][1] == 1:
         metadata["title"] = headings[0][2]
-    return Document(text, metadata, heading_sections(headings, len(text)))
+    return Document(text, metadata, heading_sections(headings, len(text)), warnings=warnings)
+
+
+MAX_FRONT_MATTER = 65_536
+"""Characters of front matter read as YAML (more is left out, with a warning)."""
+
+
+def front_matter(yaml_text: str, warnings: list[str]) -> dict[str, object]:
+    """Front matter as metadata: YAML (``tags: [red, blue]`` a list, quoted keys
+    unquoted, ``null`` no value, dates as ISO text), safely (no objects, no aliases: a
+    billion-laughs document is refused); nested values kept as JSON. Front matter that
+    is not a YAML mapping is left out with a warning."""
+    import datetime
+
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):  # type: ignore[misc]
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.events.AliasEvent):
+                raise yaml.YAMLError("YAML aliases are not read in front matter")
+            return super().compose_node(parent, index)
+
+    if len(yaml_text) > MAX_FRONT_MATTER:
+        warnings.append(f"front matter over {MAX_FRONT_MATTER:,} characters: left out")
+        return {}
+    try:
+        found = yaml.load(yaml_text, Loader=NoAliases)  # a SafeLoader
+    except yaml.YAMLError as exc:
+        said = " ".join(str(exc).split())[:120]
+        warnings.append(f"front matter is not readable YAML ({said}): left out")
+        return {}
+    if not isinstance(found, dict):
+        warnings.append("front matter is not a YAML mapping (key: value lines): left out")
+        return {}
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, datetime.date | datetime.datetime | datetime.time):
+            return value.isoformat()
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)  # (JSON has no NaN or infinity)
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple | set):
+            return [plain(v) for v in value]
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
+        return str(value)
+
+    return {str(k).strip(): plain(v) for k, v in found.items()
+            if v is not None and str(k).strip()}

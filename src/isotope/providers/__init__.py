@@ -79,6 +79,9 @@ class LLM(ABC):
     batch_sequences: int = 0
     """Sequences :meth:`sample_batched` decodes in parallel; 0: the model has no batched
     decoding (question generation then makes one call per atom)."""
+    local: bool = False
+    """The model runs in this process (on this machine's CPU or GPU): an answer may take
+    many seconds, and calls are made one at a time."""
     stats: CacheStats | None = None
     """Replies from the cache and from the model, when a reply cache wraps the model."""
     _usage: Usage | None = None

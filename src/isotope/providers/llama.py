@@ -33,6 +33,8 @@ def _smollm_path() -> Path:
 
 
 class LocalLlama(LLM):
+    local = True
+
     def __init__(
         self,
         model_id: str,

@@ -130,7 +130,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     # process made 68 searches/s on 2 cores, 2 threads 105 (each waits for the other's
     # hold on Python's lock, and the CPU caches are shared among more of them).
     slots = asyncio.Semaphore(search_slots or os.cpu_count() or 1)
-    local = iso.settings.answer_model.startswith("local")
+    local = iso.llm(iso.settings.answer_model).local  # (built, not loaded)
     answering = asyncio.Semaphore(answer_slots or (1 if local else
                                                    iso.settings.llm_concurrency))
     writing = threading.Lock()  # this process's writes, one after another (queued)
@@ -181,6 +181,17 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     @app.exception_handler(RequestValidationError)
     def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"error": _validation(exc)}, status_code=422)
+
+    @app.exception_handler(OSError)
+    def _system(request: Request, exc: OSError) -> JSONResponse:
+        import errno
+
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # e.g. while an upload is spooled
+            return JSONResponse({"error": "the server's disk is full; nothing of the request "
+                                 "was stored"}, status_code=507)
+        log.exception("unexpected error in %s %s", request.method, request.url.path)
+        return JSONResponse({"error": f"internal error ({type(exc).__name__}); the server's "
+                             "log has the details"}, status_code=500)
 
     @app.exception_handler(Exception)
     def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -72,6 +72,18 @@ def _as(value: Any, cast: str) -> Any:
     return None
 
 
+def _value_test(value: Any, op: str) -> str:
+    """The test of one metadata value ``j.v`` against one filter value (as SQLite's: a
+    number against numbers and text that reads as one, a boolean against booleans, text
+    against text, byte by byte)."""
+    if isinstance(value, bool):
+        return f"(jsonb_typeof(j.v) = 'boolean' AND (j.v)::boolean {op} %s::boolean)"
+    if isinstance(value, int | float):
+        return ("((jsonb_typeof(j.v) = 'number' OR (jsonb_typeof(j.v) = 'string' AND "
+                f"j.v #>> '{{}}' ~ '^\\s*[0-9+.-]')) AND {_NUMERIC} {op} %s::numeric)")
+    return f"(jsonb_typeof(j.v) = 'string' AND (j.v #>> '{{}}') COLLATE \"C\" {op} %s::text)"
+
+
 def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
     """SQL over chunks ``c`` joined to sources ``s`` meeting every condition; values and
     metadata keys are bound parameters."""
@@ -88,8 +100,6 @@ def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
             params += [list(cond.values), list(cond.values)]
             continue
         op = _OPS[cond.op]
-        numeric = all(isinstance(v, int | float) and not isinstance(v, bool)
-                      for v in cond.values)
         if cond.key in _COLUMNS:
             column, cast = _COLUMNS[cond.key]
             test = " OR ".join(f"{column} {op} %s::{cast}" for _ in cond.values)
@@ -97,26 +107,16 @@ def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
             params += [_as(v, cast) for v in cond.values]
             continue
         # A metadata value of the chunk or of its source; a list matches if any item does
-        # (an object: any of its values, as SQLite's json_each walks it).
-        if numeric:
-            kind = ("(jsonb_typeof(j.v) = 'number' OR (jsonb_typeof(j.v) = 'string' AND "
-                    "j.v #>> '{}' ~ '^\\s*[0-9+.-]'))")
-            value = _NUMERIC
-        else:
-            kind = "jsonb_typeof(j.v) = 'string'"
-            value = "(j.v #>> '{}') COLLATE \"C\""
-        cast = "numeric" if numeric else "text"
-        test = " OR ".join(f"{value} {op} %s::{cast}" for _ in cond.values)
+        # (an object: any of its values, as SQLite's json_each walks it). Each value is
+        # compared by its own type (a list may mix numbers and text).
+        test = " OR ".join(_value_test(v, op) for v in cond.values)
         exists = " OR ".join(
             f"EXISTS (SELECT 1 FROM jsonb_array_elements(CASE jsonb_typeof({m}->%s) WHEN "
             f"'array' THEN {m}->%s WHEN 'object' THEN (SELECT coalesce(jsonb_agg(o.value), "
             f"'[]') FROM jsonb_each({m}->%s) o) ELSE jsonb_build_array({m}->%s) END) j(v) "
-            f"WHERE {kind} AND ({test}))" for m in ("c.metadata", "s.metadata"))
+            f"WHERE {test})" for m in ("c.metadata", "s.metadata"))
         parts.append(f"NOT ({exists})" if cond.op == "ne" else f"({exists})")
-        # compared as text, a number never equals a text value (as in SQLite)
-        values = list(cond.values) if numeric else [
-            v if isinstance(v, str) else None for v in cond.values]
-        params += [cond.key, cond.key, cond.key, cond.key, *values] * 2
+        params += [cond.key, cond.key, cond.key, cond.key, *cond.values] * 2
     return " AND ".join(parts) or "true", params
 
 

@@ -40,6 +40,18 @@ _OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 _COLUMNS = {"ingested_at": "s.ingested_at", "size": "s.size"}
 
 
+def _value_test(value: Any, op: str) -> str:
+    """The test of one metadata value ``j`` against one filter value: a number against
+    numbers (and text that reads as one), true/false against JSON booleans, text against
+    text."""
+    if isinstance(value, bool):
+        return f"(j.type IN ('true', 'false') AND j.value {op} ?)"
+    if isinstance(value, int | float):
+        return ("((j.type IN ('integer', 'real') OR (j.type = 'text' AND trim(j.value) GLOB "
+                f"'[0-9+-.]*')) AND CAST(j.value AS REAL) {op} ?)")
+    return f"(j.type = 'text' AND j.value {op} ?)"
+
+
 def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
     """SQL over chunks ``c`` joined to sources ``s`` meeting every condition; values
     (and metadata keys) are bound parameters."""
@@ -60,8 +72,6 @@ def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
             params += [*cond.values, *cond.values]
             continue
         op = _OPS[cond.op]
-        numeric = all(isinstance(v, int | float) and not isinstance(v, bool)
-                      for v in cond.values)
         if cond.key in _COLUMNS:
             column = _COLUMNS[cond.key]
             test = " OR ".join(f"{column} {op} ?" for _ in cond.values)
@@ -69,14 +79,12 @@ def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
             params += list(cond.values)
             continue
         # A metadata value of the chunk or of its source; a list matches if any item does.
-        value = ("CAST(j.value AS REAL)" if numeric else "j.value")
-        kind = ("j.type IN ('integer', 'real') OR (j.type = 'text' AND "
-                "trim(j.value) GLOB '[0-9+-.]*')") if numeric else "j.type = 'text'"
-        test = " OR ".join(f"{value} {op} ?" for _ in cond.values)
-        exists = (f"EXISTS (SELECT 1 FROM json_each(c.metadata, ?) j WHERE ({kind}) AND "
-                  f"({test})) OR EXISTS (SELECT 1 FROM json_each(s.metadata, ?) j WHERE "
-                  f"({kind}) AND ({test}))")
+        # Each value is compared by its own type (a list may mix numbers and text).
+        test = " OR ".join(_value_test(v, op) for v in cond.values)
+        exists = (f"EXISTS (SELECT 1 FROM json_each(c.metadata, ?) j WHERE {test}) OR "
+                  f"EXISTS (SELECT 1 FROM json_each(s.metadata, ?) j WHERE {test})")
         path = f'$."{cond.key}"'
         parts.append(f"NOT ({exists})" if cond.op == "ne" else f"({exists})")
-        params += [path, *cond.values, path, *cond.values]
+        values = [int(v) if isinstance(v, bool) else v for v in cond.values]
+        params += [path, *values, path, *values]
     return " AND ".join(parts) or "1", params

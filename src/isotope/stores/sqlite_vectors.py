@@ -40,7 +40,7 @@ from isotope import ann
 from isotope.ann import Ids, VectorIndex
 from isotope.ann.layered import LayeredIndex
 from isotope.embedders import Vectors
-from isotope.errors import IndexDamaged
+from isotope.errors import IndexDamaged, StoreError
 from isotope.stores import KINDS, Kind, sqlite_keywords
 from isotope.stores.sqlite_keywords import KeywordBase, KeywordLayer, row_texts
 from isotope.stores.sqlite_schema import FTS_COLUMNS, set_meta
@@ -219,6 +219,9 @@ class VectorStore:
                         self._compact(kind, write, force=False)
                     finally:
                         self._compacting[kind].release()
+            except StoreError as exc:  # a full disk: said in one line
+                log.warning("compacting the %s vectors failed: %s; they stay in the log",
+                            kind, exc)
             except Exception:  # never lose a write for it: the log still holds everything
                 log.warning("compacting the %s vectors of %s failed; they stay in the log "
                             "(`isotope compact` tries again)", kind, self.folder.parent,

@@ -1,10 +1,11 @@
-// isotope's search page: calls POST /search or /ask and GET /chunks/{id}/questions.
+// isotope's search page: calls POST /search or /ask (streamed) and GET /chunks/{id}/questions.
 // Everything from the index is inserted as text (never as HTML).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const keyField = $("key");
 keyField.value = sessionStorage.getItem("isotope-key") || "";
+let running = null; // the AbortController of the search or answer in flight
 
 function headers() {
   const h = { "Content-Type": "application/json" };
@@ -13,11 +14,32 @@ function headers() {
   return h;
 }
 
-async function call(method, path, body) {
-  const reply = await fetch(path, { method, headers: headers(), body: body && JSON.stringify(body) });
-  const data = await reply.json().catch(() => ({ error: reply.statusText }));
-  if (!reply.ok) throw new Error(data.error || reply.statusText);
-  return data;
+// What went wrong, said to a person at a browser (not in terms of HTTP headers).
+function explain(status, message) {
+  if (status === 401) return "this server asks for an API key: paste it in the key field and search again";
+  if (status === 403 && /only read/.test(message)) return "this API key may only read";
+  if (status === 413) return "the request is too large for this server";
+  if (status === 429 || status === 503) return "the server is busy or cannot reach its index: try again in a moment";
+  return message || `the server answered ${status}`;
+}
+
+async function send(method, path, body, signal) {
+  let reply;
+  try {
+    reply = await fetch(path, { method, headers: headers(), body: body && JSON.stringify(body), signal });
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new Error(`cannot reach the server at ${location.host}: is isotope serve still running?`);
+  }
+  if (!reply.ok) {
+    const data = await reply.json().catch(() => ({}));
+    throw new Error(explain(reply.status, data.error));
+  }
+  return reply;
+}
+
+async function call(method, path, body, signal) {
+  return (await send(method, path, body, signal)).json();
 }
 
 function el(tag, props = {}, ...children) {
@@ -77,27 +99,89 @@ function showResult(result) {
     questions);
 }
 
+function showResults(data) {
+  $("status").replaceChildren(
+    `${data.results.length} results · suggested action: `,
+    el("span", { className: "action", id: "action", textContent: data.suggested_action }),
+    ` · top score ${data.top_score.toFixed(3)}`);
+  $("results").replaceChildren(...data.results.map(showResult));
+}
+
+const KIND = { generated: "", quoted: "quoted from the best match · ", declined: "" };
+
+function showAnswer(text, citations, kind) {
+  $("answer").textContent = text + (citations && citations.length
+    ? `\n\n${KIND[kind] || ""}cites ${citations.map((n) => `[${n}]`).join(" ")}` : "");
+  $("answer").style.display = "block";
+}
+
+// POST /ask as server-sent events: results at once, the answer as it is written.
+async function ask(body, signal) {
+  const reply = await send("POST", "/ask", { ...body, stream: true }, signal);
+  const reader = reply.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "", written = "";
+  $("answer").textContent = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const name = (block.match(/^event: (.*)$/m) || [])[1];
+      const data = JSON.parse((block.match(/^data: (.*)$/m) || [, "{}"])[1]);
+      if (name === "results") {
+        showResults(data);
+        $("answer").style.display = "block";
+        $("answer").textContent = "writing the answer…";
+      } else if (name === "token") {
+        written += data.text;
+        $("answer").textContent = written;
+      } else if (name === "answer") {
+        showAnswer(data.answer || "", data.citations, data.answer_kind);
+      } else if (name === "error") {
+        throw new Error(data.error);
+      }
+    }
+  }
+}
+
+$("stop").addEventListener("click", () => { if (running) running.abort(); });
+
 $("search").addEventListener("submit", async (event) => {
   event.preventDefault();
   const query = $("query").value.trim();
   if (!query) return;
+  if (running) running.abort();
+  const controller = running = new AbortController();
   const body = { query };
   if ($("mode").value) body.mode = $("mode").value;
   $("status").textContent = "searching…";
   $("answer").style.display = "none";
   $("results").replaceChildren();
+  $("stop").hidden = false;
   try {
-    const data = await call("POST", $("ask").checked ? "/ask" : "/search", body);
-    $("status").replaceChildren(
-      `${data.results.length} results · suggested action: `,
-      el("span", { className: "action", id: "action", textContent: data.suggested_action }),
-      ` · top score ${data.top_score.toFixed(3)}`);
-    if (data.answer) {
-      $("answer").textContent = data.answer + (data.citations.length ? `\n\ncites ${data.citations.map((n) => `[${n}]`).join(" ")}` : "");
-      $("answer").style.display = "block";
-    }
-    $("results").replaceChildren(...data.results.map(showResult));
+    if ($("ask").checked) await ask(body, controller.signal);
+    else showResults(await call("POST", "/search", body, controller.signal));
   } catch (error) {
-    $("status").textContent = "error: " + error.message;
+    if (error.name === "AbortError") {
+      if ($("answer").style.display === "block") $("answer").textContent += " … (stopped)";
+      else $("status").textContent = "stopped";
+    } else {
+      $("status").textContent = "error: " + error.message;
+    }
+  } finally {
+    if (running === controller) { running = null; $("stop").hidden = true; }
   }
 });
+
+// The answer box starts unticked when the answer model is the local one: on a laptop's
+// CPU an answer takes many seconds (results always come first).
+fetch("/health").then((r) => r.json()).then((health) => {
+  if (health.answer_model_local) {
+    $("ask").checked = false;
+    $("ask-note").textContent = "(the answer model runs on this machine's CPU: seconds per answer)";
+  }
+}).catch(() => {});
