@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from isotope import Client, Isotope
 from isotope.cli import app as cli
-from isotope.errors import SourceNotFound
+from isotope.errors import InvalidArgument, SourceNotFound
 from isotope.settings import Settings
 
 from conftest import served_on_loopback
@@ -222,9 +222,28 @@ def test_client_moves_code_from_embedded_to_served_by_one_line(
         assert type(here) is type(there)
         assert [r.chunk.id for r in there.results] == [r.chunk.id for r in here.results]
         assert remote.ask(query).citations
-        assert len(remote.sources()) == 4 and remote.status()["counts"]["sources"] == 4
+        # the same types as Isotope's
+        assert [type(s) for s in remote.sources()] == [type(s) for s in iso.sources()]
+        assert sorted(s.source.uri for s in remote.sources()) == sorted(
+            s.source.uri for s in iso.sources())
+        assert remote.status().counts == iso.status().counts
         with pytest.raises(SourceNotFound):
             remote.delete("nothing.md")
+        with pytest.raises(InvalidArgument, match="k = 0"):
+            remote.search(query, 0)
+        found = remote.search(query, 2)
+        answered = remote.answer(found)
+        assert answered.answer and answered.citations and answered.answer_kind == "generated"
+        retriever = remote.as_retriever(2)
+        assert [r.chunk.id for r in retriever(query)] == [r.chunk.id for r in found.results]
+        chunk_id = found.results[0].chunk.id
+        assert [q.text for q in remote.questions(chunk_id=chunk_id)] == [
+            q.text for q in iso.questions(chunk_id=chunk_id)]
+        note = tmp_path / "plants.md"
+        note.write_text("# Plants\n\nThe office fern is watered every Friday by Ada.\n")
+        report = remote.ingest(note)
+        assert report.ok and len(report.added) == 1
+        assert "plants.md" in remote.search("Who waters the fern?", 1).results[0].chunk.source
         with pytest.raises(Exception, match="HTTP 401"):
             Client(url).search(query)
     with pytest.raises(Exception, match="cannot reach"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +75,100 @@ def test_the_page_searches_and_shows_the_answer_and_the_matched_question(
     target = ROOT / "docs" / "web-page.png"
     if not target.exists() or os.environ.get("UPDATE_SCREENSHOT"):  # the README's picture
         shutil.copy(shot, target)
+
+
+ATTACK = """<!doctype html><title>a page elsewhere</title><script>
+const form = new FormData();
+form.append("files", new Blob(["# Handbook\\n\\nEvil text replaces the handbook."],
+                              {type: "text/markdown"}), "handbook.md");
+Promise.allSettled([
+  fetch("TARGET/ingest", {method: "POST", mode: "no-cors", body: form}),
+  fetch("TARGET/sources/x", {method: "DELETE", mode: "no-cors"}),
+  fetch("TARGET/search", {method: "POST", mode: "no-cors", body: '{"query": "x"}',
+                          headers: {"Content-Type": "text/plain"}}),
+]).then(() => { document.title = "sent"; });
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                    "(apt-get install chromium)")
+def test_a_page_on_another_origin_cannot_write_to_a_keyless_server(
+        iso: Isotope, examples: Path, tmp_path: Path) -> None:
+    """The attack of issue 24: a page on http://localhost:OTHER posts an upload named like
+    a real document to a key-less server on 127.0.0.1, in a real browser."""
+    import http.server
+    import threading
+
+    iso.ingest(examples / "handbook.md")
+    before = sorted((s.source.uri, s.source.content_hash) for s in iso.sources())
+    uploads = tmp_path / "up"
+    with served_on_loopback(create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000,
+                                       uploads=uploads)) as target:
+        page = ATTACK.replace("TARGET", target).encode()
+
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        attacker = http.server.HTTPServer(("127.0.0.1", 0), Page)
+        threading.Thread(target=attacker.serve_forever, daemon=True).start()
+        try:
+            with playwright.sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                            args=["--no-sandbox"])
+                try:
+                    tab = browser.new_page()
+                    tab.goto(f"http://localhost:{attacker.server_port}/")
+                    tab.wait_for_function("document.title === 'sent'", timeout=20_000)
+                finally:
+                    browser.close()
+        finally:
+            attacker.shutdown()
+    assert sorted((s.source.uri, s.source.content_hash) for s in iso.sources()) == before
+    assert not (uploads / "handbook.md").exists()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                    "(apt-get install chromium)")
+def test_the_page_shows_results_before_the_answer_and_can_stop_it(
+        embedder: object, examples: Path, tmp_path: Path) -> None:
+    """A slow answer model: the results are on the page while the answer is still being
+    written, token by token, and Stop ends it (the server stops the model)."""
+    from test_server_gate import SlowModel
+
+    from conftest import FakeLLM
+
+    slow = SlowModel()
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),  # type: ignore[arg-type]
+                      answer_llm=slow, cache=False) as iso:
+        iso.ingest(examples / "handbook.md")
+        with served_on_loopback(create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000,
+                                           uploads=tmp_path / "up")) as url, \
+                playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                        args=["--no-sandbox"])
+            try:
+                page = browser.new_page()
+                page.goto(url + "/")
+                assert page.is_checked("#ask")  # not the local model: ticked
+                page.fill("#query", "How many vacation days do new employees get?")
+                page.click("button[type=submit]")
+                page.wait_for_selector(".result", timeout=30_000)
+                page.wait_for_function("document.getElementById('answer').textContent"
+                                       ".includes('word3')", timeout=20_000)
+                assert not page.is_hidden("#stop")
+                page.click("#stop")
+                page.wait_for_function("document.getElementById('answer').textContent"
+                                       ".includes('stopped')", timeout=10_000)
+            finally:
+                browser.close()
+        deadline = time.monotonic() + 10
+        while not slow.stopped_early and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert slow.stopped_early == [True]

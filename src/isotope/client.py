@@ -1,16 +1,24 @@
-"""``isotope.Client``: the same ``search`` and ``ask`` as :class:`isotope.Isotope`, with
-the same result types, against a server started with ``isotope serve``; code moves from
-an embedded index to a served one by changing one line. Standard library only."""
+"""``isotope.Client``: :class:`isotope.Isotope`'s reading and writing methods, with the
+same argument names, result types and named errors, against a server started with
+``isotope serve``; code moves from an embedded index to a served one by changing one
+line. Standard library only."""
 
 from __future__ import annotations
 
 import json
+import mimetypes
 import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
-from isotope.errors import IsotopeError, SourceNotFound
-from isotope.models import QueryResponse
+from isotope.errors import InvalidArgument, IsotopeError, SourceNotFound
+from isotope.models import GeneratedQuestion, QueryResponse, SearchResult
+from isotope.reports import IngestReport, listed_source
+from isotope.stores import SourceInfo
 
 
 class ServerError(IsotopeError):
@@ -30,53 +38,149 @@ class Client:
         self.api_key = api_key
         self.timeout = timeout
 
+    # -- reading -----------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,
                filters: dict[str, Any] | None = None) -> QueryResponse:
+        """As :meth:`Isotope.search`."""
         return QueryResponse.model_validate(self._call("POST", "/search", {
-            "query": query, "k": k, "mode": mode, "filters": filters}))
+            "query": query, "k": _k(k), "mode": mode, "filters": filters}))
 
     def ask(self, query: str, k: int | None = None, *, mode: str | None = None,
             filters: dict[str, Any] | None = None) -> QueryResponse:
+        """As :meth:`Isotope.ask`."""
         return QueryResponse.model_validate(self._call("POST", "/ask", {
-            "query": query, "k": k, "mode": mode, "filters": filters}))
+            "query": query, "k": _k(k), "mode": mode, "filters": filters}))
 
-    def sources(self) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self._call("GET", "/sources")
-        return found
+    def answer(self, response: QueryResponse) -> QueryResponse:
+        """As :meth:`Isotope.answer`: an answer to a search already made, from its
+        results."""
+        return QueryResponse.model_validate(self._call(
+            "POST", "/answer", json.loads(response.model_dump_json())))
 
-    def delete(self, source: str) -> None:
-        from urllib.parse import quote
+    def as_retriever(self, k: int | None = None, *, mode: str | None = None,
+                     filters: dict[str, Any] | None = None,
+                     ) -> Callable[[str], list[SearchResult]]:
+        """As :meth:`Isotope.as_retriever`."""
+        return lambda query: self.search(query, k, mode=mode, filters=filters).results
 
-        self._call("DELETE", "/sources/" + quote(source.lstrip("/"), safe="/"))
+    def questions(self, source: str | Path | None = None, *, chunk: int | None = None,
+                  chunk_id: str | None = None, sample: int | None = None,
+                  seed: int | None = None) -> list[GeneratedQuestion]:
+        """As :meth:`Isotope.questions`."""
+        query = {k: v for k, v in {"source": None if source is None else str(source),
+                                   "chunk": chunk, "chunk_id": chunk_id, "sample": sample,
+                                   "seed": seed}.items() if v is not None}
+        found = self._call("GET", "/questions?" + urlencode(query))
+        return [GeneratedQuestion.model_validate(q) for q in found]
 
-    def status(self) -> dict[str, Any]:
-        found: dict[str, Any] = self._call("GET", "/status")
-        return found
+    def sources(self) -> list[SourceInfo]:
+        """As :meth:`Isotope.sources`."""
+        return [listed_source(item) for item in self._call("GET", "/sources")]
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def status(self) -> Any:
+        """As :meth:`Isotope.status` (an :class:`isotope.index.IndexStatus`)."""
+        from isotope.index import IndexStatus
+
+        return IndexStatus.model_validate(self._call("GET", "/status"))
+
+    # -- writing -----------------------------------------------------------------------
+    def ingest(self, paths: str | Path | Iterable[str | Path]) -> IngestReport:
+        """Upload files and ingest them (they are kept in the server's upload folder,
+        under their names); a folder is refused: upload its files, or have the server
+        read it with :meth:`sync`."""
+        files = [Path(p) for p in ([paths] if isinstance(paths, str | Path) else paths)]
+        if not files:
+            raise InvalidArgument("give at least one file to upload")
+        for path in files:
+            if not path.is_file():
+                raise InvalidArgument(f"{path}: not a file; upload files (Client.sync reads "
+                                      "folders of the server's own machine)")
+        boundary = uuid.uuid4().hex
+        body = b"".join(
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename="
+            f"\"{_header_safe(p.name)}\"\r\nContent-Type: "
+            f"{mimetypes.guess_type(p.name)[0] or 'application/octet-stream'}\r\n\r\n"
+            .encode() + p.read_bytes() + b"\r\n" for p in files) + f"--{boundary}--\r\n".encode()
+        return _report(self._call("POST", "/ingest", raw=body,
+                                  content_type=f"multipart/form-data; boundary={boundary}",
+                                  report=True))
+
+    def sync(self, paths: str | Path | Iterable[str | Path]) -> IngestReport:
+        """Have the server make the index match folders of its own machine (below its
+        ``serve_roots``), as :meth:`Isotope.sync`."""
+        wanted = [str(p) for p in ([paths] if isinstance(paths, str | Path) else paths)]
+        return _report(self._call("POST", "/sync", {"paths": wanted}))
+
+    def delete(self, source: str | Path, *, members: bool = False) -> None:
+        """Remove a source; a container (a mailbox) only with ``members=True``."""
+        self._call("DELETE", "/sources?" + urlencode(
+            {"source": str(source), **({"members": "true"} if members else {})}))
+
+    # -- the wire ----------------------------------------------------------------------
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+              raw: bytes | None = None, content_type: str | None = None,
+              report: bool = False) -> Any:
         headers = {"Accept": "application/json"}
-        data = None
+        data = raw
         if body is not None:
             data = json.dumps({k: v for k, v in body.items() if v is not None}).encode()
-            headers["Content-Type"] = "application/json"
+            content_type = "application/json"
+        if content_type:
+            headers["Content-Type"] = content_type
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(self.url + path, data=data, headers=headers,
                                          method=method)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as reply:
-                raw = reply.read()
+                raw_reply = reply.read()
         except urllib.error.HTTPError as exc:
+            text = exc.read()
             try:
-                message = json.loads(exc.read()).get("error") or exc.reason
-            except (ValueError, AttributeError):
-                message = exc.reason
+                found = json.loads(text)
+            except ValueError:
+                found = {}
+            if report and exc.code == 422 and isinstance(found, dict) and "ok" in found:
+                return found  # an ingest whose files failed: the report says which
+            message = (found.get("error") if isinstance(found, dict) else None) or exc.reason
             if exc.code == 404:
                 raise SourceNotFound(str(message)) from None
-            raise ServerError(f"{self.url}{path}: {message} (HTTP {exc.code})",
+            if exc.code in (400, 422):
+                raise InvalidArgument(f"{message} (HTTP {exc.code})") from None
+            raise ServerError(f"{self.url}{path.split('?')[0]}: {message} (HTTP {exc.code})",
                               exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ServerError(f"cannot reach {self.url} ({reason}); is `isotope serve` "
                               "running there?", 0) from None
-        return json.loads(raw) if raw else None
+        return json.loads(raw_reply) if raw_reply else None
+
+
+def _header_safe(name: str) -> str:
+    """A file name for a multipart header: quotes and line breaks escaped."""
+    return name.replace("\\", "\\\\").replace('"', "%22").replace("\r", " ").replace(
+        "\n", " ")
+
+
+def _k(k: int | None) -> int | None:
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not
+                          1 <= k <= 10_000):
+        raise InvalidArgument(f"k = {k!r}: the number of results must be a whole number "
+                              "from 1 to 10000")
+    return k
+
+
+def _report(found: dict[str, Any]) -> IngestReport:
+    from isotope.discovery import FileError
+
+    report = IngestReport()
+    for name, value in found.items():
+        if not hasattr(report, name) or name == "ok":
+            continue
+        if name in ("skipped", "errors", "warnings", "failed_atoms", "failed_contexts"):
+            value = [FileError(e["path"], e["message"]) for e in value]
+        setattr(report, name, value)
+    return report
+
+
+__all__ = ["Client", "ServerError"]

@@ -111,6 +111,18 @@ class Timer:
         self.report.timings[self.stage] += time.perf_counter() - self.started
 
 
+def listed_source(listing: dict[str, Any]) -> Any:
+    """A ``SourceInfo`` from its listing (:func:`source_listing`; the Client's
+    ``sources()``)."""
+    from isotope.models import Source
+    from isotope.stores import SourceInfo
+
+    fields = {k: v for k, v in listing.items() if k in Source.model_fields}
+    return SourceInfo(source=Source.model_validate(fields), chunks=listing.get("chunks", 0),
+                      atoms=listing.get("atoms", 0), questions=listing.get("questions", 0),
+                      state=listing.get("state", ""), pending=listing.get("chunks_waiting", 0))
+
+
 def source_listing(info: Any) -> dict[str, Any]:
     """A source (a ``SourceInfo``) as ``isotope list --json`` and ``GET /sources`` show
     it: the source's fields, its state and counts."""

@@ -240,6 +240,26 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})
 
+    @app.post("/answer", response_model=QueryResponse)
+    async def answer(body: QueryResponse, request: Request) -> Response:
+        """An answer to a search already made (a ``/search`` response sent back), from
+        its results: as ``Isotope.answer``."""
+        if not body.query.strip():
+            raise errors.InvalidArgument("the response has no query to answer")
+        await _answer(iso, body, answering, request)
+        return json_response(body)
+
+    @app.get("/questions")
+    def questions(source: str | None = None, chunk: int | None = None,
+                  chunk_id: str | None = None,
+                  sample: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+                  seed: int | None = None) -> list[dict[str, Any]]:
+        """The generated questions, kept and dropped (as ``isotope questions``): of a
+        ``source`` (only its chunk number ``chunk`` if given), of one chunk by
+        ``chunk_id``, or ``sample`` drawn across the index."""
+        return [q.model_dump() for q in iso.questions(source, chunk=chunk, chunk_id=chunk_id,
+                                                      sample=sample, seed=seed)]
+
     @app.get("/sources")
     def sources() -> list[dict[str, Any]]:
         return [source_listing(info) for info in iso.sources()]

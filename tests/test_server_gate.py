@@ -1,0 +1,388 @@
+"""``isotope serve`` attacked as a browser page and a hostile client would (issue 24): the
+Host and Origin checks, the key checked before a body is read, bodies over the limit or
+stalled, the server's own writes queued, failed uploads not kept, an abandoned answer
+stopped, errors in one form, /docs offline, unambiguous deletes. A real uvicorn server on
+loopback over a real index (the fake model at the provider boundary)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from isotope import Isotope
+from isotope.providers import LLM, Prompt
+from isotope.settings import Settings
+
+from conftest import FakeLLM, served_on_loopback
+
+pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
+httpx = pytest.importorskip("httpx")
+
+from isotope.server.app import create_app  # noqa: E402
+from isotope.server.auth import Keys  # noqa: E402
+
+WRITE_KEY = "w" * 24
+READ_KEY = "r" * 24
+NOTE = ("note.md", b"# Note\n\nThe office plant needs water on Fridays.\n", "text/markdown")
+
+
+def _serve(iso: Isotope, tmp_path: Path, **options: Any) -> Any:
+    settings = {"keys": Keys(), "roots": [], "max_bytes": 1_000_000,
+                "uploads": tmp_path / "uploads", **options}
+    return served_on_loopback(create_app(iso, **settings))
+
+
+@pytest.fixture
+def keyless(iso: Isotope, examples: Path, tmp_path: Path) -> Iterator[str]:
+    iso.ingest(examples / "handbook.md")
+    with _serve(iso, tmp_path) as url:
+        yield url
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_another_host_is_refused_on_every_route(keyless: str) -> None:
+    """DNS rebinding: a page's own name resolving to 127.0.0.1 reaches the server with
+    that name in Host."""
+    port = _port(keyless)
+    for host in (f"attacker.example:{port}", "attacker.example", f"127.0.0.1.nip.io:{port}"):
+        for method, path, body in (("GET", "/sources", None), ("GET", "/status", None),
+                                   ("POST", "/search", {"query": "vacation"}),
+                                   ("GET", "/", None), ("POST", "/mcp/", {})):
+            reply = httpx.request(method, keyless + path, json=body, headers={"Host": host})
+            assert reply.status_code == 421, (host, path, reply.text)
+            assert "allowed_hosts" in reply.json()["error"]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost"):
+        assert httpx.get(keyless + "/sources", headers={"Host": host}).status_code == 200
+
+
+def test_a_named_host_is_answered_when_allowed(iso: Isotope, tmp_path: Path) -> None:
+    with _serve(iso, tmp_path, allowed_hosts=["search.example.com"]) as url:
+        port = _port(url)
+        assert httpx.get(url + "/health", headers={"Host": f"search.example.com:{port}"}
+                         ).status_code == 200
+        assert httpx.get(url + "/health", headers={"Host": "other.example.com"}
+                         ).status_code == 421
+
+
+@pytest.mark.parametrize("headers", [
+    {"Origin": "http://localhost:18050"},
+    {"Origin": "null"},
+    {"Origin": "http://127.0.0.1:1"},
+    {"Sec-Fetch-Site": "cross-site"},
+    {"Sec-Fetch-Site": "same-site"},  # localhost:18050 -> localhost:PORT is "same-site"
+])
+def test_a_page_of_another_origin_cannot_write_nor_read_a_keyless_server(
+        keyless: str, tmp_path: Path, headers: dict[str, str]) -> None:
+    files = {"files": ("handbook.md", b"# Replaced\n\nEvil text replaces the handbook.\n",
+                       "text/markdown")}
+    refused = httpx.post(keyless + "/ingest", files=files, headers=headers)
+    assert refused.status_code == 403 and "another site" in refused.json()["error"]
+    assert not (tmp_path / "uploads" / "handbook.md").exists()
+    for method, path in (("GET", "/sources"), ("POST", "/search"), ("DELETE", "/sources")):
+        reply = httpx.request(method, keyless + path, headers=headers,
+                              json={"query": "vacation"} if method == "POST" else None)
+        assert reply.status_code == 403, (path, reply.text)
+    # the server's own page (same origin) and programs (no Origin) keep working
+    same = {"Origin": keyless, "Sec-Fetch-Site": "same-origin"}
+    assert httpx.post(keyless + "/search", json={"query": "vacation"}, headers=same
+                      ).status_code == 200
+    assert httpx.get(keyless + "/sources").status_code == 200
+
+
+def test_with_keys_a_foreign_origin_cannot_write_even_with_a_key(
+        iso: Isotope, tmp_path: Path) -> None:
+    keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY]))
+    with _serve(iso, tmp_path, keys=keys, allowed_origins=["https://app.example.com"]) as url:
+        write = {"Authorization": f"Bearer {WRITE_KEY}"}
+        foreign = httpx.post(url + "/ingest", files={"files": NOTE},
+                             headers={**write, "Origin": "https://evil.example"})
+        assert foreign.status_code == 403
+        allowed = httpx.post(url + "/ingest", files={"files": NOTE},
+                             headers={**write, "Origin": "https://app.example.com"})
+        assert allowed.status_code == 200, allowed.text
+
+
+def _raw(url: str, request: bytes, *, then: bytes = b"", pause: float = 0.0,
+         wait: float = 10.0) -> tuple[bytes, bool]:
+    """Send ``request`` over a raw socket, then ``then`` after ``pause``; returns what the
+    server answered and whether it answered before ``then`` was sent."""
+    with socket.create_connection(("127.0.0.1", _port(url)), timeout=wait) as sock:
+        sock.sendall(request)
+        sock.settimeout(pause or wait)
+        early = b""
+        with contextlib.suppress(TimeoutError):
+            early = sock.recv(65536)
+        if early:
+            return early, True
+        sock.settimeout(wait)
+        try:
+            sock.sendall(then)
+            return sock.recv(65536), False
+        except OSError:
+            return b"", False
+
+
+def test_the_key_is_checked_before_a_byte_of_the_body_is_read(
+        iso: Isotope, tmp_path: Path) -> None:
+    keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY, f"{READ_KEY}:read"]))
+    with _serve(iso, tmp_path, keys=keys) as url:
+        # 100 MB announced in chunks, no key: answered 401 after the headers alone
+        head = (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+        reply, early = _raw(url, head, then=b"100000\r\n" + b"x" * 0x100000, pause=3)
+        assert early and reply.startswith(b"HTTP/1.1 401"), reply[:80]
+        # a read-only key on a route that writes: 403 before the upload is read
+        upload = (b"POST /ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                  + READ_KEY.encode() + b"\r\nContent-Type: multipart/form-data; boundary=b"
+                  b"\r\nContent-Length: 30000000\r\n\r\n")
+        reply, early = _raw(url, upload, pause=3)
+        assert early and reply.startswith(b"HTTP/1.1 403"), reply[:80]
+
+
+def test_a_streamed_body_over_the_limit_is_refused_while_it_arrives(
+        iso: Isotope, tmp_path: Path) -> None:
+    with _serve(iso, tmp_path, max_bytes=100_000) as url:
+        head = (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b"10000\r\n" + b" " * 0x10000 + b"\r\n"
+        with socket.create_connection(("127.0.0.1", _port(url)), timeout=10) as sock:
+            sock.sendall(head)
+            answer = b""
+            for _ in range(40):  # 2.6 MB at most; refused after 100 KB
+                try:
+                    sock.sendall(chunk)
+                except OSError:
+                    break
+                sock.settimeout(0.05)
+                try:
+                    answer += sock.recv(65536)
+                except TimeoutError:
+                    continue
+                if answer:
+                    break
+            sock.settimeout(2)
+            try:
+                while b"max_upload_mb" not in answer and (more := sock.recv(65536)):
+                    answer += more
+            except OSError:
+                pass
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:80]
+        assert b"max_upload_mb" in answer
+
+
+def test_a_stalled_body_is_answered_408_and_let_go(iso: Isotope, tmp_path: Path) -> None:
+    with _serve(iso, tmp_path, body_timeout=1.0) as url:
+        head = (b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                b"\r\nContent-Length: 100\r\n\r\n{\"query\"")
+        started = time.monotonic()
+        reply, early = _raw(url, head, pause=8)
+        assert early and reply.startswith(b"HTTP/1.1 408"), reply[:80]
+        assert time.monotonic() - started < 6
+
+
+def test_the_servers_own_uploads_are_queued_not_refused(iso: Isotope, tmp_path: Path) -> None:
+    with _serve(iso, tmp_path) as url:
+        replies: list[httpx.Response] = []
+
+        def upload(n: int) -> None:
+            text = f"# Note {n}\n\nPlant {n} is watered on day {n} of the month.\n".encode()
+            replies.append(httpx.post(url + "/ingest", timeout=60, files={
+                "files": (f"plant-{n}.md", text, "text/markdown")}))
+
+        threads = [threading.Thread(target=upload, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies]
+        assert len(iso.sources()) == 4
+
+
+def test_a_failed_upload_is_not_kept_and_puts_back_what_it_replaced(
+        iso: Isotope, tmp_path: Path) -> None:
+    uploads = tmp_path / "uploads"
+    with _serve(iso, tmp_path) as url:
+        assert httpx.post(url + "/ingest", files={"files": NOTE}).status_code == 200
+        kept = (uploads / "note.md").read_bytes()
+        bad = httpx.post(url + "/ingest", files={"files": ("note.md", b"\x00\x01" * 500,
+                                                           "text/markdown")})
+        assert bad.status_code == 422 and bad.json()["ok"] is False
+        assert "note.md" in bad.json()["error"]
+        assert (uploads / "note.md").read_bytes() == kept  # the good one is back
+        alone = httpx.post(url + "/ingest", files={"files": ("bin.txt", b"\x00" * 100,
+                                                             "text/plain")})
+        assert alone.status_code == 422 and not (uploads / "bin.txt").exists()
+        assert sorted(p.name for p in uploads.iterdir()) == ["note.md"]
+        # deleting the source removes its file
+        uri = next(s.source.uri for s in iso.sources())
+        assert httpx.request("DELETE", url + "/sources", params={"source": uri}
+                             ).status_code == 204
+        assert not (uploads / "note.md").exists()
+
+
+def test_upload_names_too_long_keep_their_extension(iso: Isotope, tmp_path: Path) -> None:
+    with _serve(iso, tmp_path) as url:
+        for name in ("é" * 200 + ".md", "n" * 300 + ".txt"):
+            reply = httpx.post(url + "/ingest", files={"files": (name, NOTE[1], "text/plain")})
+            assert reply.status_code == 200, reply.text
+            (added,) = reply.json()["added"]
+            stored = Path(added).name
+            assert stored.endswith(Path(name).suffix) and len(stored.encode()) <= 200
+
+
+class SlowModel(LLM):
+    """Writes its answer a token every 0.1 s, and records whether it was stopped."""
+
+    model_id = "fake/slow"
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.stopped_early: list[bool] = []
+        self.calls = 0
+
+    def complete_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
+                       temperature: float = 0.0, json_schema: dict[str, Any] | None = None,
+                       ) -> list[str]:
+        return [FakeLLM._reply(p[-1]["content"]) for p in prompts]
+
+    def stream(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0
+               ) -> Iterator[str]:
+        self.calls += 1
+        self.started.set()
+        finished = False
+        try:
+            for n in range(200):  # 20 s in all
+                time.sleep(0.1)
+                yield f"word{n} "
+            finished = True
+        finally:
+            self.stopped_early.append(not finished)
+
+
+def test_an_answer_whose_client_left_stops_and_health_stays_quick(
+        embedder: Any, examples: Path, tmp_path: Path) -> None:
+    slow = SlowModel()
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),
+                      answer_llm=slow, cache=False) as iso:
+        iso.ingest(examples / "handbook.md")
+        with _serve(iso, tmp_path, answer_slots=4) as url:
+            def ask(stream: bool) -> None:
+                """Give up after a second and close the connection."""
+                body = {"query": "vacation days", "stream": stream}
+                with contextlib.suppress(httpx.TimeoutException), httpx.stream(
+                        "POST", url + "/ask", json=body, timeout=1.0) as reply:
+                    started = time.monotonic()
+                    for _ in reply.iter_bytes():
+                        if time.monotonic() - started > 1.0:
+                            break
+
+            asks = [threading.Thread(target=ask, args=(n % 2 == 0,)) for n in range(6)]
+            for thread in asks:
+                thread.start()
+            assert slow.started.wait(10)
+            started = time.monotonic()
+            assert httpx.get(url + "/health", timeout=5).status_code == 200
+            assert time.monotonic() - started < 1.0
+            for thread in asks:
+                thread.join()
+            deadline = time.monotonic() + 10
+            while len(slow.stopped_early) < slow.calls and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert slow.calls >= 1 and slow.stopped_early
+            assert all(slow.stopped_early), "an abandoned answer ran to its end"
+
+
+def test_every_error_is_json_in_one_form(keyless: str) -> None:
+    cases = [
+        ("POST", "/search", {"json": {"query": "x", "k": 0}}, 422),
+        ("POST", "/search", {"json": {"query": ""}}, 422),
+        ("POST", "/search", {"json": {"query": "   "}}, 422),
+        ("POST", "/search", {"content": b"{not json", "headers": {
+            "content-type": "application/json"}}, 422),
+        ("POST", "/ingest", {}, 422),
+        ("GET", "/nowhere", {}, 404),
+        ("PUT", "/search", {}, 405),
+        ("GET", "/chunks/none/questions", {}, 404),
+    ]
+    for method, path, options, status in cases:
+        reply = httpx.request(method, keyless + path, **options)
+        assert reply.status_code == status, (path, reply.text)
+        body = reply.json()
+        assert list(body) == ["error"] and isinstance(body["error"], str), (path, body)
+        assert "detail" not in reply.text
+    empty = httpx.post(keyless + "/search", json={"query": ""}).json()["error"]
+    blank = httpx.post(keyless + "/search", json={"query": "   "}).json()["error"]
+    assert empty == blank and "query" in empty
+
+
+def test_docs_are_served_from_the_package(keyless: str) -> None:
+    page = httpx.get(keyless + "/docs")
+    assert page.status_code == 200 and "/docs/static/swagger-ui-bundle.js" in page.text
+    assert "cdn" not in page.text.lower() or "cdn.jsdelivr" not in page.text
+    script = httpx.get(keyless + "/docs/static/swagger-ui-bundle.js")
+    assert script.status_code == 200 and len(script.content) > 100_000
+
+
+def test_a_member_name_cut_at_its_hash_never_deletes_the_mailbox(
+        iso: Isotope, formats: Path, tmp_path: Path) -> None:
+    mailbox = formats / "support.mbox"
+    iso.ingest(mailbox)
+    members = sorted(s.source.uri for s in iso.sources())
+    assert len(members) >= 2 and all("#" in m for m in members)
+    with _serve(iso, tmp_path) as url:
+        # curl drops an unencoded '#': the server sees the mailbox's path
+        cut = httpx.request("DELETE", url + "/sources" + str(mailbox))
+        assert cut.status_code == 400 and "members=true" in cut.json()["error"]
+        assert len(iso.sources()) == len(members)
+        one = httpx.request("DELETE", url + "/sources", params={"source": members[0]})
+        assert one.status_code == 204
+        assert sorted(s.source.uri for s in iso.sources()) == members[1:]
+        whole = httpx.request("DELETE", url + "/sources", params={
+            "source": str(mailbox), "members": "true"})
+        assert whole.status_code == 204 and iso.sources() == []
+
+
+def test_a_port_in_use_is_said_before_serving(iso: Isotope, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    index = str(iso.settings.index)
+    iso.close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "isotope", "serve", "--index", index,
+                               "--create", "--port", str(port)], capture_output=True,
+                              text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "serving" not in done.stderr
+    assert "Errno" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_json_is_compact_in_mcp_replies_and_tools_are_described(iso: Isotope,
+                                                                examples: Path) -> None:
+    from isotope.server.mcp import create_mcp
+
+    iso.ingest(examples / "handbook.md")
+    server = create_mcp(iso)
+    tools = {t.name: t for t in server._tool_manager.list_tools()}  # the SDK's own listing
+    search = tools["search"].parameters["properties"]
+    assert "hybrid" in json.dumps(search["mode"]) and "questions-dense" in json.dumps(
+        search["mode"])
+    assert search["k"]["maximum"] == 50 and search["k"]["minimum"] == 1
+    assert "gte" in search["filters"]["description"]
+    assert {"mode", "filters"} <= set(tools["ask"].parameters["properties"])
+    assert "slow" in tools["ask"].description.lower()
+    assert all(len(t.description.split()) > 15 for t in tools.values())
