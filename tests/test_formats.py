@@ -224,3 +224,128 @@ def test_members_go_with_their_container_and_an_emptied_mailbox_keeps_them(
         iso.ingest(box)
         iso.delete(box)  # the mailbox, its messages and their attachments
         assert iso.sources() == []
+
+
+SPOOFED = """From: =?utf-8?b?Y2VvQGNvbXBhbnkuY29t?= <attacker@evil.example>
+To: =?utf-8?q?Bob?= <bob@example.com>, =?utf-8?b?Y2VvQGNvbXBhbnkuY29t?=
+Cc: "Eve, Jr" <eve@example.com>
+Subject: Wire the money today
+Message-ID: <spoof@evil.example>
+
+Please wire the quarterly payment to the new account before noon.
+"""
+
+
+def test_an_encoded_display_name_never_becomes_the_sender(tmp_path: Path,
+                                                          embedder: Embedder) -> None:
+    """Issue 24: the address is parsed first and only the display name decoded, for From,
+    To and Cc, so an encoded word cannot pose as an address."""
+    mail = tmp_path / "mail"
+    mail.mkdir()
+    (mail / "spoof.eml").write_text(SPOOFED)
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
+        report = iso.ingest(mail)
+        stored = iso.sources()[0].source.metadata
+        assert stored["from"] == "attacker@evil.example"
+        assert stored["from_name"] == "ceo@company.com"  # shown as the name it is
+        assert stored["to"] == ["bob@example.com"] and stored["cc"] == ["eve@example.com"]
+        assert any("no valid address" in w.message for w in report.warnings)
+        assert iso.search("wire the payment", filters={"from": "ceo@company.com"}
+                          ).results == []
+        assert iso.search("wire the payment", filters={"from": "attacker@evil.example"}
+                          ).results
+
+
+def test_front_matter_is_yaml(tmp_path: Path, embedder: Embedder) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "post.md").write_text(
+        '---\ntitle: "Quarterly plan"\ntags: [red, blue]\n"quoted key": 3\nreviewer: null\n'
+        "type: pdf\ndate: 2024-01-02\n---\n# Plan\n\nThe plan grows the red team.\n")
+    (docs / "bomb.md").write_text("---\na: &a [x, x, x, x]\nb: [*a, *a, *a, *a]\n---\n"
+                                  "# Bomb\n\nAliases are not expanded here.\n")
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
+        report = iso.ingest(docs)
+        by_name = {Path(s.source.uri).name: s.source for s in iso.sources()}
+        post = by_name["post.md"].metadata
+        assert post["tags"] == ["red", "blue"] and post["quoted key"] == 3
+        assert post["title"] == "Quarterly plan" and "reviewer" not in post
+        assert post["date"] == "2024-01-02"
+        assert post["type"] == "markdown" and post["doc_type"] == "pdf"  # the loader's type
+        assert iso.search("plan", filters={"tags": "red"}).results
+        assert "a" not in by_name["bomb.md"].metadata
+        assert any("aliases" in w.message.lower() for w in report.warnings)
+
+
+def test_a_fifo_named_like_a_mailbox_is_refused_not_waited_on(tmp_path: Path,
+                                                              embedder: Embedder) -> None:
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "mail"
+    folder.mkdir()
+    os.mkfifo(folder / "box.mbox")
+    (folder / "note.txt").write_text("The dock opens at seven in the morning.\n")
+    done = subprocess.run([sys.executable, "-m", "isotope", "ingest", str(folder), "--index",
+                           str(tmp_path / "index"), "--questions", "later", "--plain"],
+                          capture_output=True, text=True, timeout=120)
+    assert "box.mbox" in done.stdout + done.stderr
+    assert "not a regular file" in done.stdout + done.stderr
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
+        assert [Path(s.source.uri).name for s in iso.sources()] == ["note.txt"]
+
+
+def test_the_dry_run_counts_what_the_ingest_stores(tmp_path: Path, embedder: Embedder,
+                                                   formats: Path, examples: Path) -> None:
+    """The dry run and the real ingest agree on every example folder, a mailbox (a source
+    per message) and an email with an attachment included."""
+    for folder in (formats, examples):
+        with Isotope.open(tmp_path / f"index-{folder.name}", embedder=embedder,
+                          llm=FakeLLM()) as iso:
+            plan = iso.plan(folder)
+            report = iso.ingest(folder)
+            assert plan.errors == [] and report.errors == []
+            assert plan.sources == len(report.added), folder
+            assert plan.chunks == report.chunks, folder
+            again = iso.plan(folder)
+            assert again.sources == 0
+            assert again.unchanged == len(iso.ingest(folder).unchanged), folder
+    listed = runner.invoke(app, ["ingest", str(formats / "support.mbox"), "--dry-run",
+                                 "--index", str(tmp_path / "fresh")])
+    assert listed.exit_code == 0, listed.output
+    assert "would ingest 3 source(s)" in listed.output and "Error" not in listed.output
+
+
+def test_a_file_that_makes_too_much_text_is_bounded(tmp_path: Path, embedder: Embedder
+                                                    ) -> None:
+    """Work is bounded by what a file makes, not only by its size: a 2 KB .tex that
+    \\input's a 320 KB file 200 times reads it until the budget and says so; a .docx that
+    inflates past max_text_mb is refused naming the file and the setting."""
+    import random
+
+    from isotope.loaders import latex
+
+    rng = random.Random(1)
+    words = "the of and to in a is that for it as was with be by on not this".split()
+    folder = tmp_path / "paper"
+    folder.mkdir()
+    (folder / "b.tex").write_text(" ".join(rng.choice(words) for _ in range(60_000)))
+    (folder / "a.tex").write_text("\\documentclass{article}\\begin{document}\n"
+                                  + "\\input{b}\n" * 200 + "\\end{document}\n")
+    from isotope import loaders
+
+    document, _ = loaders.load(folder / "a.tex", root=folder)
+    assert len(document.text) <= latex.MAX_EXPANDED
+    assert any("past the 4 MB" in w and "times" in w for w in document.warnings)
+    import docx
+
+    made = docx.Document()
+    for _ in range(2_000):
+        made.add_paragraph(" ".join(rng.choice(words) for _ in range(100)))
+    made.save(str(tmp_path / "big.docx"))
+    with Isotope.open(tmp_path / "index2", embedder=embedder, llm=FakeLLM(),
+                      max_text_mb=0.5) as iso:
+        report = iso.ingest(tmp_path / "big.docx", questions="later")
+        assert [e.path for e in report.errors] == [str(tmp_path / "big.docx")]
+        assert "max_text_mb" in report.errors[0].message

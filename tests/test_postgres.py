@@ -700,3 +700,136 @@ def test_the_index_setting_can_be_a_postgres_url(postgres_url: str, examples: Pa
     assert status["index"].startswith("postgresql://") and status["counts"]["sources"] == 1
     with Isotope.open() as iso:  # no location given: the setting's
         assert repr(iso).startswith("Isotope(index='postgresql://")
+
+
+def test_four_writers_of_different_sources_never_deadlock(
+        postgres_url: str, tmp_path: Path, embedder: Embedder) -> None:
+    """Issue 24: four `isotope ingest` processes at once on folders of 8 files, twice
+    (the files changed between rounds). Each process's first write used to run CREATE
+    INDEX IF NOT EXISTS, whose table lock deadlocked with the others' inserts; a
+    deadlock victim now writes again instead of dropping the rest of its folder."""
+    folders = [_topics(tmp_path / f"d{w}", [f"s{w}x{n}" for n in range(8)]) for w in range(4)]
+    with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM()):
+        pass  # the schema and its indexes exist before the four start
+    for round_ in range(2):
+        if round_:
+            for folder in folders:
+                for file in folder.iterdir():
+                    file.write_text(file.read_text() + f"\nRevised in round {round_}.\n")
+        workers = [_worker(postgres_url, folder, 0.0) for folder in folders]
+        for worker in workers:
+            out, err = worker.communicate(timeout=300)
+            assert worker.returncode == 0, err
+            assert "deadlock" not in err
+            # added 8 (then 0: replaced), 0 unchanged, 0 errors
+            assert out.startswith(f"done {8 if round_ == 0 else 0} 0 0"), (out, err)
+    from isotope.models import content_hash
+
+    with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM()) as iso:
+        assert iso.status().counts["sources"] == 32 and iso.check() == []
+        for info in iso.sources():  # every file's second version is stored
+            assert info.source.content_hash == content_hash(
+                Path(info.source.uri).read_bytes()), info.source.uri
+
+
+def test_a_copy_cut_short_before_its_vector_indexes_is_found_and_finished(
+        postgres_url: str, tmp_path: Path) -> None:
+    """A copy killed while it built the HNSW indexes leaves them missing: check says so,
+    and `copy --resume` (or check --repair) makes them."""
+    import psycopg
+
+    embedded = tmp_path / "embedded"
+    store = stores.open(embedded)
+    for n in range(3):
+        store.add(_random_batch(f"/d{n}.txt", 5, seed=n))
+    store.set_meta("embedding", {"model_id": "m", "dim": 384})
+    store.close()
+    copy_index(embedded, postgres_url)
+    from isotope.stores.postgres_schema import split_location
+
+    url, schema = split_location(postgres_url)
+    with psycopg.connect(url, autocommit=True) as conn:  # the state a kill -9 leaves
+        for kind in ("questions", "atoms", "chunks"):
+            conn.execute(f'DROP INDEX "{schema}".{kind}_hnsw')  # type: ignore[arg-type]
+    target = stores.open(postgres_url)
+    problems = target.check()
+    assert len([p for p in problems if "HNSW index" in p]) == 3, problems
+    target.close()
+    resumed = runner.invoke(app, ["copy", str(embedded), postgres_url, "--resume", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.output)["sources"] == 0
+    target = stores.open(postgres_url)
+    assert target.check() == []
+    target.close()
+
+
+def test_resume_refuses_an_index_that_is_not_the_same_copy(postgres_url: str,
+                                                          tmp_path: Path) -> None:
+    one, other = tmp_path / "one", tmp_path / "other"
+    for folder, seed in ((one, 1), (other, 2)):
+        store = stores.open(folder)
+        store.add(_random_batch(f"/{folder.name}.txt", 3, seed=seed))
+        store.set_meta("embedding", {"model_id": "m", "dim": 384})
+        store.set_meta("settings", {"chunk_size": 100 * seed})
+        store.close()
+    copy_index(one, postgres_url)
+    refused = runner.invoke(app, ["copy", str(other), postgres_url, "--resume"])
+    assert refused.exit_code == 1 and "not a copy of" in refused.output
+    target = stores.open(postgres_url)
+    assert target.get_meta("settings") == {"chunk_size": 100}  # untouched
+    assert [s.source.uri for s in target.sources()] == ["/one.txt"]
+    target.close()
+
+
+def test_a_password_is_never_shown_nor_kept_where_others_can_read_it(
+        postgres_server: str, postgres_url: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: status, config, projects, errors passed on from libpq, and GET /status
+    with a read key, for a location with a password."""
+    import stat as stat_module
+
+    secret = "SuperSecret123"
+    with_password = _as_user(postgres_url, "postgres", secret)  # trusted: any password works
+    stores.open(with_password).close()  # an index there
+    monkeypatch.setenv("ISOTOPE_INDEX", with_password)
+    for args in (["status", "--json"], ["config"], ["config", "--json"], ["list"]):
+        shown = runner.invoke(app, args)
+        assert shown.exit_code == 0, shown.output
+        assert secret not in shown.output, args
+    config = json.loads(runner.invoke(app, ["config", "--json"]).output)
+    assert config["index"]["from"] == "env"  # not "argument"
+    monkeypatch.delenv("ISOTOPE_INDEX")
+    made = runner.invoke(app, ["project", "create", "p", "--index", with_password])
+    assert made.exit_code == 0, made.output
+    pointer = tmp_path / "projects" / "p" / "location"
+    assert stat_module.S_IMODE(pointer.stat().st_mode) == 0o600
+    assert secret not in runner.invoke(app, ["project", "show", "p"]).output
+    # libpq quotes a badly encoded password in its message
+    bad = _as_user(postgres_url, "alice", "Secret%zzX")
+    listed = runner.invoke(app, ["list", "--index", bad])
+    assert listed.exit_code == 1 and "Secret%zzX" not in listed.output
+    assert "zzX" not in listed.output and "Traceback" not in listed.output
+    broken = runner.invoke(app, ["list", "--index", "postgresql://u:Secret9@[::1/db"])
+    assert broken.exit_code == 1 and "Secret9" not in broken.output
+    assert "not a valid URL" in broken.output
+
+
+def test_get_status_with_a_read_key_shows_no_password(postgres_url: str, tmp_path: Path,
+                                                      embedder: Embedder) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from isotope.server.app import create_app
+    from isotope.server.auth import Keys
+    from isotope.settings import Settings
+
+    secret = "SuperSecret123"
+    with Isotope.open(_as_user(postgres_url, "postgres", secret), embedder=embedder,
+                      llm=FakeLLM()) as iso:
+        keys = Keys.from_settings(Settings(api_keys=["r" * 24 + ":read"]))
+        app_ = create_app(iso, keys=keys, roots=[], max_bytes=100_000,
+                          uploads=tmp_path / "up", mcp=False)
+        with TestClient(app_, base_url="http://127.0.0.1") as client:
+            reply = client.get("/status", headers={"Authorization": "Bearer " + "r" * 24})
+    assert reply.status_code == 200 and secret not in reply.text
+    assert "postgres:***@" in reply.json()["settings"]["index"]
