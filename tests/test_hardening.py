@@ -586,3 +586,197 @@ def test_help_paragraphs_are_not_broken_mid_sentence() -> None:
             paragraph = " ".join(part.split())
             if len(paragraph) < 150:
                 assert paragraph in lines, (name, paragraph)
+
+
+def _tmpfs_works() -> bool:
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        return False
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1M tmpfs "
+                            "/mnt"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _tmpfs_works(), reason="needs root and mount namespaces for a "
+                    "small tmpfs of its own (a real full disk)")
+def test_a_full_disk_during_compaction_is_one_line_and_loses_nothing(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A real full file system (a tmpfs of its own, filled up): `isotope compact` says
+    so in one line naming the file (usearch says only "Failed to serialize"), and the
+    index still answers and checks clean once space is freed."""
+    docs = _write(tmp_path / "docs", {f"{n}.txt": f"{GARAGE} Level {n} has {n} spaces. "
+                                      f"{POOL}" for n in range(12)})
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        iso.ingest(docs)
+    size = sum(f.stat().st_size for f in (tmp_path / "index").rglob("*") if f.is_file())
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    python = f"{sys.executable} -m isotope"
+    script = f"""
+set -u
+mount -t tmpfs -o size={size + 4 * 1024 * 1024} tmpfs {mount}
+cp -r {tmp_path / 'index'} {mount}/index
+dd if=/dev/zero of={mount}/filler bs=1k count=$(( $(df -k --output=avail {mount} \
+    | tail -1) - 64 )) 2>/dev/null
+ISOTOPE_VECTOR_INDEX=hnsw {python} compact --index {mount}/index
+echo "compact-exit=$?"
+dd if=/dev/zero of={mount}/more bs=64k 2>/dev/null
+{python} status --index {mount}/index
+echo "status-exit=$?"
+rm {mount}/more
+rm {mount}/filler
+{python} query "When does the parking garage open?" --raw --json --index {mount}/index \
+    > {tmp_path}/query.json
+echo "query-exit=$?"
+{python} check --index {mount}/index
+echo "check-exit=$?"
+"""
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "ISOTOPE_CACHE": "false"})
+    said = done.stdout + done.stderr
+    assert "compact-exit=1" in said, said
+    assert "Traceback" not in said and "a bug in isotope" not in said, said
+    error_lines = [line for line in said.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 2 and all("full" in line for line in error_lines), said
+    assert ".npy" in error_lines[0] or ".usearch" in error_lines[0]  # the file it wrote
+    assert "status-exit=1" in said and "damaged" not in said
+    assert "query-exit=0" in said and "check-exit=0" in said, said
+    found = json.loads((tmp_path / "query.json").read_text())
+    assert found["results"] and "garage" in found["results"][0]["chunk"]["text"]
+
+
+@pytest.mark.skipif(not _tmpfs_works(), reason="needs root and mount namespaces for a "
+                    "read-only mount of its own")
+def test_a_read_only_index_refuses_writes_in_one_line_and_says_what_waits(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """On a read-only mount: a write is a StoreError naming the fix; an index whose WAL
+    still holds writes, or whose schema is older, says so instead of failing later."""
+    _, index = _ingested(tmp_path, embedder, {"a.txt": GARAGE, "b.txt": POOL})
+    older = tmp_path / "older"
+    shutil.copytree(index, older)
+    with sqlite3.connect(older / "isotope.db") as conn:
+        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    waiting = tmp_path / "waiting"
+    shutil.copytree(index, waiting)
+    holder = sqlite3.connect(waiting / "isotope.db")  # a write left in the WAL
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("PRAGMA wal_autocheckpoint=0")
+    holder.execute("INSERT INTO meta(key, value) VALUES ('note', '1')")
+    holder.commit()
+    wal = (waiting / "isotope.db-wal").read_bytes()
+    db = (waiting / "isotope.db").read_bytes()
+    holder.close()  # (closing checkpoints: put the state with a waiting WAL back)
+    (waiting / "isotope.db").write_bytes(db)
+    (waiting / "isotope.db-wal").write_bytes(wal)  # (a copy without its -shm file)
+    (waiting / "isotope.db-shm").unlink(missing_ok=True)
+    python = f"{sys.executable} -m isotope"
+    docs = tmp_path / "more"
+    docs.mkdir()
+    (docs / "c.txt").write_text(GYM)
+    script = f"""
+for d in {index} {older} {waiting}; do mount --bind $d $d && mount -o remount,bind,ro $d $d; done
+{python} ingest {docs} --index {index} --questions later; echo "ingest-exit=$?"
+{python} list --index {older}; echo "older-exit=$?"
+{python} list --index {waiting}; echo "waiting-exit=$?"
+"""
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "ISOTOPE_CACHE": "false"})
+    said = done.stdout + done.stderr
+    assert "Traceback" not in said, said
+    assert "ingest-exit=1" in said and "read-only" in said and "writable folder" in said
+    assert "older-exit=1" in said and "cannot be migrated in place" in said
+    assert "waiting-exit=1" in said and "recent writes wait in isotope.db-wal" in said
+
+
+def test_check_repair_touches_nothing_in_a_damaged_database(
+        tmp_path: Path, embedder: Embedder) -> None:
+    _, index = _ingested(tmp_path, embedder, {f"{n}.txt": f"{GARAGE} Level {n}. " * 40
+                                              for n in range(12)})
+    db = index / "isotope.db"
+    pages = db.stat().st_size // 4096
+    with open(db, "r+b") as fh:
+        fh.seek((pages // 2) * 4096)
+        fh.write(os.urandom(4096))
+    before = {p.name: p.read_bytes() for p in index.rglob("*") if p.is_file()}
+    result = runner.invoke(app, ["check", "--repair", "--index", str(index)], env=ENV)
+    assert result.exit_code == 1
+    after = {p.name: p.read_bytes() for p in index.rglob("*") if p.is_file()
+             if not p.name.endswith(("-wal", "-shm"))}
+    assert after == {k: v for k, v in before.items() if not k.endswith(("-wal", "-shm"))}
+
+
+def test_repair_keeps_the_sources_of_a_folder_that_is_gone(tmp_path: Path,
+                                                           embedder: Embedder) -> None:
+    """A damaged source whose folder is unmounted is kept (``report.kept``), not removed
+    as if its file were deleted."""
+    mount, index = _ingested(tmp_path, embedder, {"a.txt": GARAGE, "b.txt": POOL}, "mnt")
+    with _open(index, embedder) as iso:
+        uri = next(i.source.uri for i in iso.sources() if i.source.uri.endswith("a.txt"))
+        iso.store._conn().execute(  # type: ignore[attr-defined]
+            "DELETE FROM atoms WHERE chunk_id IN (SELECT id FROM chunks WHERE source = ?)",
+            (uri,))
+        shutil.rmtree(mount)  # unmounted
+        report = iso.repair()
+        assert report.kept == [uri] and report.removed == []
+        assert len(iso.sources()) == 2
+
+
+def test_sync_refuses_to_remove_most_of_a_folder_over_four(tmp_path: Path,
+                                                           embedder: Embedder) -> None:
+    """More than half of a folder's sources (over 4) gone is refused; half is not."""
+    docs = _write(tmp_path / "docs", {f"{n}.txt": f"{GARAGE} Floor {n}." for n in range(8)})
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        for n in range(5):  # 5 of 8
+            (docs / f"{n}.txt").unlink()
+        with pytest.raises(SyncRefused, match="5 of the 8"):
+            iso.sync(docs)
+        assert len(iso.sources()) == 8
+        (docs / "0.txt").write_text(f"{GARAGE} Floor 0.")  # 4 of 8: half
+        assert len(iso.sync(docs).removed) == 4
+
+
+def test_an_unreadable_folder_is_not_taken_for_deleted(tmp_path: Path) -> None:
+    """Its files cannot be seen, but they are not gone: sync removes nothing. Run as an
+    unprivileged user (root reads every folder)."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="isotope-unreadable-"))
+    try:
+        base.chmod(0o777)
+        (base / "docs" / "locked").mkdir(parents=True)
+        _write(base / "docs", {f"locked/{n}.txt": f"{GARAGE} Room {n}."
+                               for n in range(3)} | {"open.txt": POOL})
+        for path in [base / "docs", *(base / "docs").rglob("*")]:
+            path.chmod(0o777 if path.is_dir() else 0o666)
+        code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from isotope import Isotope
+from conftest import FakeLLM
+with Isotope.open({str(base / 'index')!r}, llm=FakeLLM(), cache=False) as iso:
+    if sys.argv[1] == "ingest":
+        iso.ingest({str(base / 'docs')!r}, questions="later")
+    else:
+        report = iso.sync({str(base / 'docs')!r}, questions="later")
+        print("removed", len(report.removed), "sources", len(iso.sources()))
+"""
+        env = {**os.environ, "ISOTOPE_CACHE_DIR": str(base / "cache"), "HOME": str(base)}
+
+        def run(step: str) -> subprocess.CompletedProcess[str]:
+            command = [sys.executable, "-c", code, step]
+            if os.geteuid() == 0:
+                command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           *command]
+            done = subprocess.run(command, capture_output=True, text=True, env=env,
+                                  timeout=300)
+            assert done.returncode == 0, done.stderr
+            return done
+
+        run("ingest")
+        (base / "docs" / "locked").chmod(0)  # the user can no longer look inside
+        assert "removed 0 sources 4" in run("sync").stdout
+    finally:
+        for path in base.rglob("*"):
+            if path.is_dir():
+                path.chmod(0o777)
+        shutil.rmtree(base, ignore_errors=True)

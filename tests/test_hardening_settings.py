@@ -351,3 +351,26 @@ def test_absurd_whole_numbers_are_refused(monkeypatch: pytest.MonkeyPatch, name:
     monkeypatch.setenv(f"ISOTOPE_{name.upper()}", value)
     with pytest.raises(SettingsError, match=rf"{name} = '{value}' \(from \$ISOTOPE_"):
         resolve(None)
+
+
+@pytest.mark.parametrize("value", ['["/data", "/srv/more"]', "/data,/srv/more",
+                                   " /data , /srv/more "])
+def test_serve_roots_and_the_server_lists_take_json_or_commas(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str) -> None:
+    for name in ("SERVE_ROOTS", "ALLOWED_HOSTS", "ALLOWED_ORIGINS"):
+        monkeypatch.setenv(f"ISOTOPE_{name}", value)
+    settings = Settings()
+    assert settings.serve_roots == ["/data", "/srv/more"]
+    assert settings.allowed_hosts == settings.allowed_origins == ["/data", "/srv/more"]
+    for name in ("SERVE_ROOTS", "ALLOWED_HOSTS", "ALLOWED_ORIGINS"):
+        monkeypatch.delenv(f"ISOTOPE_{name}")
+    (tmp_path / ".env").write_text(f"ISOTOPE_SERVE_ROOTS={value}\n")
+    monkeypatch.chdir(tmp_path)
+    assert Settings().serve_roots == ["/data", "/srv/more"]
+
+
+def test_a_machine_setting_is_refused_by_a_project_not_dropped() -> None:
+    made = runner.invoke(app, ["project", "create", "p", "--set", 'serve_roots=["/data"]'])
+    assert made.exit_code == 1
+    assert "never saved in a project" in made.output and "ISOTOPE_SERVE_ROOTS" in made.output
+    assert not projects.exists("p")

@@ -111,3 +111,26 @@ def test_http_read_key_cannot_ingest_and_no_key_gets_nothing(http_server: str,
     anyio.run(run)
     refused = httpx.post(http_server, json={"jsonrpc": "2.0", "id": 1, "method": "initialize"})
     assert refused.status_code == 401
+
+
+def test_a_closed_http_session_logs_no_error(http_server: str,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """The SDK logged every MCP-over-HTTP session that ended as ``ERROR ... Error in
+    standalone SSE writer`` with a traceback."""
+    import logging
+
+    async def run() -> None:
+        headers = {"Authorization": f"Bearer {READ_KEY}"}
+        async with _connect(http_server, headers) as (read, write, _), \
+                ClientSession(read, write) as s:
+            await s.initialize()
+            await s.list_tools()
+
+    with caplog.at_level(logging.DEBUG, logger="mcp"):
+        for _ in range(3):
+            anyio.run(run)
+        import time
+
+        time.sleep(0.5)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]

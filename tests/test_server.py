@@ -192,13 +192,31 @@ def test_api_keys(guarded: TestClient) -> None:
     assert guarded.delete("/sources/nothing.md", headers=write).status_code == 404
 
 
-def test_keys_are_compared_in_constant_time_and_validated(tmp_path: Path) -> None:
-    import inspect
+def test_keys_are_compared_in_constant_time_and_validated(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hmac
 
     from isotope.errors import SettingsError
-    from isotope.server import auth
 
-    assert "compare_digest" in inspect.getsource(auth.Keys.scope)
+    keys = Keys.from_settings(Settings(api_keys=["a" * 20, "b" * 20 + ":read", "c" * 20]))
+    compared: list[bytes] = []
+    real = hmac.compare_digest
+
+    def counting(given: bytes, key: bytes) -> bool:
+        compared.append(key)
+        return real(given, key)
+
+    monkeypatch.setattr(hmac, "compare_digest", counting)
+    for presented in ("a" * 20, "c" * 20, "nothing-like-a-key-at-all", ""):
+        compared.clear()
+        keys.scope(presented)  # every key is compared, wherever the match is (or none)
+        assert compared == [b"a" * 20, b"b" * 20, b"c" * 20], presented
+    monkeypatch.undo()
+    quoted = Keys.from_settings(Settings(api_keys=["it's-a-key-with-quotes'"]))
+    assert quoted.scope("it's-a-key-with-quotes'") == "write"
+    for bad in ("control\x01characters-here", "tab\tinside-the-key-here", "ключ-ключ-ключ-ключ"):
+        with pytest.raises(SettingsError, match="printable"):
+            Keys.from_settings(Settings(api_keys=[bad]))
     keys_file = tmp_path / "keys"
     keys_file.write_text(f"# team keys\n{WRITE_KEY}\n{READ_KEY} read\n")
     keys = Keys.from_settings(Settings(api_keys_file=keys_file))

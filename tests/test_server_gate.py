@@ -386,3 +386,124 @@ def test_json_is_compact_in_mcp_replies_and_tools_are_described(iso: Isotope,
     assert {"mode", "filters"} <= set(tools["ask"].parameters["properties"])
     assert "slow" in tools["ask"].description.lower()
     assert all(len(t.description.split()) > 15 for t in tools.values())
+
+
+def test_sync_never_follows_a_link_out_of_the_serve_roots(iso: Isotope, tmp_path: Path
+                                                          ) -> None:
+    root, outside = tmp_path / "roots" / "data", tmp_path / "outside"
+    root.mkdir(parents=True)
+    outside.mkdir()
+    (root / "kept.txt").write_text("The garden gate is painted green every spring.\n")
+    (outside / "secret.txt").write_text("The vault code is 4412.\n")
+    (outside / "deep").mkdir()
+    (outside / "deep" / "more.txt").write_text("The safe is behind the painting.\n")
+    (root / "link.txt").symlink_to(outside / "secret.txt")
+    (root / "folder").symlink_to(outside / "deep")
+    with _serve(iso, tmp_path, roots=[root.resolve()]) as url:
+        reply = httpx.post(url + "/sync", json={"paths": [str(root)]}, timeout=60)
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert [Path(a).name for a in body["added"]] == ["kept.txt"]
+        refused = {Path(e["path"]).name for e in body["errors"]}
+        assert refused == {"link.txt", "folder"}
+        assert all("serve_roots" in e["message"] for e in body["errors"])
+    assert not any("vault" in r.chunk.text for r in iso.search("vault code", k=5).results)
+
+
+def test_ingest_by_path_over_mcp_obeys_the_serve_roots_rule(iso: Isotope, examples: Path,
+                                                          tmp_path: Path) -> None:
+    """Over HTTP, ingest by path is off without serve_roots (one clear error); over stdio
+    (the user's own agent) any path is read unless serve_roots is set."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from isotope.server.mcp import create_mcp
+
+    with _serve(iso, tmp_path) as url:  # no serve_roots
+        async def run() -> None:
+            async with streamable_http_client(url + "/mcp/") as (read, write, _), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                refused = await session.call_tool("ingest", {"paths": [str(examples)]})
+                assert refused.isError and "no serve_roots" in refused.content[0].text
+
+        anyio.run(run)
+    local = create_mcp(iso, roots=None)  # isotope mcp without serve_roots
+    from mcp.server.fastmcp.exceptions import ToolError
+
+    with pytest.raises(ToolError, match="no such file or folder"):
+        anyio.run(local.call_tool, "ingest", {"paths": [str(tmp_path / "nope")]})
+    done = anyio.run(local.call_tool, "ingest", {"paths": [str(examples / "faq.html")]})
+    assert "faq.html" in json.dumps(done, default=str)
+
+
+def test_mcp_with_a_read_key_answers_odd_bodies_without_a_server_error(
+        iso: Isotope, tmp_path: Path) -> None:
+    keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY, f"{READ_KEY}:read"]))
+    with _serve(iso, tmp_path, keys=keys) as url:
+        for key in (READ_KEY, WRITE_KEY):
+            headers = {"Authorization": f"Bearer {key}", "Accept":
+                       "application/json, text/event-stream",
+                       "Content-Type": "application/json"}
+            for body in ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}',
+                         "[" * 100_000 + "]" * 100_000, "not json", "[]", "null"):
+                reply = httpx.post(url + "/mcp/", content=body, headers=headers, timeout=30)
+                assert reply.status_code < 500, (key[:1], body[:40], reply.text[:200])
+
+
+def test_another_writer_is_409_and_a_read_only_index_503(iso: Isotope, examples: Path,
+                                                         tmp_path: Path) -> None:
+    """The statuses the README promises for a locked index (another process writes,
+    past lock_wait) and for storage that refuses writes (a read-only mount)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    iso.ingest(examples / "handbook.md")
+    index = str(iso.settings.index)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom isotope import stores\n"
+         f"store = stores.open({index!r})\nwith store.writer():\n"
+         "    print('held', flush=True)\n    time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with _serve(iso, tmp_path) as url:
+            locked = httpx.post(url + "/ingest", files={"files": NOTE}, timeout=30)
+            assert locked.status_code == 409, locked.text
+            assert "writing" in locked.json()["error"]
+    finally:
+        holder.kill()
+        holder.wait()
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mount namespaces for a read-only mount")
+    iso.close()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = (f"mount --bind {index} {index} && mount -o remount,bind,ro {index} {index} && "
+              f"exec {sys.executable} -m isotope serve --index {index} --port {port}")
+    env = {**os.environ, "ISOTOPE_CACHE": "false"}
+    server = subprocess.Popen(["unshare", "-m", "sh", "-c", script], env=env,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(url + "/health", timeout=2)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        refused = httpx.request("DELETE", url + "/sources", params={
+            "source": str(examples / "handbook.md")}, timeout=30)
+        assert refused.status_code == 503, refused.text
+        assert "read-only" in refused.json()["error"]
+        upload = httpx.post(url + "/ingest", files={"files": NOTE}, timeout=30)
+        assert upload.status_code == 503 and "nothing was stored" in upload.json()["error"]
+        assert httpx.post(url + "/search", json={"query": "vacation"}).status_code == 200
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -13,6 +13,7 @@ definition (no ``from __future__ import annotations``): FastAPI reads the endpoi
 parameter types, some of which are local to :func:`create_app`."""
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -163,7 +164,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                   "for agents at /mcp. Errors are JSON {\"error\": \"...\"}.")
     if mcp:
         app.mount("/mcp", guard(agents_app))
-    uploads.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # (a read-only index: uploads answer 503)
+        uploads.mkdir(parents=True, exist_ok=True)
 
     @app.exception_handler(errors.IsotopeError)
     def _named(request: Request, exc: errors.IsotopeError) -> JSONResponse:
@@ -468,7 +470,12 @@ def _save(upload: UploadFile, folder: Path, max_bytes: int) -> tuple[Path, Path 
     following a link; returns its path and where the file it replaced was moved (to put
     back if the new one fails)."""
     name = safe_name(upload.filename)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".upload-")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".upload-")
+    except OSError as exc:
+        raise errors.StoreError(f"uploads cannot be kept in {folder} "
+                                f"({exc.strerror or exc}); nothing was stored") from None
     written = 0
     try:
         with os.fdopen(handle, "wb") as out:

@@ -51,10 +51,16 @@ class Keys:
         for line in lines:
             parts = line.split()
             scope = parts[1] if len(parts) > 1 else "write"
-            if len(parts) > 2 or scope not in SCOPES or len(parts[0]) < 16:
+            if (len(parts) > 2 or scope not in SCOPES or len(parts[0]) < 16
+                    or not _printable(parts[0])):
                 raise SettingsError(
-                    "an API key is KEY (reads and writes) or KEY read, at least 16 "
-                    "characters (e.g. from `python -c 'import secrets; "
-                    "print(secrets.token_urlsafe())'`)")
+                    "an API key is KEY (reads and writes) or KEY read: at least 16 "
+                    "printable ASCII characters, no spaces or control characters (e.g. from "
+                    "`python -c 'import secrets; print(secrets.token_urlsafe())'`)")
             entries.append((parts[0].encode(), scope))
         return cls(tuple(entries))
+
+
+def _printable(key: str) -> bool:
+    """Whether a key is printable ASCII (what an HTTP header carries as it is)."""
+    return all(33 <= ord(c) <= 126 for c in key)

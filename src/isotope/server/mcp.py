@@ -207,14 +207,16 @@ ASGI = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]],
 
 
 def guard(inner: ASGI) -> ASGI:
-    """``inner`` (the streamable HTTP app) for read-only keys: they may list and call
-    every tool but ``ingest`` (a JSON-RPC error). The gate before it checked the key
-    (``scope["state"]["isotope.scope"]``) and the body's size."""
+    """``inner`` (the streamable HTTP app) with each request's JSON read first: a body
+    that is not JSON or nests too deep for the parser is a JSON-RPC parse error (the SDK
+    answered 500), and a read-only key may list and call every tool but ``ingest`` (a
+    JSON-RPC error). The gate before it checked the key (``scope["state"]
+    ["isotope.scope"]``) and the body's size."""
 
     async def app(scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]],
                   send: Callable[[MutableMapping[str, Any]], Awaitable[None]]) -> None:
         access = (scope.get("state") or {}).get("isotope.scope", "write")
-        if scope["type"] != "http" or access == "write" or scope.get("method") != "POST":
+        if scope["type"] != "http" or scope.get("method") != "POST":
             await inner(scope, receive, send)
             return
         body, more = b"", True
@@ -230,7 +232,7 @@ def guard(inner: ASGI) -> ASGI:
                 "code": -32700, "message": "parse error: the body is not JSON, or is "
                 "nested too deep"}})
             return
-        for call in calls:
+        for call in calls if access != "write" else []:
             params = call.get("params") if isinstance(call, dict) else None
             if (isinstance(call, dict) and call.get("method") == "tools/call"
                     and isinstance(params, dict) and params.get("name") == "ingest"):

@@ -139,6 +139,11 @@ class SQLiteStore(Store):
             try:
                 conn = connect(db, self.read_only)
             except sqlite3.DatabaseError as exc:
+                if _disk_full(self.directory):  # the -wal and -shm files cannot be made
+                    raise StoreError(
+                        f"the disk holding {self.directory} is full ({exc}): the index "
+                        "cannot be opened until some space is freed; nothing was "
+                        "changed") from exc
                 raise IndexDamaged(
                     f"{db} is not a readable isotope index ({exc}): it is damaged or not an "
                     "index; ingest the sources again into a new index") from exc
@@ -756,3 +761,13 @@ def _source(row: Sequence[Any]) -> Source:
         ingested_at=datetime.fromisoformat(row[5]), metadata=json.loads(row[6]),
         status=row[7], root=row[8],
     )
+
+
+def _disk_full(folder: Path) -> bool:
+    """Whether the file system holding ``folder`` has (almost) no space left."""
+    import shutil
+
+    try:
+        return shutil.disk_usage(folder).free < 256 * 1024
+    except OSError:
+        return False
