@@ -1,6 +1,6 @@
 """Calibrate the thresholds of ``suggested_action`` (retrieval.CONFIDENCE) per mode.
 
-    .venv/bin/python benchmarks/calibrate.py [--passages 300]
+    .venv/bin/python benchmarks/calibrate.py [--passages 300] [--sizes 10,30,100,300]
 
 Uses the index of the first ``--passages`` passages of ../shared/eval/squad-dev that
 benchmarks/quality.py builds (run that first), and queries it with their questions and
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from isotope import Isotope, evaluation
 from isotope.retrieval import MODES, action
@@ -29,6 +30,9 @@ DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passages", type=int, default=300)
+    parser.add_argument("--sizes", default="", help="also calibrate the similarity of "
+                        "hybrid's best matched question on the index cut to these numbers "
+                        "of passages, e.g. 10,30,100,300")
     args = parser.parse_args()
     passages, answerable = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                            args.passages)
@@ -45,6 +49,10 @@ def main() -> None:
     print("| mode | deliver/refine | action | share % | R@1 | R@5 | answerable % | "
           "unanswerable % |")
     print("|---|---|---|---|---|---|---|---|")
+    if args.sizes:
+        by_size(index, passages, answerable, unanswerable,
+                [int(n) for n in args.sizes.split(",")])
+        return
     with Isotope.open(index, create=False) as iso:
         search = evaluation.searcher(iso)
         for mode in MODES:
@@ -61,6 +69,51 @@ def main() -> None:
             if mode == "hybrid":  # its score combined with the best question's similarity
                 _print("hybrid as `search` suggests | defaults", given, hit1, hit5,
                        len(answerable))
+
+
+def by_size(index: Path, passages: list[dict[str, Any]], answerable: list[dict[str, Any]],
+            unanswerable: list[dict[str, Any]], sizes: list[int]) -> None:
+    """The same index cut down to its first N passages (copied, the rest deleted): how
+    sure a hybrid search's first result is, by the similarity of its best matched question
+    (a cosine: the same scale at every size), and what that similarity must reach for the
+    first result to be right 90% of the time at each size."""
+    import shutil
+
+    from isotope.retrieval import CONFIDENCE, thresholds
+
+    print("\n| passages | answerable | unanswerable | best question's similarity: deliver | "
+          "refine | hybrid score: deliver/refine | hybrid thresholds shipped at this size |")
+    print("|---|---|---|---|---|---|---|")
+    for size in sizes:
+        kept = {str(p["pid"]) for p in passages[:size]}
+        target = index.parent / f"calibrate-{size}"
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(index, target)
+        with Isotope.open(target, create=False) as iso:
+            for info in iso.sources():
+                if info.source.uri not in kept:
+                    iso.delete(info.source.uri)
+            asked = [q for q in answerable if str(q["gold_pid"]) in kept]
+            outside = unanswerable[: len(asked)]
+            similarity, score, hit1, hit5 = [], [], [], []
+            for q in asked + outside:
+                found = iso.search(q["question"], 5)
+                first = found.results[0] if found.results else None
+                similarity.append(max((m.score for m in first.matched_questions), default=0.0)
+                                  if first else 0.0)
+                score.append(found.top_score)
+                ids = [evaluation.passage_id(r.chunk) for r in found.results]
+                hit1.append(str(q["gold_pid"]) in ids[:1])
+                hit5.append(str(q["gold_pid"]) in ids)
+            deliver, refine = evaluation.calibrate(similarity, hit1, hit5)
+            h_deliver, h_refine = evaluation.calibrate(score, hit1, hit5)
+            in_effect = thresholds("hybrid", chunks=iso.store.counts()["chunks"])
+        shutil.rmtree(target, ignore_errors=True)
+        print(f"| {size} | {len(asked)} | {len(outside)} | {deliver:.3f} | {refine:.3f} | "
+              f"{h_deliver:.3f}/{h_refine:.3f} | {in_effect[0]:.3f}/{in_effect[1]:.3f} |",
+              flush=True)
+    print(f"(the best question's similarity is judged by questions-dense's thresholds, "
+          f"{CONFIDENCE['questions-dense']}, at every size)")
 
 
 def _print(label: str, actions: list[str], hit1: list[bool], hit5: list[bool],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 from collections.abc import Iterator, Sequence
@@ -21,13 +22,50 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+SYNONYMS = {
+    "employees": "staff", "employee": "staff member", "new": "recently hired",
+    "receive": "are given", "get": "obtain", "gets": "is handed", "vacation": "holiday",
+    "paid": "salaried", "year": "twelve months", "unused": "leftover",
+    "carried": "moved", "sick": "illness", "leave": "absence", "unlimited": "without a cap",
+    "absences": "times away", "longer": "more", "need": "require", "doctor's": "physician's",
+    "note": "certificate", "core": "main", "hours": "time window", "weekdays": "working days",
+    "work": "do their jobs", "remotely": "from home", "week": "seven days",
+    "engineer": "developer", "laptop": "notebook computer", "monitor": "display",
+    "lost": "missing", "badges": "ID cards", "replaced": "swapped", "desk": "counter",
+    "battery": "power cell", "lasts": "keeps going", "charge": "recharge",
+    "charging": "recharging", "firmware": "device software", "release": "version",
+    "opens": "starts", "closes": "shuts", "parking": "car", "garage": "park",
+    "morning": "a.m.", "midnight": "twelve at night", "swimming": "swim", "pool": "bath",
+    "heated": "warmed", "degrees": "degrees Celsius", "gym": "fitness room",
+    "floor": "storey", "machines": "equipment", "weights": "dumbbells", "service": "system",
+    "started": "launched", "runs": "operates", "servers": "hosts", "alerts": "warnings",
+    "channel": "chat room", "team": "group", "robot": "machine", "temperature": "heat",
+    "storage": "keeping", "stored": "kept", "between": "from", "office": "workplace",
+    "plant": "greenery", "water": "irrigate", "watered": "irrigated", "fridays": "end of week",
+    "lunch": "midday meal", "served": "offered", "noon": "midday", "rowing": "row",
+    "free": "loose", "second": "2nd", "first": "1st", "day": "date", "days": "days off",
+}
+"""Words the fake model's questions say otherwise (the rest are kept: names and numbers
+cannot be reworded), so that a test that finds a chunk through its questions tests
+matching, not copying."""
+
+
+def paraphrase(fact: str) -> str:
+    """``fact`` reworded deterministically: words swapped for :data:`SYNONYMS`, the two
+    halves of the sentence in the other order, as a question."""
+    words = [SYNONYMS.get(w.lower().strip(",;:"), w) for w in fact.rstrip(".").split()]
+    half = len(words) // 2
+    turned = " ".join(words[half:] + words[:half])
+    return f"Regarding {turned[0].lower()}{turned[1:]}, what holds?"
+
+
 class FakeLLM(LLM):
     """Replies like a well-behaved model, at the provider boundary only.
 
-    Question prompts get numbered questions built from the statement (with an answer line
-    mixed in, as small models write); answer prompts get the first passage's first
-    sentence with a citation, or the refusal when no passage shares a word with the
-    question.
+    Question prompts get numbered questions that reword the statement (:func:`paraphrase`,
+    with an answer line mixed in, as small models write); answer prompts get the first
+    passage's first sentence with a citation, or the refusal when no passage shares a
+    word with the question.
     """
 
     model_id = "fake/echo"
@@ -65,8 +103,8 @@ class FakeLLM(LLM):
         if listing:  # one call per chunk: a JSON object of questions per statement
             facts = re.findall(r"^(\d+)\. (.*)$", listing.group(1), re.M)
             return json.dumps({
-                number: [f"Is it true that {fact.rstrip('.')[0].lower()}{fact.rstrip('.')[1:]}?",
-                         f"What is said about {' '.join(fact.split()[:4])}?"]
+                number: [paraphrase(fact), "What is said about "
+                         f"{' '.join(SYNONYMS.get(w.lower(), w) for w in fact.split()[:4])}?"]
                 for number, fact in facts
             })
         statement = re.search(r"Statement: (.*)\n", user)
@@ -75,10 +113,12 @@ class FakeLLM(LLM):
             words = fact.split()
             return "\n".join(
                 [
-                    f"1. Is it true that {fact[0].lower() + fact[1:]}?",
-                    f"2. What is said about {' '.join(words[:4])}?",
+                    f"1. {paraphrase(fact)}",
+                    "2. What is said about "
+                    f"{' '.join(SYNONYMS.get(w.lower(), w) for w in words[:4])}?",
                     "   - Answer: see the passage",
-                    f"3) Which statement mentions {' '.join(words[-3:])}?",
+                    "3) Which statement mentions "
+                    f"{' '.join(SYNONYMS.get(w.lower(), w) for w in words[-3:])}?",
                     "4. What did it do?",
                 ]
             )
@@ -202,3 +242,42 @@ def served_on_loopback(application: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+ALLOWED_SKIPS = {
+    "needs root and mount namespaces": "a mount of its own (tmpfs, read-only bind) needs "
+    "root and unshare; a CI machine that runs tests as a user cannot",
+    "this PostgreSQL has pgvector": "the 'server without pgvector' case needs a PostgreSQL "
+    "without it; a machine with Debian's pgvector package has none",
+    "no way to make a read-only folder here": "root without mount namespaces",
+}
+"""Reasons a test may skip in CI (``CI`` set), each with why it is legitimate there; any
+other skip fails the run (a missing package must never silently switch a suite off)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.skipped or not os.environ.get("CI") or hasattr(report, "wasxfail"):
+        return
+    reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+    if not any(allowed in reason for allowed in ALLOWED_SKIPS):
+        report.outcome = "failed"
+        report.longrepr = (f"skipped in CI without an allowed reason: {reason} (install what "
+                           "it needs in .ci/run, or add the reason to ALLOWED_SKIPS in "
+                           "tests/conftest.py with why)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """A whole module skipped at import (``importorskip`` at its top) is held to the same
+    rule in CI."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.skipped or not os.environ.get("CI"):
+        return
+    reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+    if not any(allowed in reason for allowed in ALLOWED_SKIPS):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI without an allowed reason: {reason}"

@@ -168,11 +168,52 @@ def build(folder: Path) -> list[Case]:
         lambda p: os.symlink("/dev/zero", p))
     add("named pipe (FIFO)", "pipe.txt", "error", "not a regular file",
         lambda p: os.mkfifo(p))
-    unreadable_outcome = "ingested" if os.geteuid() == 0 else "error"
-    add("unreadable permissions", "secret.md", unreadable_outcome,
-        "zebra number 18" if os.geteuid() == 0 else "Permission denied",
+    # (root reads every file: as root this case is checked as an unprivileged user, by
+    # unreadable_as_user)
+    add("unreadable permissions", "secret.md", "error", "Permission denied",
         lambda p: (p.write_text(_sentence(18)), p.chmod(0)))
     return cases
+
+
+UNREADABLE = "unreadable permissions"
+
+
+def unreadable_as_user(folder: Path) -> str:
+    """Ingest ``folder`` (a readable file and one its user may not read) as an
+    unprivileged user (nobody, when run as root) into a new index; returns what the
+    ingest said of the unreadable file (and asserts the readable one was stored)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="isotope-unreadable-"))
+    base.chmod(0o777)
+    import shutil
+
+    copy = base / "docs"  # where the user can reach it (tmp_path's parents are private)
+    copy.mkdir(mode=0o777)
+    copy.chmod(0o777)
+    for path in folder.iterdir():
+        path.chmod(path.stat().st_mode | 0o400)  # (root copies it; the copy keeps mode 0)
+        shutil.copy(path, copy / path.name)
+        (copy / path.name).chmod(0 if path.name == "secret.md" else 0o666)
+    folder = copy
+    code = (f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "from isotope import Isotope\nfrom conftest import FakeLLM\n"
+            f"with Isotope.open({str(base / 'index')!r}, llm=FakeLLM(), cache=False) as i:\n"
+            f"    r = i.ingest({str(folder)!r}, questions='later')\n"
+            "    print(len(r.added)); print(r.errors[0].message if r.errors else '')\n")
+    command = [sys.executable, "-c", code]
+    if os.geteuid() == 0:
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HOME": str(base),
+                               "ISOTOPE_CACHE_DIR": str(base / "cache")})
+    shutil.rmtree(base, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    added, message = done.stdout.splitlines()[-2:]
+    assert added == "1", done.stdout
+    return message
 
 
 def _big_mbox(path: Path, text: str) -> None:
@@ -223,8 +264,9 @@ def table(cases: list[Case], messages: dict[str, str]) -> str:
                    "walked": "walked once, no hang",
                    "members": "streamed: the small message ingested"}[case.outcome]
         message = messages.get(case.path, "")
-        if case.name == "unreadable permissions" and case.outcome == "ingested":
-            outcome = "ingested here (tests run as root); as a user: error, cannot read"
+        if case.name == UNREADABLE and os.geteuid() == 0:
+            message = "(as an unprivileged user; root reads every file) " + messages.get(
+                UNREADABLE, "")
         if message:
             outcome += f": {message}" if case.outcome != "ingested" else f", warning: {message}"
         rows.append(f"| {case.name} | {outcome.replace('|', '/')} |")
@@ -245,6 +287,13 @@ def main() -> None:
         with Isotope.open(Path(tmp) / "index", llm=FakeLLM(), cache=False) as iso:
             report = iso.ingest(corpus)
         messages: dict[str, str] = {}
+        if os.geteuid() == 0:
+            apart = Path(tmp) / "unreadable"
+            apart.mkdir()
+            (apart / "readable.md").write_text(_sentence(98))
+            (apart / "secret.md").write_text(_sentence(18))
+            (apart / "secret.md").chmod(0)
+            messages[UNREADABLE] = unreadable_as_user(apart)
         for e in report.errors + report.skipped + report.warnings:
             key = str(Path(e.path.split("#")[0]).relative_to(corpus))
             messages[key] = "; ".join(filter(None, [messages.get(key), e.message]))

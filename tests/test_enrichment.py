@@ -60,7 +60,7 @@ def test_later_is_searchable_at_once_without_the_model_and_enrich_completes_it(
         shown = iso.questions(tmp_path / "docs" / "parking.md")
         stored = next(i for i in iso.sources() if i.source.uri.endswith("parking.md"))
         assert sum(q.kept for q in shown) == stored.questions > 0
-        assert next(q.reason for q in shown if not q.kept).startswith("pronoun only")
+        assert any(q.reason.startswith("pronoun only") for q in shown if not q.kept)
         assert done.questions_dropped == len(iso.questions(sample=1000)) - done.questions
         assert iso.enrich().enriched_chunks == 0 and llm.calls == done.atoms  # nothing left
 

@@ -200,16 +200,20 @@ def test_hybrid_signal_weights_are_settings(iso: Isotope, examples: Path) -> Non
 def test_hybrid_confidence_does_not_depend_on_the_index_size(
     iso: Isotope, examples: Path
 ) -> None:
+    """On four files, hybrid's standardised scores stay low: its thresholds are those
+    calibrated for an index of that size, so a clear first hit is delivered (the demo's
+    answer read query_more, with thresholds calibrated on 300 passages)."""
     from isotope.retrieval import thresholds
 
-    iso.ingest(examples)  # four files: hybrid's standardised scores stay low
-    query = "How many vacation days do new employees get?"
+    iso.ingest(examples)
+    chunks = iso.status().counts["chunks"]
+    assert chunks < 20
+    query = "What are the core hours at Northwind Robotics?"
     found = iso.search(query, k=3, mode="hybrid")
-    assert "vacation" in found.results[0].chunk.text
-    similarity = max(q.score for q in found.results[0].matched_questions)
-    assert found.top_score < thresholds("hybrid")[1]  # by its score alone: refine_query
-    assert similarity >= thresholds("questions-dense")[1]
-    assert found.suggested_action != "refine_query"  # the matched question says otherwise
+    assert "core hours" in found.results[0].chunk.text
+    assert found.top_score < thresholds("hybrid")[1]  # by 300 passages' thresholds: refine
+    assert found.top_score >= thresholds("hybrid", chunks=chunks)[0]
+    assert found.suggested_action == "deliver"
     lost = iso.search("zebra migration patterns in the Serengeti", k=3, mode="hybrid")
     assert lost.suggested_action == "refine_query"
     # thresholds given in the settings apply to the score alone

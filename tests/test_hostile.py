@@ -4,11 +4,12 @@ is lost, and memory stays bounded for a 100 MB file."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from hostile import BIG_MB, build
+from hostile import BIG_MB, UNREADABLE, build, unreadable_as_user
 from isotope import Isotope
 from isotope.embedders import Embedder
 from test_reliability import WORKER, _content
@@ -35,6 +36,8 @@ def test_every_hostile_file_gets_a_clear_outcome_and_nothing_is_lost(
         conn = iso.store._conn()  # type: ignore[attr-defined]
         for case in cases:
             path = tmp_path / "hostile" / case.path
+            if case.name == UNREADABLE and os.geteuid() == 0:
+                continue  # root reads it: checked as a user below
             if case.outcome == "error":
                 assert str(path) in errors, (case.name, sorted(errors))
                 assert case.match in errors[str(path)], (case.name, errors[str(path)])
@@ -58,12 +61,24 @@ def test_every_hostile_file_gets_a_clear_outcome_and_nothing_is_lost(
                     "SELECT text FROM chunks WHERE source=?", (small,))]
                 assert case.match in " ".join(texts), case.name
         assert len(report.added) == len(added)  # the link loop repeated nothing
-        assert len(added) == sum(c.outcome in ("ingested", "members") for c in cases)
+        assert len(added) == sum(c.outcome in ("ingested", "members") for c in cases) + (
+            os.geteuid() == 0)  # (root read the unreadable one)
         after = _content(iso)
         assert {k: after[k] for k in before} == before  # nothing stored before is lost
         assert iso.check() == []
         top = iso.search("How many vacation days do new employees get?", k=1).results[0]
         assert Path(top.chunk.source).name == "handbook.md"
+
+
+def test_an_unreadable_file_is_an_error_as_a_user(tmp_path: Path) -> None:
+    """The hostile corpus's unreadable file, ingested as a user who may not read it (as
+    root, through an unprivileged user: root reads every file)."""
+    folder = tmp_path / "unreadable"
+    folder.mkdir()
+    (folder / "readable.md").write_text("The lift is serviced every March by Oskar.\n")
+    (folder / "secret.md").write_text("The vault code is 4412.\n")
+    (folder / "secret.md").chmod(0)
+    assert "Permission denied" in unreadable_as_user(folder)
 
 
 def _peak_rss(index: Path, folder: Path) -> tuple[int, float]:

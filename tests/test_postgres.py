@@ -459,9 +459,10 @@ def server_without_pgvector() -> Iterator[str]:
     if not found:
         pytest.skip("Debian's postgresql package is not installed (apt-get install postgresql)")
     bindir = found[-1].parent
-    if (bindir.parent.parent.parent / "share/postgresql" / bindir.parent.name /
+    if (Path("/usr/share/postgresql") / bindir.parent.name /
             "extension/vector.control").exists():
-        pytest.skip("this PostgreSQL has pgvector")
+        pytest.skip("this PostgreSQL has pgvector (Debian's postgresql-NN-pgvector is "
+                    "installed): no server without it to test against")
     folder = Path(tempfile.mkdtemp(prefix="isotope-plain-pg-"))
     folder.chmod(0o777)
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []

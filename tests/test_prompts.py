@@ -143,8 +143,17 @@ class _BatchedFake(FakeLLM):
     def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
                        temperature: float, questions: int) -> list[list[str]]:
         self.batched_calls += 1
-        return [[self._reply("Statement: " + p[-1]["content"].split("\n")[1] + "\n")
+        return [[self._reply("Statement: " + _statement(p[-1]["content"]) + "\n")
                  for p in prompts] for prompts in groups]
+
+
+def _statement(content: str) -> str:
+    """The statement a numbered prompt asks about: the text after its ``[N]`` marker."""
+    import re
+
+    number = re.findall(r"statement \[(\d+)\]", content)[-1]
+    after = content.split(f"[{number}] ", 1)[1]
+    return re.split(r" ?\[\d+\] |\n", after, maxsplit=1)[0].strip()
 
 
 class _Logging(LLM):

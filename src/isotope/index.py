@@ -93,6 +93,7 @@ class Isotope:
         """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""
         self.cache = Cache(settings.cache_dir / "cache.db") if settings.cache else None
         self._llms: dict[str, CachedLLM] = {}
+        self._chunks: tuple[float, int] | None = None
         if llm is not None:
             self._llms[settings.question_model] = self._wrap(llm)
             self._llms.setdefault(settings.atomizer_model, self._llms[settings.question_model])
@@ -390,7 +391,17 @@ class Isotope:
             for result, chunk in zip(response.results, chunks, strict=True):
                 result.chunk = chunk
         return retrieval.assess(response, self.settings.deliver_score,
-                                self.settings.refine_score)
+                                self.settings.refine_score, chunks=self._chunk_count())
+
+    def _chunk_count(self) -> int | None:
+        """The index's chunks (for the confidence thresholds), read at most every 30 s."""
+        now = time.monotonic()
+        if self._chunks is None or now - self._chunks[0] > 30:
+            try:
+                self._chunks = (now, int(self.store.counts()["chunks"]))
+            except Exception:  # counts are a nicety here, never a failed search
+                return None
+        return self._chunks[1]
 
     def ask(self, query: str, k: int | None = None, *, mode: str | None = None,
             transform: bool | None = None,

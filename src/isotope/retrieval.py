@@ -12,6 +12,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+import numpy as np
+
 from isotope.embedders import Embedder, Vectors
 from isotope.filters import Condition
 from isotope.models import Action, Chunk, MatchedQuestion, QueryResponse, SearchResult
@@ -285,13 +287,32 @@ CONFIDENCE: dict[str, tuple[float, float]] = {
 }
 
 
+HYBRID_BY_SIZE: tuple[tuple[int, float, float], ...] = (
+    (5, 0.733, 0.723), (10, 0.837, 0.763), (20, 0.871, 0.824), (50, 0.927, 0.881),
+    (100, 0.943, 0.886), (300, *CONFIDENCE["hybrid"]))
+"""``hybrid``'s (deliver, refine) thresholds by the index's size in chunks: its scores
+are standardised over a query's candidates, so a small index's right chunk scores lower.
+Calibrated as CONFIDENCE (90% of first results right from ``deliver``) on the 300-passage
+index cut to its first 5, 10, 20, 50 and 100 passages (benchmarks/calibrate.py --sizes;
+RESULTS.md, "Confidence by index size"); between sizes, interpolated on the logarithm of
+the size; below 5 the value at 5, above 300 the value at 300."""
+
+
 def thresholds(mode: str, deliver: float | None = None,
-               refine: float | None = None) -> tuple[float, float]:
+               refine: float | None = None, *, chunks: int | None = None
+               ) -> tuple[float, float]:
     """The (deliver, refine) thresholds of a mode: the settings' when given, else the
-    calibrated defaults."""
+    calibrated defaults (for ``hybrid``, at the index's size in ``chunks``, when
+    known)."""
     default_deliver, default_refine = CONFIDENCE.get(mode, (0.8, 0.5))
-    return (default_deliver if deliver is None else deliver,
-            default_refine if refine is None else refine)
+    if mode == "hybrid" and chunks is not None:
+        sizes = [math.log(max(1, n)) for n, _, _ in HYBRID_BY_SIZE]
+        at = math.log(max(1, chunks))
+        default_deliver = float(np.interp(at, sizes, [d for _, d, _ in HYBRID_BY_SIZE]))
+        default_refine = float(np.interp(at, sizes, [r for _, _, r in HYBRID_BY_SIZE]))
+    chosen_refine = default_refine if refine is None else refine
+    return (max(default_deliver, chosen_refine) if deliver is None else deliver,
+            chosen_refine)
 
 
 def action(top_score: float, deliver: float, refine: float) -> Action:
@@ -304,19 +325,20 @@ _CONFIDENCE_ORDER: dict[str, int] = {"refine_query": 0, "query_more": 1, "delive
 
 
 def assess(response: QueryResponse, deliver: float | None = None,
-           refine: float | None = None) -> QueryResponse:
+           refine: float | None = None, *, chunks: int | None = None) -> QueryResponse:
     """Fill in the response's confidence fields from its scores.
 
     ``hybrid`` scores are standardised over a query's candidates, so they depend on the
-    index's size (on a few documents even the right chunk scores low). Unless thresholds
-    are given, a ``hybrid`` response therefore gets the more confident of two actions: its
-    score's, and the one ``questions-dense`` thresholds give the first result's best
-    matched question (a cosine similarity, which does not depend on the index's size)."""
+    index's size (on a few documents even the right chunk scores low): unless thresholds
+    are given, its thresholds are those calibrated for an index of ``chunks`` chunks
+    (:data:`HYBRID_BY_SIZE`), and it gets the more confident of two actions: its score's,
+    and the one ``questions-dense`` thresholds give the first result's best matched
+    question (a cosine similarity, which does not depend on the index's size)."""
     scores = [r.score for r in response.results]
     response.top_score = scores[0] if scores else 0.0
     response.score_spread = round(scores[0] - scores[1], 6) if len(scores) > 1 else (
         response.top_score)
-    high, low = thresholds(response.mode, deliver, refine)
+    high, low = thresholds(response.mode, deliver, refine, chunks=chunks)
     suggested = action(response.top_score, high, low)
     if (response.mode == "hybrid" and deliver is None and refine is None
             and response.results and response.results[0].matched_questions):
