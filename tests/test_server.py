@@ -307,9 +307,10 @@ def test_search_never_runs_on_the_event_loop(served: TestClient, iso: Isotope,
 
 def test_workers_share_one_port_and_a_second_server_is_refused(
         iso: Isotope, tmp_path: Path) -> None:
-    """`isotope serve --workers 2`: connections reach both processes (each has its own
-    SO_REUSEPORT socket, so the kernel spreads them), and another server on the same
-    port is an error rather than a silent partner."""
+    """`isotope serve --workers 2`: the parent deals connections to the workers in turn,
+    so 8 keep-alive clients arriving together are served 4 and 4 (a socket per worker let
+    the kernel's hash split them 7:1), and another server on the same port is an error
+    rather than a silent partner."""
     import os
     import socket
     import subprocess
@@ -338,6 +339,16 @@ def test_workers_share_one_port_and_a_second_server_is_refused(
                 time.sleep(0.3)
         assert len(seen) == 2, seen
         assert server.pid not in seen  # the processes serving are the workers
+        for _ in range(3):
+            clients = [httpx.Client(base_url=url, timeout=5) for _ in range(8)]
+            try:
+                served = [c.get("/health").json()["process"] for c in clients]
+                again = [c.get("/health").json()["process"] for c in clients]
+            finally:
+                for c in clients:
+                    c.close()
+            assert served == again  # keep-alive: each client stays with its worker
+            assert sorted(served.count(p) for p in set(served)) == [4, 4], served
         second = subprocess.run([*command, "--workers", "2"], capture_output=True, text=True,
                                 env=os.environ.copy(), timeout=120)
         assert second.returncode == 1
