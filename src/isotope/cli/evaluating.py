@@ -31,10 +31,22 @@ def eval_(
         "(e.g. title) form one document, each passage one of its chunks (default: each "
         "passage its own document).")] = None,
     chunk_context: ContextOpt = None,
+    answers: Annotated[bool, typer.Option(
+        "--answers", help="Also ask every question (or --limit-queries of them) and score "
+        "the answers against the queries' gold `answers` (SQuAD-normalised): contains "
+        "gold, F1, declined, declined with the gold passage given, citations of the gold "
+        "passage, wrong, latency. Runs the answer model once per question.")] = False,
+    limit_queries: Annotated[int | None, typer.Option(
+        "--limit-queries", min=1, help="With --answers: ask only N questions, spread "
+        "evenly over the passages.")] = None,
+    unanswerable: Annotated[Path | None, typer.Option(
+        "--unanswerable", help="With --answers: JSON lines of questions whose answer is in "
+        "no passage ({\"question\": ...}); the share declined is reported.")] = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Score every retrieval mode on question/passage pairs: Recall@1/2/5 and MRR@10.
+    """Score every retrieval mode on question/passage pairs: Recall@1/2/5 and MRR@10;
+    with --answers, the answers of `ask` too.
 
     Each passage is ingested as one chunk (into --index, default .isotope-eval; an index
     built before is reused, and the cache makes regeneration free)."""
@@ -71,8 +83,25 @@ def eval_(
                              "question_seconds": report.timings.get("generate", 0.0)}
             if chart is not None:
                 evaluation.chart(result, chart)
+            answered = None
+            if answers:
+                from isotope import answer_eval
+
+                asked = answer_eval.pick(pairs[1], limit_queries)
+                impossible = (evaluation.read_jsonl(unanswerable, ("question",),
+                                                    ("question",))
+                              if unanswerable is not None else [])
+                err.print(f"asking {len(asked) + len(impossible)} questions...")
+                def said(done: int, total: int) -> None:
+                    if not as_json and done % 25 == 0:
+                        err.print(f"  {done}/{total}")
+
+                answered = answer_eval.evaluate_answers(iso, asked, unanswerable=impossible,
+                                                        progress=said)
     if as_json:
-        print_json(asdict(result))
+        print_json({**asdict(result), **({"answers": {
+            k: v for k, v in asdict(answered).items() if k != "examples"}}
+            if answered else {})})
         return
     for title, rows in (
         (f"{result.passages} passages, {result.queries} questions", result.table()),
@@ -95,3 +124,14 @@ def eval_(
             f"{result.ingest['llm_cache_hits']} answered by the cache)")
     if chart is not None:
         out.print(f"chart: {chart}")
+    if answered is not None:
+        table = Table("contains gold %", "F1", "declined %", "declined with gold %",
+                      "citation is gold %", "wrong %", "unanswerable declined %",
+                      "ask p50 s", title=f"answers: {answered.questions} questions "
+                      f"({answered.gold_given} with their gold passage given to the model), "
+                      f"{answered.unanswerable} unanswerable")
+        table.add_row(*(str(v) for v in (
+            answered.contains_gold, answered.f1, answered.declined,
+            answered.declined_with_gold, answered.citation_is_gold, answered.wrong,
+            answered.unanswerable_declined, answered.latency_p50_s)))
+        out.print(table)
