@@ -507,3 +507,221 @@ def test_another_writer_is_409_and_a_read_only_index_503(iso: Isotope, examples:
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_a_link_swapped_in_after_the_walk_is_never_read(iso: Isotope, tmp_path: Path) -> None:
+    """The walk checks a path, the read comes later: a file swapped for a link out of the
+    roots in between is refused on the opened file (a race the review won on its first
+    try)."""
+    import os
+
+    root, outside = tmp_path / "roots", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("The secret password is swordfish.\n")
+    for n in range(150):
+        (root / f"{n:03}.txt").write_text(f"Filler note {n} about the garden shed.\n")
+    stop = threading.Event()
+
+    def swap() -> None:
+        target = root / "zzz.txt"
+        while not stop.is_set():
+            (root / "zzz.real").write_text("Harmless zebra text about the zoo.\n")
+            os.replace(root / "zzz.real", target)
+            time.sleep(0.0005)
+            with contextlib.suppress(FileNotFoundError):
+                (root / "zzz.link").unlink()
+            (root / "zzz.link").symlink_to(outside / "secret.txt")
+            os.replace(root / "zzz.link", target)
+            time.sleep(0.0005)
+
+    for attempt in range(4):
+        swapper = threading.Thread(target=swap)
+        swapper.start()
+        try:
+            iso.sync(root, questions="later", confine=[root.resolve()])
+        finally:
+            stop.set()
+            swapper.join()
+            stop.clear()
+        for result in iso.search("secret password swordfish", k=3, mode="chunks-bm25").results:
+            assert "swordfish" not in result.chunk.text, attempt
+        (root / "zzz.txt").unlink(missing_ok=True)
+
+
+def test_a_queue_of_writes_never_starves_searches(embedder: Any, tmp_path: Path) -> None:
+    """Writes wait for each other on the event loop, not in the thread pool: 45 queued
+    deletes behind a slow ingest, and a search still answers at once."""
+
+    class SlowQuestions(FakeLLM):
+        def complete_batch(self, prompts: Sequence[Prompt], **kwargs: Any) -> list[str]:
+            time.sleep(0.5 * len(prompts))
+            return super().complete_batch(prompts, **kwargs)
+
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=SlowQuestions(),
+                      cache=False, generation="atom") as iso:
+        iso.ingest_chunks(["The gate code of the depot is 2231."], source="depot")
+        with _serve(iso, tmp_path) as url:
+            slow = threading.Thread(target=lambda: httpx.post(url + "/ingest", timeout=120,
+                                                              files={"files": NOTE}))
+            slow.start()
+            time.sleep(0.5)
+            deletes = [threading.Thread(target=lambda n=n: httpx.request(
+                "DELETE", url + "/sources", params={"source": f"nope{n}"}, timeout=120))
+                for n in range(45)]
+            for thread in deletes:
+                thread.start()
+            time.sleep(0.5)
+            started = time.monotonic()
+            assert httpx.post(url + "/search", json={"query": "depot gate code"},
+                              timeout=60).status_code == 200
+            assert httpx.get(url + "/sources", timeout=60).status_code == 200
+            assert time.monotonic() - started < 5
+            slow.join()
+            for thread in deletes:
+                thread.join()
+
+
+def test_two_files_of_one_name_in_one_upload_are_refused(iso: Isotope, tmp_path: Path
+                                                         ) -> None:
+    uploads = tmp_path / "uploads"
+    with _serve(iso, tmp_path) as url:
+        assert httpx.post(url + "/ingest", files={"files": ("dup.md", b"# A\n\nFirst text "
+                          b"about the shed.\n", "text/markdown")}).status_code == 200
+        kept = (uploads / "dup.md").read_bytes()
+        both = [("files", ("dup.md", b"# B\n\nOther text.\n", "text/markdown")),
+                ("files", ("sub/dup.md", b"   \n", "text/markdown"))]
+        refused = httpx.post(url + "/ingest", files=both)
+        assert refused.status_code == 400 and "two files named dup.md" in refused.text
+        assert (uploads / "dup.md").read_bytes() == kept
+
+
+def test_any_host_needs_keys(iso: Isotope, tmp_path: Path) -> None:
+    from isotope.errors import SettingsError
+
+    with pytest.raises(SettingsError, match="needs API keys"):
+        create_app(iso, keys=Keys(), roots=[], max_bytes=1000, uploads=tmp_path / "u",
+                   allowed_hosts=["*"])
+
+
+def test_a_link_from_another_site_opens_the_page_but_not_the_data(keyless: str) -> None:
+    cross = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
+    assert httpx.get(keyless + "/", headers=cross).status_code == 200
+    assert httpx.get(keyless + "/app.js", headers=cross).status_code == 200
+    assert httpx.get(keyless + "/sources", headers=cross).status_code == 403
+    assert httpx.post(keyless + "/", headers=cross).status_code == 403
+
+
+def test_mcp_answers_the_hosts_and_origins_the_gate_allows(iso: Isotope, tmp_path: Path
+                                                           ) -> None:
+    with _serve(iso, tmp_path, allowed_hosts=["search.example.com"],
+                allowed_origins=["http://app.example.com"]) as url:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}
+        headers = {"Accept": "application/json, text/event-stream"}
+        port = _port(url)
+        for extra in ({"Host": "localhost"}, {"Host": f"search.example.com:{port}"},
+                      {"Origin": "http://app.example.com"}, {"Origin": url}):
+            reply = httpx.post(url + "/mcp/", json=body, headers={**headers, **extra})
+            assert reply.status_code == 200, (extra, reply.text)
+        assert httpx.post(url + "/mcp/", json=body, headers={
+            **headers, "Host": "evil.example"}).json()["error"]
+
+
+def test_odd_filters_and_text_are_client_errors(keyless: str) -> None:
+    many = httpx.post(keyless + "/search", json={"query": "x", "filters": {
+        "a": list(range(500))}})
+    assert many.status_code == 400 and "at most 100 values" in many.json()["error"]
+    assert "damaged" not in many.text
+    keys = httpx.post(keyless + "/search", json={"query": "x", "filters": {
+        f"k{n}": 1 for n in range(500)}})
+    assert keys.status_code == 400
+    for body in ('{"query": "x", "filters": {"title": "\\udfff"}}',
+                 '{"query": "x", "filters": {"\\udfff": 1}}'):
+        reply = httpx.post(keyless + "/search", content=body,
+                           headers={"Content-Type": "application/json"})
+        assert reply.status_code == 200, reply.text
+    found = httpx.post(keyless + "/search", json={"query": "vacation days"}).json()
+    found["results"][0]["chunk"]["text"] = "\ud800 broken"
+    answered = httpx.post(keyless + "/answer", content=json.dumps(found),
+                          headers={"Content-Type": "application/json"})
+    assert answered.status_code == 200, answered.text
+    assert httpx.post(keyless + "/search", json={"query": "x", "k": True}).status_code == 422
+    assert httpx.post(keyless + "/search", json={"query": "x", "k": "5"}).status_code == 422
+
+
+def test_the_answer_prompt_has_a_bounded_size(embedder: Any, examples: Path,
+                                              tmp_path: Path) -> None:
+    seen: list[int] = []
+
+    class Recording(FakeLLM):
+        def complete_batch(self, prompts: Sequence[Prompt], **kwargs: Any) -> list[str]:
+            seen.extend(len(p[-1]["content"]) for p in prompts)
+            return super().complete_batch(prompts, **kwargs)
+
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),
+                      answer_llm=Recording(), cache=False) as iso:
+        iso.ingest_chunks([f"Note {n}: " + "the shed holds tools. " * 150
+                           for n in range(60)], source="notes")
+        with _serve(iso, tmp_path) as url:
+            reply = httpx.post(url + "/ask", json={"query": "What does the shed hold?",
+                                                   "k": 60}, timeout=60)
+            assert reply.status_code == 200, reply.text
+    from isotope.answer import PROMPT_CHARS
+
+    assert seen and max(seen) < PROMPT_CHARS + 2_000
+
+
+def test_the_client_says_what_the_server_answered_before_the_upload(
+        iso: Isotope, tmp_path: Path) -> None:
+    from isotope import Client
+    from isotope.client import ServerError
+
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"plain words here. " * 200_000)  # 3.6 MB
+    keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY, f"{READ_KEY}:read"]))
+    with _serve(iso, tmp_path, keys=keys, max_bytes=1_000_000) as url:
+        with pytest.raises(ServerError, match="max_upload_mb.*HTTP 413"):
+            Client(url, api_key=WRITE_KEY).ingest(big)
+        with pytest.raises(ServerError, match="API key is needed.*HTTP 401"):
+            Client(url).ingest(big)
+        with pytest.raises(ServerError, match="only read.*HTTP 403"):
+            Client(url, api_key=READ_KEY).ingest(big)
+    from isotope.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="printable"):
+        Client("http://127.0.0.1:1", api_key="key\r\nX-Injected: 1")
+
+
+def test_half_sent_headers_are_let_go(iso: Isotope, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that sends half a request's headers and waits is disconnected after the
+    header deadline (held forever, a flood of them used up the server's files)."""
+    import uvicorn
+
+    from isotope.server import workers
+
+    monkeypatch.setattr(workers, "HEADER_TIMEOUT", 1.0)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app = create_app(iso, keys=Keys(), roots=[], max_bytes=1000, uploads=tmp_path / "u",
+                     mcp=False)
+    server = uvicorn.Server(workers.server_config(app, host="127.0.0.1", port=port))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-a: ")
+            started = time.monotonic()
+            assert sock.recv(100) == b""  # closed by the server
+            assert time.monotonic() - started < 5
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert sock.recv(100).startswith(b"HTTP/1.1 200")
+    finally:
+        server.should_exit = True
+        thread.join(10)

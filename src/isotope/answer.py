@@ -18,12 +18,22 @@ NOT_FOUND = "The indexed documents do not contain the answer."
 GROUNDED_SHARE = 0.6
 """Share of an answer's new content words that must appear in the passages it cites."""
 MAX_PASSAGE_CHARS = 2000
+MAX_PASSAGES = 20
+"""Passages given to the answer model at most (an ``/answer`` or ``/ask`` with a large
+``k`` must not build a prompt of any size)."""
+PROMPT_CHARS = 24_000
+"""Characters of passages in one prompt at most (each passage gets its share)."""
 
 
 def answer_prompt(query: str, results: list[SearchResult],
-                  spec: PromptSpec = PROMPTS["answer"]) -> Prompt:
+                  spec: PromptSpec = PROMPTS["answer"], *,
+                  max_chars: int = PROMPT_CHARS) -> Prompt:
+    """The answer prompt over the first :data:`MAX_PASSAGES` results, each cut to its
+    share of ``max_chars`` (at most :data:`MAX_PASSAGE_CHARS`)."""
+    results = results[:MAX_PASSAGES]
+    each = min(MAX_PASSAGE_CHARS, max(200, max_chars // max(1, len(results))))
     passages = "\n\n".join(
-        f"[{i}] {r.chunk.text[:MAX_PASSAGE_CHARS]}" for i, r in enumerate(results, start=1)
+        f"[{i}] {r.chunk.text[:each]}" for i, r in enumerate(results, start=1)
     )
     return spec.render(passages=passages, query=query)
 

@@ -5,6 +5,7 @@ line. Standard library only."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mimetypes
 import urllib.error
@@ -12,7 +13,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlencode
 
 from isotope.errors import InvalidArgument, IsotopeError, SourceNotFound
@@ -34,6 +35,9 @@ class Client:
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 120.0
                  ) -> None:
+        if api_key is not None and not all(33 <= ord(c) <= 126 for c in api_key):
+            raise InvalidArgument("an API key is printable ASCII, without spaces or line "
+                                  "breaks")
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
@@ -101,9 +105,8 @@ class Client:
             f"\"{_header_safe(p.name)}\"\r\nContent-Type: "
             f"{mimetypes.guess_type(p.name)[0] or 'application/octet-stream'}\r\n\r\n"
             .encode() + p.read_bytes() + b"\r\n" for p in files) + f"--{boundary}--\r\n".encode()
-        return _report(self._call("POST", "/ingest", raw=body,
-                                  content_type=f"multipart/form-data; boundary={boundary}",
-                                  report=True))
+        return _report(self._upload("/ingest", body,
+                                    f"multipart/form-data; boundary={boundary}"))
 
     def sync(self, paths: str | Path | Iterable[str | Path]) -> IngestReport:
         """Have the server make the index match folders of its own machine (below its
@@ -117,6 +120,53 @@ class Client:
             {"source": str(source), **({"members": "true"} if members else {})}))
 
     # -- the wire ----------------------------------------------------------------------
+    def _upload(self, path: str, body: bytes, content_type: str) -> Any:
+        """POST a large body, reading the server's answer if it comes before the body is
+        sent (a missing or read-only key, a body over its limit: the server answers at
+        once and closes, which urllib reported as "cannot reach the server")."""
+        import http.client
+        import select
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.url)
+        kind = (http.client.HTTPSConnection if parts.scheme == "https"
+                else http.client.HTTPConnection)
+        conn = kind(parts.hostname or "localhost", parts.port, timeout=self.timeout)
+        try:
+            try:
+                conn.putrequest("POST", parts.path.rstrip("/") + path)
+                conn.putheader("Content-Type", content_type)
+                conn.putheader("Content-Length", str(len(body)))
+                conn.putheader("Accept", "application/json")
+                if self.api_key:
+                    conn.putheader("Authorization", f"Bearer {self.api_key}")
+                conn.endheaders()
+                early, _, _ = select.select([conn.sock], [], [], 0.5)
+                if not early:
+                    with contextlib.suppress(OSError):  # it may answer while we send
+                        for start in range(0, len(body), 1 << 20):
+                            conn.send(body[start:start + (1 << 20)])
+                reply = conn.getresponse()
+                status, data = reply.status, reply.read()
+            except (OSError, http.client.HTTPException) as exc:
+                raise ServerError(f"cannot reach {self.url} ({exc}); is `isotope serve` "
+                                  "running there?", 0) from None
+        finally:
+            conn.close()
+        found = _json(data)
+        if status == 200 or (status == 422 and isinstance(found, dict) and "ok" in found):
+            return found  # (422: an ingest whose files failed; the report says which)
+        self._raise(path, status, found, http.client.responses.get(status, ""))
+
+    def _raise(self, path: str, status: int, found: Any, reason: str) -> NoReturn:
+        message = (found.get("error") if isinstance(found, dict) else None) or reason
+        if status == 404:
+            raise SourceNotFound(str(message))
+        if status in (400, 422):
+            raise InvalidArgument(f"{message} (HTTP {status})")
+        raise ServerError(f"{self.url}{path.split('?')[0]}: {message} (HTTP {status})",
+                          status)
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
               raw: bytes | None = None, content_type: str | None = None,
               report: bool = False) -> Any:
@@ -135,25 +185,22 @@ class Client:
             with urllib.request.urlopen(request, timeout=self.timeout) as reply:
                 raw_reply = reply.read()
         except urllib.error.HTTPError as exc:
-            text = exc.read()
-            try:
-                found = json.loads(text)
-            except ValueError:
-                found = {}
+            found = _json(exc.read())
             if report and exc.code == 422 and isinstance(found, dict) and "ok" in found:
                 return found  # an ingest whose files failed: the report says which
-            message = (found.get("error") if isinstance(found, dict) else None) or exc.reason
-            if exc.code == 404:
-                raise SourceNotFound(str(message)) from None
-            if exc.code in (400, 422):
-                raise InvalidArgument(f"{message} (HTTP {exc.code})") from None
-            raise ServerError(f"{self.url}{path.split('?')[0]}: {message} (HTTP {exc.code})",
-                              exc.code) from None
+            self._raise(path, exc.code, found, str(exc.reason))
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ServerError(f"cannot reach {self.url} ({reason}); is `isotope serve` "
                               "running there?", 0) from None
         return json.loads(raw_reply) if raw_reply else None
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return {}
 
 
 def _header_safe(name: str) -> str:

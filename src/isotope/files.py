@@ -11,6 +11,7 @@ content, and a deleted link is a deleted source.
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from pathlib import Path
 from stat import S_ISREG
 from typing import BinaryIO
@@ -27,10 +28,31 @@ def source_path(path: str | Path) -> Path:
     return Path(os.path.abspath(Path(path).expanduser()))
 
 
+CONFINE: ContextVar[tuple[Path, ...] | None] = ContextVar("isotope_confine", default=None)
+"""While set (a server's ``serve_roots``, resolved): every file opened through
+:func:`open_regular` must be, once opened, a file below one of these folders; checked on
+the opened descriptor, so a link swapped in after a walk checked the path is refused."""
+
+
+def opened_path(handle: int, path: Path) -> Path | None:
+    """Where the opened ``handle`` really is (None when the system cannot say)."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{handle}"))
+    except OSError:
+        pass
+    try:  # no /proc: the resolved path, if it is the very file that was opened
+        real = Path(os.path.realpath(path))
+        here, there = os.fstat(handle), os.stat(real)
+    except OSError:
+        return None
+    return real if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino) else None
+
+
 def open_regular(path: str | Path) -> BinaryIO:
     """``path`` opened for reading if it is a regular file, else a :class:`LoaderError`:
     opened without blocking (a FIFO would block the open itself) and checked on the
-    opened file, so a file swapped for a FIFO between a check and the open is caught."""
+    opened file, so a file swapped for a FIFO between a check and the open is caught
+    (and, while :data:`CONFINE` is set, one swapped for a link out of those folders)."""
     path = Path(path)
     try:
         handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
@@ -41,6 +63,12 @@ def open_regular(path: str | Path) -> BinaryIO:
         if not S_ISREG(os.fstat(handle).st_mode):
             raise LoaderError(path, "not a regular file (a FIFO, socket or device); "
                               "exclude it")
+        roots = CONFINE.get()
+        if roots is not None:
+            real = opened_path(handle, path)
+            if real is None or not any(real == r or r in real.parents for r in roots):
+                raise LoaderError(path, f"a link leading out of the serve_roots ({real}); "
+                                  "not read")
         if hasattr(os, "set_blocking"):
             os.set_blocking(handle, True)
         return os.fdopen(handle, "rb")

@@ -54,10 +54,35 @@ class Condition:
     """One value, or several for ``eq`` (any of them)."""
 
 
+MAX_KEYS = 32
+"""Conditions a filter may hold."""
+MAX_VALUES = 100
+"""Values one condition may list (each is a test in the query: SQLite refuses an
+expression deeper than 1,000)."""
+
+
+def _text(value: Any) -> Any:
+    """Text with undecodable bytes (lone surrogates, from a terminal in another encoding
+    or an escaped JSON string) shown as U+FFFD, as queries are; anything else as it is."""
+    if isinstance(value, str):
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+    return value
+
+
 def parse(filters: dict[str, Any] | None) -> list[Condition]:
     """Conditions from a filter dict (see the module docstring)."""
     conditions: list[Condition] = []
-    for key, spec in (filters or {}).items():
+    if len(filters or {}) > MAX_KEYS:
+        raise FilterError(f"a filter holds at most {MAX_KEYS} conditions, not "
+                          f"{len(filters or {})}")
+    for raw_key, raw_spec in (filters or {}).items():
+        key = _text(raw_key)
+        spec = ([_text(v) for v in raw_spec] if isinstance(raw_spec, list | tuple) else
+                {k: _text(v) for k, v in raw_spec.items()} if isinstance(raw_spec, dict)
+                else _text(raw_spec))
+        if isinstance(spec, list) and len(spec) > MAX_VALUES:
+            raise FilterError(f"filter {key!r}: at most {MAX_VALUES} values, not "
+                              f"{len(spec)}")
         if not isinstance(key, str) or not _KEY.match(key):
             raise FilterError(f"invalid filter key {key!r}: no quotes, backslashes or "
                               "control characters")

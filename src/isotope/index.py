@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from isotope import embedders, maintenance, projects, providers, references, retrieval, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
-from isotope.answer import NOT_FOUND, answer_prompt, grounded
+from isotope.answer import MAX_PASSAGES, NOT_FOUND, PROMPT_CHARS, answer_prompt, grounded
 from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.embedders import Embedder
@@ -422,7 +422,7 @@ class Isotope:
         answer finally set may differ: see :mod:`isotope.answer`); setting ``cancel``
         stops the model at its next piece and leaves ``answer`` None."""
         query = response.query
-        readable = [r for r in response.results if not r.chunk.stale]
+        readable = [r for r in response.results if not r.chunk.stale][:MAX_PASSAGES]
         if not readable:
             response.answer = ("The index is empty or nothing matched." if not response.results
                                else "The matching chunks are stale: their files changed. "
@@ -430,9 +430,12 @@ class Isotope:
             return response
         started = time.perf_counter()
         pieces: list[str] = []
-        stream = self.llm(self.settings.answer_model).stream(
-            answer_prompt(query, readable, self.prompts["answer"]), max_tokens=256,
-            temperature=0.0)
+        model = self.llm(self.settings.answer_model)
+        # a local model's context holds about 3 characters a token, with room for the rest
+        room = 3 * self.settings.llm_context - 2_000 if model.local else PROMPT_CHARS
+        stream = model.stream(
+            answer_prompt(query, readable, self.prompts["answer"], max_chars=room),
+            max_tokens=256, temperature=0.0)
         try:
             for piece in stream:
                 if cancel is not None and cancel.is_set():

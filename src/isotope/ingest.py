@@ -86,8 +86,15 @@ class Pipeline:
         questions: Questions = "now",
         confine: Sequence[Path] | None = None,
     ) -> IngestReport:
-        files, skipped, missing = self._discover(paths, include, exclude, confine)
-        report = self.ingest_files(files, progress=progress, questions=questions)
+        from isotope.files import CONFINE
+
+        token = CONFINE.set(None if confine is None else tuple(
+            Path(os.path.realpath(r)) for r in confine))
+        try:
+            files, skipped, missing = self._discover(paths, include, exclude, confine)
+            report = self.ingest_files(files, progress=progress, questions=questions)
+        finally:
+            CONFINE.reset(token)
         report.skipped[:0], report.errors[:0] = skipped, missing
         return report
 

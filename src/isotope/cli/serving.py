@@ -77,8 +77,9 @@ def serve(
               f"(API keys: {'required' if keys else 'none, loopback only'}); search page "
               "at /, OpenAPI at /docs")
     if listener is not None:
+        processes.more_files()
         with errors():
-            server = uvicorn.Server(uvicorn.Config(serving_app(), log_level="warning"))
+            server = uvicorn.Server(processes.server_config(serving_app()))
         server.run(sockets=[listener])
         return
     try:

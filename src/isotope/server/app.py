@@ -61,8 +61,8 @@ MAX_NAME_BYTES = 200
 
 class SearchRequest(BaseModel):
     query: str = Field(max_length=10_000, description="A question or keywords")
-    k: int | None = Field(None, ge=1, le=10_000, description="Results wanted (default: "
-                          "the top_k setting)")
+    k: int | None = Field(None, ge=1, le=10_000, strict=True, description="Results wanted "
+                          "(default: the top_k setting)")
     mode: str | None = Field(None, description="Retrieval mode (default: the mode setting)")
     filters: dict[str, Any] | None = Field(None, description="Conditions on the source "
                                            "and metadata (see the README's filters)")
@@ -134,23 +134,25 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     local = iso.llm(iso.settings.answer_model).local  # (built, not loaded)
     answering = asyncio.Semaphore(answer_slots or (1 if local else
                                                    iso.settings.llm_concurrency))
-    writing = threading.Lock()  # this process's writes, one after another (queued)
+    writing = asyncio.Lock()  # this process's writes, one after another (queued)
 
     async def searching(*args: Any, **kwargs: Any) -> QueryResponse:
         """``iso.search`` in the thread pool (never on the event loop), in turn."""
         async with slots:
             return await run_in_threadpool(iso.search, *args, **kwargs)
 
-    def written(call: Callable[[], Any]) -> Any:
-        """``call`` (a write) after this process's earlier writes."""
-        with writing:
-            return call()
+    async def written(call: Callable[[], Any]) -> Any:
+        """``call`` (a write) in the thread pool, after this process's earlier writes:
+        waiting on the event loop, so a queue of writes holds no thread that searches
+        need."""
+        async with writing:
+            return await run_in_threadpool(call)
 
     lifespan = None
     if mcp:  # the MCP tools at /mcp (streamable HTTP), behind the same gate
         from isotope.server.mcp import create_mcp, guard
 
-        agents = create_mcp(iso, roots=roots, host=host, remote=True, writes=written)
+        agents = create_mcp(iso, roots=roots, remote=True, writes=written)
         agents_app = agents.streamable_http_app()
 
         @asynccontextmanager
@@ -246,6 +248,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     async def answer(body: QueryResponse, request: Request) -> Response:
         """An answer to a search already made (a ``/search`` response sent back), from
         its results: as ``Isotope.answer``."""
+        body = QueryResponse.model_validate(_plain_text(body.model_dump()))
         if not body.query.strip():
             raise errors.InvalidArgument("the response has no query to answer")
         await _answer(iso, body, answering, request)
@@ -267,26 +270,30 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return [source_listing(info) for info in iso.sources()]
 
     @app.delete("/sources", status_code=204)
-    def delete_named(source: Annotated[str, Query(description="The source's name, as "
-                                                  "GET /sources lists it")],
-                     members: bool = False) -> Response:
+    async def delete_named(source: Annotated[str, Query(description="The source's name, "
+                                                        "as GET /sources lists it")],
+                           members: bool = False) -> Response:
         """Remove a source; a container (a mailbox) only with ``members=true``."""
-        return _delete(source, members)
+        return await _delete(source, members)
 
     @app.delete("/sources/{source:path}", status_code=204)
-    def delete_source(source: str, members: bool = False) -> Response:
+    async def delete_source(source: str, members: bool = False) -> Response:
         """Remove a source named in the path (``#`` sent as ``%23``); a container (a
         mailbox) only with ``?members=true``. ``DELETE /sources?source=NAME`` is the
         unambiguous form."""
-        return _delete(source if source.startswith("/") or "://" in source
-                       or iso.has_source(source) else "/" + source, members)
+        named = source if source.startswith("/") or "://" in source else (
+            source if await run_in_threadpool(iso.has_source, source) else "/" + source)
+        return await _delete(named, members)
 
-    def _delete(source: str, members: bool) -> Response:
-        gone = written(lambda: iso.delete(source, members=members))
-        folder = os.path.realpath(uploads)
-        for uri in gone:  # an upload's file goes with its source
-            if os.path.dirname(os.path.realpath(uri)) == folder:
-                Path(uri).unlink(missing_ok=True)
+    async def _delete(source: str, members: bool) -> Response:
+        def delete() -> None:
+            gone = iso.delete(source, members=members)
+            folder = os.path.realpath(uploads)
+            for uri in gone:  # an upload's file goes with its source
+                if os.path.dirname(os.path.realpath(uri)) == folder:
+                    Path(uri).unlink(missing_ok=True)
+
+        await written(delete)
         return Response(status_code=204)
 
     @app.get("/status")
@@ -300,22 +307,29 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return iso.chunk_questions(chunk_id).model_dump(mode="json")
 
     @app.post("/ingest")
-    def ingest(files: Annotated[list[UploadFile], FileParam()]) -> Response:
+    async def ingest(files: Annotated[list[UploadFile], FileParam()]) -> Response:
         """Store uploaded files (kept in the server's upload folder) and ingest them. A
         file that cannot be ingested is not kept (an upload that replaced an earlier one
-        of its name puts that one back): 422 with the report."""
-        reply: Response = written(lambda: _ingest_uploads(iso, files, uploads, max_bytes))
+        of its name puts that one back): 422 with the report. Two files of one name in
+        one upload are refused (400)."""
+        names = [safe_name(f.filename) for f in files]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise errors.InvalidArgument(f"two files named {twice[0]} in one upload (names "
+                                         "are reduced to plain file names); send one")
+        reply: Response = await written(
+            lambda: _ingest_uploads(iso, files, uploads, max_bytes))
         return reply
 
     @app.post("/sync")
-    def sync(body: SyncRequest) -> dict[str, Any]:
+    async def sync(body: SyncRequest) -> dict[str, Any]:
         """Make the index match folders below the server's ``serve_roots`` (links that
         lead out of them are not followed)."""
         if not roots:
             raise HTTPException(403, "POST /sync is off: the server has no serve_roots "
                                 "(set ISOTOPE_SERVE_ROOTS to the folders it may read)")
         wanted = [_below(text, roots) for text in body.paths]
-        return _report(written(lambda: iso.sync(wanted, confine=roots)))
+        return _report(await written(lambda: iso.sync(wanted, confine=roots)))
 
     app.add_middleware(Gate, keys=keys, max_bytes=max_bytes,  # outermost but for errors
                        hosts=own_hosts(host, allowed_hosts, bool(keys)),
@@ -332,6 +346,18 @@ def _below(text: str, roots: list[Path]) -> Path:
     if not any(path == root or root in path.parents for root in roots):
         raise HTTPException(403, f"{text} is not below the server's serve_roots")
     return path
+
+
+def _plain_text(value: Any) -> Any:
+    """``value`` with every lone surrogate in its text (an escaped ``\\ud800`` in a JSON
+    body) shown as U+FFFD: such text cannot be encoded for the model or the reply."""
+    if isinstance(value, str):
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+    if isinstance(value, dict):
+        return {_plain_text(k): _plain_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_text(v) for v in value]
+    return value
 
 
 def _validation(exc: RequestValidationError) -> str:

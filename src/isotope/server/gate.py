@@ -45,6 +45,9 @@ OPEN_PATHS = frozenset({"/", "/app.js", "/health", "/docs", "/openapi.json",
                         "/favicon.ico"})
 """Paths served without a key (the page and its script, liveness, the API's schema)."""
 OPEN_PREFIXES = ("/docs/",)
+STATIC = frozenset({"/", "/app.js", "/favicon.ico", "/docs", "/openapi.json"})
+"""Paths that hold no data of the index: a page elsewhere may link to them (a top-level
+navigation from another site is not refused); everything they call is checked."""
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -61,10 +64,18 @@ def host_name(value: str) -> str:
 
 def own_hosts(listen: str, allowed: Collection[str], keyed: bool) -> frozenset[str] | None:
     """The host names a server listening on ``listen`` answers to (None: any): the
-    loopback names, ``listen`` itself, and ``allowed`` (``*`` in it: any). A server on
+    loopback names, ``listen`` itself, and ``allowed`` (``*`` in it: any, only with
+    keys: a key-less server answering any name is open to DNS rebinding). A server on
     every address (``0.0.0.0``, ``::``) with keys and no ``allowed`` answers to any."""
+    from isotope.errors import SettingsError
+
     names = {host_name(n) for n in allowed}
     if "*" in names:
+        if not keyed:
+            raise SettingsError("allowed_hosts = * needs API keys (a key-less server that "
+                                "answers any host name can be read and written by any web "
+                                "page through DNS rebinding); name the hosts, or set "
+                                "api_keys")
         return None
     try:
         wildcard = ipaddress.ip_address(listen).is_unspecified
@@ -92,6 +103,9 @@ class Gate:
     writes: Callable[[str, str], bool] = lambda method, path: False
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # (the API has none: never reached unchecked)
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -102,7 +116,9 @@ class Gate:
             await reply(send, 421, f"this server does not answer to the host {host!r}; "
                         "use its address, or list the name in the allowed_hosts setting")
             return
-        if self._foreign(headers, host):
+        static = method in ("GET", "HEAD") and (path in STATIC or path.startswith(
+            OPEN_PREFIXES))
+        if not static and self._foreign(headers, host):
             await reply(send, 403, "a request from a page of another site is refused; "
                         "open the page this server serves at /, or list that origin in "
                         "the allowed_origins setting")
@@ -196,6 +212,7 @@ async def reply(send: Send, status: int, message: str,
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close"),  # the body was not read
                             *(headers or [])]})
     await send({"type": "http.response.body", "body": body})
 

@@ -84,24 +84,28 @@ def _reply(data: Any) -> CallToolResult:
 
 
 def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool = True,
-               host: str = "127.0.0.1", remote: bool = False,
-               writes: Callable[[Callable[[], Any]], Any] | None = None) -> FastMCP:
+               remote: bool = False,
+               writes: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
+               ) -> FastMCP:
     """The MCP server over ``iso``. ``ingest`` only when ``writable``; it reads below
     ``roots`` only (links out of them not followed), and with ``remote`` (HTTP) nothing
-    at all without ``roots``. ``writes`` runs each write (the server queues them). On a
-    loopback ``host`` the HTTP transport also checks the Host header itself."""
+    at all without ``roots``. ``writes`` runs each write (the server queues them; default:
+    in a worker thread). Over HTTP it sits behind the server's gate, which checks Host and
+    Origin (the SDK's own check is off: it knew neither ``allowed_hosts`` nor
+    ``allowed_origins`` and answered in plain text)."""
     from mcp.server.fastmcp import FastMCP
     from mcp.server.transport_security import TransportSecuritySettings
 
     _quiet_closed_streams()
-    local = host in ("127.0.0.1", "localhost", "::1")
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=local,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"] if local else [])
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     server = FastMCP("isotope", instructions=INSTRUCTIONS, streamable_http_path="/",
-                     host=host, transport_security=security)
+                     transport_security=security)
     confine = roots or None
-    run_write = writes or (lambda call: call())
+
+    async def in_thread(call: Callable[[], Any]) -> Any:
+        return await anyio.to_thread.run_sync(call)
+
+    run_write = writes or in_thread
 
     @server.tool()
     async def search(query: Query, k: K = 5, mode: ModeField = None,
@@ -164,8 +168,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
             missing = [str(p) for p in wanted if not p.exists()]
             if missing:
                 raise ValueError(f"no such file or folder: {', '.join(missing)}")
-            report = await anyio.to_thread.run_sync(
-                lambda: run_write(lambda: iso.ingest(wanted, confine=confine)))
+            report = await run_write(lambda: iso.ingest(wanted, confine=confine))
             done = {"added": report.added, "replaced": report.replaced,
                     "unchanged": report.unchanged, "chunks": report.chunks,
                     "questions": report.questions,
@@ -237,8 +240,11 @@ def guard(inner: ASGI) -> ASGI:
             if (isinstance(call, dict) and call.get("method") == "tools/call"
                     and isinstance(params, dict) and params.get("name") == "ingest"):
                 # a JSON-RPC error for that call, which the agent's client reports as such
+                ident = call.get("id")
                 await _send(send, 200, {
-                    "jsonrpc": "2.0", "id": call.get("id"),
+                    "jsonrpc": "2.0",
+                    "id": ident if isinstance(ident, str | int) and not isinstance(
+                        ident, bool) else None,
                     "error": {"code": -32001, "message": "this API key may only read: "
                               "ingest needs a read-write key"}})
                 return
@@ -257,13 +263,29 @@ def guard(inner: ASGI) -> ASGI:
 
 
 def _calls(body: bytes) -> list[Any] | None:
-    """The JSON-RPC messages of a request body (None: not JSON, or nested too deep for
-    the parser)."""
+    """The JSON-RPC messages of a request body (None: not JSON, nested too deep for the
+    parser, or holding text that is not Unicode: a lone surrogate escaped as \\udXXX)."""
     try:
         calls = json.loads(body or b"null")
-    except (ValueError, RecursionError):
+        _check_text(calls)
+    except (ValueError, RecursionError, UnicodeError):
         return None
     return calls if isinstance(calls, list) else [calls]
+
+
+def _check_text(value: Any) -> None:
+    """UnicodeError if a parsed JSON value holds a lone surrogate anywhere (text that
+    cannot be encoded)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            item.encode("utf-8")  # raises on a lone surrogate
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 async def _send(send: Callable[[MutableMapping[str, Any]], Awaitable[None]], status: int,

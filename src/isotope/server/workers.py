@@ -26,6 +26,77 @@ import time
 from types import FrameType
 from typing import Any
 
+HEADER_TIMEOUT = 10.0
+"""Seconds a connection may take to send a request's headers (a client that opens
+connections and sends half a header, held forever, exhausted the server's files)."""
+CONNECTIONS = 1_000
+"""Connections a server process holds at once; more are answered 503 at once."""
+
+
+def protocol_class() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, with a deadline for each request's headers: from a
+    connection's start, and from the first byte of each later request, the headers must
+    arrive within :data:`HEADER_TIMEOUT` (the body has the gate's ``body_timeout``)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            waiting = self.cycle is None or self.cycle.response_complete
+            super().data_received(data)
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._disarm()  # the headers are in: the request is being served
+            elif waiting and self._deadline is None:
+                self._arm()  # part of a new request's headers
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._deadline = self.loop.call_later(HEADER_TIMEOUT, self._late)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _late(self) -> None:
+            self._deadline = None
+            if (self.cycle is None or self.cycle.response_complete) \
+                    and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderDeadline
+
+
+def more_files() -> None:
+    """Raise the soft limit of open files to the hard one (at most 65,536): each
+    connection is a file, and the default 1,024 ran out under a flood of idle ones."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = 65_536 if hard == resource.RLIM_INFINITY else min(hard, 65_536)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not Unix, or refused
+        pass
+
+
+def server_config(app: Any, **options: Any) -> Any:
+    """uvicorn's configuration for isotope's server: the header deadline, a cap on
+    connections, quiet logs."""
+    import uvicorn
+
+    return uvicorn.Config(app, http=protocol_class(), limit_concurrency=CONNECTIONS,
+                          log_level="warning", **options)
+
 
 def listening_socket(host: str, port: int) -> socket.socket:
     """A TCP socket listening on ``(host, port)``; OSError when the address is taken."""
@@ -61,15 +132,17 @@ def _worker(channel: socket.socket) -> None:
 
             def received() -> None:
                 try:
-                    _, fds, _, _ = socket.recv_fds(channel, 1, 64)
+                    message, fds, _, _ = socket.recv_fds(channel, 1, 64)
                 except BlockingIOError:
                     return
                 except OSError:
-                    fds = []
-                if not fds:  # the parent is gone
+                    message, fds = b"", []
+                if not message:  # end of file: the parent is gone
                     loop.remove_reader(channel.fileno())
                     self.should_exit = True
                     return
+                # (a message without its descriptor: this process had no file left to
+                # receive it in; that connection is lost, the worker goes on)
                 for fd in fds:
                     conn = socket.socket(fileno=fd)
                     conn.setblocking(False)
@@ -80,9 +153,8 @@ def _worker(channel: socket.socket) -> None:
             self.servers = []
             self.started = True
 
-    config = uvicorn.Config("isotope.server.app:serving_app", factory=True,
-                            log_level="warning")
-    Handed(config).run()
+    more_files()
+    Handed(server_config("isotope.server.app:serving_app", factory=True)).run()
 
 
 async def _serve(loop: asyncio.AbstractEventLoop, protocol: Any, conn: socket.socket) -> None:
@@ -98,6 +170,7 @@ def run(host: str, port: int, workers: int) -> None:
     settings) is each process's configuration. OSError when the address is taken."""
     if not hasattr(socket, "send_fds"):  # pragma: no cover - Windows
         raise OSError("--workers needs Unix sockets that pass descriptors; use --workers 1")
+    more_files()
     listener = listening_socket(host, port)
     context = multiprocessing.get_context("spawn")
     stopping = False

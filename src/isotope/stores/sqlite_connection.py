@@ -71,8 +71,11 @@ def store_error(db: Path, exc: sqlite3.DatabaseError) -> IsotopeError:
     if "locked" in text or "busy" in text:
         return IndexLocked(f"the index at {db.parent} is busy ({text}); try again, or "
                            "wait longer (--wait SECONDS)")
-    return IndexDamaged(f"the index file {db} is damaged ({text}); `isotope check` names "
-                        "the sources affected, or ingest into a new index")
+    if any(sign in text.lower() for sign in ("malformed", "corrupt", "not a database",
+                                              "disk image", "file is not")):
+        return IndexDamaged(f"the index file {db} is damaged ({text}); `isotope check` "
+                            "names the sources affected, or ingest into a new index")
+    return IsotopeError(f"the index at {db.parent} could not answer ({text})")
 
 
 def guarded(method: Callable[_P, _R]) -> Callable[_P, _R]:
