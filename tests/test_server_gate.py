@@ -682,11 +682,11 @@ def test_the_client_says_what_the_server_answered_before_the_upload(
     big.write_bytes(b"plain words here. " * 200_000)  # 3.6 MB
     keys = Keys.from_settings(Settings(api_keys=[WRITE_KEY, f"{READ_KEY}:read"]))
     with _serve(iso, tmp_path, keys=keys, max_bytes=1_000_000) as url:
-        with pytest.raises(ServerError, match="max_upload_mb.*HTTP 413"):
+        with pytest.raises(ServerError, match=r"max_upload_mb.*HTTP 413"):
             Client(url, api_key=WRITE_KEY).ingest(big)
-        with pytest.raises(ServerError, match="API key is needed.*HTTP 401"):
+        with pytest.raises(ServerError, match=r"API key is needed.*HTTP 401"):
             Client(url).ingest(big)
-        with pytest.raises(ServerError, match="only read.*HTTP 403"):
+        with pytest.raises(ServerError, match=r"only read.*HTTP 403"):
             Client(url, api_key=READ_KEY).ingest(big)
     from isotope.errors import InvalidArgument
 
