@@ -14,8 +14,9 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
 
-def make_pdf(pages: list[str], title: str = "") -> bytes:
-    """A valid PDF with one page per string (lines wrapped at 80 characters)."""
+def make_pdf(pages: list[str], title: str = "", *, shared: bool = False) -> bytes:
+    """A valid PDF with one page per string (lines wrapped at 80 characters); ``shared``:
+    every page draws the first page's content stream (a small file of much text)."""
     objects: list[bytes] = []
     page_ids = [3 + 2 * i for i in range(len(pages))]
     font_id = 3 + 2 * len(pages)
@@ -34,7 +35,8 @@ def make_pdf(pages: list[str], title: str = "") -> bytes:
         stream = "\n".join(ops).encode("latin-1")
         objects.append(
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 842] "
-            f"/Resources << /Font << /F1 {font_id} 0 R >> >> /Contents {page_ids[i] + 1} 0 R >>"
+            f"/Resources << /Font << /F1 {font_id} 0 R >> >> "
+            f"/Contents {page_ids[0 if shared else i] + 1} 0 R >>"
             .encode()
         )
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from isotope import Isotope
 from isotope.cli import app
 from isotope.embedders import Embedder
+from isotope.errors import LoaderError
 
 from conftest import FakeLLM
 
@@ -349,3 +351,12 @@ def test_a_file_that_makes_too_much_text_is_bounded(tmp_path: Path, embedder: Em
         report = iso.ingest(tmp_path / "big.docx", questions="later")
         assert [e.path for e in report.errors] == [str(tmp_path / "big.docx")]
         assert "max_text_mb" in report.errors[0].message
+    from pdfmaker import make_pdf
+
+    page = " ".join(rng.choice(words) for _ in range(600))
+    shared = tmp_path / "shared.pdf"  # 2,000 pages drawing one stream: 7 MB of text
+    shared.write_bytes(make_pdf([page] + [""] * 1_999, shared=True))
+    assert shared.stat().st_size < 600_000
+    with pytest.raises(LoaderError, match=r"shared\.pdf.*more than 0\.5 MB of text \(0\.5 MB "
+                       r"so far.*max_text_mb"):  # stopped at the limit, not after 7 MB
+        loaders.load(shared, max_chars=500_000)

@@ -374,3 +374,26 @@ def test_a_machine_setting_is_refused_by_a_project_not_dropped() -> None:
     assert made.exit_code == 1
     assert "never saved in a project" in made.output and "ISOTOPE_SERVE_ROOTS" in made.output
     assert not projects.exists("p")
+
+
+@pytest.mark.parametrize("location, secret", [
+    ("postgresql://alice:pa?ss@db/x", "pa?ss"),  # a ? in the password (libpq takes it)
+    ("postgresql://alice:p/a@ss@db/x?sslmode=require", "p/a@ss"),
+    ("postgresql://alice:Secret%25zz@db/x?password=Other", "Other"),
+    ("https://user:token123@proxy.example:8080/v1", "token123"),
+])
+def test_a_password_is_masked_whatever_it_holds(location: str, secret: str) -> None:
+    from isotope.redaction import mask_location, redact
+
+    assert secret not in mask_location(location) and "***" in mask_location(location)
+    assert secret not in redact(f"connection to {location} failed", location)
+
+
+def test_every_url_setting_is_shown_without_its_password(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Not only the index: a base URL with credentials (a proxy's) is masked in
+    `isotope config --json` too."""
+    monkeypatch.setenv("ISOTOPE_OPENAI_BASE_URL", "https://u:token123@proxy.example/v1")
+    result = runner.invoke(app, ["config", "--json", "--index", str(tmp_path / "i")])
+    assert result.exit_code == 0, result.output
+    assert "token123" not in result.output and "u:***@proxy.example" in result.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,11 +163,40 @@ def _array_span(path: Path, name: str) -> tuple[int, int]:
     return 16 + (size + 7) // 8 * 8 + offset, np.dtype(dtype).itemsize * count
 
 
-@pytest.mark.parametrize("damage", ["shuffled", "out of range"])
+def _edit_header(path: Path, edit: Any) -> None:
+    """Rewrite a saved keyword index's header in place (``edit(header)``), in the room
+    it had (JSON ends in spaces), so that no offset or size moves."""
+    import json
+
+    raw = bytearray(path.read_bytes())
+    size = int.from_bytes(raw[8:16], "little")
+    header = json.loads(raw[16:16 + size])
+    edit(header)
+    new = json.dumps(header, separators=(",", ":")).encode()
+    assert len(new) <= size
+    raw[16:16 + size] = new + b" " * (size - len(new))
+    path.write_bytes(bytes(raw))
+
+
+def _damage_header(damage: str) -> Any:
+    def edit(header: dict[str, Any]) -> None:
+        if damage == "header count":  # idf and average length would change
+            header["total"] += 3
+            header["tokens"] *= 2
+        elif damage == "header type":  # the same bytes read as another type
+            header["arrays"]["docs"][0] = header["arrays"]["docs"][0].replace("i", "u")
+        else:
+            header["total"] = None
+    return edit
+
+
+@pytest.mark.parametrize("damage", ["shuffled", "out of range", "header count",
+                                    "header type", "header null"])
 def test_postings_damaged_in_place_are_never_used(tmp_path: Path, embedder: Embedder,
                                                   damage: str) -> None:
-    """The postings rewritten in place (the same size, so no size check can see it): the
-    results stay FTS5's in every mode, hybrid included, and check says so truly."""
+    """The postings (or the header that says how to read them) rewritten in place (the
+    same size, so no size check can see it): the results stay FTS5's in every mode,
+    hybrid included, and check says so truly."""
     import numpy as np
 
     modes = ("atoms-bm25", "chunks-bm25", "questions-bm25", "hybrid")
@@ -177,6 +207,9 @@ def test_postings_damaged_in_place_are_never_used(tmp_path: Path, embedder: Embe
         tags = {kind: iso.store.get_meta("vectors")[kind]["tag"] for kind in KINDS}
     for tag in tags.values():
         path = tmp_path / "index" / "vectors" / f"{tag}.keywords"
+        if damage.startswith("header"):
+            _edit_header(path, _damage_header(damage))
+            continue
         start, size = _array_span(path, "docs")
         raw = bytearray(path.read_bytes())
         docs = np.frombuffer(bytes(raw[start:start + size]), dtype=np.int32).copy()

@@ -275,6 +275,9 @@ def test_serve_refuses_other_hosts_without_a_key(tmp_path: Path) -> None:
     typo = CliRunner().invoke(cli, ["serve", "--index", str(tmp_path / "typo-idx")])
     assert typo.exit_code == 1 and "no index at" in typo.output  # not served empty
     assert not (tmp_path / "typo-idx").exists()
+    over_stdio = CliRunner().invoke(cli, ["mcp", "--index", str(tmp_path / "typo-idx")])
+    assert over_stdio.exit_code == 1 and "no index at" in over_stdio.output
+    assert not (tmp_path / "typo-idx").exists()
 
 
 def test_search_never_runs_on_the_event_loop(served: TestClient, iso: Isotope,
@@ -353,6 +356,7 @@ def test_workers_share_one_port_and_a_second_server_is_refused(
                                 env=os.environ.copy(), timeout=120)
         assert second.returncode == 1
         assert f"cannot listen on 127.0.0.1:{port}" in second.stderr
+        assert "serving" not in second.stderr  # said only once the port is ours
         assert "in use" in second.stderr
     finally:
         server.send_signal(__import__("signal").SIGINT)

@@ -299,8 +299,43 @@ def test_an_answer_whose_client_left_stops_and_health_stays_quick(
             deadline = time.monotonic() + 10
             while len(slow.stopped_early) < slow.calls and time.monotonic() < deadline:
                 time.sleep(0.1)
-            assert slow.calls >= 1 and slow.stopped_early
+            assert slow.calls >= 1
+            assert len(slow.stopped_early) == slow.calls, "an abandoned answer still runs"
             assert all(slow.stopped_early), "an abandoned answer ran to its end"
+
+
+class PacedModel(SlowModel):
+    """Writes ``pieces`` pieces, one every 0.1 s."""
+
+    def __init__(self, pieces: int) -> None:
+        super().__init__()
+        self.pieces = pieces
+
+    def stream(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0
+               ) -> Iterator[str]:
+        self.calls += 1
+        for n in range(self.pieces):
+            time.sleep(0.1)
+            yield f"word{n} "
+
+
+def test_a_streamed_answer_outlives_the_body_timeout(embedder: Any, examples: Path,
+                                                     tmp_path: Path) -> None:
+    """The stalled-body deadline is for the body: a reply streaming for longer than
+    ``body_timeout`` (a slow local answer) is not cut, and a closed one logs nothing."""
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),
+                      answer_llm=PacedModel(25), cache=False) as iso:
+        iso.ingest(examples / "handbook.md")
+        with _serve(iso, tmp_path, body_timeout=0.5) as url:
+            events = []
+            with httpx.stream("POST", url + "/ask", json={"query": "vacation days",
+                                                          "stream": True}, timeout=30) as r:
+                assert r.status_code == 200
+                events = [line for line in r.iter_lines() if line.startswith("event:")]
+            assert events.count("event: token") == 25
+            assert events[-2:] == ["event: answer", "event: done"]
+            whole = httpx.post(url + "/ask", json={"query": "vacation days"}, timeout=30)
+            assert whole.status_code == 200 and whole.json()["answer_kind"]
 
 
 def test_every_error_is_json_in_one_form(keyless: str) -> None:

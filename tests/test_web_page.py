@@ -6,6 +6,7 @@ README's (docs/web-page.png)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -23,6 +24,7 @@ playwright = pytest.importorskip("playwright.sync_api", reason="pip install play
 
 from isotope.server.app import create_app  # noqa: E402
 from isotope.server.auth import Keys  # noqa: E402
+from isotope.settings import Settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -92,48 +94,106 @@ Promise.allSettled([
 </script>"""
 
 
+@contextlib.contextmanager
+def _page_elsewhere(html: str, port: int = 0) -> Iterator[str]:
+    """``html`` served at http://localhost:PORT/ (another origin than the server's)."""
+    import http.server
+    import threading
+
+    body = html.encode()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", port), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://localhost:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _open_until_title(url: str, title: str) -> None:
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox"])
+        try:
+            tab = browser.new_page()
+            tab.goto(url + "/")
+            tab.wait_for_function(f"document.title.startsWith({title!r})", timeout=20_000)
+            return
+        finally:
+            browser.close()
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
                     "(apt-get install chromium)")
 def test_a_page_on_another_origin_cannot_write_to_a_keyless_server(
         iso: Isotope, examples: Path, tmp_path: Path) -> None:
     """The attack of issue 24: a page on http://localhost:OTHER posts an upload named like
     a real document to a key-less server on 127.0.0.1, in a real browser."""
-    import http.server
-    import threading
-
     iso.ingest(examples / "handbook.md")
     before = sorted((s.source.uri, s.source.content_hash) for s in iso.sources())
     uploads = tmp_path / "up"
     with served_on_loopback(create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000,
-                                       uploads=uploads)) as target:
-        page = ATTACK.replace("TARGET", target).encode()
-
-        class Page(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.end_headers()
-                self.wfile.write(page)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        attacker = http.server.HTTPServer(("127.0.0.1", 0), Page)
-        threading.Thread(target=attacker.serve_forever, daemon=True).start()
-        try:
-            with playwright.sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                            args=["--no-sandbox"])
-                try:
-                    tab = browser.new_page()
-                    tab.goto(f"http://localhost:{attacker.server_port}/")
-                    tab.wait_for_function("document.title === 'sent'", timeout=20_000)
-                finally:
-                    browser.close()
-        finally:
-            attacker.shutdown()
+                                       uploads=uploads)) as target, \
+            _page_elsewhere(ATTACK.replace("TARGET", target)) as attacker:
+        _open_until_title(attacker, "sent")
     assert sorted((s.source.uri, s.source.content_hash) for s in iso.sources()) == before
     assert not (uploads / "handbook.md").exists()
+
+
+ALLOWED_APP = """<!doctype html><title>an allowed app</title><script>
+const key = {"Authorization": "Bearer KEY"};
+(async () => {
+  const found = await fetch("TARGET/search", {method: "POST", headers: {
+    ...key, "Content-Type": "application/json"}, body: '{"query": "vacation days"}'});
+  const data = await found.json();
+  const refused = await fetch("TARGET/search", {method: "POST", headers: {
+    "Content-Type": "application/json"}, body: '{"query": "x"}'});
+  document.title = `done ${found.status} ${data.results[0].chunk.source} ${refused.status}`;
+})().catch((e) => { document.title = `done failed ${e}`; });
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                    "(apt-get install chromium)")
+def test_a_page_of_an_allowed_origin_can_search_with_its_key(
+        iso: Isotope, examples: Path, tmp_path: Path) -> None:
+    """``allowed_origins`` works in a browser: the page's preflight is answered, its JSON
+    with a key is read, and a refusal (401) is readable by it too (CORS on errors)."""
+    import socket
+
+    iso.ingest(examples / "handbook.md")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    key = "k" * 24
+    app = create_app(iso, keys=Keys.from_settings(Settings(api_keys=[key])), roots=[],
+                     max_bytes=1_000_000, uploads=tmp_path / "up",
+                     allowed_origins=[f"http://localhost:{port}"])
+    with served_on_loopback(app) as target:
+        page = ALLOWED_APP.replace("TARGET", target).replace("KEY", key)
+        with _page_elsewhere(page, port) as origin, playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                        args=["--no-sandbox"])
+            try:
+                tab = browser.new_page()
+                tab.goto(origin + "/")
+                tab.wait_for_function("document.title.startsWith('done')", timeout=20_000)
+                title = tab.title()
+            finally:
+                browser.close()
+    assert title.startswith("done 200 ") and title.endswith(" 401"), title
+    assert "handbook.md" in title
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "

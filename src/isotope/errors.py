@@ -86,6 +86,11 @@ class StoreError(IsotopeError):
     """The same write may succeed if made again (the server broke a deadlock)."""
 
 
+class DiskFull(StoreError):
+    """A write failed because the disk (or the user's quota) is full; nothing of it was
+    stored. The server answers 507."""
+
+
 class InvalidArgument(IsotopeError, ValueError):
     """A value given to a call is out of range (``k``, an empty query...)."""
 

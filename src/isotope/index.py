@@ -165,7 +165,8 @@ class Isotope:
             return
         if saved["model_id"] != self.embedder.model_id or saved["dim"] != self.embedder.dim:
             raise ModelMismatch(
-                f"the index at {self.settings.index} was built with embedding model "
+                f"the index at {stores.describe(self.settings.index)} was built with "
+                f"embedding model "
                 f"{saved['model']!r} ({saved['model_id']}, {saved['dim']}-d), not "
                 f"{self.embedder.model_id!r} ({self.embedder.dim}-d). Use the same model "
                 f"(ISOTOPE_EMBEDDING_MODEL={saved['model']}) or ingest into a new index"

@@ -23,10 +23,16 @@ def mask_location(location: str) -> str:
     if "://" not in text:
         return text
     head, rest = text.split("://", 1)
-    address, mark, query = rest.partition("?")
-    credentials, at, host = address.rpartition("@")
-    if at and ":" in credentials:
-        address = credentials.split(":", 1)[0] + f":{MASK}@" + host
+    credentials, at, after = rest.rpartition("@")
+    if at and ":" in credentials.split("/", 1)[0]:
+        # the last @ ends the user information (a password may hold ?, / or @ that
+        # libpq takes as written); one in a later parameter only masks more
+        user = credentials.split(":", 1)[0]
+        rest = after
+        address, mark, query = rest.partition("?")
+        address = f"{user}:{MASK}@{address}"
+    else:
+        address, mark, query = rest.partition("?")
     if mark:
         query = "&".join(
             f"{part.split('=', 1)[0]}={MASK}"
@@ -42,12 +48,13 @@ def secrets_of(location: str) -> list[str]:
     if "://" not in text:
         return []
     rest = text.split("://", 1)[1]
-    address, _, query = rest.partition("?")
     found: set[str] = set()
-    credentials, at, _ = address.rpartition("@")
-    if at and ":" in credentials:
+    credentials, at, after = rest.rpartition("@")
+    if at and ":" in credentials.split("/", 1)[0]:
         raw = credentials.split(":", 1)[1]
         found.update({raw, unquote(raw)})
+        rest = after
+    _, _, query = rest.partition("?")
     for part in query.split("&"):
         name, _, value = part.partition("=")
         if unquote(name).lower() in SECRET_PARAMETERS and value:

@@ -519,12 +519,18 @@ def project_settings(settings: Settings, names: Any) -> dict[str, Any]:
 
 def shown(settings: Settings) -> dict[str, Any]:
     """The settings as they may be shown (``isotope config``, ``isotope status``, ``GET
-    /status``): secrets masked, a location's password too."""
+    /status``): secrets masked, and the password of every URL among them."""
     from isotope.redaction import mask_location
 
-    dumped = settings.model_dump(mode="json")
-    dumped["index"] = mask_location(dumped["index"])
-    return dumped
+    def masked(value: Any) -> Any:
+        if isinstance(value, str):
+            return mask_location(value)
+        if isinstance(value, list):
+            return [masked(v) for v in value]
+        return value
+
+    # every URL (the index, openai_base_url, a proxy...) without its password
+    return {name: masked(value) for name, value in settings.model_dump(mode="json").items()}
 
 
 def index_settings(settings: Settings) -> dict[str, Any]:

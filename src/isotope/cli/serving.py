@@ -68,28 +68,32 @@ def serve(
     os.environ["ISOTOPE_SERVE_INDEX"] = location  # what each worker process opens
     os.environ["ISOTOPE_SERVE_HOST"] = host
     os.environ["ISOTOPE_SERVE_WORKERS"] = str(workers)  # each takes its share of the cores
-    try:
-        listener = processes.listening_socket(host, port) if workers == 1 else None
+    try:  # bound before "serving" is said: a port in use is the only line
+        listener = processes.listening_socket(host, port)
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
     shown = f"[{host}]" if ":" in host else host
     err.print(f"serving {described} on http://{shown}:{port} with {workers} process(es) "
               f"(API keys: {'required' if keys else 'none, loopback only'}); search page "
               "at /, OpenAPI at /docs")
-    if listener is not None:
+    if workers == 1:
         processes.more_files()
         with errors():
             server = uvicorn.Server(processes.server_config(serving_app()))
         server.run(sockets=[listener])
         return
     try:
-        processes.run(host, port, workers)
+        processes.run(host, port, workers, listener=listener)
     except OSError as exc:
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
 
 
 @app.command("mcp")
-def mcp_command(index: IndexOpt = None, project: ProjectOpt = None) -> None:
+def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
+                create: Annotated[bool, typer.Option(
+                    "--create", help="Serve an empty new index when there is none at the "
+                    "location (without it, a location that holds no index is an error).")
+                                  ] = False) -> None:
     """Serve the index to an agent as an MCP server over stdio: the tools search, ask,
     list_sources and ingest (the same tools are at /mcp of `isotope serve`)."""
     try:
@@ -99,7 +103,7 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None) -> None:
 
         fail(str(MissingDependency.from_import(exc, "isotope mcp", "server")))
     with errors():
-        iso = open_index(index, project, create=True)
+        iso = open_index(index, project, create=create)
     roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots] or None
     try:
         create_mcp(iso, roots=roots).run("stdio")

@@ -1,5 +1,7 @@
 """PDF via pypdf: the text of each page, pages separated by a blank line; each page is a
-section with its 1-based ``page`` number."""
+section with its 1-based ``page`` number. Text is counted page by page against the
+``max_text_mb`` budget: a small file whose pages all draw one large shared content stream
+makes text out of proportion to its size, and stops at the limit, not at the end."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def load_pdf(path: Path, data: bytes) -> Document:
             raise LoaderError(
                 path, "the PDF is encrypted with a password; decrypt it first (qpdf --decrypt)"
             )
-        pages = [page.extract_text() or "" for page in reader.pages]
+        pages = _pages(path, reader)
     except LoaderError:
         raise
     except FileNotDecryptedError as exc:
@@ -62,3 +64,19 @@ def load_pdf(path: Path, data: bytes) -> Document:
         title = ""
     return Document("".join(parts), {"type": "pdf", "title": title or path.stem,
                                      "pages": len(pages)}, sections)
+
+
+def _pages(path: Path, reader: object) -> list[str]:
+    """Each page's text, stopping with a LoaderError once their total passes the
+    ``max_text_mb`` budget."""
+    from isotope.loaders import TEXT_BUDGET, over_budget
+
+    budget, made = TEXT_BUDGET.get(), 0
+    pages: list[str] = []
+    for page in reader.pages:  # type: ignore[attr-defined]
+        text = page.extract_text() or ""
+        made += len(text)
+        if made > budget:
+            raise over_budget(path, made)
+        pages.append(text)
+    return pages

@@ -49,6 +49,7 @@ STATUS: list[tuple[type[errors.IsotopeError], int]] = [
     (errors.IndexLocked, 409),
     (errors.SyncRefused, 409),
     (errors.MissingDependency, 501),
+    (errors.DiskFull, 507),
     (errors.StoreError, 503),
     (errors.IndexDamaged, 500),
     (errors.IsotopeError, 400),
@@ -152,7 +153,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     if mcp:  # the MCP tools at /mcp (streamable HTTP), behind the same gate
         from isotope.server.mcp import create_mcp, guard
 
-        agents = create_mcp(iso, roots=roots, remote=True, writes=written)
+        agents = create_mcp(iso, roots=roots, remote=True, writes=written,
+                            answer_slots=answering)
         agents_app = agents.streamable_http_app()
 
         @asynccontextmanager
@@ -176,6 +178,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if _disk_full(exc.__cause__):  # FastAPI's 400 for a form it could not spool
+            return JSONResponse({"error": DISK_FULL}, status_code=507)
         message = {404: f"no route {request.url.path}; the routes are listed at /docs",
                    405: f"{request.method} is not allowed on {request.url.path}"}.get(
                        exc.status_code, str(exc.detail))
@@ -188,11 +192,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     @app.exception_handler(OSError)
     def _system(request: Request, exc: OSError) -> JSONResponse:
-        import errno
-
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # e.g. while an upload is spooled
-            return JSONResponse({"error": "the server's disk is full; nothing of the request "
-                                 "was stored"}, status_code=507)
+        if _disk_full(exc):
+            return JSONResponse({"error": DISK_FULL}, status_code=507)
         log.exception("unexpected error in %s %s", request.method, request.url.path)
         return JSONResponse({"error": f"internal error ({type(exc).__name__}); the server's "
                              "log has the details"}, status_code=500)
@@ -338,6 +339,20 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     return app
 
 
+DISK_FULL = "the server's disk is full; nothing of the request was stored"
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk or quota."""
+    import errno
+
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _below(text: str, roots: list[Path]) -> Path:
     """``text`` as a path, resolved, if it is below one of ``roots`` (else 403)."""
     if "\x00" in text:
@@ -380,11 +395,19 @@ async def _answer(iso: Isotope, found: QueryResponse, slots: asyncio.Semaphore,
             return False
         work = asyncio.ensure_future(run_in_threadpool(
             iso.answer, found, on_token=on_token, cancel=cancel))
-        while not work.done():
-            await asyncio.wait([work], timeout=0.25)
-            if not work.done() and await request.is_disconnected():
-                cancel.set()
-        await work
+        try:
+            while not work.done():
+                await asyncio.wait([work], timeout=0.25)
+                if not work.done() and await request.is_disconnected():
+                    cancel.set()
+            await work
+        except BaseException:
+            # cancelled (a streamed reply whose client left is cancelled by Starlette):
+            # stop the model at its next piece, and hold the slot until it has stopped
+            cancel.set()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(work)
+            raise
     return not cancel.is_set()
 
 
@@ -500,8 +523,9 @@ def _save(upload: UploadFile, folder: Path, max_bytes: int) -> tuple[Path, Path 
         folder.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".upload-")
     except OSError as exc:
-        raise errors.StoreError(f"uploads cannot be kept in {folder} "
-                                f"({exc.strerror or exc}); nothing was stored") from None
+        kind = errors.DiskFull if _disk_full(exc) else errors.StoreError
+        raise kind(f"uploads cannot be kept in {folder} ({exc.strerror or exc}); nothing "
+                   "was stored") from None
     written = 0
     try:
         with os.fdopen(handle, "wb") as out:
@@ -519,9 +543,12 @@ def _save(upload: UploadFile, folder: Path, max_bytes: int) -> tuple[Path, Path 
         os.replace(temporary, target)  # a link at the target is replaced, not followed
     except OSError as exc:
         Path(temporary).unlink(missing_ok=True)
+        if _disk_full(exc):
+            raise errors.DiskFull(f"the upload {name} could not be saved in {folder}: the "
+                                  "disk is full; nothing of it was stored; free some space "
+                                  "and send it again") from None
         raise errors.StoreError(f"the upload {name} could not be saved in {folder} "
-                                f"({exc.strerror or exc}); nothing of it was stored; free "
-                                "some space and send it again") from None
+                                f"({exc.strerror or exc}); nothing of it was stored") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

@@ -11,7 +11,9 @@ In order:
 2. **Origin.** A browser request sent from a page of another origin (an ``Origin`` that
    is not this server's, or ``Sec-Fetch-Site`` ``cross-site`` / ``same-site``) is
    refused (403) unless the ``allowed_origins`` setting lists it: a page elsewhere must
-   not write to a server, nor read a key-less one. The search page served at ``/`` is
+   not write to a server, nor read a key-less one. A listed origin gets CORS: its
+   preflight (``OPTIONS``) is answered before any key is asked for, and every reply to
+   it (errors too) carries ``Access-Control-Allow-Origin``. The search page served at ``/`` is
    of this origin and keeps working; programs (curl, the Client, agents) send neither
    header.
 3. **Key.** With API keys, a request without a valid one is refused (401) before its
@@ -116,6 +118,20 @@ class Gate:
             await reply(send, 421, f"this server does not answer to the host {host!r}; "
                         "use its address, or list the name in the allowed_hosts setting")
             return
+        origin = headers.get("origin")
+        if origin is not None and origin in self.origins:
+            # a page of an allowed origin: CORS, so that its browser lets it send JSON and
+            # a key and read the answers (errors included)
+            send = _with_cors(send, origin)
+            if method == "OPTIONS" and "access-control-request-method" in headers:
+                await send({"type": "http.response.start", "status": 204, "headers": [
+                    (b"access-control-allow-methods", b"GET, POST, DELETE"),
+                    (b"access-control-allow-headers",
+                     b"authorization, content-type, accept, mcp-session-id, "
+                     b"mcp-protocol-version, last-event-id"),
+                    (b"access-control-max-age", b"600")]})
+                await send({"type": "http.response.body", "body": b""})
+                return
         static = method in ("GET", "HEAD") and (path in STATIC or path.startswith(
             OPEN_PREFIXES))
         if not static and self._foreign(headers, host):
@@ -163,34 +179,63 @@ class Gate:
                     "max_upload_mb setting)")
 
     async def _limited(self, scope: Message, receive: Receive, send: Send) -> None:
-        """The app, with its body counted as it arrives and its stalls timed."""
+        """The app, with its body counted as it arrives and its stalls timed. Once the
+        body is whole, ``receive`` is the server's own again: a streamed reply (``/ask``,
+        MCP's event streams) listens on it for the client leaving, for as long as it
+        runs, and must not be cut at ``body_timeout``. The gate answers only while the
+        app has sent nothing."""
         received = 0
+        whole = False  # the body has arrived: no more limits or deadlines
         answered = False  # by the gate: the app's own reply is dropped
+        started = False  # the app began its reply: the gate can no longer answer
+
+        async def refuse(status: int, message: str) -> Message:
+            nonlocal answered
+            if not started:
+                answered = True
+                await reply(send, status, message)
+            return {"type": "http.disconnect"}
 
         async def counted() -> Message:
-            nonlocal received, answered
+            nonlocal received, whole
             if answered:
                 return {"type": "http.disconnect"}
+            if whole:
+                return await receive()
             try:
                 message = await asyncio.wait_for(receive(), self.body_timeout)
             except TimeoutError:
-                answered = True
-                await reply(send, 408, f"the request body stalled for {self.body_timeout:g} "
-                            "s; send it whole")
-                return {"type": "http.disconnect"}
+                return await refuse(408, f"the request body stalled for "
+                                    f"{self.body_timeout:g} s; send it whole")
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    answered = True
-                    await self._too_large(send)
-                    return {"type": "http.disconnect"}
+                    return await refuse(413, f"the request body is over {self.max_bytes} "
+                                        "bytes (the max_upload_mb setting)")
+                whole = not message.get("more_body", False)
             return message
 
         async def sent(message: Message) -> None:
+            nonlocal started
             if not answered:
+                started = True
                 await send(message)
 
         await self.app(scope, counted, sent)
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    """``send`` with the CORS headers that let a page of ``origin`` read the reply."""
+    extra = [(b"access-control-allow-origin", origin.encode("latin-1")),
+             (b"access-control-expose-headers", b"mcp-session-id, www-authenticate"),
+             (b"vary", b"Origin")]
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return sending
 
 
 def _headers(scope: Message) -> dict[str, str]:

@@ -13,8 +13,11 @@ library in a worker thread, never on the event loop."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -85,12 +88,14 @@ def _reply(data: Any) -> CallToolResult:
 
 def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool = True,
                remote: bool = False,
-               writes: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None
-               ) -> FastMCP:
+               writes: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+               answer_slots: asyncio.Semaphore | None = None) -> FastMCP:
     """The MCP server over ``iso``. ``ingest`` only when ``writable``; it reads below
     ``roots`` only (links out of them not followed), and with ``remote`` (HTTP) nothing
     at all without ``roots``. ``writes`` runs each write (the server queues them; default:
-    in a worker thread). Over HTTP it sits behind the server's gate, which checks Host and
+    in a worker thread); ``answer_slots`` bounds the answers written at once (the
+    server's, shared with ``/ask``), and an ``ask`` whose call is cancelled stops its
+    model. Over HTTP it sits behind the server's gate, which checks Host and
     Origin (the SDK's own check is off: it knew neither ``allowed_hosts`` nor
     ``allowed_origins`` and answered in plain text)."""
     from mcp.server.fastmcp import FastMCP
@@ -129,8 +134,16 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         `search` is faster when you can read passages yourself. `answer_kind` says how the
         answer was made: generated (supported by the cited passages), quoted (the passage
         that matched best, quoted), or declined (the documents do not hold it)."""
-        answered = await anyio.to_thread.run_sync(
-            lambda: iso.ask(query, k, mode=mode, filters=filters))
+        found = await anyio.to_thread.run_sync(
+            lambda: iso.search(query, k, mode=mode, filters=filters))
+        cancel = threading.Event()
+        async with answer_slots or contextlib.nullcontext():
+            try:
+                answered = await anyio.to_thread.run_sync(
+                    lambda: iso.answer(found, cancel=cancel), abandon_on_cancel=True)
+            except BaseException:  # the call was cancelled: the model stops too
+                cancel.set()
+                raise
         return _reply(agent_view(answered))
 
     @server.tool()
@@ -222,14 +235,19 @@ def guard(inner: ASGI) -> ASGI:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await inner(scope, receive, send)
             return
-        body, more = b"", True
+        parts: list[bytes] = []
+        more = True
         while more:  # read the request to see which tool it calls
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            body += message.get("body", b"")
+            parts.append(message.get("body", b""))
             more = message.get("more_body", False)
-        calls = _calls(body)
+        body = b"".join(parts)
+        # parsed off the event loop: a large body (up to max_upload_mb) must not hold
+        # every other request of the process meanwhile
+        calls = await anyio.to_thread.run_sync(_calls, body) if len(body) > 65_536 \
+            else _calls(body)
         if calls is None:
             await _send(send, 400, {"jsonrpc": "2.0", "id": None, "error": {
                 "code": -32700, "message": "parse error: the body is not JSON, or is "

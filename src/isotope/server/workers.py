@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import selectors
 import signal
@@ -112,10 +113,17 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(channel: socket.socket) -> None:
+def _worker(channel: socket.socket, log_level: int = logging.WARNING) -> None:
     """A worker: the app of :func:`isotope.server.app.serving_app`, serving the
-    connections the parent sends over ``channel``."""
+    connections the parent sends over ``channel``, logging as the parent does (a spawned
+    process starts with no logging set up: its errors would go nowhere)."""
     import uvicorn
+
+    from isotope.cli.console import VisibleFormatter
+
+    logging.basicConfig(level=log_level)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
 
     class Handed(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -164,14 +172,16 @@ async def _serve(loop: asyncio.AbstractEventLoop, protocol: Any, conn: socket.so
         conn.close()
 
 
-def run(host: str, port: int, workers: int) -> None:
+def run(host: str, port: int, workers: int, *,
+        listener: socket.socket | None = None) -> None:
     """Serve with ``workers`` processes until SIGINT or SIGTERM; a worker that dies is
     started again (at most once a second). The environment (ISOTOPE_SERVE_INDEX, the
-    settings) is each process's configuration. OSError when the address is taken."""
+    settings) is each process's configuration. ``listener``: a socket already bound to
+    ``host:port`` (else one is made; OSError when the address is taken)."""
     if not hasattr(socket, "send_fds"):  # pragma: no cover - Windows
         raise OSError("--workers needs Unix sockets that pass descriptors; use --workers 1")
     more_files()
-    listener = listening_socket(host, port)
+    listener = listener or listening_socket(host, port)
     context = multiprocessing.get_context("spawn")
     stopping = False
 
@@ -181,7 +191,8 @@ def run(host: str, port: int, workers: int) -> None:
 
     def start() -> tuple[Any, socket.socket]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        process = context.Process(target=_worker, args=(theirs,), daemon=True)
+        process = context.Process(target=_worker, daemon=True, args=(
+            theirs, logging.getLogger().getEffectiveLevel()))
         process.start()
         theirs.close()
         return process, ours

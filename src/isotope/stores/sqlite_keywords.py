@@ -227,6 +227,7 @@ class KeywordBase:
             crc = _crc(array) if name not in ("docs", "freqs") else None
             header["arrays"][name] = [array.dtype.str, offset, len(array), crc]
             offset += _padded(array.nbytes)
+        header["digest"] = _header_digest(header)
         head = json.dumps(header).encode()
 
         def write(tmp: Path) -> None:
@@ -249,6 +250,9 @@ class KeywordBase:
                 raise ValueError(f"{path} is not a keyword index")
             size = int.from_bytes(start[8:], "little")
             header = json.loads(fh.read(size))
+        if not isinstance(header, dict) or (
+                "digest" in header and header["digest"] != _header_digest(header)):
+            raise DamagedKeywords(f"{path}: its header differs from what was saved")
         data = 16 + _padded(size)
         made: dict[str, Any] = {}
         expected = data
@@ -314,6 +318,13 @@ class KeywordBase:
         rounded[low] = np.nextafter(rounded[low], np.float16(np.inf))
         base.tops = rounded
         return base
+
+
+def _header_digest(header: dict[str, Any]) -> int:
+    """A checksum of a saved base's header (its counts, array types, offsets and
+    checksums): an edit of any of them is found at open, not as wrong scores."""
+    rest = {k: v for k, v in header.items() if k != "digest"}
+    return zlib.crc32(json.dumps(rest, sort_keys=True).encode())
 
 
 def _padded(size: int) -> int:
@@ -559,7 +570,7 @@ def load(path: Path, size: int | None = None) -> KeywordBase | None:
         if size is not None and path.stat().st_size != size:
             raise ValueError(f"{path} has the wrong size")
         return KeywordBase.load(path)
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         log.warning("the keyword index %s cannot be read (%s); keyword search uses FTS5 "
                     "until `isotope compact` makes it again", path, exc)
         return None
