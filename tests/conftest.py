@@ -122,11 +122,12 @@ class FakeLLM(LLM):
                     "4. What did it do?",
                 ]
             )
-        if "Passages:" in user:
+        if "\n\nQuestion: " in user and "[1] " in user:  # the answer prompt
             from isotope.answer import NOT_FOUND
 
             question = user.rsplit("Question:", 1)[-1].lower()
             first = user.split("[1] ", 1)[1].split("\n\n[", 1)[0]
+            first = re.sub(r'^\(matched: ".*?"\) ', "", first).replace(" ... ", " ")
             words = set(re.findall(r"\w{4,}", first.lower()))
             shared = set(re.findall(r"\w{4,}", question)) & words
             if not shared:

@@ -53,9 +53,13 @@ def test_real_questions_are_generated_and_match_a_user_question(local_index: Iso
 
 
 def test_real_answer_cites_the_passage(local_index: Isotope) -> None:
-    response = local_index.ask("At what temperature are the tomato plants kept during the day?")
+    pieces: list[str] = []
+    found = local_index.search("At what temperature are the tomato plants kept during the "
+                               "day?", 3)
+    response = local_index.answer(found, on_token=pieces.append)
     assert response.answer is not None and "24" in response.answer
-    assert response.citations == [1]
+    assert response.citations == [1] and response.answer_kind == "generated"
+    assert len(pieces) > 1  # streamed as the model wrote it
 
 
 def test_real_llm_atomizer_resolves_pronouns(tmp_path: Path, embedder: Embedder) -> None:
@@ -113,6 +117,7 @@ def test_ingest_with_batched_decoding(tmp_path: Path, embedder: Embedder) -> Non
     "What is the capital of Australia?",
     "How many people work at the Lindqvist greenhouse?",
     "Which company manufactures the irrigation pumps?",
+    "Who founded the Lindqvist greenhouse?",
 ])
 def test_real_answer_declines_when_the_passages_do_not_hold_it(
     local_index: Isotope, question: str
@@ -120,7 +125,7 @@ def test_real_answer_declines_when_the_passages_do_not_hold_it(
     response = local_index.ask(question)
     assert response.answer is not None
     assert "do not contain the answer" in response.answer, response.answer
-    assert response.citations == []
+    assert response.citations == [] and response.answer_kind == "declined"
 
 
 def test_real_model_situates_a_chunk_in_its_document(tmp_path: Path, embedder: Embedder) -> None:

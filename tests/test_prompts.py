@@ -27,7 +27,7 @@ KNOWN = {  # name: (version, hash of the text): a text change must bump the vers
     "questions-repair": ("r1", "082d76ceb70690df"),
     "atomizer": ("a2", "11841d2e75728f0e"),
     "context": ("context-1", "668ec501fe32ac3c"),
-    "answer": ("ans2", "c4b12abe569b42ba"),
+    "answer": ("ans4", "f76dc70b3ce24417"),
     "transform": ("t1", "d5f59650001543fe"),
 }
 
@@ -85,7 +85,7 @@ def test_an_overridden_question_prompt_redoes_questions_only(
     assert second.llm_calls == first.atoms
     assert second.llm_cache_hits == first.chunks  # the atomizer's replies
     assert status.prompt_versions["questions"] == f"q1 (overridden by {brief / 'questions.txt'})"
-    assert status.prompt_versions["answer"] == "ans2" and len(status.prompt_versions) == 8
+    assert status.prompt_versions["answer"] == "ans4" and len(status.prompt_versions) == 8
 
 
 def test_config_shows_overridden_prompts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from isotope import embedders, maintenance, projects, providers, references, retrieval, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
-from isotope.answer import MAX_PASSAGES, NOT_FOUND, PROMPT_CHARS, answer_prompt, grounded
+from isotope.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
 from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.embedders import Embedder
@@ -97,9 +97,10 @@ class Isotope:
         if llm is not None:
             self._llms[settings.question_model] = self._wrap(llm)
             self._llms.setdefault(settings.atomizer_model, self._llms[settings.question_model])
-        if answer_llm is not None:
-            self._llms[settings.answer_model] = self._wrap(answer_llm)
-        elif llm is not None:
+        self._answer_llm = self._wrap(answer_llm) if answer_llm is not None else None
+        """The answer model given to open() (only the answer model, even when the settings
+        name the same model for questions)."""
+        if answer_llm is None and llm is not None:
             self._llms.setdefault(settings.answer_model, self._llms[settings.question_model])
         self._check_embedder()
         if self.cache is not None:
@@ -193,6 +194,11 @@ class Isotope:
         if model not in self._llms:
             self._llms[model] = self._wrap(providers.create(model, self.settings))
         return self._llms[model]
+
+    def answer_llm(self) -> CachedLLM:
+        """The answer model (the one given to :meth:`open` as ``answer_llm``, else the one
+        the ``answer_model`` setting names)."""
+        return self._answer_llm or self.llm(self.settings.answer_model)
 
     def atomizer(self) -> Atomizer:
         if self.settings.atomizer == "llm":
@@ -371,7 +377,7 @@ class Isotope:
             return self._assess(
                 retrieval.search(self.store, self.embedder, query, k, mode, **options))
         started = time.perf_counter()
-        reply = self.llm(self.settings.answer_model).complete(
+        reply = self.answer_llm().complete(
             retrieval.transform_prompt(query, self.prompts["transform"]), max_tokens=120,
             temperature=0.0
         )
@@ -417,26 +423,31 @@ class Isotope:
                cancel: threading.Event | None = None) -> QueryResponse:
         """Have the answer model answer ``response``'s query from its results (a search
         already made, e.g. one whose results were already shown), citing them; returns
-        ``response`` with ``answer`` and ``citations`` set.
+        ``response`` with ``answer``, ``answer_kind`` and ``citations`` set.
 
-        ``on_token`` is called with each piece of the model's reply as it is written (the
-        answer finally set may differ: see :mod:`isotope.answer`); setting ``cancel``
-        stops the model at its next piece and leaves ``answer`` None."""
+        The model's reply is checked against the passages (:func:`isotope.answer.judge`,
+        by the ``answer_strictness`` setting): ``answer_kind`` is ``generated`` (the
+        reply, citing the passages that support it), ``quoted`` (the statement of the
+        first result that matched best, when the search is sure of it and the reply is
+        not supported) or ``declined``. ``on_token`` is called with each piece of the
+        model's reply as it is written (the answer finally set may differ); setting
+        ``cancel`` stops the model at its next piece and leaves ``answer`` None."""
         query = response.query
         readable = [r for r in response.results if not r.chunk.stale][:MAX_PASSAGES]
         if not readable:
             response.answer = ("The index is empty or nothing matched." if not response.results
                                else "The matching chunks are stale: their files changed. "
                                "Run `isotope sync` on them.")
+            response.answer_kind = "declined"
             return response
         started = time.perf_counter()
         pieces: list[str] = []
-        model = self.llm(self.settings.answer_model)
+        model = self.answer_llm()
         # a local model's context holds about 3 characters a token, with room for the rest
         room = 3 * self.settings.llm_context - 2_000 if model.local else PROMPT_CHARS
         stream = model.stream(
             answer_prompt(query, readable, self.prompts["answer"], max_chars=room),
-            max_tokens=256, temperature=0.0)
+            max_tokens=ANSWER_TOKENS, temperature=0.0)
         try:
             for piece in stream:
                 if cancel is not None and cancel.is_set():
@@ -446,12 +457,12 @@ class Isotope:
                     on_token(piece)
         finally:
             stream.close()  # type: ignore[attr-defined]
-        text = "".join(pieces).strip()
         response.timings["answer"] = time.perf_counter() - started
-        cited = grounded(text, query, readable)
-        response.citations = [readable[n - 1].rank for n in cited]
-        response.answer = text if response.citations else NOT_FOUND
-        response.answer_kind = "generated" if response.citations else "declined"
+        sure = response.suggested_action == "deliver" and readable[0] is response.results[0]
+        judged = judge("".join(pieces), query, readable, sure=sure,
+                       strictness=self.settings.answer_strictness)
+        response.answer, response.answer_kind = judged.text, judged.kind
+        response.citations = [readable[n - 1].rank for n in judged.cited]
         return response
 
     def as_retriever(self, k: int | None = None, *, mode: str | None = None,

@@ -110,10 +110,10 @@ DEFAULTS: tuple[PromptSpec, ...] = (
         "improving search retrieval of the chunk: what the document is about and what this "
         "part of it covers. Answer only with the succinct context and nothing else."),
     PromptSpec(
-        "answer", "ans2",
-        "You answer questions using only the numbered passages given, in one to three "
-        "sentences, citing the passages you used as [1], [2].",
-        "Passages:\n$passages\n\nQuestion: $query"),
+        "answer", "ans4",
+        "Answer the question from the numbered notes, in one short sentence, and cite the "
+        "note you used like [1]. If the notes do not say, reply: not found.",
+        "Notes:\n$passages\n\nQuestion: $query"),
     PromptSpec(
         "transform", "t1",
         "Rewrite the user's search query as one to three short, complete questions that a "

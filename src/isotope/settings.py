@@ -245,6 +245,12 @@ class Settings(BaseSettings):
         False, description="Rewrite keyword queries into questions with the model first"
     )
     answer_k: int = Field(3, ge=1, le=100, description="Chunks given to the answer model")
+    answer_strictness: Literal["lenient", "balanced", "strict"] = Field(
+        "balanced", description="How much a passage must say of the question around a "
+        "supported answer before `ask` shows it (unless the search is sure of its first "
+        "result): lenient shows every answer a passage supports; balanced and strict also "
+        "want the question's words around it, which declines more questions the documents "
+        "do not answer and loses a few right answers (measured in RESULTS.md, Answers)")
     deliver_score: float | None = Field(
         None, ge=0, le=1, description="Top score from which a query's suggested action is "
         "'deliver' (default: calibrated per mode)")

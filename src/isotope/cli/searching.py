@@ -12,6 +12,11 @@ from isotope.cli.shell import IndexOpt, JsonOpt, ProjectOpt, app, open_index
 from isotope.retrieval import MODES
 
 
+def _printing(piece: str) -> None:
+    """Print a piece of the answer as it comes."""
+    out.print(piece, end="", style="dim", markup=False, highlight=False)
+
+
 @app.command()
 def query(
     text: Annotated[str, typer.Argument(help="Your question.")],
@@ -32,21 +37,35 @@ def query(
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Answer a question from the index, citing the chunks it used."""
+    """Answer a question from the index, citing the chunks it used. On a terminal the
+    answer is printed as the model writes it, then as checked against the passages
+    (generated, quoted from the best match, or declined)."""
     from isotope.filters import parse_where
 
+    live = out.is_terminal and not as_json and not raw
     with errors():
         filters = parse_where(where or [])
         with open_index(index, project) as iso:
-            response = iso.search(text, k, mode=mode, transform=transform, filters=filters
-                                  ) if raw else iso.ask(text, k, mode=mode, transform=transform,
-                                                        filters=filters)
+            if raw:
+                response = iso.search(text, k, mode=mode, transform=transform,
+                                      filters=filters)
+            else:
+                response = iso.search(text, iso.settings.answer_k if k is None else k,
+                                      mode=mode, transform=transform, filters=filters)
+                if live:
+                    out.print(f"{len(response.results)} passages found; the answer:",
+                              style="dim")
+                response = iso.answer(response, on_token=_printing if live else None)
+                if live:
+                    out.print()
     if as_json:
         print_json(response.model_dump(mode="json"))
         return
     if response.rewrites:
         out.print("searched also: " + " | ".join(response.rewrites), )
     if response.answer is not None:
+        if live:
+            out.print(f"checked ({response.answer_kind}): ", style="bold", end="")
         out.print(response.answer)
         out.print()
     if not response.results:

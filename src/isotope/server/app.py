@@ -132,7 +132,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     # process made 68 searches/s on 2 cores, 2 threads 105 (each waits for the other's
     # hold on Python's lock, and the CPU caches are shared among more of them).
     slots = asyncio.Semaphore(search_slots or os.cpu_count() or 1)
-    local = iso.llm(iso.settings.answer_model).local  # (built, not loaded)
+    local = iso.answer_llm().local  # (built, not loaded)
     answering = asyncio.Semaphore(answer_slots or (1 if local else
                                                    iso.settings.llm_concurrency))
     writing = asyncio.Lock()  # this process's writes, one after another (queued)

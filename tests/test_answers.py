@@ -1,0 +1,249 @@
+"""Answers that use what retrieval found (issue 25): a reply is judged by whether the
+passages support it, not by its citation marks; when it is not supported, the statement
+that matched best is quoted if the search is sure, else the answer is declined; and
+``answer_kind`` says which. The real store and embedder; the answer model's reply is
+written by the test (the outermost boundary). The real model is in test_local_model.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from isotope import Isotope
+from isotope.cli import app as app_cli
+from isotope.embedders import Embedder
+from isotope.providers import LLM, Prompt
+
+from conftest import FakeLLM
+
+HANDBOOK = """# Handbook
+
+New employees receive 25 days of paid vacation per year. Unused vacation days can be
+carried over until March 31 of the following year.
+
+The core hours at Northwind Robotics are 10:00 to 15:00 on weekdays.
+"""
+BATTERY = """# Battery
+
+The Orbit R2 battery lasts 9 hours on a full charge. A red light blinks when it runs low.
+The case is made of recycled aluminium from Norway. Every unit ships with a blue strap.
+Replacement straps come in four colours. Store the pack between 10 and 25 degrees
+Celsius; charge it between 5 and 40 degrees Celsius.
+"""
+
+
+class Replying(LLM):
+    """An answer model whose reply the test sets (``reply``); it records the prompts."""
+
+    model_id = "fake/replying"
+
+    def __init__(self) -> None:
+        self.reply = ""
+        self.prompts: list[Prompt] = []
+
+    def complete_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
+                       temperature: float = 0.0, json_schema: dict[str, Any] | None = None,
+                       ) -> list[str]:
+        self.prompts.extend(prompts)
+        return [self.reply for _ in prompts]
+
+
+@pytest.fixture
+def answering(tmp_path: Path, embedder: Embedder) -> tuple[Isotope, Replying]:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "handbook.md").write_text(HANDBOOK)
+    (docs / "battery.md").write_text(BATTERY)
+    model = Replying()
+    iso = Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),
+                       answer_llm=model, cache=False)
+    iso.ingest(docs)
+    return iso, model
+
+
+def _rank_of(response: Any, name: str) -> int:
+    return next(r.rank for r in response.results if r.chunk.source.endswith(name))
+
+
+def test_a_right_answer_without_a_citation_is_attributed(answering: tuple[Isotope, Replying]
+                                                         ) -> None:
+    iso, model = answering
+    model.reply = "According to the notes, new employees get 25 days of paid vacation."
+    response = iso.ask("How many vacation days do new employees get?")
+    assert response.answer_kind == "generated"
+    assert response.citations == [_rank_of(response, "handbook.md")]
+    assert "25 days" in response.answer and response.answer.endswith("]")
+
+
+def test_a_wrong_citation_is_corrected(answering: tuple[Isotope, Replying]) -> None:
+    iso, model = answering
+    found = iso.search("How long does the Orbit R2 battery last?", 3)
+    wrong = next(r.rank for r in found.results if not r.chunk.source.endswith("battery.md"))
+    model.reply = f"The Orbit R2 battery lasts 9 hours on a full charge [{wrong}]."
+    response = iso.answer(found)
+    assert response.answer_kind == "generated"
+    assert response.citations == [_rank_of(response, "battery.md")]
+
+
+def test_a_reply_that_speaks_of_the_passages_first_is_read_past_that(
+        answering: tuple[Isotope, Replying]) -> None:
+    iso, model = answering
+    model.reply = ("This information is found in passage [1]. Unused vacation days can be "
+                   "carried over until March 31.")
+    response = iso.ask("Until when can unused vacation days be carried over?")
+    assert response.answer_kind == "generated"
+    assert response.answer.startswith("Unused vacation days can be carried over until March")
+
+
+def test_according_to_the_passage_is_tidied_away(answering: tuple[Isotope, Replying]
+                                                 ) -> None:
+    iso, model = answering
+    model.reply = ("According to passage [2], new employees receive 25 days of paid "
+                   "vacation, as stated in [2].")
+    response = iso.ask("How many vacation days do new employees get?")
+    rank = _rank_of(response, "handbook.md")
+    assert response.answer == f"New employees receive 25 days of paid vacation. [{rank}]"
+
+
+def test_an_invented_number_is_never_shown(answering: tuple[Isotope, Replying]) -> None:
+    iso, model = answering
+    model.reply = "The Orbit R2 battery lasts 14 hours [1]."
+    response = iso.ask("How long does the Orbit R2 battery last?")
+    assert "14" not in (response.answer or "")
+    assert response.answer_kind in ("quoted", "declined")
+    if response.answer_kind == "quoted":  # the search was sure: the statement, quoted
+        assert response.answer.startswith("The index says: ") and "9 hours" in response.answer
+
+
+def test_when_the_search_is_sure_a_refusal_quotes_the_best_statement(
+        answering: tuple[Isotope, Replying]) -> None:
+    iso, model = answering
+    model.reply = "not found"
+    sure = iso.search("How long does the Orbit R2 battery last on a full charge?", 3)
+    sure.suggested_action = "deliver"  # as a large index's search would say
+    quoted = iso.answer(sure)
+    assert quoted.answer_kind == "quoted" and quoted.citations == [1]
+    assert quoted.answer == "The index says: The Orbit R2 battery lasts 9 hours on a full " \
+                            "charge. [1]"
+    unsure = iso.search("What is the capital of Australia?", 3)
+    assert unsure.suggested_action != "deliver"
+    declined = iso.answer(unsure)
+    assert declined.answer_kind == "declined" and declined.citations == []
+    assert declined.answer == "The indexed documents do not contain the answer."
+
+
+def test_strictness_decides_an_answer_drawn_from_elsewhere_in_a_passage(
+        answering: tuple[Isotope, Replying]) -> None:
+    """An answer whose words are in the passage but not where it speaks of what was
+    asked (a small model's usual invention): shown when lenient, not otherwise; an
+    answer said where the question's words are is shown at every level."""
+    iso, model = answering
+    question = "How long does the Orbit R2 battery last?"
+    found = iso.search(question, 3)
+    found.suggested_action = "query_more"  # (not sure: the check applies)
+    kinds = {}
+    for level in ("lenient", "balanced", "strict"):
+        iso.settings.answer_strictness = level  # type: ignore[assignment]
+        model.reply = "It keeps between 5 and 40 degrees Celsius [1]."
+        kinds[level] = iso.answer(found.model_copy(deep=True)).answer_kind
+        model.reply = "The Orbit R2 battery lasts 9 hours on a full charge [1]."
+        assert iso.answer(found.model_copy(deep=True)).answer_kind == "generated", level
+    assert kinds == {"lenient": "generated", "balanced": "declined", "strict": "declined"}
+
+
+def test_a_typo_in_the_question_still_finds_its_words() -> None:
+    """Evidence matches a word one letter off when it is no English word (SQuAD's
+    "championshipt"), never an English word one letter off another ("cat" for "car")."""
+    from isotope.answer import evidence
+
+    passage = ("The Panthers beat the Arizona Cardinals in the NFC Championship Game. "
+               "The game was played in Charlotte.")
+    answer = "The Panthers beat the Arizona Cardinals."
+    assert evidence(answer, "Who did the Panthers beat in the NFC championshipt game?",
+                    passage) == 1.0
+    assert evidence(answer, "Who did the Panthers beat in the NFC championship game?",
+                    passage) == 1.0
+    assert evidence(answer, "Who did the Panthers beat at the NFC baseball game?",
+                    passage) < 1.0
+
+
+def test_the_passages_lead_with_the_statement_that_matched(
+        answering: tuple[Isotope, Replying]) -> None:
+    iso, model = answering
+    model.reply = "not found"
+    found = iso.search("How long does the Orbit R2 battery last?", 3, mode="questions-dense")
+    iso.answer(found)
+    prompt = model.prompts[-1][-1]["content"]
+    assert "[1] " in prompt, prompt
+    first = prompt.split("[1] ", 1)[1].split("\n\n[2]")[0]
+    statement = found.results[0].matched_questions[0].atom
+    assert first.startswith(f"{statement} ... ")  # moved to the front, not repeated
+    assert first.count(statement) == 1
+    assert prompt.rstrip().endswith("Question: How long does the Orbit R2 battery last?")
+
+
+def test_answer_kind_reaches_every_shell(answering: tuple[Isotope, Replying],
+                                         tmp_path: Path) -> None:
+    """``answer_kind`` in ``query --json``, ``POST /ask`` (whole and streamed) and the
+    Client."""
+    iso, model = answering
+    model.reply = "New employees receive 25 days of paid vacation per year [1]."
+    question = "How many vacation days do new employees get?"
+    assert iso.ask(question).answer_kind == "generated"
+    pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
+    import httpx
+
+    from isotope import Client
+    from isotope.server.app import create_app
+    from isotope.server.auth import Keys
+
+    from conftest import served_on_loopback
+
+    app = create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000,
+                     uploads=tmp_path / "up")
+    with served_on_loopback(app) as url:
+        assert httpx.post(url + "/ask", json={"query": question}, timeout=30
+                          ).json()["answer_kind"] == "generated"
+        with httpx.stream("POST", url + "/ask", json={"query": question, "stream": True},
+                          timeout=30) as reply:
+            lines = list(reply.iter_lines())
+        answer = json.loads(lines[lines.index("event: answer") + 1].removeprefix("data: "))
+        assert answer["answer_kind"] == "generated" and answer["citations"]
+        assert Client(url).ask(question).answer_kind == "generated"
+    index = str(iso.settings.index)
+    iso.close()
+    from isotope import providers
+
+    providers.register("fake/replying", lambda name, settings: _fixed(model.reply))
+    result = CliRunner().invoke(app_cli, ["query", question, "--index", index, "--json"],
+                                env={"ISOTOPE_ANSWER_MODEL": "fake/replying",
+                                     "ISOTOPE_QUESTION_MODEL": "fake/echo"})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["answer_kind"] == "generated"
+
+
+def _fixed(reply: str) -> LLM:
+    model = Replying()
+    model.reply = reply
+    return model
+
+
+def test_a_reworded_statement_is_put_before_the_passage() -> None:
+    """A statement the chunk does not hold word for word (an LLM atomizer resolved its
+    pronoun) is not lost: it leads the passage, marked as what matched."""
+    from isotope.answer import passage_note
+    from isotope.models import Chunk, MatchedQuestion, SearchResult
+
+    chunk = Chunk(text="The Orbit R2 is sold in Oslo. It lasts 9 hours.", source="b")
+    result = SearchResult(rank=1, score=0.9, chunk=chunk, matched_questions=[
+        MatchedQuestion(text="How long does it last?", score=0.8,
+                        atom="The Orbit R2 lasts 9 hours.")])
+    assert passage_note(result, 2000) == ('(matched: "The Orbit R2 lasts 9 hours.") The '
+                                          "Orbit R2 is sold in Oslo. It lasts 9 hours.")
+    result.matched_questions[0].atom = "It lasts 9 hours."
+    assert passage_note(result, 2000) == "It lasts 9 hours. ... The Orbit R2 is sold in Oslo."
