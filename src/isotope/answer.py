@@ -38,6 +38,7 @@ from pathlib import Path
 from isotope.models import AnswerKind, SearchResult
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
+from isotope.settings import AnswerStrictness
 
 ANSWER_PROMPT_VERSION = PROMPTS["answer"].version
 NOT_FOUND = "The indexed documents do not contain the answer."
@@ -67,7 +68,7 @@ class Strictness:
     matched: float = 1.0
 
 
-STRICTNESS: dict[str, Strictness] = {
+STRICTNESS: dict[AnswerStrictness, Strictness] = {
     "lenient": Strictness(0.0),
     "balanced": Strictness(0.66, weak=0.4, matched=0.8),
     "strict": Strictness(0.75),
@@ -128,17 +129,19 @@ def passage_note(result: SearchResult, size: int) -> str:
     """A passage as the answer model sees it: about ``size`` characters of the chunk
     around the statement that matched best, that statement moved to the front
     ("STATEMENT ... the rest"); a statement the chunk does not hold word for word (an
-    atomizer's rewording) is put before the chunk as ``(matched: "...")``. Moved, not
+    atomizer's rewording) is put before the chunk as ``(matched: "...")``, within the same
+    size. Moved, not
     repeated: on the development set the model answered as well as with the statement
     repeated before the passage (78 and 79 of 100 replies right, 76 without it), with a
     prompt of today's size (RESULTS.md, "Answers")."""
     statement = " ".join(best_statement(result).split())
     text = _around(result.chunk.text, statement, size)
-    if not statement:
-        return text
+    if not statement or len(statement) >= size // 2:
+        return text  # (a statement that is most of the passage: the passage as it is)
     before, found, after = text.partition(statement)
     if not found:
-        return f'(matched: "{statement}") {text}'
+        rest = _around(result.chunk.text, "", size - len(statement))
+        return f'(matched: "{statement}") {rest}'
     rest = " ".join(part for part in (before.strip(), after.strip()) if part)
     return f"{statement} ... {rest}" if rest else statement
 
@@ -212,7 +215,7 @@ def _stems(text: str) -> set[str]:
     ``-is-`` spellings as American (``urbanisation``), irregular verbs as their base
     (``got``: ``get``), and each word's Porter stem (the keyword index's own
     tokenizer)."""
-    from isotope.stores.sqlite_keywords import TOKENIZER
+    from isotope.stores.keywords import TOKENIZER
 
     words = set()
     for word in re.findall(r"[\w']+", text.lower()):
@@ -347,11 +350,11 @@ class Judged:
 
 
 def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
-          strictness: str = "balanced") -> Judged:
+          strictness: AnswerStrictness = "balanced") -> Judged:
     """The answer to show for the model's ``reply`` to ``question`` over ``results``
     (the passages given, in order); ``sure``: the search is sure of its first result (its
     suggested action is ``deliver``). See the module docstring."""
-    level = STRICTNESS.get(strictness, STRICTNESS["balanced"])
+    level = STRICTNESS[strictness]
     if not declines(reply):
         said = [s for s in _sentences(reply) if _says_something(s, question)]
         answer = said[0] if said else ""
