@@ -69,6 +69,44 @@ def _same(found: list[tuple[int, float]], expected: list[tuple[int, float]]) -> 
     assert [round(s, 9) for _, s in found] == [round(s, 9) for _, s in expected]
 
 
+def test_the_keyword_unit_scores_as_fts5_does(tmp_path: Path) -> None:
+    """BM25 from the plain functions every engine uses (terms, weights, idf, saturation)
+    gives FTS5's own bm25() for every row and query, repeated and split words included."""
+    import sqlite3
+
+    import numpy as np
+
+    from isotope.stores import keywords
+
+    texts = [(tmp_path.name + " " + text) for text in (
+        "The billing service runs on seven servers in Oslo.",
+        "Billing invoices are paid daily; payments are paid by the billing team.",
+        "Alerts go to the ops channel at 09:30, e-mail alerts to the on-call rota.",
+        "Servers, servers and more servers: the routing service runs on 12 of them.")]
+    conn = sqlite3.connect(":memory:")
+    conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize='{keywords.TOKENIZE}')")
+    conn.executemany("INSERT INTO t(rowid, text) VALUES (?, ?)", enumerate(texts, 1))
+    counts = keywords.TOKENIZER.texts(texts)
+    lengths = np.array([sum(c.values()) for c in counts], float)
+    for query in ("billing servers", "paid paid billing", "alerts 09 e-mail", "Oslo rota",
+                  "the service"):
+        words = keywords.query_words(query)
+        terms = keywords.query_terms(words)
+        held = np.array([sum(1 for c in counts if t in c) for t in terms], float)
+        weights = keywords.idf(len(texts), held) * np.array(list(terms.values()), float)
+        ours = {}
+        for row, held_terms in enumerate(counts, 1):
+            freqs = np.array([float(held_terms[t]) for t in terms])
+            parts = keywords.saturation(freqs, np.full(len(terms), lengths[row - 1]),
+                                        float(lengths.mean()))
+            ours[row] = float((weights * parts).sum())
+        match = " OR ".join(f'"{w}"' for w in words)
+        fts = dict(conn.execute("SELECT rowid, -bm25(t) FROM t WHERE t MATCH ?", (match,)))
+        assert fts, query
+        assert {r: round(s, 9) for r, s in fts.items()} == {
+            r: round(s, 9) for r, s in ours.items() if s}, query
+
+
 def test_postings_rank_as_fts5_and_follow_writes_at_once(tmp_path: Path,
                                                          embedder: Embedder) -> None:
     docs = tmp_path / "docs"

@@ -124,8 +124,3 @@ def situate(llm: LLM, document: str, chunks: Sequence[Chunk], *, title: str | No
         return [situate(llm, document, [c], title=title, max_chars=max_chars)[0]
                 for c in chunks]
     return [clean(r) if r is not None else None for r in replies]
-
-
-def search_text(chunk: Chunk) -> str:
-    """What a chunk's embedding is made of: its context, then its text."""
-    return f"{chunk.context}\n\n{chunk.text}" if chunk.context else chunk.text

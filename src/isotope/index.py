@@ -603,6 +603,31 @@ class Isotope:
         with self.store.writer(self.settings.lock_wait):
             return self.store.compact()
 
+    def counts(self) -> dict[str, int]:
+        """What the index holds (sources, chunks, atoms, questions, and the chunks and
+        sources still waiting for their questions): :meth:`status` without the walk of
+        the disk."""
+        return self.store.counts()
+
+    def disk_size(self) -> int | None:
+        """Bytes the index takes on disk (None where the engine cannot tell, as on a
+        database server)."""
+        return self.store.disk_size()
+
+    @staticmethod
+    def saved_settings(path: str | Path) -> dict[str, Any] | None:
+        """The settings saved in the index at ``path`` when it was made (those that
+        shape it: models, chunking, questions), or None where there is no index yet.
+        Reads only the index's metadata: no model is loaded."""
+        if not stores.exists(str(path)):
+            return None
+        store = stores.open(str(path), create=False)
+        try:
+            saved = store.get_meta("settings")
+        finally:
+            store.close()
+        return saved if isinstance(saved, dict) else None
+
     def status(self) -> IndexStatus:
         return IndexStatus(
             index=stores.describe(self.settings.index),
@@ -610,8 +635,8 @@ class Isotope:
             schema_version=int(self.store.get_meta("schema_version") or SCHEMA_VERSION),
             isotope_version=str(self.store.get_meta("isotope_version") or __version__),
             created_at=self.store.get_meta("created_at"),
-            counts=self.store.counts(),
-            disk_bytes=self.store.disk_size(),
+            counts=self.counts(),
+            disk_bytes=self.disk_size(),
             embedding=self.store.get_meta("embedding") or {},
             models={
                 "embedding": self.settings.embedding_model,

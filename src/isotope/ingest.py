@@ -451,7 +451,7 @@ class Pipeline:
         report.atoms += len(work.fresh_atoms())
         with Timer(report, "embed"):
             vectors = self.embedder.embed(
-                [contextual.search_text(chunks[i]) for i in work.fresh]
+                [chunks[i].search_text for i in work.fresh]
                 + [a.text for a in work.fresh_atoms()] + [q.text for q in work.candidates()])
         assembled = assemble(work, vectors, self._select)
         batch = dataclasses.replace(

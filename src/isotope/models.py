@@ -74,6 +74,12 @@ class Chunk(_Record):
         if not self.id:
             self.id = stable_id("chunk", self.source, self.index, self.start, self.text)
 
+    @property
+    def search_text(self) -> str:
+        """What the chunk's embedding is made of: its context, then its text (one rule
+        for ingest and for a repair that embeds it again)."""
+        return f"{self.context}\n\n{self.text}" if self.context else self.text
+
 
 class Atom(_Record):
     """An atomic statement of a chunk (a sentence, or a fact an LLM wrote)."""

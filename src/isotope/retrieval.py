@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -20,6 +20,7 @@ from isotope.models import Action, Chunk, MatchedQuestion, QueryResponse, Search
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
 from isotope.questions import STOPWORDS
+from isotope.settings import Aggregate, Fusion
 from isotope.stores import Hit, Kind, Store
 
 MATCHES_PER_CHUNK = 3
@@ -70,8 +71,6 @@ SIGNALS: dict[str, tuple[Kind, str]] = {
     mode: (mode.split("-")[0], mode.split("-")[1])  # type: ignore[misc]
     for mode in MODES if mode != "hybrid"
 }
-Fusion = Literal["zscore", "rrf"]
-Aggregate = Literal["max", "softsum"]
 _KEYWORD_STOPWORDS = STOPWORDS | {"i", "me", "my", "we", "our", "you", "your", "it", "its", "they",
                       "them", "their", "this", "that", "these", "those", "he", "she", "his",
                       "her", "s", "t"}
@@ -127,16 +126,39 @@ def signal(store: Store, mode: str, query: str, vector: Vectors, pool: int,
     return found
 
 
+def zscore(found: list[Candidate], chunks: AbstractSet[str]) -> dict[str, float]:
+    """Each candidate's standard score over the signal's candidates; a chunk of
+    ``chunks`` the signal did not find counts as its lowest."""
+    values = [c.score for c in found]
+    mean = sum(values) / len(values)
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
+    floor = (min(values) - mean) / spread
+    seen = {c.chunk_id: (c.score - mean) / spread for c in found}
+    return {chunk_id: seen.get(chunk_id, floor) for chunk_id in chunks}
+
+
+def rrf(found: list[Candidate], chunks: AbstractSet[str]) -> dict[str, float]:
+    """Reciprocal rank fusion's part (k = 60) of each candidate; nothing for the rest."""
+    return {c.chunk_id: 1 / (60 + rank) for rank, c in enumerate(found, start=1)
+            if c.chunk_id in chunks}
+
+
+FUSIONS: dict[str, Callable[[list[Candidate], AbstractSet[str]], dict[str, float]]] = {
+    "zscore": zscore, "rrf": rrf}
+"""The ``fusion`` setting's choices: a signal's candidates (best first) and the chunks
+to score -> each chunk's part, weighted and summed by :func:`fuse`."""
+
+
 def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
          method: Fusion = "zscore", waiting: AbstractSet[str] = frozenset()
          ) -> list[tuple[str, float]]:
-    """Fused chunk scores, best first. ``zscore``: each signal's scores are standardised
-    over its candidates and the weighted standard scores summed (a chunk a signal did not
-    find counts as that signal's lowest); ``rrf``: reciprocal rank fusion, k=60.
+    """Fused chunk scores, best first: each signal's parts (:data:`FUSIONS`), weighted and
+    summed.
 
     Chunks ``waiting`` for their questions are scored by the other signals alone, scaled
     up to the whole weight (the question signals could not find them: they are neither
     rewarded nor penalised for it)."""
+    part_of = FUSIONS[method]
     chunks = {c.chunk_id for found in signals.values() for c in found}
     fused = dict.fromkeys(chunks, 0.0)
     total = applied = 0.0  # the weight of the signals used, and of those without questions
@@ -147,18 +169,9 @@ def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
         total += weight
         asks_questions = name.startswith("questions")
         applied += 0.0 if asks_questions else weight
-        scored = [c for c in chunks if not (asks_questions and c in waiting)]
-        if method == "rrf":
-            for rank, candidate in enumerate(found, start=1):
-                fused[candidate.chunk_id] += weight / (60 + rank)
-            continue
-        values = [c.score for c in found]
-        mean = sum(values) / len(values)
-        spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
-        floor = (min(values) - mean) / spread
-        seen = {c.chunk_id: (c.score - mean) / spread for c in found}
-        for chunk_id in scored:
-            fused[chunk_id] += weight * seen.get(chunk_id, floor)
+        scored = chunks - waiting if asks_questions else chunks
+        for chunk_id, part in part_of(found, scored).items():
+            fused[chunk_id] += weight * part
     if waiting and applied:
         for chunk_id in waiting & chunks:
             fused[chunk_id] *= total / applied

@@ -172,6 +172,16 @@ Globs = Annotated[list[str], NoDecode]
 :func:`_globs`)."""
 Weight = Annotated[float, Field(ge=0, le=1000)]
 
+Fusion = Literal["zscore", "rrf"]
+"""How ``hybrid`` fuses its signals (:data:`isotope.retrieval.FUSIONS`)."""
+Aggregate = Literal["max", "softsum"]
+"""How several matches of one chunk make its score."""
+AnswerStrictness = Literal["lenient", "balanced", "strict"]
+"""How much a passage must say of the question around an answer (:mod:`isotope.answer`)."""
+VectorIndex = Literal["auto", "exact", "hnsw"]
+KeywordIndex = Literal["auto", "fts5", "postings"]
+"""What each kind's vectors and keywords are searched with (the embedded store)."""
+
 
 class Settings(BaseSettings):
     """All of isotope's settings. Environment variables use the ``ISOTOPE_`` prefix."""
@@ -237,15 +247,15 @@ class Settings(BaseSettings):
     weights: Annotated[dict[str, Weight], NoDecode] = Field(
         default_factory=dict, description="Hybrid: weight per signal (0 to 1000), e.g. "
         '{"questions-bm25": 0.5}, over alpha and the defaults (0 leaves a signal out)')
-    fusion: Literal["zscore", "rrf"] = Field("zscore", description="Hybrid fusion method")
-    aggregate: Literal["max", "softsum"] = Field(
+    fusion: Fusion = Field("zscore", description="Hybrid fusion method")
+    aggregate: Aggregate = Field(
         "max", description="How several matches of one chunk make its score"
     )
     query_transform: bool = Field(
         False, description="Rewrite keyword queries into questions with the model first"
     )
     answer_k: int = Field(3, ge=1, le=100, description="Chunks given to the answer model")
-    answer_strictness: Literal["lenient", "balanced", "strict"] = Field(
+    answer_strictness: AnswerStrictness = Field(
         "balanced", description="How much a passage must say of the question around a "
         "supported answer before `ask` shows it (unless the search is sure of its first "
         "result): lenient shows every answer a passage supports; balanced and strict also "
@@ -285,11 +295,11 @@ class Settings(BaseSettings):
     storage: Literal["content", "file-reference"] = Field(
         "content", description="content: chunk text is stored; file-reference: only "
         "offsets and a hash, text read from the file at query time")
-    vector_index: Literal["auto", "exact", "hnsw"] = Field(
+    vector_index: VectorIndex = Field(
         "auto", description="Vector index of each kind of item: auto (exact below 20,000 "
         "items, HNSW over int8 vectors from there), exact, or hnsw; applied when the "
         "vectors are next compacted (isotope compact)")
-    keyword_index: Literal["auto", "fts5", "postings"] = Field(
+    keyword_index: KeywordIndex = Field(
         "auto", description="What keyword (BM25) search reads: auto (FTS5, and for atoms "
         "and chunks from 20,000 rows saved postings that rank as FTS5 does, several times "
         "faster), fts5, or postings (every kind); applied when the vectors are next "

@@ -100,19 +100,14 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
 def config(index: IndexOpt = None, project: ProjectOpt = None,
            as_json: JsonOpt = False) -> None:
     """Show the resolved settings and where each value came from."""
-    from isotope import projects, stores
+    from isotope import Isotope, projects
     from isotope import prompts as prompt_specs
     from isotope.settings import Settings, resolve, shown
 
     with errors():
         base, first = resolve(None, index=index, project=project)
         path = projects.index_path(base, first)
-        saved = None
-        if stores.exists(path):
-            store = stores.open(path, create=False)
-            saved = store.get_meta("settings")
-            store.close()
-        settings, origins = resolve(saved, index=path, project=project)
+        settings, origins = resolve(Isotope.saved_settings(path), index=path, project=project)
         if index is None:  # the location came from where the first reading found it
             origins["index"] = first["index"] if base.index == path else "project"
         overridden = {name: str(spec.source) for name, spec in
@@ -150,7 +145,7 @@ def check(
         done = iso.repair() if repair else None
         problems = done.problems if done else iso.check()
         try:
-            counts = iso.store.counts()
+            counts = iso.counts()
         except IsotopeError:  # a damaged database: the problems above say so
             counts = {}
     if as_json:
@@ -195,7 +190,7 @@ def compact(index: IndexOpt = None, project: ProjectOpt = None, wait: WaitOpt = 
         started = time.perf_counter()
         done = iso.compact()
         seconds = time.perf_counter() - started
-        size = iso.store.disk_size()
+        size = iso.disk_size()
     if as_json:
         print_json({"vector_indexes": done, "seconds": round(seconds, 3), "disk_bytes": size})
         return

@@ -103,8 +103,9 @@ def _local(model: str, settings: Settings) -> Embedder:
 
 
 def _openai(model: str, settings: Settings) -> Embedder:
+    from isotope.embedders.openai import OpenAIEmbedder
     from isotope.errors import IsotopeError
-    from isotope.providers.openai import OpenAIEmbedder, parse_model
+    from isotope.providers.openai import parse_model
 
     if not settings.embedding_dim:
         raise IsotopeError(

@@ -1,5 +1,6 @@
 """Any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp's server, gateways)
-through the ``openai`` SDK, for chat and for embeddings.
+through the ``openai`` SDK: chat here, embeddings in :mod:`isotope.embedders.openai`
+(both through :class:`EndpointClient`).
 
 Prompts of a batch run concurrently (``llm_concurrency``, default 8) under a rate limiter
 (``requests_per_minute``, ``tokens_per_minute``). Timeouts, connection errors, HTTP 429
@@ -17,11 +18,8 @@ import random
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
-
-from isotope.embedders import Embedder, Vectors, normalize
 from isotope.errors import MissingDependency, ProviderError
-from isotope.providers import LLM, AsyncFirst, Prompt, collect, run_sync
+from isotope.providers import LLM, AsyncFirst, Prompt, collect
 from isotope.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -43,7 +41,7 @@ def parse_model(model: str) -> tuple[str, str | None]:
     return name, None
 
 
-class _Client:
+class EndpointClient:
     """The SDK client plus the retry policy shared by chat and embeddings."""
 
     def __init__(self, base_url: str | None, api_key: str | None, *, timeout: float,
@@ -127,7 +125,7 @@ class OpenAIChat(AsyncFirst, LLM):
         self.model = model
         self.model_id = f"openai:{model}" + (f"@{base_url}" if base_url else "")
         self.concurrency = concurrency
-        self._client = _Client(base_url, api_key, timeout=timeout, max_retries=max_retries,
+        self._client = EndpointClient(base_url, api_key, timeout=timeout, max_retries=max_retries,
                                limiter=limiter or RateLimiter(),
                                key_setting="ISOTOPE_OPENAI_API_KEY")
 
@@ -204,36 +202,3 @@ class OpenAIChat(AsyncFirst, LLM):
             self._client._sync = None
 
 
-class OpenAIEmbedder(Embedder):
-    """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint."""
-
-    def __init__(self, model: str, *, dim: int, base_url: str | None = None,
-                 api_key: str | None = None, timeout: float = 60.0, max_retries: int = 5,
-                 batch_size: int = 64) -> None:
-        self.model = model
-        self.model_id = f"openai:{model}"  # the same model on another host is compatible
-        self.dim = dim
-        self.batch_size = batch_size
-        self._client = _Client(base_url, api_key, timeout=timeout, max_retries=max_retries,
-                               limiter=RateLimiter(), key_setting="ISOTOPE_OPENAI_API_KEY")
-
-    def embed_batch(self, texts: Sequence[str]) -> Vectors:
-        async def run() -> Vectors:
-            client = self._client.make()
-            try:
-                response = await self._client.call(
-                    self.model_id, sum(len(t) for t in texts) // 4,
-                    lambda: client.embeddings.create(model=self.model, input=list(texts)),
-                )
-            finally:
-                await client.close()
-            data = sorted(response.data, key=lambda d: d.index)
-            vectors = np.array([d.embedding for d in data], dtype=np.float32)
-            if vectors.ndim != 2 or vectors.shape[1] != self.dim:
-                raise ProviderError(
-                    f"{self.model_id} returned vectors of shape {vectors.shape}, expected "
-                    f"(n, {self.dim}); set ISOTOPE_EMBEDDING_DIM to the model's dimension"
-                )
-            return normalize(vectors)
-
-        return run_sync(run())

@@ -62,6 +62,7 @@ from isotope.stores import (
     draw_questions,
     dropped_by_chunk,
 )
+from isotope.stores.keywords import Tokenizer, query_terms, query_words
 from isotope.stores.postgres_schema import (
     connect,
     schema_version,
@@ -76,7 +77,6 @@ from isotope.stores.postgres_sql import (
     bm25,
     where,
 )
-from isotope.stores.sqlite_keywords import Tokenizer
 
 if TYPE_CHECKING:
     import psycopg
@@ -568,14 +568,10 @@ class PostgresStore(Store):
 
     def keyword_search(self, kind: Kind, query: str, k: int,
                        filters: Sequence[Condition] = ()) -> list[Hit]:
-        words = list(dict.fromkeys(_words(query.lower())))
+        words = query_words(query)
         if not words or k <= 0:
             return []
-        # as the embedded store asks FTS5 ("w1" OR "w2" ...): a term scores once per word
-        counted: dict[str, int] = {}
-        for word_terms in self._tokenizer.words(words):
-            for term in dict.fromkeys(word_terms):
-                counted[term] = counted.get(term, 0) + 1
+        counted = query_terms(words, self._tokenizer)
         if not counted:
             return []
         terms = sorted(counted)
@@ -803,8 +799,6 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _words(query: str) -> list[str]:
-    return re.findall(r"\w+", query)
 
 
 def _named(clause: str, values: list[Any], params: dict[str, Any]) -> str:

@@ -3,7 +3,7 @@ translated into a WHERE clause with bound parameters, and BM25 computed from ter
 statistics.
 
 BM25 is computed the way the embedded store's FTS5 computes it, from the same terms
-(FTS5's own tokenizer, :class:`isotope.stores.sqlite_keywords.Tokenizer`), so both engines
+(FTS5's own tokenizer, :class:`isotope.stores.keywords.Tokenizer`), so both engines
 rank alike: k1 = 1.2, b = 0.75, idf ``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6,
 N and the average length from ``kw_stats``, n counted from the postings of the query's
 terms. PostgreSQL's own ``ts_rank`` is not BM25 (RESEARCH.md measured a top-10 overlap of
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from isotope.filters import Condition
-from isotope.stores.sqlite_keywords import K1, MIN_IDF, B
+from isotope.stores.keywords import K1, MIN_IDF, B
 
 _OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 _COLUMNS = {"ingested_at": ('s.ingested_at COLLATE "C"', "text"), "size": ("s.size", "numeric")}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sqlite3
 import threading
 import uuid
@@ -25,7 +24,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from isotope import contextual
 from isotope.ann import search_groups
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, InvalidArgument, InvalidIndex, StoreError
@@ -55,6 +53,7 @@ from isotope.stores import (
     draw_questions,
     dropped_by_chunk,
 )
+from isotope.stores.keywords import query_words
 from isotope.stores.sqlite_check import inspect
 from isotope.stores.sqlite_connection import (
     DB_NAME,
@@ -472,10 +471,9 @@ class SQLiteStore(Store):
     @guarded
     def keyword_search(self, kind: Kind, query: str, k: int,
                        filters: Sequence[Condition] = ()) -> list[Hit]:
-        terms = re.findall(r"\w+", query.lower())
-        if not terms or k <= 0:
+        words = query_words(query)
+        if not words or k <= 0:
             return []
-        words = list(dict.fromkeys(terms))
         postings = self._vectors.keywords(kind) if not filters else None
         if postings is not None:  # the saved postings (large kinds): FTS5's ranking
             scored = postings.search(words, k)
@@ -732,7 +730,7 @@ class SQLiteStore(Store):
             ids = dict(self._conn().execute(
                 f"SELECT rowid, id FROM chunks WHERE rowid IN ({marks})", params).fetchall())
             chunks = self.get_chunks(list(ids.values()))
-            texts = [contextual.search_text(chunks[ids[r]]) for r in params]
+            texts = [chunks[ids[r]].search_text for r in params]
         else:
             found = dict(self._conn().execute(
                 f"SELECT rowid, text FROM {kind} WHERE rowid IN ({marks})", params).fetchall())

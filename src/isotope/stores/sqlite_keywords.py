@@ -10,8 +10,8 @@ rare terms first and looks up the common terms only for those rows, stopping as 
 no other row can enter the top k (MaxScore, Turtle and Flood 1995).
 
 The index is made from FTS5's own tokens (``fts5vocab``) and scores with FTS5's
-formula (k1 = 1.2, b = 0.75, idf ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6), so
-its ranking and scores are FTS5's (ties go to the lower row id, as the store asks FTS5).
+formula (:mod:`isotope.stores.keywords`), so its ranking and scores are FTS5's (ties go
+to the lower row id, as the store asks FTS5).
 The statistics (row count, average length, each term's row count) are those of the last
 compaction; the rows changed since (the vector log's entries) are hidden from the saved
 postings and scored apart, from their text, with the same statistics. A 5-byte posting
@@ -32,7 +32,6 @@ import itertools
 import json
 import logging
 import sqlite3
-import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -44,14 +43,9 @@ import numpy as np
 import numpy.typing as npt
 
 from isotope.ann import write_file
+from isotope.stores.keywords import TOKENIZER, idf, query_terms, saturation
 
 log = logging.getLogger(__name__)
-K1, B = 1.2, 0.75
-"""FTS5's BM25 constants."""
-MIN_IDF = 1e-6
-"""FTS5's idf for terms in half the rows or more."""
-TOKENIZE = "porter unicode61"
-"""The tokenizer of the store's FTS5 tables (sqlite_schema)."""
 SUFFIX = "keywords"
 MAGIC = b"ISOKW002"
 """(``ISOKW001``, without checksums and with term frequencies capped at 255, is read as
@@ -70,12 +64,6 @@ def term_key(term: str) -> int:
     return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
 
 
-def idf(rows: int, holding: Floats) -> Floats:
-    """FTS5's idf of terms held by ``holding`` of ``rows`` rows."""
-    value = np.log((rows - holding + 0.5) / (holding + 0.5))
-    return np.where(value <= 0, MIN_IDF, value)
-
-
 class DamagedKeywords(ValueError):
     """A saved keyword index whose bytes differ from what was written."""
 
@@ -92,48 +80,6 @@ def frequencies(freqs: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return freqs.astype(kind)
 
 
-class Tokenizer:
-    """FTS5's own tokenizer (the store's), run on a private in-memory database: terms are
-    exactly those FTS5 indexes and matches."""
-
-    def __init__(self) -> None:
-        self._conn = sqlite3.connect(":memory:", check_same_thread=False)
-        self._conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize='{TOKENIZE}')")
-        self._conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
-        self._lock = threading.Lock()
-        self._words: dict[str, tuple[str, ...]] = {}
-
-    def texts(self, texts: Sequence[str]) -> list[Counter[str]]:
-        """The term frequencies of each text."""
-        counts: list[Counter[str]] = [Counter() for _ in texts]
-        with self._lock:
-            self._conn.executemany("INSERT INTO t(rowid, text) VALUES (?, ?)",
-                                   enumerate(texts))
-            for doc, term in self._conn.execute("SELECT doc, term FROM v"):
-                counts[doc][term] += 1
-            self._conn.execute("DELETE FROM t")
-        return counts
-
-    def words(self, words: Sequence[str]) -> list[tuple[str, ...]]:
-        """The terms of each word, in order (usually one; a word FTS5 splits has more)."""
-        new = [w for w in dict.fromkeys(words) if w not in self._words]
-        if new:
-            with self._lock:
-                self._conn.executemany("INSERT INTO t(rowid, text) VALUES (?, ?)",
-                                       enumerate(new))
-                found: dict[int, list[str]] = {}
-                for doc, term in self._conn.execute("SELECT doc, term FROM v ORDER BY doc, "
-                                                    "offset"):
-                    found.setdefault(doc, []).append(term)
-                self._conn.execute("DELETE FROM t")
-            if len(self._words) > 100_000:
-                self._words.clear()
-            for i, word in enumerate(new):
-                self._words[word] = tuple(found.get(i, ()))
-        return [self._words[w] for w in words]
-
-
-TOKENIZER = Tokenizer()
 
 
 @dataclass
@@ -173,7 +119,7 @@ class KeywordBase:
         return len(self.rows)
 
     def saturation(self, freqs: Floats, lengths: Floats) -> Floats:
-        return freqs * (K1 + 1) / (freqs + K1 * (1 - B + B * lengths / self.avgdl))
+        return saturation(freqs, lengths, self.avgdl)
 
     def holding(self, terms: npt.NDArray[np.int64]) -> Floats:
         """How many rows hold each term (by position)."""
@@ -443,15 +389,14 @@ class KeywordLayer:
         if any(len(t) != 1 for t in terms) or self.base.total == 0 or self.base.damaged:
             return None  # (an empty base has no statistics to score the rows added since)
         try:
-            return self._search(terms, k)
+            return self._search(query_terms(words), k)
         except DamagedKeywords as exc:
             log.warning("the saved keyword index is damaged (%s); keyword search uses FTS5 "
                         "until `isotope compact` or `isotope check --repair` makes it again",
                         exc)
             return None
 
-    def _search(self, terms: list[tuple[str, ...]], k: int) -> list[tuple[int, float]]:
-        times = Counter(t[0] for t in terms)  # FTS5 scores each phrase, even repeated
+    def _search(self, times: Counter[str], k: int) -> list[tuple[int, float]]:
         keys = [term_key(t) for t in times]
         base = self.base
         at = base.find(keys)

@@ -9,10 +9,11 @@ import json
 import sqlite3
 
 from isotope.stores import KINDS, SCHEMA_VERSION, Kind
+from isotope.stores.keywords import TOKENIZE
 
 _FTS = """
 CREATE VIRTUAL TABLE IF NOT EXISTS {t}_fts USING fts5(
-    {cols}, content='{t}', content_rowid='rowid', tokenize='porter unicode61');
+    {cols}, content='{t}', content_rowid='rowid', tokenize='{tokenize}');
 CREATE TRIGGER IF NOT EXISTS {t}_ai AFTER INSERT ON {t} BEGIN
     INSERT INTO {t}_fts(rowid, {cols}) VALUES (new.rowid, {new}); END;
 CREATE TRIGGER IF NOT EXISTS {t}_ad AFTER DELETE ON {t} BEGIN
@@ -28,7 +29,7 @@ def fts(table: Kind, cols: tuple[str, ...] | None = None) -> list[str]:
     """The statements creating ``table``'s keyword index over ``cols`` (default: today's)
     and the triggers keeping it in step."""
     cols = cols or FTS_COLUMNS[table]
-    script = _FTS.format(t=table, cols=", ".join(cols),
+    script = _FTS.format(t=table, tokenize=TOKENIZE, cols=", ".join(cols),
                          new=", ".join(f"new.{c}" for c in cols),
                          old=", ".join(f"old.{c}" for c in cols))
     return [part.strip() for part in script.split(";\n") if part.strip()]

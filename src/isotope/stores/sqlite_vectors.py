@@ -32,11 +32,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from isotope import ann
+from isotope import settings as choices
 from isotope.ann import Ids, VectorIndex
 from isotope.ann.layered import LayeredIndex
 from isotope.embedders import Vectors
@@ -55,8 +56,8 @@ RETIRE_AFTER = 120.0
 RETIRED = "vectors_retired"
 STALE_AFTER = 3600.0
 """Seconds after which a file in vectors/ that the meta does not name is deleted."""
-POLICIES = ("auto", "exact", "hnsw")
-KEYWORD_POLICIES = ("auto", "fts5", "postings")
+POLICIES: tuple[str, ...] = get_args(choices.VectorIndex)
+KEYWORD_POLICIES: tuple[str, ...] = get_args(choices.KeywordIndex)
 KEYWORDS_FROM = 20_000
 """With ``keyword_index = "auto"``: rows of atoms or chunks from which keyword search reads
 saved postings instead of FTS5 (questions stay on FTS5: ``hybrid`` leaves their keyword
