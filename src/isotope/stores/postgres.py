@@ -37,12 +37,8 @@ from isotope.embedders import Vectors
 from isotope.errors import IndexLocked, InvalidIndex, IsotopeError, StoreError
 from isotope.filters import Condition
 from isotope.models import (
-    Atom,
-    Chunk,
     DroppedQuestion,
-    GeneratedQuestion,
     Question,
-    Source,
     content_hash,
 )
 from isotope.stores import (
@@ -52,15 +48,8 @@ from isotope.stores import (
     Hit,
     Inspection,
     Kind,
-    PendingChunk,
     SourceBatch,
-    SourceInfo,
-    Store,
-    StoredChunk,
-    as_generated,
     describe,
-    draw_questions,
-    dropped_by_chunk,
 )
 from isotope.stores.keywords import Tokenizer, query_terms, query_words
 from isotope.stores.postgres_schema import (
@@ -71,12 +60,11 @@ from isotope.stores.postgres_schema import (
     upgrade,
 )
 from isotope.stores.postgres_sql import (
-    DROPPED_QUESTIONS,
     ITEM_CHUNK,
-    KEPT_QUESTIONS,
     bm25,
     where,
 )
+from isotope.stores.sql_core import POSTGRES, SQLStore
 
 if TYPE_CHECKING:
     import psycopg
@@ -97,10 +85,11 @@ T = TypeVar("T")
 builds several times faster)."""
 
 
-class PostgresStore(Store):
+class PostgresStore(SQLStore):
     """An index in a schema of a PostgreSQL database."""
 
     concurrent_writers = True
+    dialect = POSTGRES
 
     def __init__(self, location: str, *, create: bool = True) -> None:
         try:
@@ -162,6 +151,12 @@ class PostgresStore(Store):
             return self._conn().execute(sql, params).fetchall()
         except psycopg.Error as exc:
             raise store_error(self.location, exc, writing=False) from exc
+
+    def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
+        if not rows:
+            return {}
+        return {int(row): vector.to_numpy() for row, vector in self._rows(
+            f"SELECT row, vector FROM {kind} WHERE row = ANY(%s)", (rows,))}
 
     def _run(self, sql: str, params: Any = None) -> None:
         import psycopg
@@ -244,18 +239,12 @@ class PostgresStore(Store):
         self._local.conn = None
 
     # -- meta --------------------------------------------------------------------------
-    def get_meta(self, key: str) -> Any:
-        rows = self._rows("SELECT value FROM meta WHERE key = %s", (key,))
-        return rows[0][0] if rows else None
 
     def set_meta(self, key: str, value: Any) -> None:
         from psycopg.types.json import Jsonb
 
         self._rows("INSERT INTO meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO "
                    "UPDATE SET value = excluded.value RETURNING key", (key, Jsonb(value)))
-
-    def meta_items(self) -> dict[str, Any]:
-        return {k: v for k, v in self._rows("SELECT key, value FROM meta")}
 
     # -- writes ------------------------------------------------------------------------
     def _ensure_dim(self, dim: int) -> None:
@@ -495,41 +484,6 @@ class PostgresStore(Store):
         return self._retried(delete)
 
     # -- enrichment --------------------------------------------------------------------
-    def pending_chunks(self, limit: int, *, after: str | None = None,
-                       sources: Sequence[str] | None = None) -> list[PendingChunk]:
-        sql, params = "SELECT id FROM chunks WHERE NOT enriched", list[Any]()
-        if sources is not None:
-            sql += " AND source = ANY(%s)"
-            params.append(list(sources))
-        if after is not None:
-            sql += " AND id > %s"
-            params.append(after)
-        with self.snapshot():
-            ids = [r[0] for r in self._rows(f"{sql} ORDER BY id LIMIT %s", (*params, limit))]
-            chunks = self.get_chunks(ids)
-            atoms = self._rows('SELECT id, chunk_id, idx, start, "end", text, vector FROM '
-                               "atoms WHERE chunk_id = ANY(%s) ORDER BY chunk_id, idx", (ids,))
-        by_chunk: dict[str, list[tuple[Any, ...]]] = {}
-        for atom in atoms:
-            by_chunk.setdefault(atom[1], []).append(atom)
-        return [PendingChunk(
-            chunk=chunks[chunk_id],
-            atoms=[Atom(id=a[0], chunk_id=a[1], index=a[2], start=a[3], end=a[4], text=a[5])
-                   for a in by_chunk.get(chunk_id, [])],
-            atom_vectors=_stack([a[6] for a in by_chunk.get(chunk_id, [])]))
-            for chunk_id in ids if chunk_id in chunks]
-
-    def count_waiting(self, sources: Sequence[str] | None = None) -> int:
-        if sources is None:
-            return int(self._rows("SELECT count(*) FROM chunks WHERE NOT enriched")[0][0])
-        return int(self._rows("SELECT count(*) FROM chunks WHERE NOT enriched AND source = "
-                              "ANY(%s)", (list(sources),))[0][0])
-
-    def without_questions(self, chunk_ids: Sequence[str]) -> set[str]:
-        if not chunk_ids:
-            return set()
-        return {r[0] for r in self._rows(
-            "SELECT id FROM chunks WHERE NOT enriched AND id = ANY(%s)", (list(chunk_ids),))}
 
     # -- reads -------------------------------------------------------------------------
     def search(self, kind: Kind, vector: Vectors, k: int,
@@ -585,144 +539,6 @@ class PostgresStore(Store):
         with self.snapshot():
             found = self._rows(bm25(kind, restrict), params)
             return self._hits(kind, [(int(r[0]), float(r[1])) for r in found])
-
-    def _hits(self, kind: Kind, scored: list[tuple[int, float]]) -> list[Hit]:
-        if not scored:
-            return []
-        rows = [r for r, _ in scored]
-        if kind == "questions":
-            sql = ("SELECT q.row, q.chunk_id, q.text, a.text FROM questions q JOIN atoms a ON "
-                   "a.id = q.atom_id WHERE q.row = ANY(%s)")
-        elif kind == "atoms":
-            sql = "SELECT row, chunk_id, text, text FROM atoms WHERE row = ANY(%s)"
-        else:
-            sql = "SELECT row, id, text, '' FROM chunks WHERE row = ANY(%s)"
-        found = {r[0]: r for r in self._rows(sql, (rows,))}
-        return [Hit(kind, found[row][1], score, found[row][2], found[row][3])
-                for row, score in scored if row in found]
-
-    def get_chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
-        if not ids:
-            return {}
-        found = self._rows('SELECT id, source, idx, start, "end", text, metadata, context '
-                           "FROM chunks WHERE id = ANY(%s)", (list(ids),))
-        return {r[0]: Chunk(id=r[0], source=r[1], index=r[2], start=r[3], end=r[4],
-                            text=r[5], metadata=r[6], context=r[7]) for r in found}
-
-    def get_source(self, uri: str) -> Source | None:
-        rows = self._rows("SELECT uri, content_hash, size, mtime, loader, ingested_at, "
-                          "metadata, status, root FROM sources WHERE uri = %s", (uri,))
-        return _source(rows[0]) if rows else None
-
-    def sources(self) -> list[SourceInfo]:
-        rows = self._rows(
-            "SELECT s.uri, s.content_hash, s.size, s.mtime, s.loader, s.ingested_at, "
-            "s.metadata, s.status, s.root,"
-            " (SELECT count(*) FROM chunks c WHERE c.source = s.uri),"
-            " (SELECT count(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id"
-            "   WHERE c.source = s.uri),"
-            " (SELECT count(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id"
-            "   WHERE c.source = s.uri),"
-            " (SELECT count(*) FROM chunks c WHERE c.source = s.uri AND NOT c.enriched)"
-            ' FROM sources s ORDER BY s.uri COLLATE "C"')
-        return [SourceInfo(_source(r[:9]), r[9], r[10], r[11], pending=r[12]) for r in rows]
-
-    def counts(self) -> dict[str, int]:
-        with self.snapshot():
-            found = {table: int(self._rows(f"SELECT count(*) FROM {table}")[0][0])
-                     for table in ("sources", "chunks", "atoms", "questions")}
-            found["chunks_waiting"] = self.count_waiting()
-            found["sources_waiting"] = int(self._rows(
-                "SELECT count(DISTINCT source) FROM chunks WHERE NOT enriched")[0][0])
-        return found
-
-    def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
-        with self.snapshot():
-            chunks = self._rows("SELECT id, hash, context, vector FROM chunks WHERE source = "
-                                "%s AND hash IS NOT NULL AND enriched", (uri,))
-            atoms, questions = self._derived([c[0] for c in chunks], "chunk_id, idx")
-            dropped = dropped_by_chunk(self._dropped([c[0] for c in chunks]))
-        atoms_of: dict[str, list[tuple[Any, ...]]] = {}
-        for a in atoms:
-            atoms_of.setdefault(a[1], []).append(a)
-        questions_of: dict[str, list[tuple[Any, ...]]] = {}
-        for q in questions:
-            questions_of.setdefault(q[1], []).append(q)
-        found: dict[str, StoredChunk] = {}
-        for chunk_id, digest, context, vector in chunks:
-            own_atoms, own_questions = atoms_of.get(chunk_id, []), questions_of.get(chunk_id, [])
-            found[digest] = StoredChunk(
-                vector=_stack([vector]),
-                atoms=[Atom(id=a[0], chunk_id=chunk_id, index=a[2], start=a[3], end=a[4],
-                            text=a[5]) for a in own_atoms],
-                atom_vectors=_stack([a[6] for a in own_atoms]),
-                questions=[Question(atom_id=q[0], chunk_id=chunk_id, text=q[2])
-                           for q in own_questions],
-                question_vectors=_stack([q[3] for q in own_questions]),
-                context=context,
-                dropped=dropped.get(chunk_id, []))
-        return found
-
-    def _dropped(self, chunk_ids: list[str]) -> list[DroppedQuestion]:
-        return [DroppedQuestion(chunk_id=r[0], atom_id=r[1], text=r[2], reason=r[3])
-                for r in self._rows("SELECT chunk_id, atom_id, text, reason FROM "
-                                    "dropped_questions WHERE chunk_id = ANY(%s) ORDER BY row",
-                                    (chunk_ids,))]
-
-    def generated_questions(self, *, source: str | None = None,
-                            chunk_id: str | None = None, sample: int | None = None,
-                            seed: int | None = None) -> list[GeneratedQuestion]:
-        with self.snapshot():
-            if sample is not None:  # drawn among the row numbers, then only those read
-                kept, dropped = draw_questions(
-                    [int(r) for (r,) in self._rows("SELECT row FROM questions")],
-                    [int(r) for (r,) in self._rows("SELECT row FROM dropped_questions")],
-                    sample, seed)
-                rows = [*self._rows(KEPT_QUESTIONS.format(where="q.row = ANY(%s)"), (kept,)),
-                        *self._rows(DROPPED_QUESTIONS.format(where="d.row = ANY(%s)"),
-                                    (dropped,))]
-                return as_generated(rows, shuffle=True, seed=seed)
-            where, value = (("c.source = %s", source) if source is not None
-                            else ("c.id = %s", chunk_id))
-            return as_generated(self._rows(
-                f"{KEPT_QUESTIONS.format(where=where)} UNION ALL "
-                f"{DROPPED_QUESTIONS.format(where=where)} ORDER BY 3, 1, 2, 5, 8 DESC, 10",
-                (value, value)))
-
-    def _derived(self, chunk_ids: list[str], atom_order: str
-                 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """The atoms (id, chunk_id, idx, start, end, text, vector; ordered by
-        ``atom_order``) and questions (atom_id, chunk_id, text, vector; in stored order)
-        of some chunks."""
-        atoms = self._rows('SELECT id, chunk_id, idx, start, "end", text, vector FROM atoms '
-                           f"WHERE chunk_id = ANY(%s) ORDER BY {atom_order}", (chunk_ids,))
-        questions = self._rows("SELECT atom_id, chunk_id, text, vector FROM questions "
-                               "WHERE chunk_id = ANY(%s) ORDER BY row", (chunk_ids,))
-        return atoms, questions
-
-    def export_source(self, uri: str) -> SourceBatch | None:
-        with self.snapshot():
-            source = self.get_source(uri)
-            if source is None:
-                return None
-            chunks = self._rows('SELECT id, source, idx, start, "end", text, metadata, context,'
-                                " hash, enriched, vector FROM chunks WHERE source = %s "
-                                "ORDER BY idx, row", (uri,))
-            atoms, questions = self._derived([c[0] for c in chunks], "row")
-            dropped = self._dropped([c[0] for c in chunks])
-        return SourceBatch(
-            source=source,
-            chunks=[Chunk(id=c[0], source=c[1], index=c[2], start=c[3], end=c[4], text=c[5],
-                          metadata=c[6], context=c[7]) for c in chunks],
-            atoms=[Atom(id=a[0], chunk_id=a[1], index=a[2], start=a[3], end=a[4], text=a[5])
-                   for a in atoms],
-            questions=[Question(atom_id=q[0], chunk_id=q[1], text=q[2]) for q in questions],
-            chunk_vectors=_stack([c[10] for c in chunks]),
-            atom_vectors=_stack([a[6] for a in atoms]),
-            question_vectors=_stack([q[3] for q in questions]),
-            chunk_hashes=[c[8] or content_hash(c[5]) for c in chunks],
-            pending={c[0] for c in chunks if not c[9]},
-            dropped=dropped)
 
     # -- integrity ---------------------------------------------------------------------
     def inspect(self) -> Inspection:
@@ -810,16 +626,3 @@ def _named(clause: str, values: list[Any], params: dict[str, Any]) -> str:
         params[name] = value
         out.append(f"%({name})s{rest}")
     return "".join(out)
-
-
-def _stack(vectors: Sequence[Any]) -> Vectors:
-    if not vectors:
-        return np.zeros((0, 0), dtype=np.float32)
-    return np.stack([np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v,
-                                dtype=np.float32) for v in vectors])
-
-
-def _source(row: Sequence[Any]) -> Source:
-    return Source(uri=row[0], content_hash=row[1], size=row[2], mtime=row[3], loader=row[4],
-                  ingested_at=datetime.fromisoformat(row[5]), metadata=row[6], status=row[7],
-                  root=row[8])

@@ -143,15 +143,3 @@ def bm25(kind: str, restrict: str = "") -> str:
         FROM {kind}_terms p JOIN w ON w.term = p.term CROSS JOIN st
         {f"WHERE p.item IN (SELECT t.row FROM {kind} t WHERE {restrict})" if restrict else ""}
         GROUP BY p.item ORDER BY score DESC, p.item LIMIT %(k)s"""
-
-
-KEPT_QUESTIONS = (
-    "SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, q.text, true, '', q.row "
-    "FROM questions q JOIN atoms a ON a.id = q.atom_id JOIN chunks c ON c.id = q.chunk_id "
-    "WHERE {where}")
-DROPPED_QUESTIONS = (
-    "SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, d.text, false, d.reason, d.row "
-    "FROM dropped_questions d JOIN chunks c ON c.id = d.chunk_id "
-    "LEFT JOIN atoms a ON a.id = d.atom_id WHERE {where}")
-"""A generated question kept (searched) or dropped, with its chunk and atom: columns
-source, chunk id, chunk index, atom id, atom index, atom, text, kept, reason, row."""

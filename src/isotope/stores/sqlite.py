@@ -29,12 +29,7 @@ from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, InvalidArgument, InvalidIndex, StoreError
 from isotope.filters import Condition
 from isotope.models import (
-    Atom,
-    Chunk,
     DroppedQuestion,
-    GeneratedQuestion,
-    Question,
-    Source,
     content_hash,
 )
 from isotope.stores import (
@@ -44,16 +39,10 @@ from isotope.stores import (
     Hit,
     Inspection,
     Kind,
-    PendingChunk,
     SourceBatch,
-    SourceInfo,
-    Store,
-    StoredChunk,
-    as_generated,
-    draw_questions,
-    dropped_by_chunk,
 )
 from isotope.stores.keywords import query_words
+from isotope.stores.sql_core import SQLITE, SQLStore
 from isotope.stores.sqlite_check import inspect
 from isotope.stores.sqlite_connection import (
     DB_NAME,
@@ -70,19 +59,10 @@ from isotope.stores.sqlite_vectors import KEYWORD_POLICIES, POLICIES, VectorStor
 log = logging.getLogger(__name__)
 
 
-
-_KEPT = ("SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, q.text, 1, '', q.rowid "
-         "FROM questions q JOIN atoms a ON a.id = q.atom_id JOIN chunks c ON c.id = q.chunk_id "
-         "WHERE {where}")
-_DROPPED = ("SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, d.text, 0, d.reason, d.rowid "
-            "FROM dropped_questions d JOIN chunks c ON c.id = d.chunk_id "
-            "LEFT JOIN atoms a ON a.id = d.atom_id WHERE {where}")
-"""A generated question kept (searched) or dropped, with its chunk and atom: columns
-source, chunk id, chunk index, atom id, atom index, atom, text, kept, reason, row."""
-
-
-class SQLiteStore(Store):
+class SQLiteStore(SQLStore):
     """An index in a directory: ``isotope.db`` plus the vector indexes in ``vectors/``."""
+
+    dialect = SQLITE
 
     def __init__(self, directory: str | Path, *, create: bool = True) -> None:
         self.directory = Path(directory)
@@ -223,10 +203,6 @@ class SQLiteStore(Store):
             self._local.conn = None
 
     # -- meta --------------------------------------------------------------------------
-    @guarded
-    def get_meta(self, key: str) -> Any:
-        row = self._conn().execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
 
     @guarded
     def set_meta(self, key: str, value: Any) -> None:
@@ -328,56 +304,6 @@ class SQLiteStore(Store):
                     "json_extract(counts, '$[2]') + ?) WHERE uri = ? AND counts IS NOT NULL",
                     (len(rows) - had, uri))
         self._after_write()
-
-    @guarded
-    def pending_chunks(self, limit: int, *, after: str | None = None,
-                       sources: Sequence[str] | None = None) -> list[PendingChunk]:
-        sql, params = "SELECT id FROM chunks WHERE enriched = 0", list[Any]()
-        if sources is not None:  # (one JSON parameter: no limit on how many)
-            sql += " AND source IN (SELECT value FROM json_each(?))"
-            params.append(json.dumps(list(sources)))
-        if after is not None:
-            sql += " AND id > ?"
-            params.append(after)
-        with self.snapshot():
-            conn = self._conn()
-            ids = [r[0] for r in conn.execute(f"{sql} ORDER BY id LIMIT ?", (*params, limit))]
-            chunks = self.get_chunks(ids)
-            marks = ",".join("?" * len(ids))
-            atoms = conn.execute(
-                f'SELECT rowid, id, chunk_id, idx, start, "end", text FROM atoms '
-                f"WHERE chunk_id IN ({marks}) ORDER BY chunk_id, idx", ids).fetchall()
-            vectors = self._vectors_of("atoms", [a[0] for a in atoms])
-        by_chunk: dict[str, list[tuple[Any, ...]]] = {}
-        for atom in atoms:
-            by_chunk.setdefault(atom[2], []).append(atom)
-        found = []
-        for chunk_id in ids:
-            own = [a for a in by_chunk.get(chunk_id, []) if a[0] in vectors]
-            found.append(PendingChunk(
-                chunk=chunks[chunk_id],
-                atoms=[Atom(id=a[1], chunk_id=a[2], index=a[3], start=a[4], end=a[5],
-                            text=a[6]) for a in own],
-                atom_vectors=_stack([vectors[a[0]] for a in own])))
-        return found
-
-    @guarded
-    def count_waiting(self, sources: Sequence[str] | None = None) -> int:
-        if sources is None:
-            return int(self._conn().execute(
-                "SELECT COUNT(*) FROM chunks WHERE enriched = 0").fetchone()[0])
-        return int(self._conn().execute(
-            "SELECT COUNT(*) FROM chunks WHERE enriched = 0 AND source IN "
-            "(SELECT value FROM json_each(?))", (json.dumps(list(sources)),)).fetchone()[0])
-
-    @guarded
-    def without_questions(self, chunk_ids: Sequence[str]) -> set[str]:
-        if not chunk_ids or self._conn().execute(
-                "SELECT 1 FROM chunks WHERE enriched = 0 LIMIT 1").fetchone() is None:
-            return set()
-        marks = ",".join("?" * len(chunk_ids))
-        return {r[0] for r in self._conn().execute(
-            f"SELECT id FROM chunks WHERE enriched = 0 AND id IN ({marks})", list(chunk_ids))}
 
     @staticmethod
     def _next_rowids(conn: sqlite3.Connection, table: str, count: int) -> range:
@@ -493,197 +419,11 @@ class SQLiteStore(Store):
         ).fetchall()
         return self._hits(kind, [(int(r), -float(s)) for r, s in found])
 
-    def _hits(self, kind: Kind, scored: list[tuple[int, float]]) -> list[Hit]:
-        if not scored:
-            return []
-        marks = ",".join("?" * len(scored))
-        conn = self._conn()
-        if kind == "questions":
-            sql = (f"SELECT q.rowid, q.chunk_id, q.text, a.text FROM questions q "
-                   f"JOIN atoms a ON a.id = q.atom_id WHERE q.rowid IN ({marks})")
-        elif kind == "atoms":
-            sql = f"SELECT rowid, chunk_id, text, text FROM atoms WHERE rowid IN ({marks})"
-        else:
-            sql = f"SELECT rowid, id, text, '' FROM chunks WHERE rowid IN ({marks})"
-        found = {r[0]: r for r in conn.execute(sql, [row for row, _ in scored])}
-        return [
-            Hit(kind, found[row][1], score, found[row][2], found[row][3])
-            for row, score in scored
-            if row in found
-        ]
+    @guarded
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._conn().execute(sql, params).fetchall()
 
     @guarded
-    def get_chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        found = self._conn().execute(
-            f'SELECT id, source, idx, start, "end", text, metadata, context FROM chunks '
-            f"WHERE id IN ({marks})",
-            list(ids),
-        )
-        return {
-            r[0]: Chunk(id=r[0], source=r[1], index=r[2], start=r[3], end=r[4], text=r[5],
-                        metadata=json.loads(r[6]), context=r[7])
-            for r in found
-        }
-
-    @guarded
-    def get_source(self, uri: str) -> Source | None:
-        row = self._conn().execute(
-            "SELECT uri, content_hash, size, mtime, loader, ingested_at, metadata, status, "
-            "root FROM sources WHERE uri=?", (uri,),
-        ).fetchone()
-        return _source(row) if row else None
-
-    @guarded
-    def sources(self) -> list[SourceInfo]:
-        rows = self._conn().execute(
-            "SELECT s.uri, s.content_hash, s.size, s.mtime, s.loader, s.ingested_at, s.metadata,"
-            " s.status, s.root, (SELECT COUNT(*) FROM chunks c WHERE c.source = s.uri),"
-            " (SELECT COUNT(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id"
-            "   WHERE c.source = s.uri),"
-            " (SELECT COUNT(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id"
-            "   WHERE c.source = s.uri),"
-            " (SELECT COUNT(*) FROM chunks c WHERE c.source = s.uri AND c.enriched = 0)"
-            " FROM sources s ORDER BY s.uri"
-        ).fetchall()
-        return [SourceInfo(_source(r[:9]), r[9], r[10], r[11], pending=r[12]) for r in rows]
-
-    @guarded
-    def counts(self) -> dict[str, int]:
-        conn = self._conn()
-        found = {
-            table: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-            for table in ("sources", "chunks", "atoms", "questions")
-        }
-        # waiting for their questions (a partial index: as cheap as there are such chunks)
-        found["chunks_waiting"] = self.count_waiting()
-        found["sources_waiting"] = int(conn.execute(
-            "SELECT COUNT(DISTINCT source) FROM chunks WHERE enriched = 0").fetchone()[0])
-        return found
-
-    @guarded
-    def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
-        conn = self._conn()
-        found: dict[str, StoredChunk] = {}
-        with self.snapshot():
-            chunks = conn.execute(
-                "SELECT rowid, id, hash, context FROM chunks WHERE source=? AND hash IS NOT "
-                "NULL AND enriched = 1", (uri,)).fetchall()
-            if not chunks:
-                return found
-            parts = []
-            for chunk_row, chunk_id, digest, context in chunks:
-                atoms = conn.execute(
-                    'SELECT rowid, id, idx, start, "end", text FROM atoms WHERE chunk_id=? '
-                    "ORDER BY idx", (chunk_id,)).fetchall()
-                questions = conn.execute(
-                    "SELECT rowid, atom_id, text FROM questions WHERE atom_id IN "
-                    "(SELECT id FROM atoms WHERE chunk_id=?) ORDER BY rowid",
-                    (chunk_id,)).fetchall()
-                parts.append((chunk_row, chunk_id, digest, context, atoms, questions))
-            dropped = dropped_by_chunk(self._dropped(conn, [p[1] for p in parts]))
-            vectors = {
-                "chunks": self._vectors_of("chunks", [p[0] for p in parts]),
-                "atoms": self._vectors_of("atoms", [a[0] for p in parts for a in p[4]]),
-                "questions": self._vectors_of("questions",
-                                              [q[0] for p in parts for q in p[5]])}
-        for chunk_row, chunk_id, digest, context, atoms, questions in parts:
-            rows = [chunk_row, *(a[0] for a in atoms), *(q[0] for q in questions)]
-            if not all(r in vectors[kind] for r, kind in zip(rows, (
-                    "chunks", *("atoms" for _ in atoms), *("questions" for _ in questions)),
-                    strict=True)):
-                continue  # a vector is missing: this chunk is made again
-            found[digest] = StoredChunk(
-                vector=np.stack([vectors["chunks"][chunk_row]]),
-                atoms=[Atom(id=a[1], chunk_id=chunk_id, index=a[2], start=a[3], end=a[4],
-                            text=a[5]) for a in atoms],
-                atom_vectors=_stack([vectors["atoms"][a[0]] for a in atoms]),
-                questions=[Question(atom_id=q[1], chunk_id=chunk_id, text=q[2])
-                           for q in questions],
-                question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
-                context=context,
-                dropped=dropped.get(chunk_id, []),
-            )
-        return found
-
-    @staticmethod
-    def _dropped(conn: sqlite3.Connection, chunk_ids: list[str]) -> list[DroppedQuestion]:
-        return [DroppedQuestion(chunk_id=r[0], atom_id=r[1], text=r[2], reason=r[3])
-                for r in conn.execute(
-                    "SELECT chunk_id, atom_id, text, reason FROM dropped_questions WHERE "
-                    "chunk_id IN (SELECT value FROM json_each(?)) ORDER BY rowid",
-                    (json.dumps(chunk_ids),))]
-
-    @guarded
-    def generated_questions(self, *, source: str | None = None,
-                            chunk_id: str | None = None, sample: int | None = None,
-                            seed: int | None = None) -> list[GeneratedQuestion]:
-        conn = self._conn()
-        if sample is not None:  # drawn among the row numbers, then only those rows read
-            kept, dropped = draw_questions(
-                [r for (r,) in conn.execute("SELECT rowid FROM questions")],
-                [r for (r,) in conn.execute("SELECT rowid FROM dropped_questions")],
-                sample, seed)
-            among = "{}.rowid IN (SELECT value FROM json_each(?))"
-            rows = [*conn.execute(_KEPT.format(where=among.format("q")), (json.dumps(kept),)),
-                    *conn.execute(_DROPPED.format(where=among.format("d")),
-                                  (json.dumps(dropped),))]
-            return as_generated(rows, shuffle=True, seed=seed)
-        where, value = (("c.source = ?", source) if source is not None
-                        else ("c.id = ?", chunk_id))
-        return as_generated(conn.execute(
-            f"{_KEPT.format(where=where)} UNION ALL {_DROPPED.format(where=where)} "
-            "ORDER BY 3, 1, 2, 5, 8 DESC, 10", (value, value)).fetchall())
-
-    @guarded
-    def meta_items(self) -> dict[str, Any]:
-        return {k: json.loads(v) for k, v in self._conn().execute("SELECT key, value FROM meta")}
-
-    @guarded
-    def export_source(self, uri: str) -> SourceBatch | None:
-        with self.snapshot():
-            source = self.get_source(uri)
-            if source is None:
-                return None
-            conn = self._conn()
-            chunks = conn.execute(
-                'SELECT rowid, id, idx, start, "end", text, metadata, context, hash, enriched '
-                "FROM chunks WHERE source = ? ORDER BY idx, rowid", (uri,)).fetchall()
-            marks = ",".join("?" * len(chunks))
-            ids = [c[1] for c in chunks]
-            atoms = conn.execute(
-                f'SELECT rowid, id, chunk_id, idx, start, "end", text FROM atoms '
-                f"WHERE chunk_id IN ({marks}) ORDER BY rowid", ids).fetchall()
-            questions = conn.execute(
-                f"SELECT rowid, atom_id, chunk_id, text FROM questions "
-                f"WHERE chunk_id IN ({marks}) ORDER BY rowid", ids).fetchall()
-            dropped = self._dropped(conn, ids)
-            vectors: dict[str, dict[int, Vectors]] = {
-                "chunks": self._vectors_of("chunks", [r[0] for r in chunks]),
-                "atoms": self._vectors_of("atoms", [r[0] for r in atoms]),
-                "questions": self._vectors_of("questions", [r[0] for r in questions])}
-        lost = [kind for kind, rows in (("chunks", chunks), ("atoms", atoms),
-                                        ("questions", questions))
-                if any(r[0] not in vectors[kind] for r in rows)]
-        if lost:
-            raise IndexDamaged(f"{uri}: vectors of its {', '.join(lost)} are missing in "
-                               f"{self.directory}; run `isotope check --repair` first")
-        return SourceBatch(
-            source=source,
-            chunks=[Chunk(id=c[1], source=uri, index=c[2], start=c[3], end=c[4], text=c[5],
-                          metadata=json.loads(c[6]), context=c[7]) for c in chunks],
-            atoms=[Atom(id=a[1], chunk_id=a[2], index=a[3], start=a[4], end=a[5], text=a[6])
-                   for a in atoms],
-            questions=[Question(atom_id=q[1], chunk_id=q[2], text=q[3]) for q in questions],
-            chunk_vectors=_stack([vectors["chunks"][c[0]] for c in chunks]),
-            atom_vectors=_stack([vectors["atoms"][a[0]] for a in atoms]),
-            question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
-            chunk_hashes=[c[8] or content_hash(c[5]) for c in chunks],
-            pending={c[1] for c in chunks if not c[9]},
-            dropped=dropped)
-
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         ids, vectors = self._vectors.index(kind).get(np.array(rows, dtype=np.int64))
         return dict(zip((int(i) for i in ids), vectors, strict=True))
@@ -741,24 +481,10 @@ class SQLiteStore(Store):
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
 
 
-def _stack(vectors: list[Vectors]) -> Vectors:
-    if not vectors:
-        return np.zeros((0, 0), dtype=np.float32)
-    return np.stack(vectors).astype(np.float32)
-
-
 def _blob(vector: Vectors) -> bytes:
     """A logged vector: float16 (half the bytes to write; the HNSW index keeps int8, and
     float16 changes a cosine by less than 0.001)."""
     return np.asarray(vector, dtype=np.float16).tobytes()
-
-
-def _source(row: Sequence[Any]) -> Source:
-    return Source(
-        uri=row[0], content_hash=row[1], size=row[2], mtime=row[3], loader=row[4],
-        ingested_at=datetime.fromisoformat(row[5]), metadata=json.loads(row[6]),
-        status=row[7], root=row[8],
-    )
 
 
 def _disk_full(folder: Path) -> bool:

@@ -1,0 +1,347 @@
+"""What both SQL engines do the same way, written once: reading sources, chunks, atoms,
+questions and their vectors back, counting, the enrichment queue, exporting a source and
+the questions generated for it.
+
+An engine gives a :class:`Dialect` (how its SQL spells a parameter, a row number, a list
+parameter, a waiting chunk, binary order and a JSON value) and three hooks: ``_rows``
+(run a read and map its errors), ``_vectors_of`` (where a kind's vectors live) and
+``snapshot`` (one read transaction). What truly differs stays in the engine: connections
+and locking, schema steps, writes, vector indexes and where BM25 comes from. A third SQL
+engine needs a dialect and those parts."""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from isotope.embedders import Vectors
+from isotope.errors import IndexDamaged
+from isotope.models import (
+    Atom,
+    Chunk,
+    DroppedQuestion,
+    GeneratedQuestion,
+    Question,
+    Source,
+    content_hash,
+)
+from isotope.stores import (
+    Hit,
+    Kind,
+    PendingChunk,
+    SourceBatch,
+    SourceInfo,
+    Store,
+    StoredChunk,
+    as_generated,
+    draw_questions,
+    dropped_by_chunk,
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How an engine's SQL spells what the shared queries need."""
+
+    mark: str
+    """A positional parameter (``?``, ``%s``)."""
+    row: str
+    """The column numbering rows in insertion order (``rowid``, ``row``)."""
+    waiting_sql: str
+    """The condition on ``chunks`` of a chunk still waiting for its questions (``{c}``:
+    the table's alias and a dot, or nothing)."""
+    true: str
+    false: str
+    binary_order: str
+    """Appended to a text column to order it by its bytes, as SQLite does."""
+    any_of: Callable[[str], str]
+    """``column`` -> a condition that it is one of a list parameter's values."""
+    many: Callable[[Sequence[Any]], Any]
+    """A list as the parameter :attr:`any_of` takes (one parameter, any length)."""
+    json_value: Callable[[Any], Any]
+    """A JSON column's value as read -> the Python value."""
+
+    def waiting(self, alias: str = "") -> str:
+        return self.waiting_sql.format(c=f"{alias}." if alias else "")
+
+
+SQLITE = Dialect(
+    mark="?", row="rowid", waiting_sql="{c}enriched = 0", true="1", false="0",
+    binary_order="",
+    any_of=lambda column: f"{column} IN (SELECT value FROM json_each(?))",
+    many=lambda values: json.dumps(list(values)), json_value=json.loads)
+POSTGRES = Dialect(
+    mark="%s", row="row", waiting_sql="NOT {c}enriched", true="true", false="false",
+    binary_order=' COLLATE "C"', any_of=lambda column: f"{column} = ANY(%s)",
+    many=list, json_value=lambda value: value)
+
+_SOURCE = "uri, content_hash, size, mtime, loader, ingested_at, metadata, status, root"
+_CHUNK = 'id, source, idx, start, "end", text, metadata, context'
+_ATOM = 'id, chunk_id, idx, start, "end", text'
+
+
+class SQLStore(Store):
+    """The reads of a relational store, against :attr:`dialect` and three hooks."""
+
+    dialect: Dialect
+
+    @abstractmethod
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of a read, the engine's errors mapped to isotope's."""
+
+    @abstractmethod
+    def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
+        """The stored vectors of ``kind``'s ``rows`` (row -> vector; a lost one absent)."""
+
+    # -- building blocks ---------------------------------------------------------------
+    def _source(self, row: Sequence[Any]) -> Source:
+        return Source(uri=row[0], content_hash=row[1], size=row[2], mtime=row[3],
+                      loader=row[4], ingested_at=datetime.fromisoformat(row[5]),
+                      metadata=self.dialect.json_value(row[6]), status=row[7], root=row[8])
+
+    def _chunk(self, row: Sequence[Any]) -> Chunk:
+        return Chunk(id=row[0], source=row[1], index=row[2], start=row[3], end=row[4],
+                     text=row[5], metadata=self.dialect.json_value(row[6]), context=row[7])
+
+    def _of(self, table: str, columns: str, column: str, values: Sequence[Any],
+            order: str) -> list[tuple[Any, ...]]:
+        """``columns`` (after the row number) of ``table``'s rows whose ``column`` is one
+        of ``values``."""
+        if not values:
+            return []
+        d = self.dialect
+        return self._rows(f"SELECT {d.row}, {columns} FROM {table} WHERE "
+                          f"{d.any_of(column)} ORDER BY {order}", (d.many(values),))
+
+    # -- meta --------------------------------------------------------------------------
+    def get_meta(self, key: str) -> Any:
+        rows = self._rows(f"SELECT value FROM meta WHERE key = {self.dialect.mark}", (key,))
+        return self.dialect.json_value(rows[0][0]) if rows else None
+
+    def meta_items(self) -> dict[str, Any]:
+        return {k: self.dialect.json_value(v) for k, v in
+                self._rows("SELECT key, value FROM meta")}
+
+    # -- sources and chunks ------------------------------------------------------------
+    def get_source(self, uri: str) -> Source | None:
+        rows = self._rows(f"SELECT {_SOURCE} FROM sources WHERE uri = {self.dialect.mark}",
+                          (uri,))
+        return self._source(rows[0]) if rows else None
+
+    def get_chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
+        rows = self._of("chunks", _CHUNK, "id", list(ids), self.dialect.row)
+        return {r[1]: self._chunk(r[1:]) for r in rows}
+
+    def sources(self) -> list[SourceInfo]:
+        d = self.dialect
+        rows = self._rows(
+            f"SELECT {', '.join('s.' + c for c in _SOURCE.split(', '))},"
+            " (SELECT count(*) FROM chunks c WHERE c.source = s.uri),"
+            " (SELECT count(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id"
+            "   WHERE c.source = s.uri),"
+            " (SELECT count(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id"
+            "   WHERE c.source = s.uri),"
+            f" (SELECT count(*) FROM chunks c WHERE c.source = s.uri AND {d.waiting('c')})"
+            f" FROM sources s ORDER BY s.uri{d.binary_order}")
+        return [SourceInfo(self._source(r[:9]), r[9], r[10], r[11], pending=r[12])
+                for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        with self.snapshot():
+            found = {table: int(self._rows(f"SELECT count(*) FROM {table}")[0][0])
+                     for table in ("sources", "chunks", "atoms", "questions")}
+            found["chunks_waiting"] = self.count_waiting()
+            found["sources_waiting"] = int(self._rows(
+                f"SELECT count(DISTINCT source) FROM chunks WHERE {self.dialect.waiting()}"
+            )[0][0])
+        return found
+
+    def _hits(self, kind: Kind, scored: list[tuple[int, float]]) -> list[Hit]:
+        """Search hits for ``(row, score)`` pairs, in their order (rows gone since are
+        left out)."""
+        if not scored:
+            return []
+        d = self.dialect
+        if kind == "questions":
+            sql = (f"SELECT q.{d.row}, q.chunk_id, q.text, a.text FROM questions q JOIN atoms "
+                   f"a ON a.id = q.atom_id WHERE {d.any_of('q.' + d.row)}")
+        elif kind == "atoms":
+            sql = f"SELECT {d.row}, chunk_id, text, text FROM atoms WHERE {d.any_of(d.row)}"
+        else:
+            sql = f"SELECT {d.row}, id, text, '' FROM chunks WHERE {d.any_of(d.row)}"
+        found = {int(r[0]): r for r in self._rows(sql, (d.many([r for r, _ in scored]),))}
+        return [Hit(kind, found[row][1], score, found[row][2], found[row][3])
+                for row, score in scored if row in found]
+
+    # -- the enrichment queue ----------------------------------------------------------
+    def count_waiting(self, sources: Sequence[str] | None = None) -> int:
+        d = self.dialect
+        if sources is None:
+            return int(self._rows(f"SELECT count(*) FROM chunks WHERE {d.waiting()}")[0][0])
+        return int(self._rows(f"SELECT count(*) FROM chunks WHERE {d.waiting()} AND "
+                              f"{d.any_of('source')}", (d.many(sources),))[0][0])
+
+    def without_questions(self, chunk_ids: Sequence[str]) -> set[str]:
+        d = self.dialect
+        if not chunk_ids or not self._rows(f"SELECT 1 FROM chunks WHERE {d.waiting()} LIMIT 1"):
+            return set()  # (the usual case, answered from one row)
+        return {r[0] for r in self._rows(f"SELECT id FROM chunks WHERE {d.waiting()} AND "
+                                         f"{d.any_of('id')}", (d.many(chunk_ids),))}
+
+    def pending_chunks(self, limit: int, *, after: str | None = None,
+                       sources: Sequence[str] | None = None) -> list[PendingChunk]:
+        d = self.dialect
+        sql, params = f"SELECT id FROM chunks WHERE {d.waiting()}", list[Any]()
+        if sources is not None:
+            sql += f" AND {d.any_of('source')}"
+            params.append(d.many(sources))
+        if after is not None:
+            sql += f" AND id > {d.mark}"
+            params.append(after)
+        with self.snapshot():
+            ids = [r[0] for r in self._rows(f"{sql} ORDER BY id LIMIT {d.mark}",
+                                            (*params, limit))]
+            chunks = self.get_chunks(ids)
+            atoms = self._of("atoms", _ATOM, "chunk_id", ids, "chunk_id, idx")
+            vectors = self._vectors_of("atoms", [a[0] for a in atoms])
+        by_chunk: dict[str, list[tuple[Any, ...]]] = {}
+        for atom in atoms:
+            if atom[0] in vectors:  # (an atom whose vector is lost waits for a repair)
+                by_chunk.setdefault(atom[2], []).append(atom)
+        return [PendingChunk(chunk=chunks[chunk_id],
+                             atoms=[_atom(a[1:]) for a in by_chunk.get(chunk_id, [])],
+                             atom_vectors=stack([vectors[a[0]]
+                                                 for a in by_chunk.get(chunk_id, [])]))
+                for chunk_id in ids if chunk_id in chunks]
+
+    # -- generated questions -----------------------------------------------------------
+    def _dropped(self, chunk_ids: list[str]) -> list[DroppedQuestion]:
+        return [DroppedQuestion(chunk_id=r[1], atom_id=r[2], text=r[3], reason=r[4])
+                for r in self._of("dropped_questions", "chunk_id, atom_id, text, reason",
+                                  "chunk_id", chunk_ids, self.dialect.row)]
+
+    def _questions_sql(self, where: str) -> str:
+        """Generated questions kept (searched) and dropped, with their chunk and atom:
+        columns source, chunk id, chunk index, atom id, atom index, atom, text, kept,
+        reason, row (``where`` on ``c`` the chunk and ``x`` the question)."""
+        d = self.dialect
+        return (f"SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, x.text, {d.true}, '', "
+                f"x.{d.row} FROM questions x JOIN atoms a ON a.id = x.atom_id JOIN chunks c "
+                f"ON c.id = x.chunk_id WHERE {where.format(table='questions')} UNION ALL "
+                f"SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, x.text, {d.false}, "
+                f"x.reason, x.{d.row} FROM dropped_questions x JOIN chunks c ON c.id = "
+                f"x.chunk_id LEFT JOIN atoms a ON a.id = x.atom_id "
+                f"WHERE {where.format(table='dropped_questions')}")
+
+    def generated_questions(self, *, source: str | None = None,
+                            chunk_id: str | None = None, sample: int | None = None,
+                            seed: int | None = None) -> list[GeneratedQuestion]:
+        d = self.dialect
+        with self.snapshot():
+            if sample is not None:  # drawn among the row numbers, then only those read
+                kept, dropped = draw_questions(
+                    [int(r) for (r,) in self._rows(f"SELECT {d.row} FROM questions")],
+                    [int(r) for (r,) in self._rows(f"SELECT {d.row} FROM dropped_questions")],
+                    sample, seed)
+                among = d.any_of(f"x.{d.row}")
+                return as_generated(self._rows(self._questions_sql(among),
+                                               (d.many(kept), d.many(dropped))),
+                                    shuffle=True, seed=seed)
+            where, value = ((f"c.source = {d.mark}", source) if source is not None
+                            else (f"c.id = {d.mark}", chunk_id))
+            return as_generated(self._rows(
+                f"{self._questions_sql(where)} ORDER BY 3, 1, 2, 5, 8 DESC, 10",
+                (value, value)))
+
+    # -- whole chunks and sources, with their vectors ----------------------------------
+    def _vectors_of_all(self, chunks: list[tuple[Any, ...]], atoms: list[tuple[Any, ...]],
+                        questions: list[tuple[Any, ...]]) -> dict[Kind, dict[int, Vectors]]:
+        """The vectors of rows of each kind (each row's first column: its number)."""
+        return {"chunks": self._vectors_of("chunks", [r[0] for r in chunks]),
+                "atoms": self._vectors_of("atoms", [r[0] for r in atoms]),
+                "questions": self._vectors_of("questions", [r[0] for r in questions])}
+
+    def stored_chunks(self, uri: str) -> dict[str, StoredChunk]:
+        d = self.dialect
+        with self.snapshot():
+            chunks = self._rows(f"SELECT {d.row}, id, hash, context FROM chunks WHERE source = "
+                                f"{d.mark} AND hash IS NOT NULL AND NOT ({d.waiting()})", (uri,))
+            ids = [c[1] for c in chunks]
+            atoms = self._of("atoms", _ATOM, "chunk_id", ids, "chunk_id, idx")
+            questions = self._of("questions", "atom_id, chunk_id, text", "chunk_id", ids,
+                                 d.row)
+            dropped = dropped_by_chunk(self._dropped(ids))
+            vectors = self._vectors_of_all(chunks, atoms, questions)
+        atoms_of: dict[str, list[tuple[Any, ...]]] = {}
+        for a in atoms:
+            atoms_of.setdefault(a[2], []).append(a)
+        questions_of: dict[str, list[tuple[Any, ...]]] = {}
+        for q in questions:
+            questions_of.setdefault(q[2], []).append(q)
+        found: dict[str, StoredChunk] = {}
+        for chunk_row, chunk_id, digest, context in chunks:
+            own_atoms, own_questions = atoms_of.get(chunk_id, []), questions_of.get(chunk_id, [])
+            if (chunk_row not in vectors["chunks"]
+                    or any(a[0] not in vectors["atoms"] for a in own_atoms)
+                    or any(q[0] not in vectors["questions"] for q in own_questions)):
+                continue  # a vector is missing: this chunk is made again
+            found[digest] = StoredChunk(
+                vector=stack([vectors["chunks"][chunk_row]]),
+                atoms=[_atom(a[1:]) for a in own_atoms],
+                atom_vectors=stack([vectors["atoms"][a[0]] for a in own_atoms]),
+                questions=[Question(atom_id=q[1], chunk_id=chunk_id, text=q[3])
+                           for q in own_questions],
+                question_vectors=stack([vectors["questions"][q[0]] for q in own_questions]),
+                context=context,
+                dropped=dropped.get(chunk_id, []))
+        return found
+
+    def export_source(self, uri: str) -> SourceBatch | None:
+        d = self.dialect
+        with self.snapshot():
+            source = self.get_source(uri)
+            if source is None:
+                return None
+            chunks = self._rows(f"SELECT {d.row}, {_CHUNK}, hash, NOT ({d.waiting()}) FROM "
+                                f"chunks WHERE source = {d.mark} ORDER BY idx, {d.row}", (uri,))
+            ids = [c[1] for c in chunks]
+            atoms = self._of("atoms", _ATOM, "chunk_id", ids, d.row)
+            questions = self._of("questions", "atom_id, chunk_id, text", "chunk_id", ids, d.row)
+            dropped = self._dropped(ids)
+            vectors = self._vectors_of_all(chunks, atoms, questions)
+        lost = [kind for kind, rows in zip(vectors, (chunks, atoms, questions), strict=True)
+                if any(r[0] not in vectors[kind] for r in rows)]
+        if lost:
+            raise IndexDamaged(f"{uri}: vectors of its {', '.join(lost)} are missing; run "
+                               "`isotope check --repair` first")
+        return SourceBatch(
+            source=source,
+            chunks=[self._chunk(c[1:9]) for c in chunks],
+            atoms=[_atom(a[1:]) for a in atoms],
+            questions=[Question(atom_id=q[1], chunk_id=q[2], text=q[3]) for q in questions],
+            chunk_vectors=stack([vectors["chunks"][c[0]] for c in chunks]),
+            atom_vectors=stack([vectors["atoms"][a[0]] for a in atoms]),
+            question_vectors=stack([vectors["questions"][q[0]] for q in questions]),
+            chunk_hashes=[c[9] or content_hash(c[6]) for c in chunks],
+            pending={c[1] for c in chunks if not c[10]},
+            dropped=dropped)
+
+
+def _atom(row: Sequence[Any]) -> Atom:
+    return Atom(id=row[0], chunk_id=row[1], index=row[2], start=row[3], end=row[4],
+                text=row[5])
+
+
+def stack(vectors: Sequence[Any]) -> Vectors:
+    """Stored vectors as one float32 matrix (an engine's vector type converted); an empty
+    list gives a 0 x 0 one."""
+    if not len(vectors):
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.stack([v.to_numpy() if hasattr(v, "to_numpy") else v
+                     for v in vectors]).astype(np.float32)
