@@ -1,6 +1,5 @@
-"""SQL of the PostgreSQL store: filter conditions (settled by :mod:`isotope.filters`)
-translated into a WHERE clause with bound parameters, and BM25 computed from term
-statistics.
+"""SQL of the PostgreSQL store: its spelling of filter conditions
+(:mod:`isotope.stores.sql_filters`), and BM25 computed from term statistics.
 
 BM25 is computed the way the embedded store's FTS5 computes it, from the same terms
 (FTS5's own tokenizer, :class:`isotope.stores.keywords.Tokenizer`), so both engines
@@ -15,10 +14,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from isotope.filters import Condition
 from isotope.stores.keywords import K1, MIN_IDF, B
+from isotope.stores.sql_filters import FilterSQL, Test
 
-_OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 _COLUMNS = {"ingested_at": ('s.ingested_at COLLATE "C"', "text"), "size": ("s.size", "numeric")}
 _MANTISSA = r"^\s*([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))"
 _EXPONENT = r"^\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE]([+-]?[0-9]{1,9})"
@@ -84,40 +82,38 @@ def _value_test(value: Any, op: str) -> str:
     return f"(jsonb_typeof(j.v) = 'string' AND (j.v #>> '{{}}') COLLATE \"C\" {op} %s::text)"
 
 
-def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
-    """SQL over chunks ``c`` joined to sources ``s`` meeting every condition; values and
-    metadata keys are bound parameters."""
-    parts: list[str] = []
-    params: list[Any] = []
-    for cond in conditions:
-        if cond.key == "source":  # globs resolved by isotope.filters
-            parts.append("(" + " OR ".join("c.source ~ %s" for _ in cond.values) + ")")
-            params += [glob_regex(str(v)) for v in cond.values]
-            continue
-        if cond.key == "type":
-            test = "(s.loader = ANY(%s) OR s.metadata->>'type' = ANY(%s))"
-            parts.append(f"NOT coalesce({test}, false)" if cond.op == "ne" else test)
-            params += [list(cond.values), list(cond.values)]
-            continue
-        op = _OPS[cond.op]
-        if cond.key in _COLUMNS:
-            column, cast = _COLUMNS[cond.key]
-            test = " OR ".join(f"{column} {op} %s::{cast}" for _ in cond.values)
-            parts.append(f"NOT coalesce({test}, false)" if cond.op == "ne" else f"({test})")
-            params += [_as(v, cast) for v in cond.values]
-            continue
-        # A metadata value of the chunk or of its source; a list matches if any item does
-        # (an object: any of its values, as SQLite's json_each walks it). Each value is
-        # compared by its own type (a list may mix numbers and text).
-        test = " OR ".join(_value_test(v, op) for v in cond.values)
+class PostgresFilters(FilterSQL):
+    """Filters in PostgreSQL's SQL, reading as SQLite's do: GLOB as an anchored regular
+    expression, text compared byte by byte (``COLLATE "C"``), SQLite's number reading."""
+
+    always = "true"
+
+    def globs(self, globs: Sequence[Any]) -> Test:
+        return ("(" + " OR ".join("c.source ~ %s" for _ in globs) + ")",
+                [glob_regex(str(v)) for v in globs])
+
+    def loader(self, types: Sequence[Any]) -> Test:
+        return ("(s.loader = ANY(%s) OR s.metadata->>'type' = ANY(%s))",
+                [list(types), list(types)])
+
+    def column(self, key: str, op: str, values: Sequence[Any]) -> Test:
+        column, cast = _COLUMNS[key]
+        return ("(" + " OR ".join(f"{column} {op} %s::{cast}" for _ in values) + ")",
+                [_as(v, cast) for v in values])
+
+    def metadata(self, key: str, op: str, values: Sequence[Any]) -> Test:
+        # a list matches if any item does (an object: any of its values, as SQLite's
+        # json_each walks it)
+        test = " OR ".join(_value_test(v, op) for v in values)
         exists = " OR ".join(
             f"EXISTS (SELECT 1 FROM jsonb_array_elements(CASE jsonb_typeof({m}->%s) WHEN "
             f"'array' THEN {m}->%s WHEN 'object' THEN (SELECT coalesce(jsonb_agg(o.value), "
             f"'[]') FROM jsonb_each({m}->%s) o) ELSE jsonb_build_array({m}->%s) END) j(v) "
             f"WHERE {test})" for m in ("c.metadata", "s.metadata"))
-        parts.append(f"NOT ({exists})" if cond.op == "ne" else f"({exists})")
-        params += [cond.key, cond.key, cond.key, cond.key, *cond.values] * 2
-    return " AND ".join(parts) or "true", params
+        return f"({exists})", [key, key, key, key, *values] * 2
+
+
+where = PostgresFilters().where
 
 
 ITEM_CHUNK = {"questions": "t.chunk_id", "atoms": "t.chunk_id", "chunks": "t.id"}

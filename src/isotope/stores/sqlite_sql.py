@@ -1,13 +1,13 @@
-"""SQL of the embedded store: filter conditions (settled by :mod:`isotope.filters`)
-translated into a WHERE clause with bound parameters, and the queries ``check`` runs."""
+"""SQL of the embedded store: its spelling of filter conditions
+(:mod:`isotope.stores.sql_filters`), and the queries ``check`` runs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from isotope.filters import Condition
 from isotope.stores import Kind
+from isotope.stores.sql_filters import FilterSQL, Test
 
 CHUNK_ROWID: dict[Kind, str] = {
     "questions": "(SELECT c.rowid FROM chunks c WHERE c.id = t.chunk_id)",
@@ -36,8 +36,29 @@ COUNTS = (
     "WHERE c.source = s.uri) FROM sources s")
 """Each source's stored counts (JSON, NULL before schema 4) and what it holds now."""
 
-_OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
-_COLUMNS = {"ingested_at": "s.ingested_at", "size": "s.size"}
+class SQLiteFilters(FilterSQL):
+    """Filters in SQLite's SQL: GLOB, ``json_extract``, ``json_each`` over a metadata
+    value (a list's items, an object's values), and a value's JSON type."""
+
+    def globs(self, globs: Sequence[Any]) -> Test:
+        return "(" + " OR ".join("c.source GLOB ?" for _ in globs) + ")", list(globs)
+
+    def loader(self, types: Sequence[Any]) -> Test:
+        marks = ",".join("?" * len(types))
+        # coalesce: a source without a metadata type is not of that type
+        return (f"(s.loader IN ({marks}) OR coalesce(json_extract(s.metadata, '$.type') "
+                f"IN ({marks}), 0))", [*types, *types])
+
+    def column(self, key: str, op: str, values: Sequence[Any]) -> Test:
+        return "(" + " OR ".join(f"s.{key} {op} ?" for _ in values) + ")", list(values)
+
+    def metadata(self, key: str, op: str, values: Sequence[Any]) -> Test:
+        test = " OR ".join(_value_test(v, op) for v in values)
+        path = f'$."{key}"'
+        bound = [int(v) if isinstance(v, bool) else v for v in values]
+        return (f"(EXISTS (SELECT 1 FROM json_each(c.metadata, ?) j WHERE {test}) OR "
+                f"EXISTS (SELECT 1 FROM json_each(s.metadata, ?) j WHERE {test}))",
+                [path, *bound, path, *bound])
 
 
 def _value_test(value: Any, op: str) -> str:
@@ -52,39 +73,4 @@ def _value_test(value: Any, op: str) -> str:
     return f"(j.type = 'text' AND j.value {op} ?)"
 
 
-def where(conditions: Sequence[Condition]) -> tuple[str, list[Any]]:
-    """SQL over chunks ``c`` joined to sources ``s`` meeting every condition; values
-    (and metadata keys) are bound parameters."""
-    parts: list[str] = []
-    params: list[Any] = []
-    for cond in conditions:
-        if cond.key == "source":  # globs resolved by isotope.filters
-            parts.append("(" + " OR ".join("c.source GLOB ?" for _ in cond.values) + ")")
-            params += list(cond.values)
-            continue
-        if cond.key == "type":
-            marks = ",".join("?" * len(cond.values))
-            # coalesce: a source without a metadata type is not of that type (without
-            # it, NOT (false OR NULL) dropped every such source from `type != X`)
-            test = (f"(s.loader IN ({marks}) OR coalesce(json_extract(s.metadata, '$.type') "
-                    f"IN ({marks}), 0))")
-            parts.append(f"NOT {test}" if cond.op == "ne" else test)
-            params += [*cond.values, *cond.values]
-            continue
-        op = _OPS[cond.op]
-        if cond.key in _COLUMNS:
-            column = _COLUMNS[cond.key]
-            test = " OR ".join(f"{column} {op} ?" for _ in cond.values)
-            parts.append(f"NOT ({test})" if cond.op == "ne" else f"({test})")
-            params += list(cond.values)
-            continue
-        # A metadata value of the chunk or of its source; a list matches if any item does.
-        # Each value is compared by its own type (a list may mix numbers and text).
-        test = " OR ".join(_value_test(v, op) for v in cond.values)
-        exists = (f"EXISTS (SELECT 1 FROM json_each(c.metadata, ?) j WHERE {test}) OR "
-                  f"EXISTS (SELECT 1 FROM json_each(s.metadata, ?) j WHERE {test})")
-        path = f'$."{cond.key}"'
-        parts.append(f"NOT ({exists})" if cond.op == "ne" else f"({exists})")
-        values = [int(v) if isinstance(v, bool) else v for v in cond.values]
-        params += [path, *values, path, *values]
-    return " AND ".join(parts) or "1", params
+where = SQLiteFilters().where
