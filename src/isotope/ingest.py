@@ -319,8 +319,8 @@ class Pipeline:
             self._document(source, document, existing, report, progress, done, total)
             self._members_of.setdefault(owner, set()).add(uri)
         stale = held - seen  # no longer in the container
-        most = len(held) > 4 and len(stale) > maintenance.SYNC_MAX_REMOVED * len(held)
-        if stale and mailbox and not self.force and (not seen or most):
+        if (mailbox and not self.force
+                and maintenance.removes_too_many(len(stale), len(held), all_gone=not seen)):
             report.errors.append(FileError(owner, (
                 f"it holds {len(seen)} of the {len(held)} messages stored from it (emptied, "
                 "or being rewritten?): none removed; if that is right, ingest it with "

@@ -22,6 +22,13 @@ share of them when the root holds more than four: an unmounted or emptied folder
 like that."""
 
 
+def removes_too_many(removed: int, held: int, *, all_gone: bool) -> bool:
+    """The one rule by which a sync, or an ingest of a container (a mailbox), refuses to
+    remove sources without ``force``: it would remove everything (``all_gone``), or more
+    than :data:`SYNC_MAX_REMOVED` of more than four."""
+    return removed > 0 and (all_gone or (held > 4 and removed > SYNC_MAX_REMOVED * held))
+
+
 def members_of(store: Store) -> dict[str, set[str]]:
     """The sources inside others (a mailbox's messages, an email's attachments), by the
     source or file they are in (their ``container``)."""
@@ -61,8 +68,7 @@ def deleted_sources(store: Store, paths: Sequence[str | Path], *, force: bool) -
         below = [s.uri for s in infos if s.uri == top or s.uri.startswith(tuple(tops))]
         files = {s.uri: str(s.metadata.get("file") or s.uri) for s in infos}
         missing = [uri for uri in below if gone_file(files[uri])]
-        most = len(missing) == len(below) or (
-            len(below) > 4 and len(missing) > SYNC_MAX_REMOVED * len(below))
+        most = removes_too_many(len(missing), len(below), all_gone=len(missing) == len(below))
         emptied = emptied_folder(missing, top)
         if missing and (most or emptied) and not force:
             where = (f"{len(missing)} of the {len(below)} sources below {top}" if most
