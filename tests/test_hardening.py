@@ -22,6 +22,7 @@ from isotope.cli import app
 from isotope.embedders import Embedder
 from isotope.errors import IndexDamaged, InvalidArgument, StoreError, SyncRefused
 
+import support
 from conftest import FakeLLM
 
 runner = CliRunner()
@@ -319,7 +320,7 @@ def test_a_truncated_vector_neither_crashes_queries_nor_passes_check(
 ) -> None:
     _, index = _ingested(tmp_path, embedder, {"a.txt": GARAGE, "b.txt": POOL})
     with _open(index, embedder) as iso:
-        iso.store._conn().execute(  # type: ignore[attr-defined]
+        support.connection(iso).execute(
             "UPDATE vector_log SET vector = substr(vector, 1, 100) WHERE kind = 'questions' "
             "AND item IN (SELECT rowid FROM questions WHERE chunk_id IN "
             "(SELECT id FROM chunks WHERE source LIKE '%b.txt'))")
@@ -339,7 +340,7 @@ def test_repair_removes_and_names_damaged_sources_it_cannot_ingest_again(
     with _open(tmp_path / "index", embedder) as iso:
         iso.ingest_chunks([GARAGE], source="notes")
         iso.ingest_chunks([POOL], source="pool")
-        iso.store._conn().execute("DELETE FROM atoms WHERE chunk_id IN (SELECT id FROM "  # type: ignore[attr-defined]
+        support.connection(iso).execute("DELETE FROM atoms WHERE chunk_id IN (SELECT id FROM "
                                   "chunks WHERE source = 'notes')")
         report = iso.repair()
         assert report.removed == ["notes"] and report.problems == []
@@ -390,7 +391,7 @@ def test_disk_full_during_ingest_names_the_real_error_and_keeps_what_was_stored(
                                       for n in range(5)})
     with _open(tmp_path / "index", embedder) as iso:
         iso.ingest(first)
-        conn = iso.store._conn()  # type: ignore[attr-defined]
+        conn = support.connection(iso)
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count = {pages + 2}")  # the disk fills up
         with pytest.raises(StoreError, match=r"full.*nothing of this write was stored"):
@@ -771,7 +772,7 @@ def test_repair_keeps_the_sources_of_a_folder_that_is_gone(tmp_path: Path,
     mount, index = _ingested(tmp_path, embedder, {"a.txt": GARAGE, "b.txt": POOL}, "mnt")
     with _open(index, embedder) as iso:
         uri = next(i.source.uri for i in iso.sources() if i.source.uri.endswith("a.txt"))
-        iso.store._conn().execute(  # type: ignore[attr-defined]
+        support.connection(iso).execute(
             "DELETE FROM atoms WHERE chunk_id IN (SELECT id FROM chunks WHERE source = ?)",
             (uri,))
         shutil.rmtree(mount)  # unmounted

@@ -14,6 +14,7 @@ from isotope import Isotope
 from isotope.embedders import Embedder
 from test_reliability import WORKER, _content
 
+import support
 from conftest import FakeLLM
 
 
@@ -33,7 +34,7 @@ def test_every_hostile_file_gets_a_clear_outcome_and_nothing_is_lost(
             warnings[w.path] = warnings.get(w.path, "") + w.message + "\n"
         skipped = {s.path: s.message for s in report.skipped}
         added = set(report.added)
-        conn = iso.store._conn()  # type: ignore[attr-defined]
+        conn = support.connection(iso)
         for case in cases:
             path = tmp_path / "hostile" / case.path
             if case.name == UNREADABLE and os.geteuid() == 0:

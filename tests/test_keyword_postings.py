@@ -15,6 +15,7 @@ from isotope import Isotope
 from isotope.embedders import Embedder
 from isotope.stores import KINDS
 
+import support
 from conftest import FakeLLM
 
 TOPICS = ["billing", "routing", "login", "search", "reports", "alerts", "backups", "metrics",
@@ -51,13 +52,13 @@ def _fts5(iso: Isotope, kind: str, query: str, k: int) -> list[tuple[int, float]
     """The store's FTS5 ranking, asked directly."""
     words = dict.fromkeys(query.lower().split())
     match = " OR ".join(f'"{w}"' for w in words)
-    return [(r, -s) for r, s in iso.store._conn().execute(  # type: ignore[attr-defined]
+    return [(r, -s) for r, s in support.connection(iso).execute(
         f"SELECT rowid, bm25({kind}_fts) FROM {kind}_fts WHERE {kind}_fts MATCH ? "
         f"ORDER BY bm25({kind}_fts), rowid LIMIT ?", (match, k)).fetchall()]
 
 
 def _postings(iso: Isotope, kind: str, query: str, k: int) -> list[tuple[int, float]]:
-    layer = iso.store._vectors.keywords(kind)  # type: ignore[attr-defined]
+    layer = support.keyword_layer(iso, kind)
     assert layer is not None, f"{kind} has no saved postings"
     found = layer.search(list(dict.fromkeys(query.lower().split())), k)
     assert found is not None
@@ -173,7 +174,7 @@ def test_lost_postings_fall_back_to_fts5_and_compact_makes_them_again(
         assert any("keyword postings" in p and "isotope compact" in p for p in problems)
         iso.compact()
         assert iso.check() == []
-        assert iso.store._vectors.keywords("chunks") is not None  # type: ignore[attr-defined]
+        assert support.keyword_layer(iso, "chunks") is not None
 
 
 def test_common_words_rank_as_fts5_and_split_words_go_to_fts5(tmp_path: Path,
@@ -182,7 +183,7 @@ def test_common_words_rank_as_fts5_and_split_words_go_to_fts5(tmp_path: Path,
         # "service" is in every chunk (FTS5's floor idf): all of them, ranked by length
         _same(_postings(iso, "chunks", "service the", 20), _fts5(iso, "chunks", "service the", 20))
         # a word FTS5 splits in two terms is a phrase: FTS5 answers it
-        layer = iso.store._vectors.keywords("chunks")  # type: ignore[attr-defined]
+        layer = support.keyword_layer(iso, "chunks")
         assert layer.search(["billing_ops"], 5) is None
         found = iso.search("billing-ops billing_ops", k=3, mode="chunks-bm25").results
         assert Path(found[0].chunk.source).stem == "billing"
@@ -265,7 +266,7 @@ def test_postings_damaged_in_place_are_never_used(tmp_path: Path, embedder: Embe
         iso.compact()
         assert iso.check() == []
         for kind in KINDS:
-            layer = iso.store._vectors.keywords(kind)  # type: ignore[attr-defined]
+            layer = support.keyword_layer(iso, kind)
             assert layer is not None and not layer.base.damaged
 
 

@@ -18,6 +18,7 @@ from isotope.errors import IndexLocked
 from isotope.filters import FilterError, parse_where
 from isotope.stores import SCHEMA_VERSION
 
+import support
 from conftest import FakeLLM
 
 LONG = "\n\n".join(
@@ -338,7 +339,7 @@ def test_an_index_of_an_older_schema_is_migrated_in_place(
         assert dense == [(r.chunk.id, round(r.score, 5)) for r in iso.search(
             "How many vacation days do I get?", mode="questions-dense").results]
         # the vectors left the tables: each row's is in the vector log, until compacted
-        rows = iso.store._conn().execute(  # type: ignore[attr-defined]
+        rows = support.connection(iso).execute(
             "SELECT COUNT(*) FROM questions WHERE length(vector) > 0").fetchone()[0]
         assert rows == 0 and iso.compact() == {
             "questions": "exact", "atoms": "exact", "chunks": "exact"}

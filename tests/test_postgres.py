@@ -26,6 +26,7 @@ from isotope.errors import InvalidIndex, IsotopeError
 from isotope.filters import FilterError
 from isotope.models import Chunk
 
+import support
 from conftest import FakeLLM
 
 runner = CliRunner()
@@ -128,7 +129,7 @@ def test_copy_between_engines_keeps_every_search(
     calls = fake_llm.calls
     with Isotope.open(postgres_url, embedder=embedder, llm=fake_llm) as copied:
         assert copied.store.counts() == counts
-        conn = copied.store._conn()  # type: ignore[attr-defined]
+        conn = support.connection(copied)
         made = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE "
                                            "schemaname = current_schema()")}
         assert {"questions_hnsw", "atoms_hnsw", "chunks_hnsw"} <= made  # built at the end
@@ -323,7 +324,7 @@ def test_check_finds_drifted_keyword_statistics_and_repair_recounts_them(
         pg: Isotope, examples: Path) -> None:
     pg.ingest(examples)
     before = pg.search("vacation days", k=3, mode="chunks-bm25").results
-    conn = pg.store._conn()  # type: ignore[attr-defined]
+    conn = support.connection(pg)
     conn.execute("UPDATE kw_stats SET n = n + 1000 WHERE kind = 'chunks'")
     assert any("keyword statistics of chunks drifted" in p for p in pg.check())
     pg.repair()
@@ -507,7 +508,7 @@ def test_a_filtered_search_never_comes_back_short(
     wanted = parse({"group": "rare"})
     # an index scan (as on a large index) that gives up at once: the exact scan of the
     # matches takes over
-    pg.store._conn().execute("SET enable_seqscan = off")  # type: ignore[attr-defined]
+    support.connection(pg).execute("SET enable_seqscan = off")
     monkeypatch.setattr(postgres, "MAX_SCAN_TUPLES", 1)
     monkeypatch.setattr(postgres, "EF_SEARCH", 10)
     hits = pg.store.search("chunks", query, 10, wanted)
@@ -560,7 +561,7 @@ def test_a_search_after_many_replacements_is_never_short(postgres_url: str) -> N
         for round_ in range(4):  # dead rows the HNSW index still lists
             for n in range(5):
                 store.add(_random_batch(f"/s{n}.txt", 60, seed=round_))
-        store._conn().execute("SET enable_seqscan = off")  # type: ignore[attr-defined]
+        support.connection(store).execute("SET enable_seqscan = off")
         batch = _random_batch("/q.txt", 1, seed=99)
         assert len(store.search("chunks", batch.chunk_vectors[0], 150)) == 150
         assert len(store.search_by_chunk("atoms", batch.chunk_vectors[0], 150)) == 150
@@ -583,7 +584,7 @@ def test_a_failed_first_write_leaves_the_vector_indexes_for_the_next(
     other = stores.open(postgres_url)  # another process's view
     try:
         assert other.get_meta("vector_dim") == 384
-        names = {r[0] for r in other._conn().execute(  # type: ignore[attr-defined]
+        names = {r[0] for r in support.connection(other).execute(
             "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
         assert "chunks_hnsw" in names
         assert other.search("chunks", good.chunk_vectors[0], 1)[0].text == "Row 0 of /good.txt."
@@ -677,7 +678,7 @@ def test_review_cases_numbers_resume_and_the_extension(
     copy_index(embedded, target, resume=True)
     copied = stores.open(target)
     try:
-        names = {r[0] for r in copied._conn().execute(  # type: ignore[attr-defined]
+        names = {r[0] for r in support.connection(copied).execute(
             "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
         assert "questions_hnsw" in names and copied.counts()["sources"] == 3
     finally:

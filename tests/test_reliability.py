@@ -19,6 +19,7 @@ from isotope import Isotope
 from isotope.embedders import Embedder
 from isotope.errors import IndexLocked
 
+import support
 from conftest import FakeLLM
 
 WORKER = Path(__file__).resolve().parent / "ingest_worker.py"
@@ -49,7 +50,7 @@ Content = dict[str, dict[str, tuple[bool, list[str]]]]
 def _content(iso: Isotope) -> Content:
     """Per source file name, per chunk text: whether the chunk has its questions yet, and
     its question texts, sorted."""
-    conn = iso.store._conn()  # type: ignore[attr-defined]
+    conn = support.connection(iso)
     content: Content = {}
     for info in iso.sources():
         content[Path(info.source.uri).name] = {
@@ -136,7 +137,7 @@ def test_sigkill_at_random_moments_never_corrupts_and_a_rerun_completes(
     llm = FakeLLM()
     with _open(index, embedder, llm) as iso:
         before = {Path(i.source.uri).name for i in iso.sources()}
-        conn = iso.store._conn()  # type: ignore[attr-defined]
+        conn = support.connection(iso)
         waiting_atoms = conn.execute("SELECT COUNT(*) FROM atoms a JOIN chunks c ON "
                                      "c.id = a.chunk_id WHERE c.enriched = 0").fetchone()[0]
         report = iso.ingest(corpus)  # stores what is missing, enriches what waits
@@ -201,7 +202,7 @@ def test_check_finds_damage_and_repair_rebuilds_the_indexes(
     with _open(tmp_path / "index", embedder) as iso:
         iso.ingest(corpus)
         iso.search("Who started the billing service?")  # writes the vector cache
-        conn = iso.store._conn()  # type: ignore[attr-defined]
+        conn = support.connection(iso)
         conn.execute("PRAGMA foreign_keys=OFF")
         conn.execute("DELETE FROM atoms WHERE rowid IN (SELECT rowid FROM atoms LIMIT 2)")
         conn.execute("INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES "

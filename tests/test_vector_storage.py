@@ -17,6 +17,7 @@ from isotope.embedders import Embedder
 from isotope.retrieval import MODES
 from isotope.stores import sqlite_vectors
 
+import support
 from conftest import FakeLLM
 
 TOPICS = ["billing", "routing", "login", "search", "reports", "alerts", "backups", "metrics",
@@ -76,7 +77,7 @@ def test_hnsw_indexes_add_delete_and_replace_at_once(tmp_path: Path, embedder: E
             assert _sources(other, "Which service moved to Bergen?", k=1) == ["routing"]
             assert "billing" not in _sources(other, "When was billing started?")
         iso.compact()
-        assert iso.store._conn().execute(  # type: ignore[attr-defined]
+        assert support.connection(iso).execute(
             "SELECT COUNT(*) FROM vector_log").fetchone()[0] == 0
         assert _sources(iso, "Which service moved to Bergen?", k=1) == ["routing"]
         assert iso.check() == []
@@ -236,7 +237,7 @@ def test_check_finds_vectors_out_of_step_and_repair_rebuilds_them(
     with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
         iso.ingest(_docs(tmp_path / "docs"))
         iso.compact()
-        conn = iso.store._conn()  # type: ignore[attr-defined]
+        conn = support.connection(iso)
         # a question whose vector was never logged, and a vector whose row is gone
         conn.execute("INSERT INTO questions(rowid, id, atom_id, chunk_id, text, vector) "
                      "SELECT 99999, 'orphan-q', atom_id, chunk_id, 'Who pays the bills?', "

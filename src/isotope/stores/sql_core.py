@@ -92,6 +92,16 @@ class SQLStore(Store):
     dialect: Dialect
 
     @abstractmethod
+    def _conn(self) -> Any:
+        """The engine's connection of this thread."""
+
+    def connection(self) -> Any:
+        """The engine's own connection of this thread (``sqlite3.Connection``,
+        ``psycopg.Connection``), for diagnostics and tests: what is written through it
+        bypasses the store's locks, checks and vector files."""
+        return self._conn()
+
+    @abstractmethod
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows of a read, the engine's errors mapped to isotope's."""
 

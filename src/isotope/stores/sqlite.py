@@ -52,6 +52,7 @@ from isotope.stores.sqlite_connection import (
     writable,
     write_lock,
 )
+from isotope.stores.sqlite_keywords import KeywordLayer
 from isotope.stores.sqlite_schema import schema_version, set_meta, upgrade
 from isotope.stores.sqlite_sql import CHUNK_ROWID, where
 from isotope.stores.sqlite_vectors import KEYWORD_POLICIES, POLICIES, VectorStore, release
@@ -418,6 +419,10 @@ class SQLiteStore(SQLStore):
             (match, *params, k),
         ).fetchall()
         return self._hits(kind, [(int(r), -float(s)) for r, s in found])
+
+    def keyword_layer(self, kind: Kind) -> KeywordLayer | None:
+        """The saved keyword postings ``kind`` is searched with (None: FTS5 answers)."""
+        return self._vectors.keywords(kind)
 
     @guarded
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
