@@ -16,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from isotope import Isotope, answer_eval, evaluation
+from isotope import Isotope
+from isotope.search import answer_eval, evaluation
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"

@@ -33,7 +33,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from isotope import Isotope, answer_eval, evaluation
+from isotope import Isotope
+from isotope.search import answer_eval, evaluation
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
@@ -90,7 +91,7 @@ def table(title: str, scores: answer_eval.AnswerScores) -> None:
 
 
 def main() -> None:
-    from isotope.answer import STRICTNESS
+    from isotope.search.answer import STRICTNESS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passages", type=int, default=300)

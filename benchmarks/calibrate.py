@@ -6,7 +6,7 @@ Uses the index of the first ``--passages`` passages of ../shared/eval/squad-dev 
 benchmarks/quality.py builds (run that first), and queries it with their questions and
 with the questions of the next ``--passages`` passages, whose answers are not in the
 index, so that ``refine_query`` is calibrated on questions the index cannot answer.
-Prints, per mode, the thresholds this data suggests (``isotope.evaluation.calibrate``:
+Prints, per mode, the thresholds this data suggests (``isotope.search.evaluation.calibrate``:
 from ``deliver`` on, the first result is right for 90% of the questions; under
 ``refine``, the right passage is among the first five for fewer than half) and the share
 of questions and recall at each action level under them, and which share of the
@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from isotope import Isotope, evaluation
-from isotope.retrieval import MODES, action
+from isotope import Isotope
+from isotope.search import evaluation
+from isotope.search.retrieval import MODES, action
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
@@ -79,7 +80,7 @@ def by_size(index: Path, passages: list[dict[str, Any]], answerable: list[dict[s
     first result to be right 90% of the time at each size."""
     import shutil
 
-    from isotope.retrieval import CONFIDENCE, thresholds
+    from isotope.search.retrieval import CONFIDENCE, thresholds
 
     print("\n| passages | answerable | unanswerable | best question's similarity: deliver | "
           "refine | hybrid score: deliver/refine | hybrid thresholds shipped at this size |")

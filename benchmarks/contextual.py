@@ -17,9 +17,10 @@ import json
 import sys
 import time
 
-from isotope import Isotope, evaluation
-from isotope.ingest import IngestReport
-from isotope.retrieval import MODES, keyword_query
+from isotope import Isotope
+from isotope.ingest.pipeline import IngestReport
+from isotope.search import evaluation
+from isotope.search.retrieval import MODES, keyword_query
 from quality import CACHE, DATA, OUT
 
 
@@ -32,7 +33,7 @@ def main() -> None:
                         "the windows), to compare with the windows")
     args = parser.parse_args()
     if args.first_pages:
-        from isotope import contextual
+        from isotope.ingest import contextual
 
         whole = contextual.excerpt
         contextual.excerpt = lambda document, max_chars, start=None, end=None: whole(

@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from isotope import Isotope, evaluation
-from isotope.retrieval import MODES
+from isotope import Isotope
+from isotope.search import evaluation
+from isotope.search.retrieval import MODES
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"

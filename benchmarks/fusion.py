@@ -41,8 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from isotope import Isotope, evaluation
-from isotope.retrieval import SIGNALS, Candidate, fuse, signal, signal_weights
+from isotope import Isotope
+from isotope.search import evaluation
+from isotope.search.retrieval import SIGNALS, Candidate, fuse, signal, signal_weights
 from isotope.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,7 +24,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from isotope import Chunk, Isotope, evaluation
+from isotope import Chunk, Isotope
+from isotope.search import evaluation
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"

@@ -21,9 +21,10 @@ import re
 import sys
 from pathlib import Path
 
-from isotope import Isotope, evaluation
-from isotope.questions import STOPWORDS
-from isotope.retrieval import MODES
+from isotope import Isotope
+from isotope.ingest.questions import STOPWORDS
+from isotope.search import evaluation
+from isotope.search.retrieval import MODES
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"

@@ -34,9 +34,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import scale
-from isotope import Isotope, evaluation, stores
-from isotope.copying import copy_index
-from isotope.retrieval import MODES, keyword_query
+from isotope import Isotope, stores
+from isotope.search import evaluation
+from isotope.search.retrieval import MODES, keyword_query
+from isotope.stores.copying import copy_index
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"

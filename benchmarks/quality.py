@@ -19,9 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from isotope import Isotope, evaluation
-from isotope.ingest import Progress
-from isotope.retrieval import MODES, keyword_query
+from isotope import Isotope
+from isotope.ingest.pipeline import Progress
+from isotope.search import evaluation
+from isotope.search.retrieval import MODES, keyword_query
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"

@@ -55,8 +55,8 @@ from isotope.ann import search_groups
 from isotope.ann.exact import ExactIndex
 from isotope.ann.layered import LayeredIndex
 from isotope.embedders import Embedder, Vectors
+from isotope.ingest.sentences import sentences
 from isotope.providers import LLM, Prompt
-from isotope.sentences import sentences
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
@@ -342,7 +342,7 @@ def measure(path: Path, synthesis: Synthesis, built: dict[str, float], n_queries
                          for q in queries] for kind in ("atoms", "chunks")}
         # recall of the index against exact float32 search, at the store level
         truth = exact_baseline(iso, synthesis)
-        from isotope.filters import parse
+        from isotope.search.filters import parse
 
         allowed = store._allowed(parse({"shard": 7}))  # type: ignore[attr-defined]
         index = store._vectors.index("questions")  # type: ignore[attr-defined]
@@ -414,7 +414,7 @@ def measure(path: Path, synthesis: Synthesis, built: dict[str, float], n_queries
         result["write_then_search_s"] = round(time.perf_counter() - started, 3)
         result["write_found"] = any(r.chunk.source == "late-source" for r in hits)
         # delete, then read: none of its questions in any mode
-        from isotope.retrieval import MODES
+        from isotope.search.retrieval import MODES
 
         iso.delete("late-source")
         result["delete_gone_in_every_mode"] = not any(

@@ -26,8 +26,9 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from isotope import Isotope, evaluation
-from isotope.questions import STOPWORDS
+from isotope import Isotope
+from isotope.ingest.questions import STOPWORDS
+from isotope.search import evaluation
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from isotope import evaluation
+from isotope.search import evaluation
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
@@ -38,7 +38,8 @@ OUT = ROOT / "benchmarks" / "out"
 
 INGEST = """
 import sys, time
-from isotope import Isotope, evaluation
+from isotope import Isotope
+from isotope.search import evaluation
 passages = evaluation.read_jsonl(__import__("pathlib").Path(sys.argv[2]), ("pid", "text"))
 start, seconds = int(sys.argv[3]), float(sys.argv[4])
 deadline = time.monotonic() + seconds

@@ -123,7 +123,7 @@ class FakeLLM(LLM):
                 ]
             )
         if "\n\nQuestion: " in user and "[1] " in user:  # the answer prompt
-            from isotope.answer import NOT_FOUND
+            from isotope.search.answer import NOT_FOUND
 
             question = user.rsplit("Question:", 1)[-1].lower()
             first = user.split("[1] ", 1)[1].split("\n\n[", 1)[0]

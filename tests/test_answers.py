@@ -159,7 +159,7 @@ def test_strictness_decides_an_answer_drawn_from_elsewhere_in_a_passage(
 def test_a_typo_in_the_question_still_finds_its_words() -> None:
     """Evidence matches a word one letter off when it is no English word (SQuAD's
     "championshipt"), never an English word one letter off another ("cat" for "car")."""
-    from isotope.answer import evidence
+    from isotope.search.answer import evidence
 
     passage = ("The Panthers beat the Arizona Cardinals in the NFC Championship Game. "
                "The game was played in Charlotte.")
@@ -236,8 +236,8 @@ def _fixed(reply: str) -> LLM:
 def test_a_reworded_statement_is_put_before_the_passage() -> None:
     """A statement the chunk does not hold word for word (an LLM atomizer resolved its
     pronoun) is not lost: it leads the passage, marked as what matched."""
-    from isotope.answer import passage_note
     from isotope.models import Chunk, MatchedQuestion, SearchResult
+    from isotope.search.answer import passage_note
 
     chunk = Chunk(text="The Orbit R2 is sold in Oslo. It lasts 9 hours.", source="b")
     result = SearchResult(rank=1, score=0.9, chunk=chunk, matched_questions=[

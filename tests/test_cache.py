@@ -142,7 +142,7 @@ def test_one_call_per_chunk_keeps_each_question_with_its_atom(
 
 
 def test_chunk_reply_parsing_accepts_json_or_numbered_lines() -> None:
-    from isotope.generation import chunk_schema, parse_chunk_reply
+    from isotope.ingest.generation import chunk_schema, parse_chunk_reply
 
     assert parse_chunk_reply('{"1": ["Who won the game?"], "2": ["When was it played?", '
                              '"Where was the game played?"]}', 2, 5) == [

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from isotope import Isotope
-from isotope.cache import Cache
 from isotope.embedders import Embedder
 from isotope.errors import ProviderError
 from isotope.providers import LLM
+from isotope.providers.cache import Cache
 
 from conftest import FakeLLM
 
@@ -29,7 +29,7 @@ QUESTION = "How many vacation days do new employees get?"
 
 def _cache_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "isotope.cache" and r.levelno == logging.WARNING]
+            if r.name == "isotope.providers.cache" and r.levelno == logging.WARNING]
 
 
 def _ingest_and_search(index: Path, examples: Path, embedder: Embedder,

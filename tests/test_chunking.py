@@ -1,7 +1,7 @@
 import itertools
 import re
 
-from isotope.chunking import chunk_text, count_tokens
+from isotope.ingest.chunking import chunk_text, count_tokens
 
 
 def _paragraph(n: int, words: int = 12) -> str:

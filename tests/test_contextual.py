@@ -214,7 +214,7 @@ def test_cli_ingest_and_eval_with_contexts_over_multi_passage_documents(
 def test_a_chunk_deep_in_a_long_document_sees_its_own_neighbourhood() -> None:
     """Past ``context_chars``, the model is shown the document's beginning and a window
     around the chunk (not only the first pages); neighbouring chunks share a window."""
-    from isotope import contextual
+    from isotope.ingest import contextual
     from isotope.models import Chunk
 
     paragraphs = [f"Paragraph {n} is about topic number {n} of the long manual." for n in

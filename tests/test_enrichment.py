@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from isotope import Isotope
 from isotope.cli import app
 from isotope.embedders import Embedder
-from isotope.ingest import Progress
+from isotope.ingest.pipeline import Progress
 
 from conftest import FakeLLM
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from isotope import Isotope
 from isotope.cli import app
-from isotope.retrieval import MODES, Candidate, fuse, keyword_query
+from isotope.search.retrieval import MODES, Candidate, fuse, keyword_query
 
 PASSAGES = [
     ("p1", "The Orbit R2 battery lasts about 140 minutes on a full charge. Charging takes "
@@ -142,8 +142,8 @@ def test_responses_carry_confidence_and_a_suggested_action(iso: Isotope, example
 
 
 def test_calibration_finds_where_the_first_result_becomes_reliable() -> None:
-    from isotope.evaluation import action_levels, calibrate
-    from isotope.retrieval import action
+    from isotope.search.evaluation import action_levels, calibrate
+    from isotope.search.retrieval import action
 
     tops = [0.95, 0.9, 0.85, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
     hit1 = [True, True, True, True, False, True, False, False, False, False]
@@ -203,7 +203,7 @@ def test_hybrid_confidence_does_not_depend_on_the_index_size(
     """On four files, hybrid's standardised scores stay low: its thresholds are those
     calibrated for an index of that size, so a clear first hit is delivered (the demo's
     answer read query_more, with thresholds calibrated on 300 passages)."""
-    from isotope.retrieval import thresholds
+    from isotope.search.retrieval import thresholds
 
     iso.ingest(examples)
     chunks = iso.status().counts["chunks"]

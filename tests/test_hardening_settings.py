@@ -15,9 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 import isotope
-from isotope import evaluation, projects
+from isotope import projects
 from isotope.cli import app
 from isotope.errors import IsotopeError, SettingsError
+from isotope.search import evaluation
 from isotope.settings import Settings, resolve
 
 runner = CliRunner()

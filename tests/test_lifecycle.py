@@ -15,7 +15,7 @@ from isotope import Isotope, projects
 from isotope.cli import app
 from isotope.embedders import Embedder
 from isotope.errors import IndexLocked
-from isotope.filters import FilterError, parse_where
+from isotope.search.filters import FilterError, parse_where
 from isotope.stores import SCHEMA_VERSION
 
 import support

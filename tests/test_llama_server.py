@@ -19,7 +19,7 @@ import pytest
 
 from isotope import Isotope
 from isotope.embedders import Embedder
-from isotope.model_files import package_dir
+from isotope.providers.model_files import package_dir
 
 pytestmark = pytest.mark.llm
 

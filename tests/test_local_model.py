@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from isotope import Chunk, Isotope
-from isotope.atomizers import SentenceAtomizer
 from isotope.embedders import Embedder
-from isotope.generation import numbered_prompts
-from isotope.model_files import QWEN_CODER_15B
-from isotope.questions import parse_questions
+from isotope.ingest.atomizers import SentenceAtomizer
+from isotope.ingest.generation import numbered_prompts
+from isotope.ingest.questions import parse_questions
+from isotope.providers.model_files import QWEN_CODER_15B
 
 pytestmark = pytest.mark.llm
 

@@ -13,7 +13,7 @@ from isotope import Isotope
 from isotope.embedders import Embedder
 from isotope.providers import create, messages
 from isotope.providers.openai import ProviderAuthError
-from isotope.ratelimit import RateLimiter
+from isotope.providers.ratelimit import RateLimiter
 from isotope.settings import Settings
 
 from openai_server import Script, serve

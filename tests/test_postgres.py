@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 
 from isotope import Isotope, stores
 from isotope.cli import app
-from isotope.copying import copy_index
 from isotope.embedders import Embedder
 from isotope.errors import InvalidIndex, IsotopeError
-from isotope.filters import FilterError
 from isotope.models import Chunk
+from isotope.search.filters import FilterError
+from isotope.stores.copying import copy_index
 
 import support
 from conftest import FakeLLM
@@ -497,7 +497,7 @@ def test_a_server_without_pgvector_says_how_to_get_it(server_without_pgvector: s
 
 def test_a_filtered_search_never_comes_back_short(
         pg: Isotope, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
-    from isotope.filters import parse
+    from isotope.search.filters import parse
     from isotope.stores import postgres
 
     pg.ingest_chunks([Chunk(text=f"Note {n}: the garage opens at {n % 12} o'clock.",

@@ -174,8 +174,8 @@ class _Logging(LLM):
 
 def test_batched_generation_survives_wrappers(tmp_path: Path, embedder: Embedder,
                                               examples: Path) -> None:
-    from isotope.cache import Cache, CachedLLM
-    from isotope.generation import QuestionGenerator
+    from isotope.ingest.generation import QuestionGenerator
+    from isotope.providers.cache import Cache, CachedLLM
 
     model = _BatchedFake()
     wrapped = CachedLLM(_Logging(model), Cache(tmp_path / "cache.db"))

@@ -1,6 +1,6 @@
 import numpy as np
 
-from isotope.questions import duplicates, is_pronoun_only, parse_questions, relevance_reasons
+from isotope.ingest.questions import duplicates, is_pronoun_only, parse_questions, relevance_reasons
 
 
 def test_parse_strips_numbering_bullets_answers_and_duplicates() -> None:
@@ -55,8 +55,8 @@ def test_filters_drop_off_topic_and_near_duplicate_questions(embedder) -> None: 
 
 
 def test_an_answer_counts_only_when_grounded_in_the_passages_it_cites() -> None:
-    from isotope.answer import grounded
     from isotope.models import Chunk, SearchResult
+    from isotope.search.answer import grounded
 
     results = [SearchResult(rank=1, score=0.9, chunk=Chunk(
         text="New employees receive 25 days of paid vacation per year.", source="hb"))]

@@ -1,4 +1,4 @@
-from isotope.sentences import sentences, split_sentences
+from isotope.ingest.sentences import sentences, split_sentences
 
 
 def test_abbreviations_initials_and_decimals_do_not_end_sentences() -> None:

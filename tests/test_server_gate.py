@@ -703,7 +703,7 @@ def test_the_answer_prompt_has_a_bounded_size(embedder: Any, examples: Path,
             reply = httpx.post(url + "/ask", json={"query": "What does the shed hold?",
                                                    "k": 60}, timeout=60)
             assert reply.status_code == 200, reply.text
-    from isotope.answer import PROMPT_CHARS
+    from isotope.search.answer import PROMPT_CHARS
 
     assert seen and max(seen) < PROMPT_CHARS + 2_000
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from isotope.discovery import discover
 from isotope.embedders import Embedder
+from isotope.ingest.discovery import discover
+from isotope.ingest.selection import select_questions
 from isotope.models import Atom, Chunk, Question
-from isotope.selection import select_questions
 
 
 def test_select_questions_reattributes_filters_and_dedups(embedder: Embedder) -> None:
@@ -53,7 +53,7 @@ def test_discover_walks_filters_and_reports(tmp_path: Path) -> None:
 
 
 def test_windows_hold_about_a_window_of_atoms_and_never_split_an_item() -> None:
-    from isotope.windows import windows
+    from isotope.ingest.windows import windows
 
     assert windows([3, 3, 3, 3], 6) == [(0, 2), (2, 4)]
     assert windows([10, 1, 1], 4) == [(0, 1), (1, 3)]  # a large item goes alone
@@ -62,7 +62,7 @@ def test_windows_hold_about_a_window_of_atoms_and_never_split_an_item() -> None:
 
 
 def test_is_current_needs_same_content_pipeline_and_completeness() -> None:
-    from isotope.changes import is_current
+    from isotope.ingest.changes import is_current
     from isotope.models import Source
 
     def source(**metadata: object) -> Source:
@@ -85,7 +85,7 @@ def test_is_current_needs_same_content_pipeline_and_completeness() -> None:
 def test_reusable_keeps_stored_chunks_by_text_except_incomplete_ones() -> None:
     import numpy as np
 
-    from isotope.changes import reusable
+    from isotope.ingest.changes import reusable
     from isotope.models import content_hash
     from isotope.stores import StoredChunk
 

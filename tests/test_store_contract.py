@@ -12,8 +12,8 @@ import pytest
 from isotope import stores
 from isotope.embedders import Embedder
 from isotope.errors import IndexLocked
-from isotope.filters import parse
 from isotope.models import Atom, Chunk, DroppedQuestion, Question, Source, content_hash
+from isotope.search.filters import parse
 from isotope.stores import ChunkQuestions, SourceBatch, Store
 
 DOCS = {

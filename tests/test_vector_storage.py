@@ -14,7 +14,7 @@ import pytest
 from isotope import Isotope
 from isotope.ann import hnsw
 from isotope.embedders import Embedder
-from isotope.retrieval import MODES
+from isotope.search.retrieval import MODES
 from isotope.stores import sqlite_vectors
 
 import support

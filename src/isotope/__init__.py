@@ -27,7 +27,7 @@ from isotope.errors import (
     UnsupportedFile,
 )
 from isotope.index import IndexStatus, Isotope
-from isotope.ingest import IngestReport, Progress
+from isotope.ingest.pipeline import IngestReport, Progress
 from isotope.models import (
     Atom,
     Chunk,

@@ -218,7 +218,7 @@ def _k(k: int | None) -> int | None:
 
 
 def _report(found: dict[str, Any]) -> IngestReport:
-    from isotope.discovery import FileError
+    from isotope.ingest.discovery import FileError
 
     report = IngestReport()
     for name, value in found.items():

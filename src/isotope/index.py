@@ -17,18 +17,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from isotope import embedders, maintenance, projects, providers, references, retrieval, stores
+from isotope import embedders, projects, providers, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
-from isotope.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
-from isotope.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
-from isotope.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.embedders import Embedder
 from isotope.errors import InvalidArgument, ModelMismatch, SourceNotFound
 from isotope.files import source_path
-from isotope.filters import parse as parse_filters
-from isotope.ingest import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
-from isotope.maintenance import RepairReport, source_state
+from isotope.ingest import maintenance, references
+from isotope.ingest.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
+from isotope.ingest.maintenance import RepairReport, source_state
+from isotope.ingest.pipeline import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
+from isotope.ingest.questions import parse_questions
 from isotope.models import (
     Chunk,
     ChunkQuestions,
@@ -38,7 +37,10 @@ from isotope.models import (
     content_hash,
 )
 from isotope.providers import LLM
-from isotope.questions import parse_questions
+from isotope.providers.cache import Cache, CachedEmbedder, CachedLLM
+from isotope.search import retrieval
+from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
+from isotope.search.filters import parse as parse_filters
 from isotope.settings import Settings, index_settings, resolve, shown
 from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
 
@@ -289,7 +291,7 @@ class Isotope:
         nothing. With ``sync_strategy="none"`` nothing is removed.
 
         A sync that would remove all of a root's sources, or most of them
-        (:data:`isotope.maintenance.SYNC_MAX_REMOVED`), raises :class:`SyncRefused`
+        (:data:`isotope.ingest.maintenance.SYNC_MAX_REMOVED`), raises :class:`SyncRefused`
         before changing anything: an unmounted or emptied folder looks like that.
         ``force=True`` removes them. ``confine``: as for :meth:`ingest`."""
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
@@ -363,7 +365,7 @@ class Isotope:
         With ``transform`` (default: the ``query_transform`` setting), a query that is not
         already a question is first rewritten by the answer model into one to three
         questions; all are searched and the results fused. ``filters`` keeps only chunks
-        whose source or metadata match (see :mod:`isotope.filters`). ``weights`` sets
+        whose source or metadata match (see :mod:`isotope.search.filters`). ``weights`` sets
         hybrid signals' weights for this search, over the ``weights`` setting."""
         query = _valid_query(query)
         k = _valid_k(self.settings.top_k if k is None else k)
@@ -425,7 +427,7 @@ class Isotope:
         already made, e.g. one whose results were already shown), citing them; returns
         ``response`` with ``answer``, ``answer_kind`` and ``citations`` set.
 
-        The model's reply is checked against the passages (:func:`isotope.answer.judge`,
+        The model's reply is checked against the passages (:func:`isotope.search.answer.judge`,
         by the ``answer_strictness`` setting): ``answer_kind`` is ``generated`` (the
         reply, citing the passages that support it), ``quoted`` (the statement of the
         first result that matched best, when the search is sure of it and the reply is

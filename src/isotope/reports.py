@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from isotope.discovery import FileError
+from isotope.ingest.discovery import FileError
 
 STAGES = ("load", "chunk", "context", "atomize", "generate", "embed", "store")
 

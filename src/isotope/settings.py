@@ -173,11 +173,11 @@ Globs = Annotated[list[str], NoDecode]
 Weight = Annotated[float, Field(ge=0, le=1000)]
 
 Fusion = Literal["zscore", "rrf"]
-"""How ``hybrid`` fuses its signals (:data:`isotope.retrieval.FUSIONS`)."""
+"""How ``hybrid`` fuses its signals (:data:`isotope.search.retrieval.FUSIONS`)."""
 Aggregate = Literal["max", "softsum"]
 """How several matches of one chunk make its score."""
 AnswerStrictness = Literal["lenient", "balanced", "strict"]
-"""How much a passage must say of the question around an answer (:mod:`isotope.answer`)."""
+"""How much a passage must say of the question around an answer (:mod:`isotope.search.answer`)."""
 VectorIndex = Literal["auto", "exact", "hnsw"]
 KeywordIndex = Literal["auto", "fts5", "postings"]
 """What each kind's vectors and keywords are searched with (the embedded store)."""

@@ -11,7 +11,7 @@ from rich.table import Table
 from isotope.cli.console import err, errors, fail, out, print_json
 from isotope.cli.ingesting import with_bar
 from isotope.cli.shell import ContextOpt, IndexOpt, JsonOpt, ProjectOpt, app, open_index
-from isotope.retrieval import MODES, thresholds
+from isotope.search.retrieval import MODES, thresholds
 
 
 @app.command("eval")
@@ -52,7 +52,7 @@ def eval_(
     built before is reused, and the cache makes regeneration free)."""
     from dataclasses import asdict
 
-    from isotope import evaluation
+    from isotope.search import evaluation
 
     modes = mode or [*MODES, evaluation.WITHOUT_QUESTIONS]
     with errors():
@@ -85,7 +85,7 @@ def eval_(
                 evaluation.chart(result, chart)
             answered = None
             if answers:
-                from isotope import answer_eval
+                from isotope.search import answer_eval
 
                 asked = answer_eval.pick(pairs[1], limit_queries)
                 impossible = (evaluation.read_jsonl(unanswerable, ("question",),

@@ -140,7 +140,7 @@ def _ingest_with_progress(run: Callable[..., Any], paths: list[Path], include: A
 
 def _with_progress(run: Callable[[Any], Any], plain: bool, as_json: bool) -> Any:
     """``run(progress callback or None)``: a bar on a terminal, lines with --plain."""
-    from isotope.ingest import Progress
+    from isotope.ingest.pipeline import Progress
 
     if plain and not as_json:
         def progress_cb(p: Progress) -> None:
@@ -169,7 +169,7 @@ def with_bar(run: Callable[[Callable[[Any], None]], Any]) -> Any:
     """``run(progress_callback)`` with a progress bar on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from isotope.ingest import Progress as Event
+    from isotope.ingest.pipeline import Progress as Event
 
     with Progress(
         TextColumn("{task.description}", style="bold", markup=False), BarColumn(),

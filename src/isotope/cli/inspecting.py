@@ -216,7 +216,7 @@ def copy_command(
     from pathlib import Path
 
     from isotope import stores
-    from isotope.copying import copy_index
+    from isotope.stores.copying import copy_index
 
     def progress(done: int, total: int, uri: str) -> None:
         if not as_json and (done == total or done % 50 == 0):

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from isotope.cli.console import display, errors, out, print_json
 from isotope.cli.shell import IndexOpt, JsonOpt, ProjectOpt, app, open_index
-from isotope.retrieval import MODES
+from isotope.search.retrieval import MODES
 
 
 def _printing(piece: str) -> None:
@@ -40,7 +40,7 @@ def query(
     """Answer a question from the index, citing the chunks it used. On a terminal the
     answer is printed as the model writes it, then as checked against the passages
     (generated, quoted from the best match, or declined)."""
-    from isotope.filters import parse_where
+    from isotope.search.filters import parse_where
 
     live = out.is_terminal and not as_json and not raw
     with errors():

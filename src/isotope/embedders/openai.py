@@ -12,7 +12,7 @@ from isotope.embedders import Embedder, Vectors, normalize
 from isotope.errors import ProviderError
 from isotope.providers import run_sync
 from isotope.providers.openai import EndpointClient
-from isotope.ratelimit import RateLimiter
+from isotope.providers.ratelimit import RateLimiter
 
 
 class OpenAIEmbedder(Embedder):

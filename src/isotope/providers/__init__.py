@@ -216,7 +216,7 @@ def _local(model: str, settings: Settings) -> LLM:
 
 def _openai(model: str, settings: Settings) -> LLM:
     from isotope.providers.openai import OpenAIChat, parse_model
-    from isotope.ratelimit import RateLimiter
+    from isotope.providers.ratelimit import RateLimiter
 
     name, base_url = parse_model(model)
     return OpenAIChat(

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from isotope.errors import MissingDependency, ProviderError
-from isotope.model_files import QWEN_CODER_15B, assemble, package_dir
 from isotope.providers import LLM, Prompt
+from isotope.providers.model_files import QWEN_CODER_15B, assemble, package_dir
 from isotope.settings import Settings
 
 log = logging.getLogger(__name__)

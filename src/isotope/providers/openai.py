@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from isotope.errors import MissingDependency, ProviderError
 from isotope.providers import LLM, AsyncFirst, Prompt, collect
-from isotope.ratelimit import RateLimiter
+from isotope.providers.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 from isotope.embedders import Vectors
 from isotope.errors import InvalidIndex, MissingDependency
-from isotope.filters import Condition
 from isotope.models import Atom, Chunk, DroppedQuestion, GeneratedQuestion, Question, Source
+from isotope.search.filters import Condition
 
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
@@ -153,7 +153,7 @@ class Store(ABC):
     def search(self, kind: Kind, vector: Vectors, k: int,
                filters: Sequence[Condition] = ()) -> list[Hit]:
         """The ``k`` stored items of ``kind`` nearest to ``vector`` (cosine), best first,
-        among the chunks that meet ``filters`` (see :mod:`isotope.filters`)."""
+        among the chunks that meet ``filters`` (see :mod:`isotope.search.filters`)."""
 
     def search_by_chunk(
         self, kind: Kind, vector: Vectors, k: int, per_chunk: int = 3,

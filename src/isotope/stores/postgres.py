@@ -35,12 +35,12 @@ import numpy as np
 
 from isotope.embedders import Vectors
 from isotope.errors import IndexLocked, InvalidIndex, IsotopeError, StoreError
-from isotope.filters import Condition
 from isotope.models import (
     DroppedQuestion,
     Question,
     content_hash,
 )
+from isotope.search.filters import Condition
 from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,

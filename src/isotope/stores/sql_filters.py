@@ -1,4 +1,4 @@
-"""Filter conditions (settled by :mod:`isotope.filters`) as SQL over chunks ``c`` joined
+"""Filter conditions (settled by :mod:`isotope.search.filters`) as SQL over chunks ``c`` joined
 to their sources ``s``, written once: :meth:`FilterSQL.where` walks the conditions, and
 an engine says only how its SQL tests each kind of condition (a source glob, a loader
 type, a registry column, a metadata value) and how it negates a test. Values and
@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from isotope.filters import Condition
+from isotope.search.filters import Condition
 
 OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 """Each operator's SQL (``ne`` is ``=`` negated as a whole: no value may be equal)."""
@@ -37,7 +37,7 @@ class FilterSQL(ABC):
         parts: list[str] = []
         params: list[Any] = []
         for cond in conditions:
-            if cond.key == "source":  # globs, resolved by isotope.filters
+            if cond.key == "source":  # globs, resolved by isotope.search.filters
                 sql, values = self.globs(cond.values)
             elif cond.key == "type":
                 sql, values = self.loader(cond.values)

@@ -27,11 +27,11 @@ import numpy.typing as npt
 from isotope.ann import search_groups
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, InvalidArgument, InvalidIndex, StoreError
-from isotope.filters import Condition
 from isotope.models import (
     DroppedQuestion,
     content_hash,
 )
+from isotope.search.filters import Condition
 from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,

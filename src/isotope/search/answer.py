@@ -33,7 +33,6 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 from isotope.models import AnswerKind, SearchResult
 from isotope.prompts import PROMPTS, PromptSpec
@@ -184,7 +183,9 @@ def declines(reply: str) -> bool:
 def _vocabulary() -> frozenset[str]:
     """The whole words of the embedding model's WordPiece vocabulary: a word outside it
     (a typo, a rare name) may be matched with one letter wrong."""
-    path = Path(__file__).parent / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
+    from importlib import resources
+
+    path = resources.files("isotope") / "data/all-MiniLM-L6-v2/tokenizer.json"
     vocab = json.loads(path.read_text(encoding="utf-8"))["model"]["vocab"]
     return frozenset(w for w in vocab if w.isalpha())
 
@@ -263,7 +264,7 @@ def _one_off(a: str, b: str) -> bool:
 
 
 def _content(text: str) -> list[str]:
-    from isotope.questions import content_words
+    from isotope.ingest.questions import content_words
 
     return [w for w in content_words(_CITATION.sub(" ", text)) if w not in META]
 
@@ -301,7 +302,7 @@ def evidence(answer: str, question: str, passage: str) -> float:
     """Whether the passage says the answer where it speaks of what was asked: the share
     of the question's words (:func:`_asked`) in the passage's window (a sentence and its
     neighbours) that holds most of the answer's new words and numbers."""
-    from isotope.sentences import sentences
+    from isotope.ingest.sentences import sentences
 
     asked = _asked(question)
     if not asked:
@@ -320,7 +321,7 @@ def evidence(answer: str, question: str, passage: str) -> float:
 def _sentences(reply: str) -> list[str]:
     """The sentences of a reply (initials and abbreviations kept: "C. J. Anderson",
     "U.S.")."""
-    from isotope.sentences import sentences
+    from isotope.ingest.sentences import sentences
 
     return sentences(reply.strip())
 
@@ -382,7 +383,7 @@ def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
 
 def _closest_sentence(text: str, question: str) -> str:
     """The sentence of ``text`` that says the most of ``question``'s words."""
-    from isotope.sentences import sentences
+    from isotope.ingest.sentences import sentences
 
     asked = _asked(question)
     best, shared = "", 0

@@ -99,7 +99,7 @@ def evaluate_answers(iso: Isotope, queries: Sequence[dict[str, Any]], *,
     """``ask`` each query (``question``, ``gold_pid``, ``answers``: a list of strings or
     SQuAD's ``{"text": [...]}``) and each ``unanswerable`` one (``question``), and score
     the answers (see the module docstring)."""
-    from isotope.evaluation import passage_id
+    from isotope.search.evaluation import passage_id
 
     source_of = source_of or passage_id
     rows: list[dict[str, Any]] = []

@@ -10,10 +10,10 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from isotope.ingest.sentences import split_sentences
 from isotope.models import Atom, Chunk
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM, Prompt
-from isotope.sentences import split_sentences
 
 
 class Atomizer(ABC):

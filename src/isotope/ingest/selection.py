@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from isotope.ingest.questions import duplicates, normalize_question, relevance_reasons
 from isotope.models import Atom, Question
-from isotope.questions import duplicates, normalize_question, relevance_reasons
 
 REATTRIBUTE_MARGIN = 0.05
 """A question moves to another atom of its chunk when it is this much closer to it."""

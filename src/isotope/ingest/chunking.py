@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from isotope.ingest.sentences import Span, split_sentences
 from isotope.loaders import Section
-from isotope.sentences import Span, split_sentences
 
 TokenCounter = Callable[[str], int]
 _TOKEN = re.compile(r"\w+|[^\w\s]")

@@ -8,16 +8,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from isotope import contextual, loaders
-from isotope.atomizers import SentenceAtomizer
-from isotope.discovery import FileError
+from isotope import loaders
 from isotope.errors import LoaderError
+from isotope.ingest import contextual
+from isotope.ingest.atomizers import SentenceAtomizer
+from isotope.ingest.discovery import FileError
 from isotope.models import Chunk, content_hash
 from isotope.providers import Prompt
 from isotope.reports import IngestPlan
 
 if TYPE_CHECKING:
-    from isotope.ingest import Pipeline
+    from isotope.ingest.pipeline import Pipeline
 
 COMPLETION_TOKENS_PER_QUESTION = 16
 COMPLETION_TOKENS_PER_CONTEXT = 50

@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from isotope.discovery import FileError
 from isotope.embedders import Vectors
 from isotope.errors import LoaderError, SyncRefused
 from isotope.files import read_file, source_path
+from isotope.ingest.discovery import FileError
 from isotope.models import Source, content_hash
 from isotope.reports import IngestReport
 from isotope.stores import Store

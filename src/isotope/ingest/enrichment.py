@@ -15,17 +15,17 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from isotope import references
-from isotope.assembly import Select, split
-from isotope.discovery import FileError
 from isotope.embedders import Embedder
 from isotope.errors import ProviderError
-from isotope.generation import Generated, QuestionGenerator
+from isotope.ingest import references
+from isotope.ingest.assembly import Select, split
+from isotope.ingest.discovery import FileError
+from isotope.ingest.generation import Generated, QuestionGenerator
+from isotope.ingest.windows import windows
 from isotope.models import DroppedQuestion, Question, Source
 from isotope.reports import IngestReport, Progress, ProgressCallback, Timer
 from isotope.settings import Settings
 from isotope.stores import ChunkQuestions, PendingChunk, Store, dropped_by_chunk
-from isotope.windows import windows
 
 log = logging.getLogger(__name__)
 PAGE = 256

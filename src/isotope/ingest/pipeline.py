@@ -21,21 +21,22 @@ from typing import Literal
 
 import numpy as np
 
-from isotope import changes, contextual, loaders, maintenance, planning, references
-from isotope.assembly import Work, assemble
-from isotope.atomizers import Atomizer
-from isotope.chunking import chunk_text, section_metadata
-from isotope.discovery import FileError, discover
+from isotope import loaders
 from isotope.embedders import Embedder
-from isotope.enrichment import Enricher
 from isotope.errors import IsotopeError, LoaderError, ProviderError
 from isotope.files import read_file
-from isotope.generation import QuestionGenerator
+from isotope.ingest import changes, contextual, maintenance, planning, references
+from isotope.ingest.assembly import Work, assemble
+from isotope.ingest.atomizers import Atomizer
+from isotope.ingest.chunking import chunk_text, section_metadata
+from isotope.ingest.discovery import FileError, discover
+from isotope.ingest.enrichment import Enricher
+from isotope.ingest.generation import QuestionGenerator
+from isotope.ingest.selection import select_questions
 from isotope.models import Atom, Chunk, Question, Source, content_hash
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM
 from isotope.reports import STAGES, IngestPlan, IngestReport, Progress, ProgressCallback, Timer
-from isotope.selection import select_questions
 from isotope.settings import Settings
 from isotope.stores import Store, StoredChunk
 
@@ -132,7 +133,7 @@ class Pipeline:
                progress: ProgressCallback | None = None, *,
                sources: Sequence[str] | None = None) -> IngestReport:
         """Generate the questions of the chunks waiting for them (of ``sources`` if
-        given); see :mod:`isotope.enrichment`."""
+        given); see :mod:`isotope.ingest.enrichment`."""
         if report is None:
             report = IngestReport()
             meter = self._meter()
@@ -195,7 +196,7 @@ class Pipeline:
         exclude: Sequence[str] | None = None,
     ) -> IngestPlan:
         """Count the chunks, atoms and model calls an ingest of ``paths`` needs, and how
-        many calls the cache already covers (see :mod:`isotope.planning`)."""
+        many calls the cache already covers (see :mod:`isotope.ingest.planning`)."""
         result = IngestPlan()
         files, result.skipped, result.errors = self._discover(paths, include, exclude)
         return planning.plan(self, files, result)
@@ -228,7 +229,7 @@ class Pipeline:
 
     def counter(self) -> Callable[[str], int]:
         """Counts tokens as the embedding model does (words, when it cannot say)."""
-        from isotope.chunking import count_tokens
+        from isotope.ingest.chunking import count_tokens
 
         probe = self.embedder.count_tokens("probe")
         if probe is None:

@@ -15,11 +15,11 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from isotope.embedders import Embedder, Vectors
-from isotope.filters import Condition
+from isotope.ingest.questions import STOPWORDS
 from isotope.models import Action, Chunk, MatchedQuestion, QueryResponse, SearchResult
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
-from isotope.questions import STOPWORDS
+from isotope.search.filters import Condition
 from isotope.settings import Aggregate, Fusion
 from isotope.stores import Hit, Kind, Store
 
@@ -282,7 +282,7 @@ def _ranked(
 
 
 CONFIDENCE: dict[str, tuple[float, float]] = {
-    # (deliver from, refine under) per mode, calibrated with `calibrate` (isotope.evaluation;
+    # (deliver from, refine under) per mode, calibrated with `calibrate` (isotope.search.evaluation;
     # benchmarks/calibrate.py) on the first 300 passages of SQuAD dev queried with their
     # 1,868 questions and the 1,496 of the next 300 passages (whose answer is not in the
     # index). From `deliver` on, the first result was right for 90% of the questions; just

@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from isotope.ingest.questions import SYSTEM, parse_questions, question_prompt
 from isotope.models import Atom, Chunk
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM, BatchGenerationError, Prompt
-from isotope.questions import SYSTEM, parse_questions, question_prompt
 
 log = logging.getLogger(__name__)
 Mode = Literal["atom", "chunk", "batched"]
