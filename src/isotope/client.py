@@ -218,7 +218,7 @@ def _k(k: int | None) -> int | None:
 
 
 def _report(found: dict[str, Any]) -> IngestReport:
-    from isotope.ingest.discovery import FileError
+    from isotope.reports import FileError
 
     report = IngestReport()
     for name, value in found.items():

@@ -8,9 +8,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from isotope.ingest.discovery import FileError
-
 STAGES = ("load", "chunk", "context", "atomize", "generate", "embed", "store")
+
+
+@dataclass
+class FileError:
+    """A file (or a source inside one) an ingest could not take, or took with a warning:
+    its path and why, in words that name the fix."""
+
+    path: str
+    message: str
 
 
 @dataclass

@@ -8,18 +8,11 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from isotope import loaders
 from isotope.files import source_path
-
-
-@dataclass
-class FileError:
-    path: str
-    message: str
-
+from isotope.reports import FileError
 
 
 def inside(path: str | Path, roots: Sequence[Path]) -> bool:

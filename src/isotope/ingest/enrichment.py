@@ -19,11 +19,10 @@ from isotope.embedders import Embedder
 from isotope.errors import ProviderError
 from isotope.ingest import references
 from isotope.ingest.assembly import Select, split
-from isotope.ingest.discovery import FileError
 from isotope.ingest.generation import Generated, QuestionGenerator
 from isotope.ingest.windows import windows
 from isotope.models import DroppedQuestion, Question, Source
-from isotope.reports import IngestReport, Progress, ProgressCallback, Timer
+from isotope.reports import FileError, IngestReport, Progress, ProgressCallback, Timer
 from isotope.settings import Settings
 from isotope.stores import ChunkQuestions, PendingChunk, Store, dropped_by_chunk
 

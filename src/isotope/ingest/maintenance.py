@@ -11,9 +11,8 @@ from pathlib import Path
 from isotope.embedders import Vectors
 from isotope.errors import LoaderError, SyncRefused
 from isotope.files import read_file, source_path
-from isotope.ingest.discovery import FileError
 from isotope.models import Source, content_hash
-from isotope.reports import IngestReport
+from isotope.reports import FileError, IngestReport
 from isotope.stores import Store
 
 SYNC_MAX_REMOVED = 0.5

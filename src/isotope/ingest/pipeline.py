@@ -29,14 +29,22 @@ from isotope.ingest import changes, contextual, maintenance, planning, reference
 from isotope.ingest.assembly import Work, assemble
 from isotope.ingest.atomizers import Atomizer
 from isotope.ingest.chunking import chunk_text, section_metadata
-from isotope.ingest.discovery import FileError, discover
+from isotope.ingest.discovery import discover
 from isotope.ingest.enrichment import Enricher
 from isotope.ingest.generation import QuestionGenerator
 from isotope.ingest.selection import select_questions
 from isotope.models import Atom, Chunk, Question, Source, content_hash
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM
-from isotope.reports import STAGES, IngestPlan, IngestReport, Progress, ProgressCallback, Timer
+from isotope.reports import (
+    STAGES,
+    FileError,
+    IngestPlan,
+    IngestReport,
+    Progress,
+    ProgressCallback,
+    Timer,
+)
 from isotope.settings import Settings
 from isotope.stores import Store, StoredChunk
 

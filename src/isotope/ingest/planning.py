@@ -12,10 +12,9 @@ from isotope import loaders
 from isotope.errors import LoaderError
 from isotope.ingest import contextual
 from isotope.ingest.atomizers import SentenceAtomizer
-from isotope.ingest.discovery import FileError
 from isotope.models import Chunk, content_hash
 from isotope.providers import Prompt
-from isotope.reports import IngestPlan
+from isotope.reports import FileError, IngestPlan
 
 if TYPE_CHECKING:
     from isotope.ingest.pipeline import Pipeline

@@ -14,6 +14,12 @@ first takes a transaction-level advisory lock on its source, so two processes in
 different sources both make progress and the same source written twice at once is
 serialised. A search runs in one REPEATABLE READ transaction (:meth:`snapshot`), so it
 never sees a source half replaced.
+
+Why one module of this size: what is left here is what only this engine does, and it
+hangs together on the same connection and lock rules: connections per thread, the
+advisory locks and retried transactions of many writers, writes with ``COPY`` postings,
+the HNSW indexes and bulk loads, filtered vector search with its exact fallback, and
+check/repair. The reads both engines share are in :mod:`isotope.stores.sql_core`.
 """
 
 from __future__ import annotations

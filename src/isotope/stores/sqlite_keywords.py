@@ -23,7 +23,11 @@ back to FTS5 (slower, never wrong) until the next compaction makes it again. The
 says how to tell: a CRC-32 of each small array (checked when the file is opened) and of
 each block of :data:`BLOCK` postings (checked the first time a query reads the block),
 with the postings' bounds; a file that fails either is not used again by the process,
-and ``isotope check`` names it."""
+and ``isotope check`` names it.
+
+Why one module of this size: the file's layout, its checksums, the build from FTS5's
+tables and the MaxScore search over it must agree byte for byte; the scoring itself
+(terms, idf, saturation) is :mod:`isotope.stores.keywords`."""
 
 from __future__ import annotations
 

@@ -18,7 +18,11 @@ Nothing here is a cache: a base file lost or damaged loses the vectors in it, an
 A compaction also saves, beside a large kind's vectors and under the same tag, the
 postings its keyword search reads instead of FTS5 (:mod:`sqlite_keywords`); the same log
 entries tell it which rows changed since. Those are derived from the FTS5 tables: if
-they are lost, keyword search asks FTS5 until the next compaction."""
+they are lost, keyword search asks FTS5 until the next compaction.
+
+Why one module of this size: the log, the base files, the meta that names them and the
+compaction that moves from one to the other are one protocol (its crash safety depends
+on the order of its steps), so they are read and changed together."""
 
 from __future__ import annotations
 
