@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from isotope import stores
@@ -249,3 +250,33 @@ def test_generated_questions_keep_the_dropped_ones_with_why(store: Store,
     store.delete_source("/docs/garage.md")
     assert store.generated_questions(chunk_id=second.id) == []
     assert [q.kept for q in store.generated_questions(sample=10)] == [True]
+
+
+def test_export_source_gives_back_what_was_added_in_order(filled: Store,
+                                                          embedder: Embedder) -> None:
+    """Every engine exports a source as it was added: chunks by position, each atom and
+    question in the order stored, with their vectors and hashes; a chunk's questions are
+    found from its atoms."""
+    added = _batch(embedder, "/docs/garage.md", DOCS["/docs/garage.md"], kind="md")
+    exported = filled.export_source("/docs/garage.md")
+    assert exported is not None and filled.export_source("/docs/none.md") is None
+    assert [c.text for c in exported.chunks] == [c.text for c in added.chunks]
+    assert [a.id for a in exported.atoms] == [a.id for a in added.atoms]
+    assert [(q.text, q.atom_id, q.chunk_id) for q in exported.questions] == [
+        (q.text, q.atom_id, q.chunk_id) for q in added.questions]
+    assert exported.chunk_vectors.shape == added.chunk_vectors.shape
+    assert np.allclose(exported.question_vectors, added.question_vectors, atol=2e-3)
+    assert exported.chunk_hashes == [content_hash(t) for t in DOCS["/docs/garage.md"]]
+    assert exported.pending == set()
+
+
+def test_not_equal_keeps_what_has_no_such_value(filled: Store, embedder: Embedder) -> None:
+    """``!=`` is the negation of ``=`` as a whole, in every engine: a source without the
+    key is kept, one whose value equals it is not."""
+    query = embedder.embed_one("What is in the gym?")
+    kept = {filled.get_chunks([h.chunk_id])[h.chunk_id].source
+            for h in filled.search("chunks", query, 10, parse({"kind": {"ne": "md"}}))}
+    assert kept == {"/docs/gym.txt"}
+    missing = {filled.get_chunks([h.chunk_id])[h.chunk_id].source
+               for h in filled.search("chunks", query, 10, parse({"team": {"ne": "a"}}))}
+    assert missing == set(DOCS)

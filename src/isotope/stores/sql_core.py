@@ -90,6 +90,8 @@ class SQLStore(Store):
     """The reads of a relational store, against :attr:`dialect` and three hooks."""
 
     dialect: Dialect
+    where: str
+    """Where the index is, as messages name it (a folder, a URL without its password)."""
 
     @abstractmethod
     def _conn(self) -> Any:
@@ -222,7 +224,7 @@ class SQLStore(Store):
             vectors = self._vectors_of("atoms", [a[0] for a in atoms])
         by_chunk: dict[str, list[tuple[Any, ...]]] = {}
         for atom in atoms:
-            if atom[0] in vectors:  # (an atom whose vector is lost waits for a repair)
+            if atom[0] in vectors:  # (an atom whose vector is lost: check names it)
                 by_chunk.setdefault(atom[2], []).append(atom)
         return [PendingChunk(chunk=chunks[chunk_id],
                              atoms=[_atom(a[1:]) for a in by_chunk.get(chunk_id, [])],
@@ -270,6 +272,12 @@ class SQLStore(Store):
                 (value, value)))
 
     # -- whole chunks and sources, with their vectors ----------------------------------
+    def _questions_of(self, atom_ids: list[str]) -> list[tuple[Any, ...]]:
+        """The questions of some atoms (row, atom id, chunk id, text), in stored order:
+        looked up through their atoms, which both engines index."""
+        return self._of("questions", "atom_id, chunk_id, text", "atom_id", atom_ids,
+                        self.dialect.row)
+
     def _vectors_of_all(self, chunks: list[tuple[Any, ...]], atoms: list[tuple[Any, ...]],
                         questions: list[tuple[Any, ...]]) -> dict[Kind, dict[int, Vectors]]:
         """The vectors of rows of each kind (each row's first column: its number)."""
@@ -284,8 +292,7 @@ class SQLStore(Store):
                                 f"{d.mark} AND hash IS NOT NULL AND NOT ({d.waiting()})", (uri,))
             ids = [c[1] for c in chunks]
             atoms = self._of("atoms", _ATOM, "chunk_id", ids, "chunk_id, idx")
-            questions = self._of("questions", "atom_id, chunk_id, text", "chunk_id", ids,
-                                 d.row)
+            questions = self._questions_of([a[1] for a in atoms])
             dropped = dropped_by_chunk(self._dropped(ids))
             vectors = self._vectors_of_all(chunks, atoms, questions)
         atoms_of: dict[str, list[tuple[Any, ...]]] = {}
@@ -322,14 +329,14 @@ class SQLStore(Store):
                                 f"chunks WHERE source = {d.mark} ORDER BY idx, {d.row}", (uri,))
             ids = [c[1] for c in chunks]
             atoms = self._of("atoms", _ATOM, "chunk_id", ids, d.row)
-            questions = self._of("questions", "atom_id, chunk_id, text", "chunk_id", ids, d.row)
+            questions = self._questions_of([a[1] for a in atoms])
             dropped = self._dropped(ids)
             vectors = self._vectors_of_all(chunks, atoms, questions)
         lost = [kind for kind, rows in zip(vectors, (chunks, atoms, questions), strict=True)
                 if any(r[0] not in vectors[kind] for r in rows)]
         if lost:
-            raise IndexDamaged(f"{uri}: vectors of its {', '.join(lost)} are missing; run "
-                               "`isotope check --repair` first")
+            raise IndexDamaged(f"{uri}: vectors of its {', '.join(lost)} are missing in "
+                               f"{self.where}; run `isotope check --repair` first")
         return SourceBatch(
             source=source,
             chunks=[self._chunk(c[1:9]) for c in chunks],

@@ -70,6 +70,7 @@ class SQLiteStore(SQLStore):
 
     def __init__(self, directory: str | Path, *, create: bool = True) -> None:
         self.directory = Path(directory)
+        self.where = str(self.directory)
         db = self.directory / DB_NAME
         if not db.exists():
             if not create:
@@ -433,6 +434,8 @@ class SQLiteStore(SQLStore):
 
     @guarded
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
+        if not rows:
+            return {}  # (without loading the kind's vectors)
         ids, vectors = self._vectors.index(kind).get(np.array(rows, dtype=np.int64))
         return dict(zip((int(i) for i in ids), vectors, strict=True))
 
