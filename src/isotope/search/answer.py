@@ -34,10 +34,13 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from isotope.ingest.questions import content_words
+from isotope.ingest.sentences import sentences
 from isotope.models import AnswerKind, SearchResult
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
 from isotope.settings import AnswerStrictness
+from isotope.stores.keywords import TOKENIZER
 
 ANSWER_PROMPT_VERSION = PROMPTS["answer"].version
 NOT_FOUND = "The indexed documents do not contain the answer."
@@ -216,8 +219,6 @@ def _stems(text: str) -> set[str]:
     ``-is-`` spellings as American (``urbanisation``), irregular verbs as their base
     (``got``: ``get``), and each word's Porter stem (the keyword index's own
     tokenizer)."""
-    from isotope.stores.keywords import TOKENIZER
-
     words = set()
     for word in re.findall(r"[\w']+", text.lower()):
         word = re.sub(r"is(ation|e|ed|es|ing)$", r"iz\1", word.removesuffix("'s").strip("'"))
@@ -228,6 +229,11 @@ def _stems(text: str) -> set[str]:
 
 def _numbers(text: str) -> set[str]:
     return {n.replace(",", "") for n in re.findall(r"\d+(?:[.,]\d+)*", text)}
+
+
+def _new_numbers(answer: str, question: str) -> set[str]:
+    """The numbers of an answer (not its citation marks) that the question does not hold."""
+    return _numbers(_CITATION.sub(" ", answer)) - _numbers(question)
 
 
 class _Words:
@@ -264,8 +270,6 @@ def _one_off(a: str, b: str) -> bool:
 
 
 def _content(text: str) -> list[str]:
-    from isotope.ingest.questions import content_words
-
     return [w for w in content_words(_CITATION.sub(" ", text)) if w not in META]
 
 
@@ -289,7 +293,7 @@ def support(answer: str, question: str, passage: str) -> float:
     the answer that the question does not hold is not in the passage. An answer with no
     new word or number (a restated question) has no support."""
     said = _Words(passage)
-    numbers = _numbers(_CITATION.sub(" ", answer)) - _numbers(question)
+    numbers = _new_numbers(answer, question)
     if numbers - said.numbers:
         return 0.0
     new = _new_words(answer, question)
@@ -302,13 +306,11 @@ def evidence(answer: str, question: str, passage: str) -> float:
     """Whether the passage says the answer where it speaks of what was asked: the share
     of the question's words (:func:`_asked`) in the passage's window (a sentence and its
     neighbours) that holds most of the answer's new words and numbers."""
-    from isotope.ingest.sentences import sentences
-
     asked = _asked(question)
     if not asked:
         return 1.0
     new = _new_words(answer, question)
-    numbers = _numbers(_CITATION.sub(" ", answer)) - _numbers(question)
+    numbers = _new_numbers(answer, question)
     parts = sentences(passage) or [passage]
     best = (-1, 0)
     for i in range(len(parts)):  # the window saying most of the answer, then of the question
@@ -318,18 +320,9 @@ def evidence(answer: str, question: str, passage: str) -> float:
     return best[1] / len(asked)
 
 
-def _sentences(reply: str) -> list[str]:
-    """The sentences of a reply (initials and abbreviations kept: "C. J. Anderson",
-    "U.S.")."""
-    from isotope.ingest.sentences import sentences
-
-    return sentences(reply.strip())
-
-
 def _says_something(sentence: str, question: str) -> bool:
     """Whether a sentence of a reply holds an answer (not only "This is found in [1]")."""
-    return bool(_new_words(sentence, question)
-                or _numbers(_CITATION.sub(" ", sentence)) - _numbers(question))
+    return bool(_new_words(sentence, question) or _new_numbers(sentence, question))
 
 
 def _tidy(sentence: str) -> str:
@@ -357,7 +350,8 @@ def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
     suggested action is ``deliver``). See the module docstring."""
     level = STRICTNESS[strictness]
     if not declines(reply):
-        said = [s for s in _sentences(reply) if _says_something(s, question)]
+        # (sentences keeps initials and abbreviations whole: "C. J. Anderson", "U.S.")
+        said = [s for s in sentences(reply.strip()) if _says_something(s, question)]
         answer = said[0] if said else ""
         scores = [support(answer, question, r.chunk.text) if answer else 0.0
                   for r in results]
@@ -383,8 +377,6 @@ def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
 
 def _closest_sentence(text: str, question: str) -> str:
     """The sentence of ``text`` that says the most of ``question``'s words."""
-    from isotope.ingest.sentences import sentences
-
     asked = _asked(question)
     best, shared = "", 0
     for sentence in sentences(text):

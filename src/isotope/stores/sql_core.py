@@ -228,7 +228,7 @@ class SQLStore(Store):
                 by_chunk.setdefault(atom[2], []).append(atom)
         return [PendingChunk(chunk=chunks[chunk_id],
                              atoms=[_atom(a[1:]) for a in by_chunk.get(chunk_id, [])],
-                             atom_vectors=stack([vectors[a[0]]
+                             atom_vectors=_stack([vectors[a[0]]
                                                  for a in by_chunk.get(chunk_id, [])]))
                 for chunk_id in ids if chunk_id in chunks]
 
@@ -309,12 +309,12 @@ class SQLStore(Store):
                     or any(q[0] not in vectors["questions"] for q in own_questions)):
                 continue  # a vector is missing: this chunk is made again
             found[digest] = StoredChunk(
-                vector=stack([vectors["chunks"][chunk_row]]),
+                vector=_stack([vectors["chunks"][chunk_row]]),
                 atoms=[_atom(a[1:]) for a in own_atoms],
-                atom_vectors=stack([vectors["atoms"][a[0]] for a in own_atoms]),
+                atom_vectors=_stack([vectors["atoms"][a[0]] for a in own_atoms]),
                 questions=[Question(atom_id=q[1], chunk_id=chunk_id, text=q[3])
                            for q in own_questions],
-                question_vectors=stack([vectors["questions"][q[0]] for q in own_questions]),
+                question_vectors=_stack([vectors["questions"][q[0]] for q in own_questions]),
                 context=context,
                 dropped=dropped.get(chunk_id, []))
         return found
@@ -342,9 +342,9 @@ class SQLStore(Store):
             chunks=[self._chunk(c[1:9]) for c in chunks],
             atoms=[_atom(a[1:]) for a in atoms],
             questions=[Question(atom_id=q[1], chunk_id=q[2], text=q[3]) for q in questions],
-            chunk_vectors=stack([vectors["chunks"][c[0]] for c in chunks]),
-            atom_vectors=stack([vectors["atoms"][a[0]] for a in atoms]),
-            question_vectors=stack([vectors["questions"][q[0]] for q in questions]),
+            chunk_vectors=_stack([vectors["chunks"][c[0]] for c in chunks]),
+            atom_vectors=_stack([vectors["atoms"][a[0]] for a in atoms]),
+            question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
             chunk_hashes=[c[9] or content_hash(c[6]) for c in chunks],
             pending={c[1] for c in chunks if not c[10]},
             dropped=dropped)
@@ -355,10 +355,8 @@ def _atom(row: Sequence[Any]) -> Atom:
                 text=row[5])
 
 
-def stack(vectors: Sequence[Any]) -> Vectors:
-    """Stored vectors as one float32 matrix (an engine's vector type converted); an empty
-    list gives a 0 x 0 one."""
-    if not len(vectors):
+def _stack(vectors: Sequence[Vectors]) -> Vectors:
+    """Vectors as one float32 matrix; an empty list gives a 0 x 0 one."""
+    if not vectors:
         return np.zeros((0, 0), dtype=np.float32)
-    return np.stack([v.to_numpy() if hasattr(v, "to_numpy") else v
-                     for v in vectors]).astype(np.float32)
+    return np.stack(vectors).astype(np.float32)
