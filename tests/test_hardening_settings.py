@@ -390,6 +390,17 @@ def test_a_password_is_masked_whatever_it_holds(location: str, secret: str) -> N
     assert secret not in redact(f"connection to {location} failed", location)
 
 
+def test_a_url_the_parser_refuses_is_named_without_any_of_its_password() -> None:
+    """A "?" in a password makes the rest of it the query, and the start of it a port the
+    URL parser refuses, quoting it: the error must not show that piece either."""
+    from isotope.errors import InvalidIndex
+    from isotope.stores.postgres_schema import split_location
+
+    with pytest.raises(InvalidIndex, match="is not a valid URL") as refused:
+        split_location("postgresql://bob:s3cr3t?x@127.0.0.1:1/db?schema=x")
+    assert "s3cr3t" not in str(refused.value) and "Port" in str(refused.value)
+
+
 def test_every_url_setting_is_shown_without_its_password(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Not only the index: a base URL with credentials (a proxy's) is masked in

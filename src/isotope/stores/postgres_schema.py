@@ -104,7 +104,10 @@ def split_location(location: str) -> tuple[str, str]:
         parts = urlsplit(location)
         parts.port  # noqa: B018 - raises on a port that is not a number
     except ValueError as exc:  # e.g. an unclosed [IPv6 address
-        raise InvalidIndex(redact(f"{describe(location)} is not a valid URL ({exc}); write "
+        # the parser quotes the piece it choked on, which may be part of a password (one
+        # holding a "?" is read as "PASSWORD-START" for a port): never its quotes
+        reason = re.sub(r"(\s+as)?\s*'.*'", "", str(exc))
+        raise InvalidIndex(redact(f"{describe(location)} is not a valid URL ({reason}); write "
                                   "postgresql://USER@HOST:PORT/DATABASE, an IPv6 host in "
                                   "brackets: [::1]", location)) from None
     query = parse_qsl(parts.query, keep_blank_values=True)
