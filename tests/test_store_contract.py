@@ -17,6 +17,8 @@ from isotope.models import Atom, Chunk, DroppedQuestion, Question, Source, conte
 from isotope.search.filters import parse
 from isotope.stores import ChunkQuestions, SourceBatch, Store
 
+import support
+
 DOCS = {
     "/docs/garage.md": ["The parking garage opens at six in the morning.",
                         "Visitors park on level two of the garage."],
@@ -209,6 +211,19 @@ def test_a_sound_store_checks_clean(filled: Store) -> None:
     with filled.snapshot():
         assert filled.counts()["sources"] == 3
     assert filled.check() == [] and filled.damaged_sources() == []
+
+
+def test_a_source_that_lost_rows_is_named_by_the_check(filled: Store) -> None:
+    """A row lost behind the store's back (a manual DELETE) is found against the counts
+    the source stored, on both engines, naming the source and what it lost."""
+    conn = support.connection(filled)
+    with conn:  # (a transaction that commits, in either driver)
+        conn.execute("DELETE FROM questions WHERE chunk_id IN (SELECT id FROM chunks WHERE "
+                     "source = '/docs/garage.md' AND idx = 1)")
+    found = filled.inspect()
+    assert found.damaged_sources == ["/docs/garage.md"]
+    assert any("lost rows" in p and "1 questions" in p and "/docs/garage.md" in p
+               for p in found.problems), found.problems
 
 
 def test_generated_questions_keep_the_dropped_ones_with_why(store: Store,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import re
 import threading
@@ -34,27 +33,19 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from isotope.embedders import Vectors
 from isotope.errors import IndexLocked, InvalidIndex, IsotopeError, StoreError
-from isotope.models import (
-    DroppedQuestion,
-    Question,
-    content_hash,
-)
 from isotope.search.filters import Condition
 from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,
-    ChunkQuestions,
     Hit,
     Inspection,
     Kind,
-    SourceBatch,
     describe,
 )
 from isotope.stores.keywords import Tokenizer, query_terms, query_words
@@ -84,11 +75,11 @@ MAX_SCAN_TUPLES = 40_000
 PARAMETERS = 30_000
 """Bound values per INSERT statement (under PostgreSQL's limit of 65,535)."""
 BULK_MEMORY = "1GB"
+"""maintenance_work_mem for building the HNSW indexes after a bulk load (a graph that fits
+builds several times faster)."""
 WRITE_RETRIES = 6
 """Times a write the server aborted to break a deadlock is made (then its error stands)."""
 T = TypeVar("T")
-"""maintenance_work_mem for building the HNSW indexes after a bulk load (a graph that fits
-builds several times faster)."""
 
 
 class PostgresStore(SQLStore):
@@ -356,69 +347,20 @@ class PostgresStore(SQLStore):
                 time.sleep(random.uniform(0.05, 0.2) * 2**attempt)
         raise AssertionError("unreachable")
 
-    def add(self, batch: SourceBatch) -> None:
-        self._retried(lambda: self._add(batch))
-
-    def _add(self, batch: SourceBatch) -> None:
-        from pgvector import HalfVector
-        from psycopg.types.json import Jsonb
-
-        source = batch.source
-        touched = [source.uri, *([batch.replaces] if batch.replaces else [])]
-        hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
-        if len(batch.chunk_vectors):
-            self._ensure_dim(int(np.asarray(batch.chunk_vectors).shape[1]))
-        with self._write(*touched) as conn:
-            conn.execute("DELETE FROM sources WHERE uri = ANY(%s)", (touched,))
-            conn.execute(
-                "INSERT INTO sources(uri, content_hash, size, mtime, loader, ingested_at, "
-                "metadata, status, root, counts) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                (source.uri, source.content_hash, source.size, source.mtime, source.loader,
-                 (source.ingested_at or datetime.now(UTC)).isoformat(),
-                 Jsonb(_clean(source.metadata)), source.status, source.root,
-                 Jsonb([len(batch.chunks), len(batch.atoms), len(batch.questions)])))
-            # a chunk is found by its text and its context (FTS5's two columns)
-            chunk_terms = self._terms([f"{c.text}\n{c.context}" for c in batch.chunks])
-            rows = self._insert(conn, "chunks", (
-                'id, source, idx, start, "end", text, metadata, context, hash, enriched, '
-                "ntok, vector"), [
-                (c.id, source.uri, c.index, c.start, c.end, _clean(c.text),
-                 Jsonb(_clean(c.metadata)), _clean(c.context), h, c.id not in batch.pending, n,
-                 HalfVector(v))
-                for c, h, (_, n), v in zip(batch.chunks, hashes, chunk_terms,
-                                            batch.chunk_vectors, strict=True)])
-            self._postings(conn, "chunks", rows, chunk_terms)
-            atom_terms = self._terms([a.text for a in batch.atoms])
-            rows = self._insert(conn, "atoms", 'id, chunk_id, idx, start, "end", text, ntok, '
-                                "vector", [
-                (a.id, a.chunk_id, a.index, a.start, a.end, _clean(a.text), n, HalfVector(v))
-                for a, (_, n), v in zip(batch.atoms, atom_terms, batch.atom_vectors,
-                                        strict=True)])
-            self._postings(conn, "atoms", rows, atom_terms)
-            self._add_questions(conn, batch.questions, batch.question_vectors)
-            self._add_dropped(conn, batch.dropped)
-
-    @staticmethod
-    def _add_dropped(conn: psycopg.Connection[Any], dropped: Sequence[DroppedQuestion]
-                     ) -> None:
-        if dropped:
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO dropped_questions (chunk_id, atom_id, text, reason) "
-                    "VALUES (%s, %s, %s, %s)",
-                    [(d.chunk_id, d.atom_id, _clean(d.text), _clean(d.reason))
-                     for d in dropped])
-
-    def _add_questions(self, conn: psycopg.Connection[Any], questions: Sequence[Question],
-                       vectors: Vectors) -> int:
+    # -- writes (the algorithms are sql_core's) ------------------------------------------
+    def _add_rows(self, conn: psycopg.Connection[Any], kind: Kind, columns: str,
+                  values: list[tuple[Any, ...]], vectors: Vectors,
+                  chunk_rows: Sequence[int | None], texts: Sequence[str]) -> list[int]:
+        """Rows with their vectors (``halfvec``) and their postings, made by FTS5's
+        tokenizer (``COPY``)."""
         from pgvector import HalfVector
 
-        terms = self._terms([q.text for q in questions])
-        rows = self._insert(conn, "questions", "id, atom_id, chunk_id, text, ntok, vector", [
-            (q.id, q.atom_id, q.chunk_id, _clean(q.text), n, HalfVector(v))
-            for q, (_, n), v in zip(questions, terms, vectors, strict=True)])
-        self._postings(conn, "questions", rows, terms)
-        return len(rows)
+        terms = self._terms(texts)
+        rows = self._insert(conn, kind, f"{columns}, ntok, vector", [
+            (*value, n, HalfVector(v))
+            for value, (_, n), v in zip(values, terms, vectors, strict=True)])
+        self._postings(conn, kind, rows, terms)
+        return rows
 
     @staticmethod
     def _insert(conn: psycopg.Connection[Any], table: str, columns: str,
@@ -450,44 +392,6 @@ class PostgresStore(SQLStore):
             for row, (counts, length) in zip(rows, terms, strict=True):
                 for term, tf in counts.items():
                     copy.write_row((term, row, tf, length))
-
-    def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
-        if done:
-            self._retried(lambda: self._add_generated(done))
-
-    def _add_generated(self, done: Sequence[ChunkQuestions]) -> None:
-        ids = [d.chunk_id for d in done]
-        dims = {int(np.asarray(d.vectors).shape[1]) for d in done if len(d.vectors)}
-        for dim in dims:
-            self._ensure_dim(dim)
-        owners = dict(self._rows("SELECT id, source FROM chunks WHERE id = ANY(%s)", (ids,)))
-        with self._write(*owners.values()) as conn:
-            for item in done:
-                found = conn.execute("SELECT source FROM chunks WHERE id = %s",
-                                     (item.chunk_id,)).fetchone()
-                if found is None:  # replaced or deleted meanwhile
-                    continue
-                had = conn.execute("DELETE FROM questions WHERE chunk_id = %s",
-                                   (item.chunk_id,)).rowcount
-                added = self._add_questions(conn, [
-                    q.model_copy(update={"chunk_id": item.chunk_id}) for q in item.questions],
-                    item.vectors)
-                conn.execute("DELETE FROM dropped_questions WHERE chunk_id = %s",
-                             (item.chunk_id,))
-                self._add_dropped(conn, [d.model_copy(update={"chunk_id": item.chunk_id})
-                                         for d in item.dropped])
-                conn.execute("UPDATE chunks SET enriched = %s WHERE id = %s",
-                             (item.complete, item.chunk_id))
-                conn.execute("UPDATE sources SET counts = jsonb_set(counts, '{2}', "
-                             "to_jsonb((counts->>2)::int + %s)) WHERE uri = %s AND counts IS "
-                             "NOT NULL", (added - had, found[0]))
-
-    def delete_source(self, uri: str) -> bool:
-        def delete() -> bool:
-            with self._write(uri) as conn:
-                return conn.execute("DELETE FROM sources WHERE uri = %s", (uri,)).rowcount > 0
-
-        return self._retried(delete)
 
     # -- enrichment --------------------------------------------------------------------
 
@@ -552,16 +456,9 @@ class PostgresStore(SQLStore):
         that drifted from the rows (foreign keys keep rows from losing their parents)."""
         found = Inspection()
         with self.snapshot():
-            for uri, counts, *now in self._rows(
-                    "SELECT s.uri, s.counts, (SELECT count(*) FROM chunks c WHERE c.source = "
-                    "s.uri), (SELECT count(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id "
-                    "WHERE c.source = s.uri), (SELECT count(*) FROM questions q JOIN chunks c "
-                    "ON q.chunk_id = c.id WHERE c.source = s.uri) FROM sources s"):
-                if counts is not None and list(counts) != list(now):
-                    found.problems.append(
-                        f"{uri}: stored {counts[0]} chunks, {counts[1]} atoms, {counts[2]} "
-                        f"questions; holds {now[0]}, {now[1]}, {now[2]}")
-                    found.damaged_sources.append(uri)
+            for uri, lost in self._lost_rows():
+                found.problems.append(f"{uri}: source lost rows since it was stored ({lost})")
+                found.damaged_sources.append(uri)
             for kind in KINDS:
                 n, total = self._rows(f"SELECT count(*), coalesce(sum(ntok), 0) FROM {kind}")[0]
                 stats = self._rows("SELECT coalesce(sum(n), 0), coalesce(sum(total), 0) FROM "
@@ -605,22 +502,6 @@ class PostgresStore(SQLStore):
                                "with it")
         with self._write() as conn:
             conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
-
-
-def _clean(value: Any) -> Any:
-    """``value`` without NUL characters, which PostgreSQL's text and jsonb refuse (a PDF's
-    extracted text may hold them; SQLite keeps them)."""
-    if isinstance(value, str):
-        return value.replace("\x00", "")
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN or Infinity (PostgreSQL's jsonb refuses them)
-    if isinstance(value, dict):
-        return {_clean(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
 
 
 def _named(clause: str, values: list[Any], params: dict[str, Any]) -> str:

@@ -1,22 +1,27 @@
-"""What both SQL engines do the same way, written once: reading sources, chunks, atoms,
-questions and their vectors back, counting, the enrichment queue, exporting a source and
-the questions generated for it.
+"""What both SQL engines do the same way, written once: adding a source with its chunks,
+atoms and questions, adding a chunk's generated questions, deleting a source; reading
+them and their vectors back, counting, the enrichment queue, exporting a source and the
+questions generated for it.
 
 An engine gives a :class:`Dialect` (how its SQL spells a parameter, a row number, a list
-parameter, a waiting chunk, binary order and a JSON value) and three hooks: ``_rows``
-(run a read and map its errors), ``_vectors_of`` (where a kind's vectors live) and
-``snapshot`` (one read transaction). What truly differs stays in the engine: connections
-and locking, schema steps, writes, vector indexes and where BM25 comes from. A third SQL
-engine needs a dialect and those parts."""
+parameter, a waiting chunk, binary order, a JSON value and text it can hold) and its
+hooks: ``_rows`` (run a read and map its errors), ``_write`` (one write transaction and
+its locks), ``_add_rows`` (insert rows of a kind with their vectors and keywords),
+``_vectors_of`` (where a kind's vectors live) and ``snapshot`` (one read transaction).
+What truly differs stays in the engine: connections and locking, schema steps, vector
+storage and indexes, and where BM25 comes from. A third SQL engine needs a dialect and
+those parts."""
 
 from __future__ import annotations
 
 import json
+import math
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,6 +37,7 @@ from isotope.models import (
     content_hash,
 )
 from isotope.stores import (
+    ChunkQuestions,
     Hit,
     Kind,
     PendingChunk,
@@ -43,6 +49,8 @@ from isotope.stores import (
     draw_questions,
     dropped_by_chunk,
 )
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -66,20 +74,52 @@ class Dialect:
     """A list as the parameter :attr:`any_of` takes (one parameter, any length)."""
     json_value: Callable[[Any], Any]
     """A JSON column's value as read -> the Python value."""
+    json_param: Callable[[Any], Any]
+    """A Python value -> the parameter a JSON column is written from."""
+    text: Callable[[Any], Any]
+    """A text (or a JSON value) as the engine can hold it."""
+    add_questions_count: str
+    """Adds a parameter to a source's stored question count (``counts[2]``); its
+    parameters: the number, the source's uri."""
 
     def waiting(self, alias: str = "") -> str:
         return self.waiting_sql.format(c=f"{alias}." if alias else "")
+
+
+def no_nul(value: Any) -> Any:
+    """``value`` without NUL characters, which PostgreSQL's text and jsonb refuse (a PDF's
+    extracted text may hold them; SQLite keeps them)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN or Infinity (PostgreSQL's jsonb refuses them)
+    if isinstance(value, dict):
+        return {no_nul(k): no_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [no_nul(v) for v in value]
+    return value
+
+
+def _jsonb(value: Any) -> Any:
+    from psycopg.types.json import Jsonb
+
+    return Jsonb(no_nul(value))
 
 
 SQLITE = Dialect(
     mark="?", row="rowid", waiting_sql="{c}enriched = 0", true="1", false="0",
     binary_order="",
     any_of=lambda column: f"{column} IN (SELECT value FROM json_each(?))",
-    many=lambda values: json.dumps(list(values)), json_value=json.loads)
+    many=lambda values: json.dumps(list(values)), json_value=json.loads,
+    json_param=json.dumps, text=lambda value: value,
+    add_questions_count="UPDATE sources SET counts = json_set(counts, '$[2]', "
+    "json_extract(counts, '$[2]') + ?) WHERE uri = ? AND counts IS NOT NULL")
 POSTGRES = Dialect(
     mark="%s", row="row", waiting_sql="NOT {c}enriched", true="true", false="false",
     binary_order=' COLLATE "C"', any_of=lambda column: f"{column} = ANY(%s)",
-    many=list, json_value=lambda value: value)
+    many=list, json_value=lambda value: value, json_param=_jsonb, text=no_nul,
+    add_questions_count="UPDATE sources SET counts = jsonb_set(counts, '{2}', "
+    "to_jsonb((counts->>2)::int + %s)) WHERE uri = %s AND counts IS NOT NULL")
 
 _SOURCE = "uri, content_hash, size, mtime, loader, ingested_at, metadata, status, root"
 _CHUNK = 'id, source, idx, start, "end", text, metadata, context'
@@ -87,7 +127,7 @@ _ATOM = 'id, chunk_id, idx, start, "end", text'
 
 
 class SQLStore(Store):
-    """The reads of a relational store, against :attr:`dialect` and three hooks."""
+    """A relational store's writes and reads, against :attr:`dialect` and its hooks."""
 
     dialect: Dialect
     where: str
@@ -111,6 +151,31 @@ class SQLStore(Store):
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         """The stored vectors of ``kind``'s ``rows`` (row -> vector; a lost one absent)."""
 
+    @abstractmethod
+    def _write(self, *sources: str) -> AbstractContextManager[Any]:
+        """One write transaction on a connection, holding what keeps other writers of
+        ``sources`` out; its errors mapped to isotope's."""
+
+    @abstractmethod
+    def _add_rows(self, conn: Any, kind: Kind, columns: str, values: list[tuple[Any, ...]],
+                  vectors: Vectors, chunk_rows: Sequence[int | None],
+                  texts: Sequence[str]) -> list[int]:
+        """Insert rows of ``kind`` (``columns``, the first one the id) with their
+        ``vectors`` and the ``texts`` their keywords come from; their row numbers, in
+        order. ``chunk_rows``: the row of each one's chunk (None for chunks)."""
+
+    def _retried(self, write: Callable[[], _T]) -> _T:
+        """``write`` (one transaction), made again where the engine may abort one to
+        let another writer through."""
+        return write()
+
+    def _ensure_dim(self, dim: int) -> None:
+        """Before vectors of ``dim`` dimensions are written (where the engine's columns
+        or indexes need it)."""
+
+    def _after_write(self) -> None:
+        """After a write committed (the engine's background upkeep)."""
+
     # -- building blocks ---------------------------------------------------------------
     def _source(self, row: Sequence[Any]) -> Source:
         return Source(uri=row[0], content_hash=row[1], size=row[2], mtime=row[3],
@@ -130,6 +195,114 @@ class SQLStore(Store):
         d = self.dialect
         return self._rows(f"SELECT {d.row}, {columns} FROM {table} WHERE "
                           f"{d.any_of(column)} ORDER BY {order}", (d.many(values),))
+
+    # -- writes ------------------------------------------------------------------------
+    def add(self, batch: SourceBatch) -> None:
+        if len(batch.chunk_vectors):
+            self._ensure_dim(int(np.asarray(batch.chunk_vectors).shape[1]))
+        self._retried(lambda: self._add(batch))
+        self._after_write()
+
+    def _add(self, batch: SourceBatch) -> None:
+        d, source = self.dialect, batch.source
+        touched = [source.uri, *([batch.replaces] if batch.replaces else [])]
+        hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
+        with self._write(*touched) as conn:
+            conn.execute(f"DELETE FROM sources WHERE {d.any_of('uri')}", (d.many(touched),))
+            conn.execute(
+                f"INSERT INTO sources({_SOURCE}, counts) VALUES ({', '.join([d.mark] * 10)})",
+                (source.uri, source.content_hash, source.size, source.mtime, source.loader,
+                 (source.ingested_at or datetime.now(UTC)).isoformat(),
+                 d.json_param(source.metadata), source.status, source.root,
+                 d.json_param([len(batch.chunks), len(batch.atoms), len(batch.questions)])))
+            chunk_rows = self._add_rows(conn, "chunks", f"{_CHUNK}, hash, enriched", [
+                (c.id, source.uri, c.index, c.start, c.end, d.text(c.text),
+                 d.json_param(c.metadata), d.text(c.context), h, c.id not in batch.pending)
+                for c, h in zip(batch.chunks, hashes, strict=True)],
+                batch.chunk_vectors, [None] * len(batch.chunks),
+                # a chunk is found by its text and its context (FTS5's two columns)
+                [f"{c.text}\n{c.context}" for c in batch.chunks])
+            row_of = dict(zip((c.id for c in batch.chunks), chunk_rows, strict=True))
+            self._add_rows(conn, "atoms", _ATOM, [
+                (a.id, a.chunk_id, a.index, a.start, a.end, d.text(a.text))
+                for a in batch.atoms], batch.atom_vectors,
+                [row_of.get(a.chunk_id) for a in batch.atoms], [a.text for a in batch.atoms])
+            self._add_questions(conn, batch.questions, batch.question_vectors,
+                                [row_of.get(q.chunk_id) for q in batch.questions])
+            self._add_dropped(conn, batch.dropped)
+
+    def _add_questions(self, conn: Any, questions: Sequence[Question], vectors: Vectors,
+                       chunk_rows: Sequence[int | None]) -> int:
+        return len(self._add_rows(conn, "questions", "id, atom_id, chunk_id, text", [
+            (q.id, q.atom_id, q.chunk_id, self.dialect.text(q.text)) for q in questions],
+            vectors, chunk_rows, [q.text for q in questions]))
+
+    def _add_dropped(self, conn: Any, dropped: Sequence[DroppedQuestion]) -> None:
+        if dropped:
+            d = self.dialect
+            conn.cursor().executemany(
+                "INSERT INTO dropped_questions(chunk_id, atom_id, text, reason) VALUES "
+                f"({', '.join([d.mark] * 4)})",
+                [(x.chunk_id, x.atom_id, d.text(x.text), d.text(x.reason)) for x in dropped])
+
+    def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
+        if not done:
+            return
+        for dim in {int(np.asarray(x.vectors).shape[1]) for x in done if len(x.vectors)}:
+            self._ensure_dim(dim)
+        self._retried(lambda: self._add_generated(done))
+        self._after_write()
+
+    def _add_generated(self, done: Sequence[ChunkQuestions]) -> None:
+        d = self.dialect
+        owners = self._rows(f"SELECT source FROM chunks WHERE {d.any_of('id')}",
+                            (d.many([x.chunk_id for x in done]),))
+        with self._write(*{uri for (uri,) in owners}) as conn:
+            for item in done:
+                found = conn.execute(f"SELECT {d.row}, source FROM chunks WHERE id = {d.mark}",
+                                     (item.chunk_id,)).fetchone()
+                if found is None:  # replaced or deleted meanwhile
+                    continue
+                chunk_row, uri = found
+                had = conn.execute(f"DELETE FROM questions WHERE chunk_id = {d.mark}",
+                                   (item.chunk_id,)).rowcount
+                added = self._add_questions(
+                    conn, [q.model_copy(update={"chunk_id": item.chunk_id})
+                           for q in item.questions], item.vectors,
+                    [chunk_row] * len(item.questions))
+                conn.execute(f"DELETE FROM dropped_questions WHERE chunk_id = {d.mark}",
+                             (item.chunk_id,))
+                self._add_dropped(conn, [x.model_copy(update={"chunk_id": item.chunk_id})
+                                         for x in item.dropped])
+                conn.execute(f"UPDATE chunks SET enriched = {d.mark} WHERE {d.row} = {d.mark}",
+                             (item.complete, chunk_row))
+                conn.execute(d.add_questions_count, (added - had, uri))  # for `check`
+
+    def delete_source(self, uri: str) -> bool:
+        def delete() -> bool:
+            with self._write(uri) as conn:
+                return bool(conn.execute(f"DELETE FROM sources WHERE uri = {self.dialect.mark}",
+                                         (uri,)).rowcount > 0)
+
+        deleted = self._retried(delete)
+        self._after_write()
+        return deleted
+
+    # -- checks ------------------------------------------------------------------------
+    def _lost_rows(self) -> list[tuple[str, str]]:
+        """Sources holding fewer rows than they stored: (uri, what they lost)."""
+        lost = []
+        for uri, counts, *now in self._rows(
+                "SELECT s.uri, s.counts, (SELECT count(*) FROM chunks c WHERE c.source = s.uri),"
+                " (SELECT count(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id WHERE "
+                "c.source = s.uri), (SELECT count(*) FROM questions q JOIN chunks c ON "
+                "q.chunk_id = c.id WHERE c.source = s.uri) FROM sources s"):
+            stored = [] if counts is None else list(self.dialect.json_value(counts))
+            if stored and stored != now:  # (no counts: stored before schema 4)
+                lost.append((uri, ", ".join(
+                    f"{n - m} {kind}" for kind, n, m in
+                    zip(("chunks", "atoms", "questions"), stored, now, strict=True) if n != m)))
+        return lost
 
     # -- meta --------------------------------------------------------------------------
     def get_meta(self, key: str) -> Any:

@@ -12,14 +12,12 @@ vector log, vector and keyword search, compaction and repair.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,19 +28,13 @@ import numpy.typing as npt
 from isotope.ann import search_groups
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, InvalidArgument, InvalidIndex, StoreError
-from isotope.models import (
-    DroppedQuestion,
-    content_hash,
-)
 from isotope.search.filters import Condition
 from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,
-    ChunkQuestions,
     Hit,
     Inspection,
     Kind,
-    SourceBatch,
 )
 from isotope.stores.keywords import query_words
 from isotope.stores.sql_core import SQLITE, SQLStore
@@ -142,9 +134,10 @@ class SQLiteStore(SQLStore):
             raise InvalidIndex(f"not a readable isotope index ({exc})") from exc
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that gives the index a new state id. If it fails, nothing
-        of it is stored, and the error that made it fail is the one raised (SQLite may
+    def _write(self, *sources: str) -> Iterator[sqlite3.Connection]:
+        """A write transaction that gives the index a new state id (the writer lock is
+        :meth:`writer`'s, whatever ``sources`` it touches). If it fails, nothing of it is
+        stored, and the error that made it fail is the one raised (SQLite may
         already have rolled back, e.g. when the disk is full)."""
         if self.read_only:
             raise StoreError(f"the index at {self.directory} is read-only; copy it to a "
@@ -213,102 +206,21 @@ class SQLiteStore(SQLStore):
     def set_meta(self, key: str, value: Any) -> None:
         set_meta(self._conn(), key, value)
 
-    # -- writes ------------------------------------------------------------------------
-    @guarded
-    def add(self, batch: SourceBatch) -> None:
-        source = batch.source
-        with self._write() as conn:
-            conn.execute("DELETE FROM sources WHERE uri=?", (source.uri,))
-            if batch.replaces:
-                conn.execute("DELETE FROM sources WHERE uri=?", (batch.replaces,))
-            conn.execute(
-                "INSERT INTO sources(uri, content_hash, size, mtime, loader, ingested_at, "
-                "metadata, status, root, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    source.uri, source.content_hash, source.size, source.mtime, source.loader,
-                    (source.ingested_at or datetime.now(UTC)).isoformat(),
-                    json.dumps(source.metadata), source.status, source.root,
-                    json.dumps([len(batch.chunks), len(batch.atoms), len(batch.questions)]),
-                ),
-            )
-            # rows numbered here, so that their vectors can be logged with them
-            chunk_rows = self._next_rowids(conn, "chunks", len(batch.chunks))
-            atom_rows = self._next_rowids(conn, "atoms", len(batch.atoms))
-            question_rows = self._next_rowids(conn, "questions", len(batch.questions))
-            chunk_row = dict(zip((c.id for c in batch.chunks), chunk_rows, strict=True))
-            hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
-            conn.executemany(
-                'INSERT INTO chunks(rowid, id, source, idx, start, "end", text, metadata, '
-                "vector, hash, context, enriched) VALUES (?, ?, ?, ?, ?, ?, ?, ?, X'', ?, ?, ?)",
-                [
-                    (r, c.id, source.uri, c.index, c.start, c.end, c.text,
-                     json.dumps(c.metadata), h, c.context, int(c.id not in batch.pending))
-                    for r, c, h in zip(chunk_rows, batch.chunks, hashes, strict=True)
-                ],
-            )
-            conn.executemany(
-                'INSERT INTO atoms(rowid, id, chunk_id, idx, start, "end", text, vector) '
-                "VALUES (?, ?, ?, ?, ?, ?, ?, X'')",
-                [(r, a.id, a.chunk_id, a.index, a.start, a.end, a.text)
-                 for r, a in zip(atom_rows, batch.atoms, strict=True)],
-            )
-            conn.executemany(
-                "INSERT INTO questions(rowid, id, atom_id, chunk_id, text, vector) "
-                "VALUES (?, ?, ?, ?, ?, X'')",
-                [(r, q.id, q.atom_id, q.chunk_id, q.text)
-                 for r, q in zip(question_rows, batch.questions, strict=True)],
-            )
-            conn.executemany(
-                "INSERT INTO vector_log(kind, item, grp, vector) VALUES (?, ?, ?, ?)",
-                [*(("chunks", r, r, _blob(v))
-                   for r, v in zip(chunk_rows, batch.chunk_vectors, strict=True)),
-                 *(("atoms", r, chunk_row.get(a.chunk_id), _blob(v))
-                   for r, a, v in zip(atom_rows, batch.atoms, batch.atom_vectors, strict=True)),
-                 *(("questions", r, chunk_row.get(q.chunk_id), _blob(v))
-                   for r, q, v in zip(question_rows, batch.questions, batch.question_vectors,
-                                      strict=True))],
-            )
-            self._add_dropped(conn, batch.dropped)
-        self._after_write()
-
-    @staticmethod
-    def _add_dropped(conn: sqlite3.Connection, dropped: Sequence[DroppedQuestion]) -> None:
+    # -- writes (the algorithms are sql_core's) ------------------------------------------
+    def _add_rows(self, conn: sqlite3.Connection, kind: Kind, columns: str,
+                  values: list[tuple[Any, ...]], vectors: Vectors,
+                  chunk_rows: Sequence[int | None], texts: Sequence[str]) -> list[int]:
+        """Rows numbered here, so that their vectors are logged with them (the vector
+        files are made from the log); FTS5's triggers index their words."""
+        rows = self._next_rowids(conn, kind, len(values))
+        marks = ", ".join("?" * len(columns.split(",")))
+        conn.executemany(f"INSERT INTO {kind}(rowid, {columns}, vector) VALUES (?, {marks}, "
+                         "X'')", [(r, *v) for r, v in zip(rows, values, strict=True)])
         conn.executemany(
-            "INSERT INTO dropped_questions(chunk_id, atom_id, text, reason) VALUES (?,?,?,?)",
-            [(d.chunk_id, d.atom_id, d.text, d.reason) for d in dropped])
-
-    @guarded
-    def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
-        with self._write() as conn:
-            for item in done:
-                found = conn.execute("SELECT rowid, source FROM chunks WHERE id = ?",
-                                     (item.chunk_id,)).fetchone()
-                if found is None:  # replaced or deleted meanwhile
-                    continue
-                chunk_row, uri = found
-                had = conn.execute("DELETE FROM questions WHERE chunk_id = ?",
-                                   (item.chunk_id,)).rowcount
-                rows = self._next_rowids(conn, "questions", len(item.questions))
-                conn.executemany(
-                    "INSERT INTO questions(rowid, id, atom_id, chunk_id, text, vector) "
-                    "VALUES (?, ?, ?, ?, ?, X'')",
-                    [(r, q.id, q.atom_id, item.chunk_id, q.text)
-                     for r, q in zip(rows, item.questions, strict=True)])
-                conn.executemany(
-                    "INSERT INTO vector_log(kind, item, grp, vector) VALUES (?, ?, ?, ?)",
-                    [("questions", r, chunk_row, _blob(v))
-                     for r, v in zip(rows, item.vectors, strict=True)])
-                conn.execute("DELETE FROM dropped_questions WHERE chunk_id = ?",
-                             (item.chunk_id,))
-                self._add_dropped(conn, [d.model_copy(update={"chunk_id": item.chunk_id})
-                                         for d in item.dropped])
-                conn.execute("UPDATE chunks SET enriched = ? WHERE rowid = ?",
-                             (int(item.complete), chunk_row))
-                conn.execute(  # what the source holds, for `check`
-                    "UPDATE sources SET counts = json_set(counts, '$[2]', "
-                    "json_extract(counts, '$[2]') + ?) WHERE uri = ? AND counts IS NOT NULL",
-                    (len(rows) - had, uri))
-        self._after_write()
+            "INSERT INTO vector_log(kind, item, grp, vector) VALUES (?, ?, ?, ?)",
+            [(kind, r, r if kind == "chunks" else grp, _blob(v))
+             for r, grp, v in zip(rows, chunk_rows, vectors, strict=True)])
+        return list(rows)
 
     @staticmethod
     def _next_rowids(conn: sqlite3.Connection, table: str, count: int) -> range:
@@ -322,13 +234,6 @@ class SQLiteStore(SQLStore):
         if self._writing:
             for kind in KINDS:
                 self._vectors.compact_later(kind, self._write)
-
-    @guarded
-    def delete_source(self, uri: str) -> bool:
-        with self._write() as conn:
-            deleted = conn.execute("DELETE FROM sources WHERE uri=?", (uri,)).rowcount > 0
-        self._after_write()
-        return deleted
 
     def settle(self) -> None:
         self._vectors.wait()
@@ -442,7 +347,7 @@ class SQLiteStore(SQLStore):
     def inspect(self) -> Inspection:
         """See :func:`isotope.stores.sqlite_check.inspect`."""
         return inspect(self._conn(), self.snapshot, self._vectors, self.table_rows,
-                       read_only=self.read_only, db=self.directory / DB_NAME)
+                       self._lost_rows, read_only=self.read_only, db=self.directory / DB_NAME)
 
     def repair(self, embed: Callable[[list[str]], Vectors] | None = None) -> None:
         """Rebuild the keyword indexes, drop orphan rows that no source owns, and rebuild

@@ -29,12 +29,6 @@ ORPHANS = {
 }
 """Rows whose parent is gone, each query giving the source involved (NULL if unknown)."""
 
-COUNTS = (
-    "SELECT s.uri, s.counts, (SELECT COUNT(*) FROM chunks c WHERE c.source = s.uri), "
-    "(SELECT COUNT(*) FROM atoms a JOIN chunks c ON a.chunk_id = c.id WHERE c.source = s.uri),"
-    " (SELECT COUNT(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id "
-    "WHERE c.source = s.uri) FROM sources s")
-"""Each source's stored counts (JSON, NULL before schema 4) and what it holds now."""
 
 class SQLiteFilters(FilterSQL):
     """Filters in SQLite's SQL: GLOB, ``json_extract``, ``json_each`` over a metadata
