@@ -53,3 +53,33 @@ def test_every_store_method_is_named() -> None:
 def test_the_top_level_is_small() -> None:
     modules = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert len(modules) < 15, modules
+
+
+def test_settings_come_in_groups_each_consumer_taking_its_own() -> None:
+    """Every setting is in exactly one group; a group checks its own values; the model
+    factories take the models group, the key loader the server group, the ingest the
+    groups it reads (a consumer reading another group's setting fails mypy)."""
+    import inspect
+    import typing
+
+    import pydantic
+    import pytest
+
+    from isotope import embedders, providers
+    from isotope.ingest.pipeline import Pipeline
+    from isotope.server.auth import Keys
+    from isotope.settings import GROUPS, ChunkingSettings, Settings, group_of
+
+    names = [n for cls in GROUPS.values() for n in cls.model_fields]
+    assert sorted(names) == sorted(Settings.model_fields) and len(set(names)) == len(names)
+    assert list(GROUPS) == ["storage", "models", "chunking", "questions", "retrieval",
+                            "server"]
+    assert group_of("openai_base_url") == "models" and group_of("top_k") == "retrieval"
+    with pytest.raises(pydantic.ValidationError, match="chunk_overlap"):
+        ChunkingSettings(chunk_size=64, chunk_overlap=64)
+    def takes(function: typing.Callable[..., object]) -> object:
+        return inspect.signature(function).parameters["settings"].annotation
+
+    assert takes(providers.create) == takes(embedders.create) == "ModelSettings"
+    assert takes(Keys.from_settings) == "ServerSettings"
+    assert takes(Pipeline.__init__) == "IngestSettings"

@@ -103,9 +103,9 @@ def test_list_status_delete_config(index: Path, monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setenv("ISOTOPE_TOP_K", "9")
     config = json.loads(runner.invoke(app, ["config", "--index", str(index), "--json"]).stdout)
-    assert config["top_k"] == {"value": 9, "from": "env"}
+    assert config["top_k"] == {"value": 9, "from": "env", "group": "retrieval"}
     assert config["question_model"]["from"] == "env"
-    assert config["chunk_size"] == {"value": 256, "from": "index"}
+    assert config["chunk_size"] == {"value": 256, "from": "index", "group": "chunking"}
     assert config["index"]["from"] == "argument"
 
 

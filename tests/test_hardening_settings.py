@@ -127,7 +127,8 @@ def test_exclude_and_include_take_a_json_list_or_comma_separated_globs(
     assert settings.include == expected and origins["include"] == ".env"
     result = runner.invoke(app, ["config", "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["exclude"] == {"value": expected, "from": "env"}
+    assert json.loads(result.stdout)["exclude"] == {"value": expected, "from": "env",
+                                                  "group": "chunking"}
 
 
 def test_a_broken_json_list_is_one_line_naming_the_variable(

@@ -369,10 +369,8 @@ class Isotope:
         hybrid signals' weights for this search, over the ``weights`` setting."""
         query = _valid_query(query)
         k = _valid_k(self.settings.top_k if k is None else k)
-        options: dict[str, Any] = {"alpha": self.settings.alpha, "fusion": self.settings.fusion,
-                                   "weights": {**self.settings.weights, **(weights or {})},
-                                   "aggregate": self.settings.aggregate,
-                                   "filters": parse_filters(filters)}
+        options = {**retrieval.fusion_options(self.settings, weights),
+                   "filters": parse_filters(filters)}
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         if not transform or query.rstrip().endswith("?"):

@@ -27,9 +27,17 @@ import stat
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -183,16 +191,55 @@ KeywordIndex = Literal["auto", "fts5", "postings"]
 """What each kind's vectors and keywords are searched with (the embedded store)."""
 
 
-class Settings(BaseSettings):
-    """All of isotope's settings. Environment variables use the ``ISOTOPE_`` prefix."""
+class StorageSettings(BaseModel):
+    """Settings group ``storage``: where the index is and how it is kept."""
 
-    model_config = SettingsConfigDict(
-        # env_file=None: .env is read by _DotEnvSource (see settings_customise_sources)
-        env_prefix="ISOTOPE_", env_file=None, extra="ignore", allow_inf_nan=False,
-    )
+    model_config = ConfigDict(allow_inf_nan=False)
 
     index: str = Field(".isotope", description="Index used when none is given: a directory, "
                        "or the URL of a store backend")
+    storage: Literal["content", "file-reference"] = Field(
+        "content", description="content: chunk text is stored; file-reference: only "
+        "offsets and a hash, text read from the file at query time")
+    vector_index: VectorIndex = Field(
+        "auto", description="Vector index of each kind of item: auto (exact below 20,000 "
+        "items, HNSW over int8 vectors from there), exact, or hnsw; applied when the "
+        "vectors are next compacted (isotope compact)")
+    keyword_index: KeywordIndex = Field(
+        "auto", description="What keyword (BM25) search reads: auto (FTS5, and for atoms "
+        "and chunks from 20,000 rows saved postings that rank as FTS5 does, several times "
+        "faster), fts5, or postings (every kind); applied when the vectors are next "
+        "compacted (isotope compact)")
+    sync_strategy: Literal["source_aware", "none"] = Field(
+        "source_aware", description="source_aware: skip unchanged files, replace changed "
+        "ones reusing unchanged chunks, sync removes deleted files; none: re-index every "
+        "file, remove nothing")
+    lock_wait: float = Field(0.0, ge=0, description="Seconds to wait for another process "
+                             "writing to the index (0: fail at once)")
+    projects_dir: Path = Field(
+        default_factory=lambda: data_dir() / "projects",
+        description="Where named indexes (projects) live")
+    project: str | None = Field(None, description="Project used when no index is given")
+
+    @field_validator("index", mode="before")
+    @classmethod
+    def _location(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
+
+
+class ModelSettings(BaseModel):
+    """Settings group ``models``: the models, where their files and cached replies
+    live, and how remote ones are called."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    embedding_model: str = Field(DEFAULT_EMBEDDER, description="Embedding model")
+    embedding_dim: int | None = Field(
+        None, description="Vector size of a remote embedding model (openai/...)"
+    )
+    question_model: str = Field(DEFAULT_LLM, description="Model that writes questions")
+    answer_model: str = Field(DEFAULT_LLM, description="Model that writes answers")
+    atomizer_model: str = Field(DEFAULT_LLM, description="Model of the llm atomizer")
     cache_dir: Path = Field(
         default_factory=_default_cache_dir,
         description="Where the cache of model replies and embeddings lives",
@@ -202,14 +249,80 @@ class Settings(BaseSettings):
         default_factory=lambda: _default_cache_dir() / "models",
         description="Where model files assembled from packages are kept",
     )
-
-    embedding_model: str = Field(DEFAULT_EMBEDDER, description="Embedding model")
-    embedding_dim: int | None = Field(
-        None, description="Vector size of a remote embedding model (openai/...)"
+    threads: int = Field(2, ge=1, le=1024, description="CPU threads for the local models")
+    llm_context: int = Field(4096, ge=512, le=1_048_576,
+                             description="Context window of the local model")
+    temperature: float = Field(0.5, ge=0, description="Sampling temperature for questions")
+    seed: int = Field(0, description="Sampling seed of the local model")
+    openai_base_url: str | None = Field(
+        None, description="Base URL of an OpenAI-compatible API (default: OpenAI's)"
     )
-    question_model: str = Field(DEFAULT_LLM, description="Model that writes questions")
-    answer_model: str = Field(DEFAULT_LLM, description="Model that writes answers")
-    atomizer_model: str = Field(DEFAULT_LLM, description="Model of the llm atomizer")
+    openai_api_key: SecretStr | None = Field(
+        default_factory=lambda: SecretStr(os.environ["OPENAI_API_KEY"])
+        if os.environ.get("OPENAI_API_KEY") else None,
+        description="API key for openai/ models (default: $OPENAI_API_KEY)",
+    )
+    llm_concurrency: int = Field(8, ge=1, le=1024,
+                                 description="Remote model calls in flight at once")
+    requests_per_minute: float | None = Field(
+        None, ge=0, description="Remote request budget (None or 0: none)")
+    tokens_per_minute: float | None = Field(
+        None, ge=0, description="Remote token budget (None or 0: none)")
+    llm_timeout: float = Field(120.0, gt=0, le=86_400,
+                               description="Seconds before a remote call times out")
+    llm_max_retries: int = Field(5, ge=0, le=100, description="Retries of a failed remote call")
+
+
+class ChunkingSettings(BaseModel):
+    """Settings group ``chunking``: which files are read and how their text is cut into chunks."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    include: Globs = Field(
+        default_factory=list, description="Globs a file in a directory must match (a JSON "
+        "list, or globs separated by commas)"
+    )
+    exclude: Globs = Field(
+        default_factory=lambda: [".*", "**/.*", "**/node_modules/**", "**/__pycache__/**"],
+        description="Globs of files and folders skipped in a directory (a JSON list, or "
+        "globs separated by commas)",
+    )
+    max_file_mb: float = Field(64.0, gt=0, le=1_000_000,
+                               description="Larger files are reported, not read")
+    max_text_mb: float = Field(
+        32.0, gt=0, le=1_000_000, description="Most text one file may make (an email's "
+        "attachment, a .docx that inflates, a .tex with its inputs); a file making more "
+        "is reported, not ingested")
+    mail_sources: Literal["message", "thread"] = Field(
+        "message", description="A mailbox (.mbox) as one source per message, or per thread "
+        "(its messages together, in order)")
+    chunk_size: int = Field(256, ge=16, le=100_000, description="Chunk size in tokens")
+    chunk_overlap: int = Field(32, ge=0, description="Overlap between chunks in tokens")
+    chunk_context: bool = Field(
+        False, description="Contextual enrichment: the question model writes a short context "
+        "situating each chunk in its document, searched with the chunk (one call per chunk)")
+    context_chars: int = Field(
+        6000, ge=200, description="Characters of the document shown to the model with each "
+        "chunk (chunk_context; a longer document: its beginning and a window around the "
+        "chunk)")
+
+    @field_validator("include", "exclude", mode="before")
+    @classmethod
+    def _file_globs(cls, value: Any) -> Any:
+        return _globs(value)
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> Self:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than "
+                             f"chunk_size ({self.chunk_size})")
+        return self
+
+
+class QuestionSettings(BaseModel):
+    """Settings group ``questions``: how chunks become atoms and atoms questions."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     atomizer: Literal["sentence", "llm"] = Field("sentence", description="How chunks are split")
     min_atom_words: int = Field(3, ge=1, description="Shorter atoms get no questions")
@@ -226,19 +339,22 @@ class Settings(BaseSettings):
         0.85, ge=-1, le=1,
         description="Drop questions this similar (cosine) to a kept one of the chunk (None: off)"
     )
+    prompts_dir: Path | None = Field(
+        None, description="A folder of NAME.txt files overriding prompts by name (isotope "
+        "status lists the names); only the work an overridden prompt does is redone")
 
-    chunk_size: int = Field(256, ge=16, le=100_000, description="Chunk size in tokens")
-    chunk_overlap: int = Field(32, ge=0, description="Overlap between chunks in tokens")
-    chunk_context: bool = Field(
-        False, description="Contextual enrichment: the question model writes a short context "
-        "situating each chunk in its document, searched with the chunk (one call per chunk)")
-    context_chars: int = Field(
-        6000, ge=200, description="Characters of the document shown to the model with each "
-        "chunk (chunk_context; a longer document: its beginning and a window around the "
-        "chunk)")
-    mail_sources: Literal["message", "thread"] = Field(
-        "message", description="A mailbox (.mbox) as one source per message, or per thread "
-        "(its messages together, in order)")
+    @field_validator("dedup_threshold", mode="before")
+    @classmethod
+    def _none_string(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in {"", "none", "off", "null"}:
+            return None
+        return value
+
+
+class RetrievalSettings(BaseModel):
+    """Settings group ``retrieval``: how a query is searched and answered."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     top_k: int = Field(5, ge=1, le=10_000, description="Chunks returned by a query")
     mode: str = Field("hybrid", description="Retrieval mode (isotope query --help)")
@@ -268,61 +384,22 @@ class Settings(BaseSettings):
         None, ge=0, le=1, description="Top score under which the suggested action is "
         "'refine_query' (default: calibrated per mode)")
 
-    threads: int = Field(2, ge=1, le=1024, description="CPU threads for the local models")
-    llm_context: int = Field(4096, ge=512, le=1_048_576,
-                             description="Context window of the local model")
-    temperature: float = Field(0.5, ge=0, description="Sampling temperature for questions")
-    seed: int = Field(0, description="Sampling seed of the local model")
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _weights_json(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not a JSON object ({exc}); write e.g. "
+                                 '{"questions-bm25": 0.5}') from None
+        return value
 
-    openai_base_url: str | None = Field(
-        None, description="Base URL of an OpenAI-compatible API (default: OpenAI's)"
-    )
-    openai_api_key: SecretStr | None = Field(
-        default_factory=lambda: SecretStr(os.environ["OPENAI_API_KEY"])
-        if os.environ.get("OPENAI_API_KEY") else None,
-        description="API key for openai/ models (default: $OPENAI_API_KEY)",
-    )
-    llm_concurrency: int = Field(8, ge=1, le=1024,
-                                 description="Remote model calls in flight at once")
-    requests_per_minute: float | None = Field(
-        None, ge=0, description="Remote request budget (None or 0: none)")
-    tokens_per_minute: float | None = Field(
-        None, ge=0, description="Remote token budget (None or 0: none)")
-    llm_timeout: float = Field(120.0, gt=0, le=86_400,
-                               description="Seconds before a remote call times out")
-    llm_max_retries: int = Field(5, ge=0, le=100, description="Retries of a failed remote call")
 
-    storage: Literal["content", "file-reference"] = Field(
-        "content", description="content: chunk text is stored; file-reference: only "
-        "offsets and a hash, text read from the file at query time")
-    vector_index: VectorIndex = Field(
-        "auto", description="Vector index of each kind of item: auto (exact below 20,000 "
-        "items, HNSW over int8 vectors from there), exact, or hnsw; applied when the "
-        "vectors are next compacted (isotope compact)")
-    keyword_index: KeywordIndex = Field(
-        "auto", description="What keyword (BM25) search reads: auto (FTS5, and for atoms "
-        "and chunks from 20,000 rows saved postings that rank as FTS5 does, several times "
-        "faster), fts5, or postings (every kind); applied when the vectors are next "
-        "compacted (isotope compact)")
-    sync_strategy: Literal["source_aware", "none"] = Field(
-        "source_aware", description="source_aware: skip unchanged files, replace changed "
-        "ones reusing unchanged chunks, sync removes deleted files; none: re-index every "
-        "file, remove nothing")
-    max_text_mb: float = Field(
-        32.0, gt=0, le=1_000_000, description="Most text one file may make (an email's "
-        "attachment, a .docx that inflates, a .tex with its inputs); a file making more "
-        "is reported, not ingested")
-    max_file_mb: float = Field(64.0, gt=0, le=1_000_000,
-                               description="Larger files are reported, not read")
-    lock_wait: float = Field(0.0, ge=0, description="Seconds to wait for another process "
-                             "writing to the index (0: fail at once)")
-    prompts_dir: Path | None = Field(
-        None, description="A folder of NAME.txt files overriding prompts by name (isotope "
-        "status lists the names); only the work an overridden prompt does is redone")
-    projects_dir: Path = Field(
-        default_factory=lambda: data_dir() / "projects",
-        description="Where named indexes (projects) live")
-    project: str | None = Field(None, description="Project used when no index is given")
+class ServerSettings(BaseModel):
+    """Settings group ``server``: what `isotope serve` accepts and from whom."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="API keys of `isotope serve`: KEY (read and "
@@ -347,27 +424,6 @@ class Settings(BaseSettings):
     body_timeout: float = Field(30.0, gt=0, le=3600, description="Seconds `isotope serve` "
                                 "waits for more of a request's body before answering 408")
 
-    include: Globs = Field(
-        default_factory=list, description="Globs a file in a directory must match (a JSON "
-        "list, or globs separated by commas)"
-    )
-    exclude: Globs = Field(
-        default_factory=lambda: [".*", "**/.*", "**/node_modules/**", "**/__pycache__/**"],
-        description="Globs of files and folders skipped in a directory (a JSON list, or "
-        "globs separated by commas)",
-    )
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _DotEnvSource(settings_cls), file_secret_settings
-
     @field_validator("api_keys", mode="before")
     @classmethod
     def _keys(cls, value: Any) -> Any:
@@ -382,41 +438,49 @@ class Settings(BaseSettings):
             return [k.strip() for k in text.split(",") if k.strip()]
         return value
 
-    @field_validator("include", "exclude", "serve_roots", "allowed_hosts", "allowed_origins",
-                     mode="before")
+    @field_validator("serve_roots", "allowed_hosts", "allowed_origins", mode="before")
     @classmethod
-    def _split_globs(cls, value: Any) -> Any:
+    def _server_globs(cls, value: Any) -> Any:
         return _globs(value)
 
-    @field_validator("weights", mode="before")
-    @classmethod
-    def _weights_json(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return json.loads(value)
-            except ValueError as exc:
-                raise ValueError(f"not a JSON object ({exc}); write e.g. "
-                                 '{"questions-bm25": 0.5}') from None
-        return value
 
-    @field_validator("index", mode="before")
-    @classmethod
-    def _location(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, Path) else value
+class IngestSettings(QuestionSettings, ChunkingSettings, ModelSettings, StorageSettings):
+    """The groups an ingest reads (``storage``, ``models``, ``chunking``, ``questions``;
+    the bases in reverse, so that fields list in that order)."""
 
-    @field_validator("dedup_threshold", mode="before")
-    @classmethod
-    def _none_string(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.strip().lower() in {"", "none", "off", "null"}:
-            return None
-        return value
 
-    @model_validator(mode="after")
-    def _overlap_below_size(self) -> Settings:
-        if self.chunk_overlap >= self.chunk_size:
-            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be smaller than "
-                             f"chunk_size ({self.chunk_size})")
-        return self
+class Settings(BaseSettings, ServerSettings, RetrievalSettings, IngestSettings):
+    """All of isotope's settings, in groups (:data:`GROUPS`); each consumer takes its
+    group's class. Environment variables use the ``ISOTOPE_`` prefix and the setting's
+    name (no group)."""
+
+    model_config = SettingsConfigDict(
+        # env_file=None: .env is read by _DotEnvSource (see settings_customise_sources)
+        env_prefix="ISOTOPE_", env_file=None, extra="ignore", allow_inf_nan=False,
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _DotEnvSource(settings_cls), file_secret_settings
+
+
+GROUPS: dict[str, type[BaseModel]] = {
+    "storage": StorageSettings, "models": ModelSettings, "chunking": ChunkingSettings,
+    "questions": QuestionSettings, "retrieval": RetrievalSettings, "server": ServerSettings,
+}
+"""The settings groups by name, each a class whose fields are its settings."""
+
+
+def group_of(name: str) -> str:
+    """The group a setting belongs to."""
+    return next(group for group, cls in GROUPS.items() if name in cls.model_fields)
 
 
 INDEX_FIELDS: tuple[str, ...] = (
@@ -549,7 +613,7 @@ def shown(settings: Settings) -> dict[str, Any]:
     return {name: masked(value) for name, value in settings.model_dump(mode="json").items()}
 
 
-def index_settings(settings: Settings) -> dict[str, Any]:
+def index_settings(settings: IngestSettings) -> dict[str, Any]:
     """The part of ``settings`` saved inside an index."""
     dumped = settings.model_dump(mode="json")
     return {name: dumped[name] for name in INDEX_FIELDS}

@@ -102,7 +102,7 @@ def config(index: IndexOpt = None, project: ProjectOpt = None,
     """Show the resolved settings and where each value came from."""
     from isotope import Isotope, projects
     from isotope import prompts as prompt_specs
-    from isotope.settings import Settings, resolve, shown
+    from isotope.settings import Settings, group_of, resolve, shown
 
     with errors():
         base, first = resolve(None, index=index, project=project)
@@ -114,12 +114,14 @@ def config(index: IndexOpt = None, project: ProjectOpt = None,
                       prompt_specs.load(settings.prompts_dir).items() if spec.source}
     values = shown(settings)
     if as_json:
-        print_json({**{name: {"value": values[name], "from": origins[name]}
-                        for name in values}, "overridden_prompts": overridden})
+        print_json({**{name: {"value": values[name], "from": origins[name],
+                              "group": group_of(name)} for name in values},
+                    "overridden_prompts": overridden})
         return
-    table = Table("setting (env ISOTOPE_<NAME>)", Column("value", overflow="fold"), "from")
+    table = Table("group", "setting (env ISOTOPE_<NAME>)", Column("value", overflow="fold"),
+                  "from")
     for name in Settings.model_fields:
-        table.add_row(name, json.dumps(values[name]), origins[name])
+        table.add_row(group_of(name), name, json.dumps(values[name]), origins[name])
     out.print(table)
     for name, file in overridden.items():
         out.print(f"prompt {name}: overridden by {file}")

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from isotope.models import CacheStats
 
 if TYPE_CHECKING:
-    from isotope.settings import Settings
+    from isotope.settings import ModelSettings
 
 Vectors = npt.NDArray[np.float32]
 
@@ -66,7 +66,7 @@ def normalize(vectors: npt.NDArray[np.floating]) -> Vectors:
     return unit
 
 
-EmbedderFactory = Callable[[str, "Settings"], Embedder]
+EmbedderFactory = Callable[[str, "ModelSettings"], Embedder]
 _REGISTRY: dict[str, EmbedderFactory] = {}
 
 
@@ -80,7 +80,7 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create(model: str, settings: Settings) -> Embedder:
+def create(model: str, settings: ModelSettings) -> Embedder:
     """Build the embedder a model string names: ``local/all-minilm-l6-v2``,
     ``openai/NAME`` or ``openai/NAME@BASE_URL`` (with ``embedding_dim``)."""
     from isotope.errors import IsotopeError
@@ -96,13 +96,13 @@ def create(model: str, settings: Settings) -> Embedder:
     return factory(model, settings)
 
 
-def _local(model: str, settings: Settings) -> Embedder:
+def _local(model: str, settings: ModelSettings) -> Embedder:
     from isotope.embedders.minilm import MiniLMEmbedder
 
     return MiniLMEmbedder(model, threads=settings.threads)
 
 
-def _openai(model: str, settings: Settings) -> Embedder:
+def _openai(model: str, settings: ModelSettings) -> Embedder:
     from isotope.embedders.openai import OpenAIEmbedder
     from isotope.errors import IsotopeError
     from isotope.providers.openai import parse_model

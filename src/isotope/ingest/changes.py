@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from isotope import prompts as prompt_specs
 from isotope.models import Chunk, Source, content_hash, stable_id
 from isotope.prompts import PromptSpec
-from isotope.settings import Settings, index_settings
+from isotope.settings import IngestSettings, index_settings
 from isotope.stores import StoredChunk
 
 NOT_CONTENT = ("storage", "mail_sources")
@@ -21,7 +21,7 @@ CONTEXT_SETTINGS = ("chunk_context", "context_chars")
 (so indexes made before it existed stay current)."""
 
 
-def fingerprint(settings: Settings, prompts: dict[str, PromptSpec], model_id: str) -> str:
+def fingerprint(settings: IngestSettings, prompts: dict[str, PromptSpec], model_id: str) -> str:
     """What a source's stored content depends on: a source made under another fingerprint
     is generated again. Settings that do not change the content (how chunks are stored)
     stay out, so adding such a setting does not invalidate indexes."""

@@ -23,7 +23,7 @@ from isotope.ingest.generation import Generated, QuestionGenerator
 from isotope.ingest.windows import windows
 from isotope.models import DroppedQuestion, Question, Source
 from isotope.reports import FileError, IngestReport, Progress, ProgressCallback, Timer
-from isotope.settings import Settings
+from isotope.settings import IngestSettings
 from isotope.stores import ChunkQuestions, PendingChunk, Store, dropped_by_chunk
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ PAGE = 256
 class Enricher:
     """Generates and stores the questions of the chunks waiting for them."""
 
-    def __init__(self, settings: Settings, store: Store, embedder: Embedder,
+    def __init__(self, settings: IngestSettings, store: Store, embedder: Embedder,
                  generator: Callable[[], QuestionGenerator], select: Select) -> None:
         self.settings, self.store, self.embedder = settings, store, embedder
         self._generator, self._select = generator, select

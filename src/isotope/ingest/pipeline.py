@@ -45,7 +45,7 @@ from isotope.reports import (
     ProgressCallback,
     Timer,
 )
-from isotope.settings import Settings
+from isotope.settings import IngestSettings
 from isotope.stores import Store, StoredChunk
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class Pipeline:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: IngestSettings,
         store: Store,
         embedder: Embedder,
         atomizer: Atomizer,

@@ -19,7 +19,7 @@ from isotope.errors import ProviderError
 from isotope.models import CacheStats
 
 if TYPE_CHECKING:
-    from isotope.settings import Settings
+    from isotope.settings import ModelSettings
 
 T = TypeVar("T")
 
@@ -178,7 +178,7 @@ def messages(system: str, user: str) -> Prompt:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-LLMFactory = Callable[[str, "Settings"], LLM]
+LLMFactory = Callable[[str, "ModelSettings"], LLM]
 _REGISTRY: dict[str, LLMFactory] = {}
 
 
@@ -192,7 +192,7 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create(model: str, settings: Settings) -> LLM:
+def create(model: str, settings: ModelSettings) -> LLM:
     """Build the provider a model string names: ``local/qwen2.5-coder-1.5b``,
     ``local/PATH.gguf``, ``openai/NAME``, ``openai/NAME@BASE_URL``, ``litellm/...``."""
     from isotope.errors import IsotopeError
@@ -208,13 +208,13 @@ def create(model: str, settings: Settings) -> LLM:
     return factory(model, settings)
 
 
-def _local(model: str, settings: Settings) -> LLM:
+def _local(model: str, settings: ModelSettings) -> LLM:
     from isotope.providers.llama import LocalLlama
 
     return LocalLlama.for_model(model, settings)
 
 
-def _openai(model: str, settings: Settings) -> LLM:
+def _openai(model: str, settings: ModelSettings) -> LLM:
     from isotope.providers.openai import OpenAIChat, parse_model
     from isotope.providers.ratelimit import RateLimiter
 
@@ -228,7 +228,7 @@ def _openai(model: str, settings: Settings) -> LLM:
     )
 
 
-def _litellm(model: str, settings: Settings) -> LLM:
+def _litellm(model: str, settings: ModelSettings) -> LLM:
     from isotope.providers.litellm import LiteLLMChat
 
     return LiteLLMChat(model.split("/", 1)[1], settings)

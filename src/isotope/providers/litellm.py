@@ -14,11 +14,11 @@ from typing import Any
 
 from isotope.errors import MissingDependency, ProviderError
 from isotope.providers import LLM, AsyncFirst, Prompt, collect
-from isotope.settings import Settings
+from isotope.settings import ModelSettings
 
 
 class LiteLLMChat(AsyncFirst, LLM):
-    def __init__(self, model: str, settings: Settings) -> None:
+    def __init__(self, model: str, settings: ModelSettings) -> None:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:
             import litellm

@@ -15,7 +15,7 @@ from typing import Any
 from isotope.errors import MissingDependency, ProviderError
 from isotope.providers import LLM, Prompt
 from isotope.providers.model_files import QWEN_CODER_15B, assemble, package_dir
-from isotope.settings import Settings
+from isotope.settings import ModelSettings
 
 log = logging.getLogger(__name__)
 BATCH_SEQUENCES = 32
@@ -55,7 +55,7 @@ class LocalLlama(LLM):
         self._lock = threading.Lock()
 
     @classmethod
-    def for_model(cls, model: str, settings: Settings) -> LocalLlama:
+    def for_model(cls, model: str, settings: ModelSettings) -> LocalLlama:
         locate: Callable[[], Path]
         if model == "local/qwen2.5-coder-1.5b":
             model_id = "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:q4_k_m"

@@ -20,7 +20,7 @@ from isotope.models import Action, Chunk, MatchedQuestion, QueryResponse, Search
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
 from isotope.search.filters import Condition
-from isotope.settings import Aggregate, Fusion
+from isotope.settings import Aggregate, Fusion, RetrievalSettings
 from isotope.stores import Hit, Kind, Store
 
 MATCHES_PER_CHUNK = 3
@@ -208,6 +208,15 @@ def normalized(mode: str, score: float, total_weight: float = 1.0) -> float:
     if SIGNALS[mode][1] == "dense":
         return max(0.0, min(1.0, score))
     return score / (score + 5) if score > 0 else 0.0
+
+
+def fusion_options(settings: RetrievalSettings, weights: dict[str, float] | None = None
+                   ) -> dict[str, Any]:
+    """How :func:`search` fuses, from the ``retrieval`` settings (``weights`` over the
+    setting's)."""
+    return {"alpha": settings.alpha, "fusion": settings.fusion,
+            "weights": {**settings.weights, **(weights or {})},
+            "aggregate": settings.aggregate}
 
 
 def search(store: Store, embedder: Embedder, query: str, k: int,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from isotope.errors import SettingsError
-from isotope.settings import Settings
+from isotope.settings import ServerSettings
 
 Scope = Literal["read", "write"]
 SCOPES: tuple[Scope, ...] = ("read", "write")
@@ -37,7 +37,7 @@ class Keys:
         return found
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Keys:
+    def from_settings(cls, settings: ServerSettings) -> Keys:
         lines = [k.get_secret_value().replace(":", " ", 1) for k in settings.api_keys]
         path = settings.api_keys_file
         if path is not None:
