@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from isotope import Isotope
@@ -23,3 +25,28 @@ def keyword_layer(iso: Isotope, kind: Kind) -> KeywordLayer | None:
     """The saved keyword postings an embedded index searches ``kind`` with."""
     assert isinstance(iso.store, SQLiteStore), iso.store
     return iso.store.keyword_layer(kind)
+
+
+def write_transaction(store: Store, *sources: str) -> AbstractContextManager[Any]:
+    """A write transaction of a SQL store holding its locks on ``sources`` (to keep a
+    writer in place while another one tries)."""
+    assert isinstance(store, SQLStore), store
+    return store._write(*sources)
+
+
+def stale_compaction(iso: Isotope, kind: Kind) -> Callable[[], bool]:
+    """A compaction of ``kind``'s vectors started now, from the base saved now: call the
+    result later to finish it and try to commit it (True: it was committed)."""
+    from isotope.stores import sqlite_vectors
+
+    store = iso.store
+    assert isinstance(store, SQLiteStore), store
+    vectors = store._vectors
+    info = vectors.bases().get(kind)
+    stale = vectors._open_base(kind, info, writable=True) if info else None
+
+    def commit() -> bool:
+        made = sqlite_vectors._convert(stale, "hnsw")
+        return bool(vectors._commit(kind, info, made, 0, store._write))
+
+    return commit

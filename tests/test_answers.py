@@ -247,3 +247,20 @@ def test_a_reworded_statement_is_put_before_the_passage() -> None:
                                           "Orbit R2 is sold in Oslo. It lasts 9 hours.")
     result.matched_questions[0].atom = "It lasts 9 hours."
     assert passage_note(result, 2000) == "It lasts 9 hours. ... The Orbit R2 is sold in Oslo."
+
+
+def test_an_answer_is_made_from_answer_k_chunks_a_search_returns_top_k(
+        answering: tuple[Isotope, Replying], tmp_path: Path, embedder: Embedder) -> None:
+    """``ask`` (and ``search(for_answer=True)``, which the CLI, the server and the eval
+    use before answering) gives the model ``answer_k`` chunks; a plain search returns
+    ``top_k``."""
+    iso, model = answering
+    iso.close()
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(), answer_llm=model,
+                      cache=False, top_k=2, answer_k=1) as again:
+        assert len(again.search("How long does the battery last?").results) == 2
+        assert len(again.search("How long does the battery last?", for_answer=True).results) == 1
+        model.reply = "The battery lasts 9 hours [1]."
+        asked = again.ask("How long does the battery last?")
+        assert len(asked.results) == 1 and asked.results[0].chunk.source.endswith("battery.md")
+        assert "[2]" not in model.prompts[-1][-1]["content"]

@@ -162,7 +162,7 @@ def test_writers_of_different_sources_both_progress_the_same_source_waits(
     release = threading.Event()
 
     def hold_a() -> None:  # a long write of source "a", in another connection
-        with one._write("a") as conn:  # type: ignore[attr-defined]
+        with support.write_transaction(one, "a") as conn:
             conn.execute("DELETE FROM sources WHERE uri = 'a'")
             held.set()
             release.wait(10)

@@ -359,8 +359,11 @@ class Isotope:
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,
                transform: bool | None = None,
                filters: dict[str, Any] | None = None,
-               weights: dict[str, float] | None = None) -> QueryResponse:
-        """The ``k`` chunks whose generated questions best match ``query``.
+               weights: dict[str, float] | None = None,
+               for_answer: bool = False) -> QueryResponse:
+        """The ``k`` chunks whose generated questions best match ``query`` (``k``
+        defaults to the ``top_k`` setting; with ``for_answer``, a search an answer will
+        be made from, to ``answer_k``: the chunks the answer model is given).
 
         With ``transform`` (default: the ``query_transform`` setting), a query that is not
         already a question is first rewritten by the answer model into one to three
@@ -368,7 +371,9 @@ class Isotope:
         whose source or metadata match (see :mod:`isotope.search.filters`). ``weights`` sets
         hybrid signals' weights for this search, over the ``weights`` setting."""
         query = _valid_query(query)
-        k = _valid_k(self.settings.top_k if k is None else k)
+        if k is None:
+            k = self.settings.answer_k if for_answer else self.settings.top_k
+        k = _valid_k(k)
         options = {**retrieval.fusion_options(self.settings, weights),
                    "filters": parse_filters(filters)}
         mode = mode or self.settings.mode
@@ -415,8 +420,8 @@ class Isotope:
             filters: dict[str, Any] | None = None) -> QueryResponse:
         """Search, then have the answer model answer from the chunks found, citing them.
         Stale chunks (file references whose file changed) are not given to the model."""
-        return self.answer(self.search(query, self.settings.answer_k if k is None else k,
-                                       mode=mode, transform=transform, filters=filters))
+        return self.answer(self.search(query, k, mode=mode, transform=transform,
+                                       filters=filters, for_answer=True))
 
     def answer(self, response: QueryResponse, *,
                on_token: Callable[[str], None] | None = None,

@@ -46,12 +46,9 @@ def query(
     with errors():
         filters = parse_where(where or [])
         with open_index(index, project) as iso:
-            if raw:
-                response = iso.search(text, k, mode=mode, transform=transform,
-                                      filters=filters)
-            else:
-                response = iso.search(text, iso.settings.answer_k if k is None else k,
-                                      mode=mode, transform=transform, filters=filters)
+            response = iso.search(text, k, mode=mode, transform=transform, filters=filters,
+                                  for_answer=not raw)
+            if not raw:
                 if live:
                     out.print(f"{len(response.results)} passages found; the answer:",
                               style="dim")

@@ -109,7 +109,7 @@ def evaluate_answers(iso: Isotope, queries: Sequence[dict[str, Any]], *,
     for n, query in enumerate([*queries, *unanswerable]):
         started = time.perf_counter()
         pieces: list[float] = []
-        found = iso.search(query["question"], iso.settings.answer_k)
+        found = iso.search(query["question"], for_answer=True)
         searched = time.perf_counter()
         answered = iso.answer(found, on_token=_timer(pieces))
         latency.append(time.perf_counter() - started)

@@ -236,8 +236,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """An answer citing the chunks found; ``stream``: as server-sent events
         (``results``, then ``token`` for each piece of the model's reply, then
         ``answer``, then ``done``). The model is stopped when the client goes away."""
-        found = await searching(body.query, iso.settings.answer_k if body.k is None
-                                else body.k, mode=body.mode, filters=body.filters)
+        found = await searching(body.query, body.k, mode=body.mode, filters=body.filters,
+                                for_answer=True)
         if not body.stream:
             await _answer(iso, found, answering, request)
             return json_response(found)
