@@ -23,7 +23,7 @@ import numpy as np
 
 from isotope import loaders
 from isotope.embedders import Embedder
-from isotope.errors import IsotopeError, LoaderError, ProviderError
+from isotope.errors import IsotopeError, ProviderError
 from isotope.files import read_file
 from isotope.ingest import changes, contextual, maintenance, planning, references
 from isotope.ingest.assembly import Work, assemble
@@ -32,6 +32,7 @@ from isotope.ingest.chunking import chunk_text, section_metadata
 from isotope.ingest.discovery import discover
 from isotope.ingest.enrichment import Enricher
 from isotope.ingest.generation import QuestionGenerator
+from isotope.ingest.reading import Found, Members, Reader, Unchanged
 from isotope.ingest.selection import select_questions
 from isotope.models import Atom, Chunk, Question, Source, content_hash
 from isotope.prompts import PROMPTS, PromptSpec
@@ -116,15 +117,13 @@ class Pipeline:
         for done, (path, root) in enumerate(files.items()):
             self._notify(progress, "load", str(path), done, len(files), report)
             try:
-                loader = loaders.loader_for(path)
-                if loader is not None and loader.members is not None:
-                    self._ingest_members(path, root, loader, report, progress, done,
-                                         len(files))
-                    continue
-                self._ingest_file(path, root, report, progress, done, len(files))
-            except LoaderError as exc:
-                report.errors.append(FileError(exc.path, exc.reason))
-                log.warning("%s", exc)
+                walk = self.reader().sources(path, root)
+                while True:
+                    with Timer(report, "load"):
+                        found = next(walk, None)
+                    if found is None:
+                        break
+                    self._take(found, report, progress, done, len(files))
             except ProviderError as exc:  # this file is left out; the others go on
                 if exc.fatal:
                     raise
@@ -213,6 +212,11 @@ class Pipeline:
     def read(self, path: Path) -> tuple[os.stat_result, bytes]:
         return read_file(path, self.max_bytes)
 
+    def reader(self) -> Reader:
+        """The walk of what each file makes, as the ingest and the dry run take it."""
+        return Reader(self.store, self.read, self.is_current, max_bytes=self.max_bytes,
+                      max_chars=self.max_chars, grouping=self.settings.mail_sources)
+
     def is_current(self, existing: Source | None, digest: str) -> bool:
         """The stored source is of this content, made by this pipeline, and complete."""
         return changes.is_current(existing, digest, self.fingerprint, force=self.force,
@@ -251,111 +255,53 @@ class Pipeline:
         return discover(paths, self.settings.include if include is None else include,
                         self.settings.exclude if exclude is None else exclude, confine)
 
-    def _ingest_file(
-        self, path: Path, root: Path, report: IngestReport, progress: ProgressCallback | None,
-        done: int, total: int,
-    ) -> None:
-        with Timer(report, "load"):
-            stat, data = self.read(path)
-            uri = str(path)
-            digest = content_hash(data)
-            existing = self.store.get_source(uri)
-            if existing is None and (resolved := str(path.resolve())) != uri:
-                # stored by an older isotope under its resolved path: take its place
-                existing = self.store.get_source(resolved)
-            if self.is_current(existing, digest) and existing and existing.uri == uri:
-                report.unchanged.append(uri)
-                return
-            document, loader = loaders.load(path, data, root=root, max_chars=self.max_chars)
-        source = Source(
-            uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
-            loader=loader.name, metadata={**document.metadata}, root=str(root),
-        )
-        self._document(source, document, existing, report, progress, done, total)
+    def _take(self, found: Found, report: IngestReport, progress: ProgressCallback | None,
+              done: int, total: int) -> None:
+        """Do what the ingest does with one thing a file made (:mod:`reading`)."""
+        if isinstance(found, FileError):
+            report.errors.append(found)
+            log.warning("%s: %s", found.path, found.message)
+        elif isinstance(found, Unchanged):
+            report.unchanged.append(found.uri)
+        elif isinstance(found, Members):
+            self._prune(found, report)
+        else:
+            source = found.source
+            if "#" in source.uri:
+                self._notify(progress, "load", source.uri, done, total, report)
+            for warning in found.document.warnings:
+                report.warnings.append(FileError(source.uri, warning))
+                log.warning("%s: %s", source.uri, warning)
+            with Timer(report, "chunk"):
+                chunks = self.chunk(found.document, source.uri, self.counter())
+            work = self._prepare(source, chunks, report, progress, done, total, found.existing,
+                                 document=found.document.text)
+            if work is not None:
+                self._store(work, report, progress)
+            if (owner := source.metadata.get("container")) is not None:
+                self._held().setdefault(str(owner), set()).add(source.uri)
 
-    def _ingest_members(
-        self, path: Path, root: Path, container: loaders.Loader, report: IngestReport,
-        progress: ProgressCallback | None, done: int, total: int,
-    ) -> None:
-        """A container file (a mailbox): each member is a source ``PATH#NAME``, read,
-        stored and reported one at a time (memory: one member)."""
-        assert container.members is not None
-        try:
-            mtime = os.stat(path).st_mtime
-        except OSError as exc:
-            raise LoaderError(path, f"cannot read it ({exc.strerror or exc})") from exc
-        members = container.members(path, self.max_bytes,
-                                    grouping=self.settings.mail_sources)
-        self._members(str(path), str(path), members, mtime, root, report, progress, done,
-                      total, mailbox=True)
-
-    def _members(self, owner: str, file: str, members: Iterable[loaders.Member],
-                 mtime: float | None, root: Path, report: IngestReport,
-                 progress: ProgressCallback | None, done: int, total: int, *,
-                 mailbox: bool = False) -> None:
-        """Ingest the members of ``owner`` (a mailbox's messages, a message's
-        attachments) as sources ``OWNER#NAME`` that name it as their ``container`` and
-        ``file`` as the file they are in; those it no longer holds are removed, with
-        theirs (the caller holds the writer lock), unless a ``mailbox`` lost all or most
-        of them (emptied or being rewritten: an error, nothing removed)."""
-        if self._members_of is None:  # read once per run, kept up to date below
+    def _held(self) -> dict[str, set[str]]:
+        """The members stored of each container: read once per run, kept up to date."""
+        if self._members_of is None:
             self._members_of = maintenance.members_of(self.store)
-        held = set(self._members_of.get(owner, set()))
-        seen: set[str] = set()
-        for member in members:
-            uri = f"{owner}#{member.name}"
-            seen.add(uri)
-            self._notify(progress, "load", uri, done, total, report)
-            if not member.data:
-                report.errors.append(FileError(uri, "a member over the max_file_mb limit of "
-                                               f"{self.max_bytes / 1e6:.0f} MB: left out"))
-                continue
-            digest = content_hash(member.data)
-            existing = self.store.get_source(uri)
-            if self.is_current(existing, digest):
-                report.unchanged.append(uri)
-                continue
-            try:
-                document = loaders.load_member(member.loader, Path(uri), member.data,
-                                               max_chars=self.max_chars)
-            except LoaderError as exc:
-                report.errors.append(FileError(exc.path, exc.reason))
-                continue
-            source = Source(uri=uri, content_hash=digest, size=len(member.data), mtime=mtime,
-                            loader=member.loader, root=str(root),
-                            metadata={**document.metadata, "container": owner,
-                                      "file": file})
-            self._document(source, document, existing, report, progress, done, total)
-            self._members_of.setdefault(owner, set()).add(uri)
-        stale = held - seen  # no longer in the container
-        if (mailbox and not self.force
-                and maintenance.removes_too_many(len(stale), len(held), all_gone=not seen)):
-            report.errors.append(FileError(owner, (
-                f"it holds {len(seen)} of the {len(held)} messages stored from it (emptied, "
-                "or being rewritten?): none removed; if that is right, ingest it with "
-                "--force")))
+        return self._members_of
+
+    def _prune(self, end: Members, report: IngestReport) -> None:
+        """Remove, with theirs, the members ``end.owner`` no longer holds (the caller
+        holds the writer lock), unless a mailbox lost all or most of them (emptied or
+        being rewritten: an error, nothing removed)."""
+        held = self._held()
+        stale = held.get(end.owner, set()) - end.seen
+        if (end.mailbox and not self.force and maintenance.removes_too_many(
+                len(stale), len(held.get(end.owner, ())), all_gone=not end.seen)):
+            report.errors.append(FileError(end.owner, (
+                f"it holds {len(end.seen)} of the {len(held[end.owner])} messages stored "
+                "from it (emptied, or being rewritten?): none removed; if that is right, "
+                "ingest it with --force")))
             return
         for uri in sorted(stale):
-            report.removed += maintenance.drop(self.store, uri, self._members_of)
-
-    def _document(self, source: Source, document: loaders.Document, existing: Source | None,
-                  report: IngestReport, progress: ProgressCallback | None, done: int,
-                  total: int) -> None:
-        """Chunk and store a loaded document as ``source``, with its warnings and its
-        members (an email's attachments)."""
-        for warning in document.warnings:
-            report.warnings.append(FileError(source.uri, warning))
-            log.warning("%s: %s", source.uri, warning)
-        with Timer(report, "chunk"):
-            chunks = self.chunk(document, source.uri, self.counter())
-        work = self._prepare(source, chunks, report, progress, done, total, existing,
-                             document=document.text)
-        if work is not None:
-            self._store(work, report, progress)
-        if document.members or (existing is not None and existing.metadata.get("attachments")):
-            self._members(source.uri, str(source.metadata.get("file") or source.uri),
-                          document.members, source.mtime, Path(source.root or "."),
-                          report, progress, done, total)
+            report.removed += maintenance.drop(self.store, uri, held)
 
     def _meter(self) -> Callable[[IngestReport], None]:
         """Snapshot the model counters; the returned function writes what was spent since

@@ -4,15 +4,15 @@ Nothing is generated or stored."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from isotope import loaders
-from isotope.errors import LoaderError
 from isotope.ingest import contextual
 from isotope.ingest.atomizers import SentenceAtomizer
-from isotope.models import Chunk, content_hash
+from isotope.ingest.reading import Loaded, Unchanged
+from isotope.models import Chunk
 from isotope.providers import Prompt
 from isotope.reports import FileError, IngestPlan
 
@@ -26,67 +26,19 @@ MESSAGE_OVERHEAD_TOKENS = 8
 
 def plan(pipeline: Pipeline, files: dict[Path, Path], plan: IngestPlan) -> IngestPlan:
     """Count into ``plan`` what ingesting ``files`` takes. With the ``llm`` atomizer, atoms
-    are estimated by sentences and its calls are counted as one per chunk. A container (a
-    mailbox) counts each member, and an email each attachment, as the ingest stores
-    them: as sources of their own."""
+    are estimated by sentences and its calls are counted as one per chunk. The files are
+    walked as the ingest walks them (:mod:`isotope.ingest.reading`): a container's
+    members and an email's attachments count as the sources of their own they become."""
+    reader = pipeline.reader()
     for path, root in files.items():
-        for uri, loaded in _documents(pipeline, path, root):
-            if isinstance(loaded, FileError):
-                plan.errors.append(loaded)
-            elif loaded is None:
+        for found in reader.sources(path, root):
+            if isinstance(found, FileError):
+                plan.errors.append(found)
+            elif isinstance(found, Unchanged):
                 plan.unchanged += 1
-            else:
-                _count_document(pipeline, plan, uri, loaded)
+            elif isinstance(found, Loaded):
+                _count_document(pipeline, plan, found.source.uri, found.document)
     return plan
-
-
-def _documents(pipeline: Pipeline, path: Path, root: Path
-               ) -> Iterator[tuple[str, loaders.Document | FileError | None]]:
-    """Each source ``path`` makes, as the ingest makes them (a mailbox's messages, an
-    email's attachments), with its document, an error, or None when it is unchanged."""
-    loader = loaders.loader_for(path)
-    try:
-        if loader is not None and loader.members is not None:
-            members = loader.members(path, pipeline.max_bytes,
-                                     grouping=pipeline.settings.mail_sources)
-            for member in members:
-                yield from _member(pipeline, str(path), member)
-            return
-        _, data = pipeline.read(path)
-        if pipeline.is_current(pipeline.store.get_source(str(path)), content_hash(data)):
-            yield str(path), None
-            return
-        document, _ = loaders.load(path, data, root=root, max_chars=pipeline.max_chars)
-    except OSError as exc:
-        yield str(path), FileError(str(path), f"cannot read: {exc.strerror or exc}")
-        return
-    except LoaderError as exc:
-        yield str(path), FileError(exc.path, exc.reason)
-        return
-    yield str(path), document
-    for member in document.members:
-        yield from _member(pipeline, str(path), member)
-
-
-def _member(pipeline: Pipeline, owner: str, member: loaders.Member
-            ) -> Iterator[tuple[str, loaders.Document | FileError | None]]:
-    uri = f"{owner}#{member.name}"
-    if not member.data:
-        yield uri, FileError(uri, "a member over the max_file_mb limit of "
-                             f"{pipeline.max_bytes / 1e6:.0f} MB: left out")
-        return
-    if pipeline.is_current(pipeline.store.get_source(uri), content_hash(member.data)):
-        yield uri, None
-        return
-    try:
-        document = loaders.load_member(member.loader, Path(uri), member.data,
-                                       max_chars=pipeline.max_chars)
-    except LoaderError as exc:
-        yield uri, FileError(exc.path, exc.reason)
-        return
-    yield uri, document
-    for inner in document.members:
-        yield from _member(pipeline, uri, inner)
 
 
 def _count_document(pipeline: Pipeline, plan: IngestPlan, uri: str,
