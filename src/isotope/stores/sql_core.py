@@ -10,7 +10,12 @@ its locks), ``_add_rows`` (insert rows of a kind with their vectors and keywords
 ``_vectors_of`` (where a kind's vectors live) and ``snapshot`` (one read transaction).
 What truly differs stays in the engine: connections and locking, schema steps, vector
 storage and indexes, and where BM25 comes from. A third SQL engine needs a dialect and
-those parts."""
+those parts.
+
+Why one module of this size (about 530 lines): it is the relational store itself, the
+writes and the reads that must agree on the same rows (row numbers, the waiting flag,
+stored counts, the chunk a question belongs to), against one dialect; split, each half
+would import the other's helpers."""
 
 from __future__ import annotations
 
