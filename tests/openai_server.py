@@ -32,6 +32,8 @@ class Script:
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     delay: float = 0.0
+    spans: list[tuple[float, float]] = field(default_factory=list)
+    """When each chat request arrived and was answered (``time.monotonic``)."""
 
 
 def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
@@ -64,6 +66,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                     "usage": {"prompt_tokens": 10, "total_tokens": 10},
                 })
                 return
+            arrived = time.monotonic()
             with script.lock:
                 script.requests.append(request)
                 script.in_flight += 1
@@ -78,6 +81,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
             finally:
                 with script.lock:
                     script.in_flight -= 1
+                    script.spans.append((arrived, time.monotonic()))
 
         def _answer(self, fault: Fault, request: dict[str, Any], user: str) -> None:
             error = {"error": {"message": f"injected {fault}", "type": "test"}}

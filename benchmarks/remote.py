@@ -1,0 +1,97 @@
+"""Ingest against a remote model server (issue 27): how busy isotope keeps it.
+
+    .venv/bin/python benchmarks/remote.py [--passages 60] [--concurrency 8]
+        [--latency-ms 300] [--remote-embeddings] [--json]
+
+Starts its own stub OpenAI-compatible server on loopback (tests/openai_server.py: it
+answers every chat call after ``--latency-ms``, with questions that reword the statement,
+and embeddings from hashed words), then ingests the first ``--passages`` squad-dev
+passages with ``--questions now`` through the ``openai/`` provider at ``llm_concurrency =
+--concurrency``, cache off. Embeddings are the bundled local model unless
+``--remote-embeddings``.
+
+Prints ``calls`` (chat calls the server answered), ``wall_s`` (the whole ingest),
+``generation_s`` (first call in to last call out), ``in_flight_mean`` (calls in flight on
+average over the generation span), ``ideal_s`` (calls x latency / concurrency: the
+generation span of a pipeline that keeps every slot busy) and the ingest report's stage
+times. The baseline is ``ideal_s``, computed for the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
+sys.path.insert(0, str(ROOT / "tests"))
+
+from isotope import Isotope  # noqa: E402
+from isotope.search import evaluation  # noqa: E402
+
+from openai_server import Script, serve  # noqa: E402 (the stub lives with the tests)
+
+
+def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: bool
+        ) -> dict[str, Any]:
+    chunks, _ = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl", passages)
+    script = Script(delay=latency_ms / 1000)
+    with serve(script) as url, tempfile.TemporaryDirectory() as folder:
+        models: dict[str, Any] = {"question_model": f"openai/stub@{url}",
+                                  "openai_api_key": "stub", "llm_concurrency": concurrency,
+                                  "cache": False}
+        if remote_embeddings:
+            models.update(embedding_model=f"openai/stub-embed@{url}", embedding_dim=64)
+        with Isotope.open(Path(folder) / "index", **models) as iso:
+            started = time.monotonic()
+            report = iso.ingest_chunks(evaluation.chunks_of(chunks), questions="now")
+            wall = time.monotonic() - started
+    spans = sorted(script.spans)
+    calls = len(spans)
+    first, last = (spans[0][0], max(e for _, e in spans)) if spans else (0.0, 0.0)
+    busy = sum(e - s for s, e in spans)
+    generation = last - first
+    return {
+        "passages": passages, "concurrency": concurrency, "latency_ms": latency_ms,
+        "remote_embeddings": remote_embeddings, "calls": calls, "wall_s": round(wall, 2),
+        "generation_s": round(generation, 2),
+        "in_flight_mean": round(busy / generation, 2) if generation else 0.0,
+        "ideal_s": round(calls * latency_ms / 1000 / concurrency, 2),
+        "questions": report.questions,
+        "stage_s": {k: round(v, 2) for k, v in report.timings.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--passages", type=int, default=60)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--latency-ms", type=float, default=300.0)
+    parser.add_argument("--remote-embeddings", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    found = run(args.passages, args.concurrency, args.latency_ms, args.remote_embeddings)
+    if args.json:
+        print(json.dumps(found))
+        return
+    print(f"{found['passages']} passages, llm_concurrency {found['concurrency']}, "
+          f"{found['latency_ms']:.0f} ms per call, embeddings "
+          f"{'remote' if found['remote_embeddings'] else 'local'}")
+    print("| measure | isotope | baseline: every slot busy |")
+    print("|---|---|---|")
+    print(f"| model calls | {found['calls']} | |")
+    print(f"| generation span s | {found['generation_s']} | {found['ideal_s']} |")
+    print(f"| calls in flight, mean | {found['in_flight_mean']} | {found['concurrency']} |")
+    print(f"| wall s | {found['wall_s']} | |")
+    ratio = found["generation_s"] / found["ideal_s"] if found["ideal_s"] else 0.0
+    print(f"ratio generation span / ideal: {ratio:.1f}x")
+    print("stage seconds:", json.dumps(found["stage_s"]))
+
+
+if __name__ == "__main__":
+    main()
