@@ -228,6 +228,37 @@ def test_members_go_with_their_container_and_an_emptied_mailbox_keeps_them(
         assert iso.sources() == []
 
 
+def _mailbox(ids: list[str]) -> str:
+    return "".join(
+        f"From carol@example.com Mon Jun  3 10:0{n}:11 2024\nFrom: carol@example.com\n"
+        f"Subject: Note {n}\nMessage-ID: <{m}@example.com>\n\nThe dock opens at {n} "
+        "in the morning for deliveries of parts.\n\n" for n, m in enumerate(ids))
+
+
+def test_a_mailbox_rewritten_with_other_messages_keeps_the_stored_ones(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A mailbox whose every message is new (rewritten, or another file put in its place)
+    stores the new ones and removes none of the old without --force: the messages stored
+    in this run do not count as held before it. Progress names every message, also the
+    unchanged ones."""
+    box = tmp_path / "notes.mbox"
+    box.write_text(_mailbox([f"old-{n}" for n in range(6)]))
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
+        assert len(iso.ingest(box).added) == 6
+        box.write_text(_mailbox([f"new-{n}" for n in range(6)]))
+        report = iso.ingest(box)
+        assert report.removed == [] and len(report.added) == 6
+        assert "holds 0 of the 6 messages" in report.errors[0].message
+        assert len(iso.sources()) == 12
+        forced = iso.ingest(box, force=True)
+        assert len(forced.removed) == 6 and len(iso.sources()) == 6
+        loads: list[str] = []
+        again = iso.ingest(box, progress=lambda p: loads.append(p.source)
+                           if p.stage == "load" else None)
+        assert len(again.unchanged) == 6
+        assert loads == [str(box), *(f"{box}#new-{n}@example.com" for n in range(6))]
+
+
 SPOOFED = """From: =?utf-8?b?Y2VvQGNvbXBhbnkuY29t?= <attacker@evil.example>
 To: =?utf-8?q?Bob?= <bob@example.com>, =?utf-8?b?Y2VvQGNvbXBhbnkuY29t?=
 Cc: "Eve, Jr" <eve@example.com>

@@ -25,7 +25,7 @@ from isotope import loaders
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, ProviderError
 from isotope.files import read_file
-from isotope.ingest import changes, contextual, maintenance, planning, references
+from isotope.ingest import changes, contextual, maintenance, planning, reading, references
 from isotope.ingest.assembly import Work, assemble
 from isotope.ingest.atomizers import Atomizer
 from isotope.ingest.chunking import chunk_text, section_metadata
@@ -76,6 +76,8 @@ class Pipeline:
         self.max_bytes = int(settings.max_file_mb * 1e6)
         self.max_chars = int(settings.max_text_mb * 1e6)
         self._members_of: dict[str, set[str]] | None = None
+        self._fresh: dict[str, set[str]] = {}
+        """Members first stored in this run, by container (not held before it)."""
         """Sources inside others, by container (read when a container is first met)."""
         self.store = store
         self.embedder = embedder
@@ -123,6 +125,8 @@ class Pipeline:
                         found = next(walk, None)
                     if found is None:
                         break
+                    if (uri := reading.uri_of(found)) is not None and uri != str(path):
+                        self._notify(progress, "load", uri, done, len(files), report)
                     self._take(found, report, progress, done, len(files))
             except ProviderError as exc:  # this file is left out; the others go on
                 if exc.fatal:
@@ -267,8 +271,11 @@ class Pipeline:
             self._prune(found, report)
         else:
             source = found.source
-            if "#" in source.uri:
-                self._notify(progress, "load", source.uri, done, total, report)
+            if (owner := source.metadata.get("container")) is not None:
+                held = self._held().setdefault(str(owner), set())  # (read before storing)
+                if source.uri not in held:  # stored by this run: not held before it
+                    self._fresh.setdefault(str(owner), set()).add(source.uri)
+                held.add(source.uri)
             for warning in found.document.warnings:
                 report.warnings.append(FileError(source.uri, warning))
                 log.warning("%s: %s", source.uri, warning)
@@ -278,8 +285,6 @@ class Pipeline:
                                  document=found.document.text)
             if work is not None:
                 self._store(work, report, progress)
-            if (owner := source.metadata.get("container")) is not None:
-                self._held().setdefault(str(owner), set()).add(source.uri)
 
     def _held(self) -> dict[str, set[str]]:
         """The members stored of each container: read once per run, kept up to date."""
@@ -292,11 +297,12 @@ class Pipeline:
         holds the writer lock), unless a mailbox lost all or most of them (emptied or
         being rewritten: an error, nothing removed)."""
         held = self._held()
-        stale = held.get(end.owner, set()) - end.seen
+        before = held.get(end.owner, set()) - self._fresh.pop(end.owner, set())
+        stale = before - end.seen
         if (end.mailbox and not self.force and maintenance.removes_too_many(
-                len(stale), len(held.get(end.owner, ())), all_gone=not end.seen)):
+                len(stale), len(before), all_gone=not end.seen)):
             report.errors.append(FileError(end.owner, (
-                f"it holds {len(end.seen)} of the {len(held[end.owner])} messages stored "
+                f"it holds {len(end.seen & before)} of the {len(before)} messages stored "
                 "from it (emptied, or being rewritten?): none removed; if that is right, "
                 "ingest it with --force")))
             return

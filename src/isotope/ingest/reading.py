@@ -49,6 +49,17 @@ class Members:
 Found = Loaded | Unchanged | FileError | Members
 
 
+def uri_of(found: Found) -> str | None:
+    """The source a found item is about (None: the end of a container's members)."""
+    if isinstance(found, Loaded):
+        return found.source.uri
+    if isinstance(found, Unchanged):
+        return found.uri
+    if isinstance(found, FileError):
+        return found.path
+    return None
+
+
 @dataclass
 class Reader:
     """Walks files into :data:`Found` items, deciding what is unchanged as the ingest

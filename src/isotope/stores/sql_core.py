@@ -203,12 +203,12 @@ class SQLStore(Store):
 
     # -- writes ------------------------------------------------------------------------
     def add(self, batch: SourceBatch) -> None:
-        if len(batch.chunk_vectors):
-            self._ensure_dim(int(np.asarray(batch.chunk_vectors).shape[1]))
         self._retried(lambda: self._add(batch))
         self._after_write()
 
     def _add(self, batch: SourceBatch) -> None:
+        if len(batch.chunk_vectors):
+            self._ensure_dim(int(np.asarray(batch.chunk_vectors).shape[1]))
         d, source = self.dialect, batch.source
         touched = [source.uri, *([batch.replaces] if batch.replaces else [])]
         hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
@@ -253,12 +253,12 @@ class SQLStore(Store):
     def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
         if not done:
             return
-        for dim in {int(np.asarray(x.vectors).shape[1]) for x in done if len(x.vectors)}:
-            self._ensure_dim(dim)
         self._retried(lambda: self._add_generated(done))
         self._after_write()
 
     def _add_generated(self, done: Sequence[ChunkQuestions]) -> None:
+        for dim in {int(np.asarray(x.vectors).shape[1]) for x in done if len(x.vectors)}:
+            self._ensure_dim(dim)
         d = self.dialect
         owners = self._rows(f"SELECT source FROM chunks WHERE {d.any_of('id')}",
                             (d.many([x.chunk_id for x in done]),))

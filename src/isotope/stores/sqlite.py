@@ -227,6 +227,7 @@ class SQLiteStore(SQLStore):
         top = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {table}").fetchone()[0]
         return range(top + 1, top + 1 + count)
 
+    @guarded
     def _after_write(self) -> None:
         """Compact, in the background, the vectors of each kind whose log has grown, when
         this process holds the writer lock (a write without it leaves that to the next
