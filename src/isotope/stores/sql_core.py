@@ -12,7 +12,7 @@ What truly differs stays in the engine: connections and locking, schema steps, v
 storage and indexes, and where BM25 comes from. A third SQL engine needs a dialect and
 those parts.
 
-Why one module of this size (about 530 lines): it is the relational store itself, the
+Why one module of this size (about 540 lines): it is the relational store itself, the
 writes and the reads that must agree on the same rows (row numbers, the waiting flag,
 stored counts, the chunk a question belongs to), against one dialect; split, each half
 would import the other's helpers."""
