@@ -199,3 +199,31 @@ def test_embeddings_from_an_openai_compatible_endpoint(tmp_path: Path) -> None:
             top = iso.search("When does the gym close in the evening?", k=1).results[0]
             assert "gym" in top.matched_questions[0].atom
         assert any(r.get("input") for r in script.requests)
+
+
+def test_the_next_windows_calls_run_while_questions_are_stored(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a remote model, the calls of the next windows run while a window's questions
+    are embedded and stored, and all of them together stay within llm_concurrency (the
+    provider's slots are shared by the windows in flight, on one client)."""
+    from isotope.stores.sqlite import SQLiteStore
+
+    script = Script(delay=0.2)
+    seen: list[tuple[int, int]] = []  # (calls the server had received, atoms stored)
+    stored = [0]
+    original = SQLiteStore.add_questions
+
+    def add_questions(self: SQLiteStore, done: list[object]) -> None:
+        seen.append((len(script.requests), stored[0]))
+        original(self, done)  # type: ignore[arg-type]
+        stored[0] += sum(len({q.atom_id for q in d.questions}) for d in done)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(SQLiteStore, "add_questions", add_questions)
+    chunks = [f"Shelf {n} holds the {w} boxes of the archive. The {w} boxes are blue."
+              for n, w in enumerate(["red", "green", "tall", "small", "old", "new"])]
+    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=2) as iso:
+        report = iso.ingest_chunks(chunks, source="archive")
+    assert report.ok and report.questions > 0 and len(seen) >= 3
+    assert script.max_in_flight <= 2
+    # some window was stored after the server had received calls of windows after it
+    assert any(received > atoms + 4 for received, atoms in seen), seen

@@ -5,12 +5,12 @@ provider (:mod:`isotope.providers.openai`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from isotope.embedders import Embedder, Vectors, normalize
 from isotope.errors import ProviderError
-from isotope.providers import run_sync
 from isotope.providers.openai import EndpointClient
 from isotope.providers.ratelimit import RateLimiter
 
@@ -29,15 +29,12 @@ class OpenAIEmbedder(Embedder):
                                limiter=RateLimiter(), key_setting="ISOTOPE_OPENAI_API_KEY")
 
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
-        async def run() -> Vectors:
-            client = self._client.make()
-            try:
-                response = await self._client.call(
-                    self.model_id, sum(len(t) for t in texts) // 4,
-                    lambda: client.embeddings.create(model=self.model, input=list(texts)),
-                )
-            finally:
-                await client.close()
+        """On the endpoint's own loop and client (one for the process)."""
+        async def run(client: Any) -> Vectors:
+            response = await self._client.call(
+                self.model_id, sum(len(t) for t in texts) // 4,
+                lambda: client.embeddings.create(model=self.model, input=list(texts)),
+            )
             data = sorted(response.data, key=lambda d: d.index)
             vectors = np.array([d.embedding for d in data], dtype=np.float32)
             if vectors.ndim != 2 or vectors.shape[1] != self.dim:
@@ -47,4 +44,4 @@ class OpenAIEmbedder(Embedder):
                 )
             return normalize(vectors)
 
-        return run_sync(run())
+        return self._client.submit(run)

@@ -4,14 +4,24 @@ An ingest stores each source with its chunks and atoms (searchable at once), its
 marked as waiting for questions. This stage pages through the waiting chunks, generates
 their questions in windows of atoms (so that many small chunks keep the model as busy as
 one large one), embeds and filters them, and stores each window in one transaction: a
-crash loses at most the window in flight, and the next run starts from the chunks still
+crash loses at most the windows in flight, and the next run starts from the chunks still
 waiting. A chunk some of whose atoms failed keeps what succeeded and stays waiting (the
-cache answers the rest next time)."""
+cache answers the rest next time).
+
+With a model that takes batches from several threads at once (a remote endpoint:
+``LLM.concurrent_calls``), the next :data:`AHEAD` windows' calls run while a window's
+questions are embedded and stored, sharing the model's ``llm_concurrency`` slots, so the
+server is not left waiting on this machine; the report's ``generate`` time is then the
+time spent waiting for the model. A local model generates one window at a time."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,8 +37,11 @@ from isotope.settings import IngestSettings
 from isotope.stores import ChunkQuestions, PendingChunk, Store, dropped_by_chunk
 
 log = logging.getLogger(__name__)
+_R = TypeVar("_R")
 PAGE = 256
 """Waiting chunks read from the store at a time."""
+AHEAD = 2
+"""Windows whose calls run while the last one's questions are embedded and stored."""
 
 
 class Enricher:
@@ -52,23 +65,54 @@ class Enricher:
         if not total:
             return report
         generator = self._generator()
-        window = generator.window(self.settings.llm_concurrency)
-        after: str | None = None
+        parts = self._parts(generator.window(self.settings.llm_concurrency), report,
+                            sources, count_atoms)
+        generated = (self._ahead(generator, parts, report) if generator.llm.concurrent_calls
+                     else ((part, self._generate(generator, part, report)) for part in parts))
         done = 0
+        for part, results in generated:
+            self._window(part, results, report)
+            done += len(part)
+            if progress is not None:
+                progress(Progress("generate", part[-1].chunk.source, min(done, total),
+                                  total, report.chunks, report.atoms,
+                                  report.questions_generated))
+        return report
+
+    def _parts(self, window: int, report: IngestReport, sources: Sequence[str] | None,
+               count_atoms: bool) -> Iterator[list[PendingChunk]]:
+        """The waiting chunks in windows of about ``window`` atoms, page by page."""
+        after: str | None = None
         while page := self.store.pending_chunks(PAGE, after=after, sources=sources):
             after = page[-1].chunk.id
             page = self._readable(page, report)
             if count_atoms:
                 report.atoms += sum(len(p.atoms) for p in page)
             for start, end in windows([len(p.atoms) for p in page], window):
-                part = page[start:end]
-                self._window(generator, part, report)
-                done += len(part)
-                if progress is not None:
-                    progress(Progress("generate", part[-1].chunk.source, min(done, total),
-                                      total, report.chunks, report.atoms,
-                                      report.questions_generated))
-        return report
+                yield page[start:end]
+
+    def _ahead(self, generator: QuestionGenerator, parts: Iterator[list[PendingChunk]],
+               report: IngestReport
+               ) -> Iterator[tuple[list[PendingChunk], list[Generated | None]]]:
+        """Each window with its questions, in order, the calls of the next :data:`AHEAD`
+        windows running meanwhile (each in a daemon thread: an interrupted run does not
+        wait for them). The time waited for a window is the report's ``generate``."""
+        queue: deque[tuple[list[PendingChunk], Future[list[Generated | None]]]] = deque()
+
+        def submit() -> None:
+            part = next(parts, None)
+            if part is not None:
+                queue.append((part, _in_thread(
+                    lambda: self._generate(generator, part, report, timed=False))))
+
+        for _ in range(AHEAD):
+            submit()
+        while queue:
+            part, future = queue.popleft()
+            with Timer(report, "generate"):
+                results = future.result()
+            submit()  # its calls start before this window is embedded and stored
+            yield part, results
 
     def _readable(self, page: list[PendingChunk], report: IngestReport) -> list[PendingChunk]:
         """The page with the chunks' text (read back from their files when the index
@@ -89,10 +133,9 @@ class Enricher:
                 kept.append(pending)
         return kept
 
-    def _window(self, generator: QuestionGenerator, part: list[PendingChunk],
+    def _window(self, part: list[PendingChunk], results: list[Generated | None],
                 report: IngestReport) -> None:
-        """Generate, embed, filter and store the questions of some waiting chunks."""
-        results = self._generate(generator, part, report)
+        """Embed, filter and store the questions generated for some waiting chunks."""
         candidates: list[Question] = []
         for pending, result in zip(part, results, strict=True):
             if result is None:
@@ -131,12 +174,14 @@ class Enricher:
         report.enriched_chunks += sum(d.complete for d in done)
 
     def _generate(self, generator: QuestionGenerator, part: list[PendingChunk],
-                  report: IngestReport) -> list[Generated | None]:
+                  report: IngestReport, *, timed: bool = True) -> list[Generated | None]:
         """Each chunk's questions (None: the model failed for it; it stays waiting). When
         a window fails, its chunks are asked one at a time, so only the failing one is
         left out."""
         groups = [(p.chunk, p.atoms) for p in part]
         try:
+            if not timed:  # (the waiting for it is timed)
+                return list(generator.generate_many(groups))
             with Timer(report, "generate"):
                 return list(generator.generate_many(groups))
         except ProviderError as exc:
@@ -147,4 +192,20 @@ class Enricher:
                                                f"language model failed: {exc}"))
                 log.warning("%s: language model failed: %s", part[0].chunk.source, exc)
                 return [None]
-        return [r for p in part for r in self._generate(generator, [p], report)]
+        return [r for p in part for r in self._generate(generator, [p], report, timed=timed)]
+
+
+def _in_thread(call: Callable[[], _R]) -> Future[_R]:
+    """``call()`` in a daemon thread of its own, as a future."""
+    future: Future[_R] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(call())
+        except BaseException as exc:  # given to whoever waits for the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="isotope-questions", daemon=True).start()
+    return future

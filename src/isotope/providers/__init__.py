@@ -82,6 +82,10 @@ class LLM(ABC):
     local: bool = False
     """The model runs in this process (on this machine's CPU or GPU): an answer may take
     many seconds, and calls are made one at a time."""
+    concurrent_calls: bool = False
+    """Batches from several threads at once share the model's ``llm_concurrency`` slots
+    (a remote endpoint): question generation then asks for the next windows while it
+    embeds and stores the last one's questions."""
     stats: CacheStats | None = None
     """Replies from the cache and from the model, when a reply cache wraps the model."""
     _usage: Usage | None = None

@@ -209,8 +209,10 @@ class CachedLLM(LLM):
         self.model_id = inner.model_id
         self.batch_sequences = inner.batch_sequences  # forwarded: see sample_batched
         self.local = inner.local
+        self.concurrent_calls = inner.concurrent_calls
         self.seed = seed
         self.stats = CacheStats()
+        self._counting = threading.Lock()  # batches may come from several threads
 
     @property
     def usage(self) -> Usage:
@@ -240,20 +242,24 @@ class CachedLLM(LLM):
         found = self.cache.get_replies(keys)
         return [k in found for k in keys]
 
+    def _count(self, hits: int, misses: int) -> None:
+        with self._counting:
+            self.stats.hits += hits
+            self.stats.misses += misses
+
     def complete_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
         json_schema: dict[str, Any] | None = None,
     ) -> list[str]:
         if self.cache is None:
-            self.stats.misses += len(prompts)
+            self._count(0, len(prompts))
             return self.inner.complete_batch(prompts, max_tokens=max_tokens,
                                              temperature=temperature, json_schema=json_schema)
         keys = self._keys(prompts, max_tokens, temperature, json_schema)
         found = self.cache.get_replies(keys)
         replies: list[str | None] = [found[k][0] if k in found else None for k in keys]
         missing = [i for i, r in enumerate(replies) if r is None]
-        self.stats.hits += len(prompts) - len(missing)
-        self.stats.misses += len(missing)
+        self._count(len(prompts) - len(missing), len(missing))
         if not missing:
             return [r or "" for r in replies]
         before = Usage(self.inner.usage.prompt_tokens, self.inner.usage.completion_tokens)

@@ -3,19 +3,24 @@ through the ``openai`` SDK: chat here, embeddings in :mod:`isotope.embedders.ope
 (both through :class:`EndpointClient`).
 
 Prompts of a batch run concurrently (``llm_concurrency``, default 8) under a rate limiter
-(``requests_per_minute``, ``tokens_per_minute``). Timeouts, connection errors, HTTP 429
-and 5xx are retried with exponential backoff and jitter, honouring ``Retry-After``;
-authentication errors fail at once with the setting to fix. A batch in which some prompts
-fail keeps the replies that succeeded and raises :class:`BatchGenerationError` listing the
-others.
+(``requests_per_minute``, ``tokens_per_minute``). A blocking batch runs on the endpoint's
+own event loop (a daemon thread) with one async client for the process, its connections
+kept; batches from several threads at once share the ``llm_concurrency`` slots, so a
+caller can ask for the next batch while it works on the last one's replies. Timeouts,
+connection errors, HTTP 429 and 5xx are retried with exponential backoff and jitter,
+honouring ``Retry-After``; authentication errors fail at once with the setting to fix. A
+batch in which some prompts fail keeps the replies that succeeded and raises
+:class:`BatchGenerationError` listing the others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from isotope.errors import MissingDependency, ProviderError
@@ -59,6 +64,9 @@ class EndpointClient:
         self.limiter = limiter
         self.key_setting = key_setting
         self._sync: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async: Any = None
+        self._loop_lock = threading.Lock()
 
     def sync(self) -> Any:
         """The blocking SDK client (made once; its connection pool is kept), which retries
@@ -68,8 +76,45 @@ class EndpointClient:
                                             timeout=self.timeout, max_retries=self.max_retries)
         return self._sync
 
+    def submit(self, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+        """``work(client)`` run on this endpoint's own event loop with its one async
+        client (made once: its connection pool is kept for the process), from any
+        thread; cancelled if the wait is interrupted (Ctrl-C)."""
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="isotope-endpoint",
+                                 daemon=True).start()
+            loop = self._loop
+        future = asyncio.run_coroutine_threadsafe(self._with_client(work), loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    async def _with_client(self, work: Callable[[Any], Coroutine[Any, Any, T]]) -> T:
+        if self._async is None:  # (on the loop's one thread: made once)
+            self._async = self.make()
+        return await work(self._async)
+
+    def close(self) -> None:
+        """Close the clients and stop the endpoint's loop."""
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+        with self._loop_lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            if self._async is not None:
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(self._async.close(), loop).result(5)
+                self._async = None
+            loop.call_soon_threadsafe(loop.stop)
+
     def make(self) -> Any:
-        # A fresh async client per event loop (asyncio.run creates a loop per batch).
+        """A new async client, for the event loop of its caller (clients are bound to the
+        loop they first run on)."""
         return self.openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key,
                                        timeout=self.timeout, max_retries=0)
 
@@ -125,19 +170,49 @@ class OpenAIChat(AsyncFirst, LLM):
         self.model = model
         self.model_id = f"openai:{model}" + (f"@{base_url}" if base_url else "")
         self.concurrency = concurrency
+        self._slots: asyncio.Semaphore | None = None
         self._client = EndpointClient(base_url, api_key, timeout=timeout, max_retries=max_retries,
                                limiter=limiter or RateLimiter(),
                                key_setting="ISOTOPE_OPENAI_API_KEY")
+
+    concurrent_calls = True
+
+    def complete_batch(
+        self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
+        json_schema: dict[str, Any] | None = None,
+    ) -> list[str]:
+        """The batch on the endpoint's own loop and client, in the provider's shared
+        ``llm_concurrency`` slots (with any other thread's batch in flight)."""
+        return self._client.submit(lambda client: self._batch(
+            client, None, prompts, max_tokens=max_tokens, temperature=temperature,
+            json_schema=json_schema))
 
     async def acomplete_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
         json_schema: dict[str, Any] | None = None,
     ) -> list[str]:
+        """The batch on the caller's event loop, with a client of its own."""
         client = self._client.make()
+        try:
+            return await self._batch(client, asyncio.Semaphore(self.concurrency), prompts,
+                                     max_tokens=max_tokens, temperature=temperature,
+                                     json_schema=json_schema)
+        finally:
+            await client.close()
+
+    async def _batch(
+        self, client: Any, semaphore: asyncio.Semaphore | None, prompts: Sequence[Prompt], *,
+        max_tokens: int, temperature: float, json_schema: dict[str, Any] | None,
+    ) -> list[str]:
+        """The batch's calls, at most ``semaphore``'s at once (None: the provider's slots
+        on the endpoint's loop, shared by every batch there)."""
+        if semaphore is None:
+            if self._slots is None:  # (on the endpoint loop's one thread)
+                self._slots = asyncio.Semaphore(self.concurrency)
+            semaphore = self._slots
         extra: dict[str, Any] = {}
         if json_schema is not None:  # JSON mode is the widely supported subset
             extra["response_format"] = {"type": "json_object"}
-        semaphore = asyncio.Semaphore(self.concurrency)
         refused: list[ProviderAuthError] = []
 
         async def one(prompt: Prompt) -> str:
@@ -163,10 +238,7 @@ class OpenAIChat(AsyncFirst, LLM):
                     return ""
                 return str(response.choices[0].message.content or "")
 
-        try:
-            outcomes = await asyncio.gather(*(one(p) for p in prompts), return_exceptions=True)
-        finally:
-            await client.close()
+        outcomes = await asyncio.gather(*(one(p) for p in prompts), return_exceptions=True)
         if refused:
             raise refused[0]
         return collect(outcomes)
@@ -197,8 +269,6 @@ class OpenAIChat(AsyncFirst, LLM):
             pieces.close()
 
     def close(self) -> None:
-        if self._client._sync is not None:
-            self._client._sync.close()
-            self._client._sync = None
+        self._client.close()
 
 
