@@ -23,8 +23,8 @@ DOC = "The cafeteria opens at eight in the morning. The gym closes at ten in the
 
 def _open(tmp_path: Path, embedder: Embedder, url: str, **settings: object) -> Isotope:
     return Isotope.open(tmp_path / "idx", embedder=embedder,
-                        question_model=f"openai/test-model@{url}", llm_timeout=1,
-                        llm_max_retries=3, cache=False, **settings)
+                        question_model=f"openai/test-model@{url}",
+                        **{"llm_timeout": 1, "llm_max_retries": 3, "cache": False, **settings})
 
 
 @pytest.mark.parametrize("fault", ["429", "500", "503", "slow"])
@@ -227,3 +227,27 @@ def test_the_next_windows_calls_run_while_questions_are_stored(
     assert script.max_in_flight <= 2
     # some window was stored after the server had received calls of windows after it
     assert any(received > atoms + 4 for received, atoms in seen), seen
+
+
+def test_a_server_that_is_down_is_not_hammered_and_enrich_resumes(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A model server answering only 503: the first call that gives up stops every other
+    call (one line naming the server and `isotope enrich`), the sources stay stored with
+    their chunks waiting, and `enrich` generates them once the server is back."""
+    from isotope.providers.openai import ServerDown
+
+    down = Script(fault_for=lambda statement: "503")
+    chunks = [f"Shelf {n} holds the {w} boxes of the archive. The {w} boxes are blue."
+              for n, w in enumerate(["red", "green", "tall", "small", "old", "new"])]
+    with serve(down) as url, _open(tmp_path, embedder, url, llm_concurrency=2,
+                                   llm_max_retries=1) as iso:
+        with pytest.raises(ServerDown, match=r"not answering .*isotope enrich") as raised:
+            iso.ingest_chunks(chunks, source="archive")
+        assert "\n" not in str(raised.value) and url in str(raised.value)
+        # 12 atoms: without the circuit, 24 requests (each atom tried twice)
+        assert len(down.requests) <= 6, len(down.requests)
+        counts = iso.status().counts
+        assert counts["sources"] == 1 and counts["chunks_waiting"] == counts["chunks"] == 6
+    with serve(Script()) as url, _open(tmp_path, embedder, url, llm_concurrency=2) as iso:
+        report = iso.enrich()
+        assert report.questions > 0 and iso.status().counts["chunks_waiting"] == 0

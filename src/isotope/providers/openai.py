@@ -20,6 +20,7 @@ import contextlib
 import logging
 import random
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -35,6 +36,20 @@ class ProviderAuthError(ProviderError):
     """The endpoint refused the credentials: retrying cannot help."""
 
     fatal = True
+
+
+class ServerDown(ProviderError):
+    """The endpoint stopped answering (a call gave up on connection errors or 502-504
+    replies, and no other call got a reply meanwhile): the other calls stop at once
+    instead of each retrying its own way."""
+
+    fatal = True
+
+
+DOWN_FOR = 30.0
+"""Seconds after a call gave up on a server that is down during which every call fails at
+once (then one may try it again)."""
+DOWN_STATUSES = (502, 503, 504)
 
 
 def parse_model(model: str) -> tuple[str, str | None]:
@@ -67,6 +82,10 @@ class EndpointClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._async: Any = None
         self._loop_lock = threading.Lock()
+        self._down_until = 0.0
+        self._down = ""
+        self._answered = 0.0
+        """When a call last got a reply (``time.monotonic``)."""
 
     def sync(self) -> Any:
         """The blocking SDK client (made once; its connection pool is kept), which retries
@@ -119,12 +138,19 @@ class EndpointClient:
                                        timeout=self.timeout, max_retries=0)
 
     async def call(self, what: str, tokens: int, request: Callable[[], Awaitable[T]]) -> T:
+        """``request()``, retried with backoff; failing at once while the server is known
+        to be down (a circuit: see :class:`ServerDown`)."""
         openai = self.openai
         attempt = 0
+        started = time.monotonic()
         while True:
+            if time.monotonic() < self._down_until:
+                raise ServerDown(self._down)
             await self.limiter.acquire(tokens)
             try:
-                return await request()
+                reply = await request()
+                self._down_until, self._answered = 0.0, time.monotonic()
+                return reply
             except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
                 raise ProviderAuthError(
                     f"{what}: the endpoint {self.base_url or 'api.openai.com'} refused the "
@@ -134,6 +160,17 @@ class EndpointClient:
             except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
                     openai.APIConnectionError) as exc:
                 if attempt >= self.max_retries:
+                    if (self._answered < started  # no call answered meanwhile
+                            and (isinstance(exc, openai.APIConnectionError)
+                                 or getattr(exc, "status_code", None) in DOWN_STATUSES)):
+                        self._down_until = time.monotonic() + DOWN_FOR
+                        self._down = (
+                            f"{what}: the model server {self.base_url or 'api.openai.com'} is "
+                            f"not answering ({_describe(exc)}, {attempt + 1} attempts over "
+                            f"{time.monotonic() - started:.0f} s): no more calls are made to "
+                            "it; what was stored keeps its chunks waiting for questions: run "
+                            "`isotope enrich` when it is back")
+                        raise ServerDown(self._down) from exc
                     raise ProviderError(f"{what}: gave up after {attempt + 1} attempts: "
                                         f"{_describe(exc)}") from exc
                 delay = _retry_after(exc) or min(30.0, 0.5 * 2**attempt)
@@ -213,11 +250,11 @@ class OpenAIChat(AsyncFirst, LLM):
         extra: dict[str, Any] = {}
         if json_schema is not None:  # JSON mode is the widely supported subset
             extra["response_format"] = {"type": "json_object"}
-        refused: list[ProviderAuthError] = []
+        refused: list[ProviderError] = []  # (credentials refused, or the server down)
 
         async def one(prompt: Prompt) -> str:
             async with semaphore:
-                if refused:  # fail fast: no more calls once the credentials are refused
+                if refused:  # fail fast: no more calls once one of them failed for good
                     raise refused[0]
                 estimate = sum(len(m["content"]) for m in prompt) // 4 + max_tokens
                 try:
@@ -228,7 +265,7 @@ class OpenAIChat(AsyncFirst, LLM):
                             temperature=temperature, **extra,
                         ),
                     )
-                except ProviderAuthError as exc:
+                except (ProviderAuthError, ServerDown) as exc:
                     refused.append(exc)
                     raise
                 if response.usage is not None:
