@@ -251,3 +251,25 @@ def test_a_server_that_is_down_is_not_hammered_and_enrich_resumes(
     with serve(Script()) as url, _open(tmp_path, embedder, url, llm_concurrency=2) as iso:
         report = iso.enrich()
         assert report.questions > 0 and iso.status().counts["chunks_waiting"] == 0
+
+
+def test_plain_progress_says_it_waits_for_the_model_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`isotope ingest --plain` against a slow model server prints a line while it waits
+    for the model, instead of nothing."""
+    from typer.testing import CliRunner
+
+    from isotope.cli import app
+    from isotope.ingest import enrichment
+
+    monkeypatch.setattr(enrichment, "WAIT_EVERY", 0.2)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "campus.txt").write_text(DOC)
+    with serve(Script(delay=1.0)) as url:
+        monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", f"openai/test-model@{url}")
+        monkeypatch.setenv("ISOTOPE_CACHE", "false")
+        done = CliRunner().invoke(app, ["ingest", str(tmp_path / "docs"), "--plain",
+                                        "--index", str(tmp_path / "idx")])
+    assert done.exit_code == 0, done.output
+    assert "waiting for the model server (questions of " in done.stderr
+    assert "campus.txt" in done.stderr

@@ -144,7 +144,10 @@ def _with_progress(run: Callable[[Any], Any], plain: bool, as_json: bool) -> Any
 
     if plain and not as_json:
         def progress_cb(p: Progress) -> None:
-            if p.stage in ("load", "store", "generate") and p.source:
+            if p.stage == "wait":
+                err.print(f"[{p.sources_done}/{p.sources_total} chunks] waiting for the "
+                          f"model server (questions of {p.source})")
+            elif p.stage in ("load", "store", "generate") and p.source:
                 unit = "chunks" if p.stage == "generate" else "sources"
                 err.print(f"[{p.sources_done}/{p.sources_total} {unit}] {p.stage} {p.source} "
                           f"chunks={p.chunks} atoms={p.atoms} questions={p.questions}")
@@ -182,7 +185,8 @@ def with_bar(run: Callable[[Callable[[Any], None]], Any]) -> Any:
             name = Path(p.source).name if p.source else ""
             bar.update(
                 task, total=p.sources_total or None, completed=p.sources_done,
-                description=f"{p.stage} {name}"[:40],
+                description=("waiting for the model" if p.stage == "wait"
+                             else f"{p.stage} {name}")[:40],
                 counts=f"chunks {p.chunks} · atoms {p.atoms} · questions {p.questions}",
             )
 

@@ -42,6 +42,8 @@ PAGE = 256
 """Waiting chunks read from the store at a time."""
 AHEAD = 2
 """Windows whose calls run while the last one's questions are embedded and stored."""
+WAIT_EVERY = 10.0
+"""Seconds between progress events (stage ``wait``) while waiting for the model."""
 
 
 class Enricher:
@@ -67,9 +69,16 @@ class Enricher:
         generator = self._generator()
         parts = self._parts(generator.window(self.settings.llm_concurrency), report,
                             sources, count_atoms)
-        generated = (self._ahead(generator, parts, report) if generator.llm.concurrent_calls
-                     else ((part, self._generate(generator, part, report)) for part in parts))
         done = 0
+
+        def waiting(part: list[PendingChunk]) -> None:
+            if progress is not None:
+                progress(Progress("wait", part[0].chunk.source, min(done, total), total,
+                                  report.chunks, report.atoms, report.questions_generated))
+
+        generated = (self._ahead(generator, parts, report, waiting)
+                     if generator.llm.concurrent_calls
+                     else ((part, self._generate(generator, part, report)) for part in parts))
         for part, results in generated:
             self._window(part, results, report)
             done += len(part)
@@ -92,11 +101,12 @@ class Enricher:
                 yield page[start:end]
 
     def _ahead(self, generator: QuestionGenerator, parts: Iterator[list[PendingChunk]],
-               report: IngestReport
+               report: IngestReport, waiting: Callable[[list[PendingChunk]], None]
                ) -> Iterator[tuple[list[PendingChunk], list[Generated | None]]]:
         """Each window with its questions, in order, the calls of the next :data:`AHEAD`
         windows running meanwhile (each in a daemon thread: an interrupted run does not
-        wait for them). The time waited for a window is the report's ``generate``."""
+        wait for them). The time waited for a window is the report's ``generate``;
+        ``waiting(window)`` is called every :data:`WAIT_EVERY` seconds of it."""
         queue: deque[tuple[list[PendingChunk], Future[list[Generated | None]]]] = deque()
 
         def submit() -> None:
@@ -110,7 +120,12 @@ class Enricher:
         while queue:
             part, future = queue.popleft()
             with Timer(report, "generate"):
-                results = future.result()
+                while True:
+                    try:
+                        results = future.result(timeout=WAIT_EVERY)
+                        break
+                    except TimeoutError:
+                        waiting(part)
             submit()  # its calls start before this window is embedded and stored
             yield part, results
 
