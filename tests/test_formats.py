@@ -391,3 +391,19 @@ def test_a_file_that_makes_too_much_text_is_bounded(tmp_path: Path, embedder: Em
     with pytest.raises(LoaderError, match=r"shared\.pdf.*more than 0\.5 MB of text \(0\.5 MB "
                        r"so far.*max_text_mb"):  # stopped at the limit, not after 7 MB
         loaders.load(shared, max_chars=500_000)
+
+
+def test_progress_counts_files_and_never_goes_back(tmp_path: Path, embedder: Embedder,
+                                                   formats: Path) -> None:
+    """Progress over a folder holding a mailbox and an email with an attachment counts
+    files, in order, never backwards, while naming each message and attachment."""
+    events: list[tuple[str, str, int, int]] = []
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
+        report = iso.ingest(formats, progress=lambda p: events.append(
+            (p.stage, p.source, p.sources_done, p.sources_total)))
+    files = [e for e in events if e[0] in ("load", "embed", "store")]
+    counts = [done for _, _, done, _ in files]
+    assert counts == sorted(counts), files
+    assert events[-1][0] == "done" and events[-1][2] == events[-1][3]
+    assert {uri for _, uri, _, _ in files if "#" in uri} >= {
+        uri for uri in report.added if "#" in uri}

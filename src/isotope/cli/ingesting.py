@@ -148,7 +148,7 @@ def _with_progress(run: Callable[[Any], Any], plain: bool, as_json: bool) -> Any
                 err.print(f"[{p.sources_done}/{p.sources_total} chunks] waiting for the "
                           f"model server (questions of {p.source})")
             elif p.stage in ("load", "store", "generate") and p.source:
-                unit = "chunks" if p.stage == "generate" else "sources"
+                unit = "chunks" if p.stage == "generate" else "files"
                 err.print(f"[{p.sources_done}/{p.sources_total} {unit}] {p.stage} {p.source} "
                           f"chunks={p.chunks} atoms={p.atoms} questions={p.questions}")
         return run(progress_cb)

@@ -426,7 +426,8 @@ class Pipeline:
         with Timer(report, "store"):
             self.store.add(batch)
         (report.replaced if work.replacing else report.added).append(work.source.uri)
-        self._notify(progress, "store", work.source.uri, work.done + 1, work.total, report)
+        # files done before this one's: its members (messages, attachments) may follow
+        self._notify(progress, "store", work.source.uri, work.done, work.total, report)
 
     def _select(self, atoms: list[Atom], atom_vectors: np.ndarray, questions: list[Question],
                 question_vectors: np.ndarray) -> tuple[list[Question], list[str]]:
