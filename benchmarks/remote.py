@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/remote.py [--passages 60] [--concurrency 8]
         [--latency-ms 300] [--remote-embeddings] [--json]
+    .venv/bin/python benchmarks/remote.py --url http://GPU-BOX:8000/v1 --model NAME
+        [--passages 300] [--concurrency 64] [--json]      # a real server: questions/s
 
 Starts its own stub OpenAI-compatible server on loopback (tests/openai_server.py: it
 answers every chat call after ``--latency-ms``, with questions that reword the statement,
@@ -9,6 +11,11 @@ and embeddings from hashed words), then ingests the first ``--passages`` squad-d
 passages with ``--questions now`` through the ``openai/`` provider at ``llm_concurrency =
 --concurrency``, cache off. Embeddings are the bundled local model unless
 ``--remote-embeddings``.
+
+With ``--url`` (and ``--model``, the name the server serves), the same ingest runs against
+that server instead (a GPU box running vLLM or llama.cpp's server, see the README's
+"Questions from a GPU"): ``calls`` is then the ingest's model calls, ``in_flight_mean`` is
+not measured, and ``questions_per_s`` is what to compare.
 
 Prints ``calls`` (chat calls the server answered), ``wall_s`` (the whole ingest),
 ``generation_s`` (first call in to last call out), ``in_flight_mean`` (calls in flight on
@@ -37,6 +44,22 @@ from isotope.search import evaluation  # noqa: E402
 from openai_server import Script, serve  # noqa: E402 (the stub lives with the tests)
 
 
+def on_server(url: str, model: str, passages: int, concurrency: int) -> dict[str, Any]:
+    """The ingest against a real OpenAI-compatible server."""
+    chunks, _ = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl", passages)
+    with tempfile.TemporaryDirectory() as folder, Isotope.open(
+            Path(folder) / "index", question_model=f"openai/{model}@{url}",
+            llm_concurrency=concurrency, cache=False) as iso:
+        started = time.monotonic()
+        report = iso.ingest_chunks(evaluation.chunks_of(chunks), questions="now")
+        wall = time.monotonic() - started
+    return {"passages": passages, "concurrency": concurrency, "url": url,
+            "calls": report.llm_calls, "wall_s": round(wall, 2),
+            "questions": report.questions,
+            "questions_per_s": round(report.questions_generated / wall, 1),
+            "stage_s": {k: round(v, 2) for k, v in report.timings.items()}}
+
+
 def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: bool
         ) -> dict[str, Any]:
     chunks, _ = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl", passages)
@@ -63,6 +86,7 @@ def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: b
         "in_flight_mean": round(busy / generation, 2) if generation else 0.0,
         "ideal_s": round(calls * latency_ms / 1000 / concurrency, 2),
         "questions": report.questions,
+        "questions_per_s": round(report.questions_generated / wall, 1) if wall else 0.0,
         "stage_s": {k: round(v, 2) for k, v in report.timings.items()},
     }
 
@@ -74,7 +98,12 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=300.0)
     parser.add_argument("--remote-embeddings", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--url", help="a real OpenAI-compatible server instead of the stub")
+    parser.add_argument("--model", default="default", help="the model name --url serves")
     args = parser.parse_args()
+    if args.url:
+        print(json.dumps(on_server(args.url, args.model, args.passages, args.concurrency)))
+        return
     found = run(args.passages, args.concurrency, args.latency_ms, args.remote_embeddings)
     if args.json:
         print(json.dumps(found))
