@@ -4,6 +4,7 @@ OpenAI protocol and injects faults (tests/openai_server.py); the client is not m
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -273,3 +274,6 @@ def test_plain_progress_says_it_waits_for_the_model_server(
     assert done.exit_code == 0, done.output
     assert "waiting for the model server (questions of " in done.stderr
     assert "campus.txt" in done.stderr
+    # the summary says where the time went: mostly waiting for the model
+    spent = re.search(r"time: the model (\d+\.\d) s", done.stdout)
+    assert spent and float(spent.group(1)) >= 1.0, done.stdout

@@ -232,6 +232,11 @@ def print_report(report: Any) -> None:
         f"{report.prompt_tokens} prompt + {report.completion_tokens} completion tokens; "
         f"embeddings: {report.embedded} computed, {report.embedding_cache_hits} from the cache"
     )
+    spent = [f"{label} {report.timings[stage]:.1f} s" for stage, label in (
+        ("generate", "the model"), ("embed", "embedding"), ("store", "storing"),
+        ("load", "reading")) if report.timings.get(stage, 0.0) >= 0.05]
+    if spent:  # where the time went (with a remote model: the wait for it)
+        out.print("time: " + ", ".join(spent))
     if report.contexts or report.failed_contexts:
         out.print(f"{report.contexts} chunk context(s) written")
     for failed in report.failed_contexts[:10]:
