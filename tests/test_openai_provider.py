@@ -245,8 +245,9 @@ def test_a_server_that_is_down_is_not_hammered_and_enrich_resumes(
         with pytest.raises(ServerDown, match=r"not answering .*isotope enrich") as raised:
             iso.ingest_chunks(chunks, source="archive")
         assert "\n" not in str(raised.value) and url in str(raised.value)
-        # 12 atoms: without the circuit, 24 requests (each atom tried twice)
-        assert len(down.requests) <= 6, len(down.requests)
+        # 12 atoms: without the circuit, 24 requests (each atom tried twice); it opens
+        # when a second call gives up
+        assert len(down.requests) <= 8, len(down.requests)
         counts = iso.status().counts
         assert counts["sources"] == 1 and counts["chunks_waiting"] == counts["chunks"] == 6
     with serve(Script()) as url, _open(tmp_path, embedder, url, llm_concurrency=2) as iso:
@@ -277,3 +278,31 @@ def test_plain_progress_says_it_waits_for_the_model_server(
     # the summary says where the time went: mostly waiting for the model
     spent = re.search(r"time: the model (\d+\.\d) s", done.stdout)
     assert spent and float(spent.group(1)) >= 1.0, done.stdout
+
+
+def test_one_slow_prompt_is_not_a_server_that_is_down(tmp_path: Path,
+                                                      embedder: Embedder) -> None:
+    """A prompt that times out on every try, one call at a time, fails alone (its chunk
+    waits); the others get their questions: a slow reply is not a server that is down."""
+    script = Script(fault_for=lambda statement: "slow" if "gym" in statement else None)
+    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=1,
+                                     llm_max_retries=1) as iso:
+        report = iso.ingest_chunks([DOC, "The pool opens at noon. The sauna is hot."],
+                                   source="campus")
+        assert [f.message.split(":")[0] for f in report.failed_atoms] == [
+            "atom 'The gym closes at ten in the evening.'"]
+        assert report.questions > 0 and iso.status().counts["chunks_waiting"] == 1
+
+
+def test_a_closed_model_works_again_on_its_next_call() -> None:
+    """close() ends the endpoint's client and loop; the next batch (more prompts than
+    slots, so they wait for one) makes new ones."""
+    script = Script(delay=0.05)
+    with serve(script) as url:
+        llm = create(f"openai/test-model@{url}", Settings(llm_concurrency=1))
+        prompts = [messages("system", f"Statement: Room {n} has desks.") for n in range(3)]
+        assert len(llm.complete_batch(prompts)) == 3
+        llm.close()
+        assert len(llm.complete_batch(prompts)) == 3
+        llm.close()
+    assert len(script.requests) == 6

@@ -184,6 +184,7 @@ class Isotope:
     def close(self) -> None:
         for llm in {id(v): v for v in self._llms.values()}.values():
             llm.close()
+        self.embedder.close()
         self.store.close()
         if self.cache is not None:
             self.cache.close()

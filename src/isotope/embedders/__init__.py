@@ -33,6 +33,9 @@ class Embedder(ABC):
     stats: CacheStats | None = None
     """Vectors from the cache and computed, when an embedding cache wraps the model."""
 
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release what the model holds (a remote one: its client and connections)."""
+
     @abstractmethod
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         """Embed at most ``batch_size`` texts: an array of shape (len(texts), dim)."""

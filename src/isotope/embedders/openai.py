@@ -28,6 +28,9 @@ class OpenAIEmbedder(Embedder):
         self._client = EndpointClient(base_url, api_key, timeout=timeout, max_retries=max_retries,
                                limiter=RateLimiter(), key_setting="ISOTOPE_OPENAI_API_KEY")
 
+    def close(self) -> None:
+        self._client.close()
+
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         """On the endpoint's own loop and client (one for the process)."""
         async def run(client: Any) -> Vectors:

@@ -352,6 +352,9 @@ class CachedEmbedder(Embedder):
         self.batch_size = inner.batch_size
         self.stats = CacheStats()
 
+    def close(self) -> None:
+        self.inner.close()
+
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         return self.embed(texts)
 

@@ -39,9 +39,10 @@ class ProviderAuthError(ProviderError):
 
 
 class ServerDown(ProviderError):
-    """The endpoint stopped answering (a call gave up on connection errors or 502-504
-    replies, and no other call got a reply meanwhile): the other calls stop at once
-    instead of each retrying its own way."""
+    """The endpoint stopped answering (two calls in a row gave up on connection errors or
+    502-504 replies, and no call got a reply meanwhile; a timeout is a slow reply, not a
+    server that is down): the other calls stop at once instead of each retrying its own
+    way."""
 
     fatal = True
 
@@ -86,6 +87,8 @@ class EndpointClient:
         self._down = ""
         self._answered = 0.0
         """When a call last got a reply (``time.monotonic``)."""
+        self._gave_up = 0
+        """Calls that gave up on a server that seemed down since the last reply."""
 
     def sync(self) -> Any:
         """The blocking SDK client (made once; its connection pool is kept), which retries
@@ -124,12 +127,20 @@ class EndpointClient:
             self._sync = None
         with self._loop_lock:
             loop, self._loop = self._loop, None
-        if loop is not None:
+            if loop is None:
+                return
             if self._async is not None:
                 with contextlib.suppress(Exception):
                     asyncio.run_coroutine_threadsafe(self._async.close(), loop).result(5)
                 self._async = None
-            loop.call_soon_threadsafe(loop.stop)
+            self.limiter.rebind()  # its lock belonged to that loop
+
+            def stop() -> None:  # calls still waiting end (cancelled) instead of hanging
+                for task in asyncio.all_tasks(loop):
+                    task.cancel()
+                loop.call_soon(loop.stop)
+
+            loop.call_soon_threadsafe(stop)
 
     def make(self) -> Any:
         """A new async client, for the event loop of its caller (clients are bound to the
@@ -149,7 +160,7 @@ class EndpointClient:
             await self.limiter.acquire(tokens)
             try:
                 reply = await request()
-                self._down_until, self._answered = 0.0, time.monotonic()
+                self._down_until, self._answered, self._gave_up = 0.0, time.monotonic(), 0
                 return reply
             except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
                 raise ProviderAuthError(
@@ -160,16 +171,19 @@ class EndpointClient:
             except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
                     openai.APIConnectionError) as exc:
                 if attempt >= self.max_retries:
-                    if (self._answered < started  # no call answered meanwhile
+                    down = (self._answered < started  # no call answered meanwhile
+                            and not isinstance(exc, openai.APITimeoutError)
                             and (isinstance(exc, openai.APIConnectionError)
-                                 or getattr(exc, "status_code", None) in DOWN_STATUSES)):
+                                 or getattr(exc, "status_code", None) in DOWN_STATUSES))
+                    self._gave_up = self._gave_up + 1 if down else 0
+                    if down and self._gave_up >= 2:
                         self._down_until = time.monotonic() + DOWN_FOR
                         self._down = (
                             f"{what}: the model server {self.base_url or 'api.openai.com'} is "
                             f"not answering ({_describe(exc)}, {attempt + 1} attempts over "
                             f"{time.monotonic() - started:.0f} s): no more calls are made to "
-                            "it; what was stored keeps its chunks waiting for questions: run "
-                            "`isotope enrich` when it is back")
+                            f"it for {DOWN_FOR:.0f} s; run the command again when it is back "
+                            "(`isotope enrich` generates the questions of what was stored)")
                         raise ServerDown(self._down) from exc
                     raise ProviderError(f"{what}: gave up after {attempt + 1} attempts: "
                                         f"{_describe(exc)}") from exc
@@ -306,6 +320,8 @@ class OpenAIChat(AsyncFirst, LLM):
             pieces.close()
 
     def close(self) -> None:
+        """Close the client and its loop (a later call makes new ones)."""
         self._client.close()
+        self._slots = None  # (bound to the loop just stopped)
 
 

@@ -24,6 +24,11 @@ class RateLimiter:
         self._stamp = time.monotonic()
         self._lock = asyncio.Lock()
 
+    def rebind(self) -> None:
+        """A new lock, for use on another event loop (an asyncio lock belongs to the loop
+        it first waited on)."""
+        self._lock = asyncio.Lock()
+
     def _refill(self) -> None:
         now = time.monotonic()
         elapsed = now - self._stamp
