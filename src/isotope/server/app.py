@@ -10,7 +10,11 @@ the status that fits, for every route (validation, 404, 405 included); never a t
 
 Imported only by ``isotope serve`` (the ``server`` extra). Annotations are evaluated at
 definition (no ``from __future__ import annotations``): FastAPI reads the endpoints'
-parameter types, some of which are local to :func:`create_app`."""
+parameter types, some of which are local to :func:`create_app`.
+
+Why one module of this size (about 600 lines): the routes are closures over one app's
+state (the index, the search and answer slots, the write queue), each a few lines over the
+library; the gate, the MCP tools and the page live in modules of their own."""
 
 import asyncio
 import contextlib
