@@ -292,10 +292,10 @@ class CachedLLM(LLM):
         key = self._keys([prompt], max_tokens, temperature)[0]
         found = self.cache.get_replies([key]) if self.cache is not None else {}
         if key in found:
-            self.stats.hits += 1
+            self._count(1, 0)
             yield found[key][0]
             return
-        self.stats.misses += 1
+        self._count(0, 1)
         pieces: list[str] = []
         stream = self.inner.stream(prompt, max_tokens=max_tokens, temperature=temperature)
         try:
@@ -320,8 +320,7 @@ class CachedLLM(LLM):
         out = [[found[k][0] if k in found else None for k in ks] for ks in keys]
         missing = [[i for i, r in enumerate(rs) if r is None] for rs in out]
         asked = sum(len(m) for m in missing)
-        self.stats.hits += sum(len(ks) for ks in keys) - asked
-        self.stats.misses += asked
+        self._count(sum(len(ks) for ks in keys) - asked, asked)
         if asked:
             fresh: list[list[str]] = sampler(
                 [[prompts[i] for i in m] for prompts, m in zip(groups, missing, strict=True)],
@@ -351,6 +350,7 @@ class CachedEmbedder(Embedder):
         self.dim = inner.dim
         self.batch_size = inner.batch_size
         self.stats = CacheStats()
+        self._counting = threading.Lock()
 
     def close(self) -> None:
         self.inner.close()
@@ -368,8 +368,9 @@ class CachedEmbedder(Embedder):
         for i, k in enumerate(keys):
             if k in found:
                 out[i] = np.frombuffer(found[k], dtype=np.float32)
-        self.stats.hits += len(texts) - len(missing)
-        self.stats.misses += len(missing)
+        with self._counting:  # (searches embed from several threads)
+            self.stats.hits += len(texts) - len(missing)
+            self.stats.misses += len(missing)
         if missing:
             vectors = self.inner.embed([texts[i] for i in missing])
             out[missing] = vectors
