@@ -9,7 +9,8 @@ extracted from the file).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -212,3 +213,10 @@ class CacheStats:
 
     hits: int = 0
     misses: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count(self, hits: int, misses: int) -> None:
+        """Add to both counts (calls come from several threads)."""
+        with self._lock:
+            self.hits += hits
+            self.misses += misses

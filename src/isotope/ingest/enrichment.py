@@ -16,6 +16,7 @@ time spent waiting for the model. A local model generates one window at a time."
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -194,10 +195,8 @@ class Enricher:
         a window fails, its chunks are asked one at a time, so only the failing one is
         left out."""
         groups = [(p.chunk, p.atoms) for p in part]
-        try:
-            if not timed:  # (the waiting for it is timed)
-                return list(generator.generate_many(groups))
-            with Timer(report, "generate"):
+        try:  # (not timed here when the wait for it is)
+            with Timer(report, "generate") if timed else contextlib.nullcontext():
                 return list(generator.generate_many(groups))
         except ProviderError as exc:
             if exc.fatal or len(part) == 1:

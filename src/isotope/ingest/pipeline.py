@@ -5,7 +5,8 @@ atoms) seconds after its file is read. Then its questions, generated as enrichme
 ``isotope enrich`` (``"later"``).
 
 The pipeline only sequences the stages, each a module of its own: ``discovery`` (which
-files), ``changes`` (what is current, what is reused), ``planning`` (the dry run),
+files), ``reading`` (what each file makes: its sources, loaded, unchanged or
+refused), ``changes`` (what is current, what is reused), ``planning`` (the dry run),
 ``enrichment`` (questions, in windows of atoms), ``selection`` (which questions are kept)
 and ``assembly`` (one batch for the store)."""
 
@@ -76,8 +77,6 @@ class Pipeline:
         self.max_bytes = int(settings.max_file_mb * 1e6)
         self.max_chars = int(settings.max_text_mb * 1e6)
         self._members_of: dict[str, set[str]] | None = None
-        self._fresh: dict[str, set[str]] = {}
-        """Members first stored in this run, by container (not held before it)."""
         """Sources inside others, by container (read when a container is first met)."""
         self.store = store
         self.embedder = embedder
@@ -272,10 +271,7 @@ class Pipeline:
         else:
             source = found.source
             if (owner := source.metadata.get("container")) is not None:
-                held = self._held().setdefault(str(owner), set())  # (read before storing)
-                if source.uri not in held:  # stored by this run: not held before it
-                    self._fresh.setdefault(str(owner), set()).add(source.uri)
-                held.add(source.uri)
+                self._held().setdefault(str(owner), set()).add(source.uri)
             for warning in found.document.warnings:
                 report.warnings.append(FileError(source.uri, warning))
                 log.warning("%s: %s", source.uri, warning)
@@ -297,7 +293,7 @@ class Pipeline:
         holds the writer lock), unless a mailbox lost all or most of them (emptied or
         being rewritten: an error, nothing removed)."""
         held = self._held()
-        before = held.get(end.owner, set()) - self._fresh.pop(end.owner, set())
+        before = held.get(end.owner, set()) - end.new  # (held before this run)
         stale = before - end.seen
         if (end.mailbox and not self.force and maintenance.removes_too_many(
                 len(stale), len(before), all_gone=not end.seen)):

@@ -43,6 +43,8 @@ class Members:
 
     owner: str
     seen: set[str] = field(default_factory=set)
+    new: set[str] = field(default_factory=set)
+    """Those of ``seen`` not stored before this walk."""
     mailbox: bool = False
 
 
@@ -128,6 +130,8 @@ class Reader:
                 continue
             digest = content_hash(member.data)
             existing = self.store.get_source(uri)
+            if existing is None:
+                end.new.add(uri)
             if self.is_current(existing, digest):
                 yield Unchanged(uri)
                 continue

@@ -212,7 +212,6 @@ class CachedLLM(LLM):
         self.concurrent_calls = inner.concurrent_calls
         self.seed = seed
         self.stats = CacheStats()
-        self._counting = threading.Lock()  # batches may come from several threads
 
     @property
     def usage(self) -> Usage:
@@ -242,24 +241,19 @@ class CachedLLM(LLM):
         found = self.cache.get_replies(keys)
         return [k in found for k in keys]
 
-    def _count(self, hits: int, misses: int) -> None:
-        with self._counting:
-            self.stats.hits += hits
-            self.stats.misses += misses
-
     def complete_batch(
         self, prompts: Sequence[Prompt], *, max_tokens: int = 256, temperature: float = 0.0,
         json_schema: dict[str, Any] | None = None,
     ) -> list[str]:
         if self.cache is None:
-            self._count(0, len(prompts))
+            self.stats.count(0, len(prompts))
             return self.inner.complete_batch(prompts, max_tokens=max_tokens,
                                              temperature=temperature, json_schema=json_schema)
         keys = self._keys(prompts, max_tokens, temperature, json_schema)
         found = self.cache.get_replies(keys)
         replies: list[str | None] = [found[k][0] if k in found else None for k in keys]
         missing = [i for i, r in enumerate(replies) if r is None]
-        self._count(len(prompts) - len(missing), len(missing))
+        self.stats.count(len(prompts) - len(missing), len(missing))
         if not missing:
             return [r or "" for r in replies]
         before = Usage(self.inner.usage.prompt_tokens, self.inner.usage.completion_tokens)
@@ -292,10 +286,10 @@ class CachedLLM(LLM):
         key = self._keys([prompt], max_tokens, temperature)[0]
         found = self.cache.get_replies([key]) if self.cache is not None else {}
         if key in found:
-            self._count(1, 0)
+            self.stats.count(1, 0)
             yield found[key][0]
             return
-        self._count(0, 1)
+        self.stats.count(0, 1)
         pieces: list[str] = []
         stream = self.inner.stream(prompt, max_tokens=max_tokens, temperature=temperature)
         try:
@@ -320,7 +314,7 @@ class CachedLLM(LLM):
         out = [[found[k][0] if k in found else None for k in ks] for ks in keys]
         missing = [[i for i, r in enumerate(rs) if r is None] for rs in out]
         asked = sum(len(m) for m in missing)
-        self._count(sum(len(ks) for ks in keys) - asked, asked)
+        self.stats.count(sum(len(ks) for ks in keys) - asked, asked)
         if asked:
             fresh: list[list[str]] = sampler(
                 [[prompts[i] for i in m] for prompts, m in zip(groups, missing, strict=True)],
@@ -350,7 +344,6 @@ class CachedEmbedder(Embedder):
         self.dim = inner.dim
         self.batch_size = inner.batch_size
         self.stats = CacheStats()
-        self._counting = threading.Lock()
 
     def close(self) -> None:
         self.inner.close()
@@ -368,9 +361,7 @@ class CachedEmbedder(Embedder):
         for i, k in enumerate(keys):
             if k in found:
                 out[i] = np.frombuffer(found[k], dtype=np.float32)
-        with self._counting:  # (searches embed from several threads)
-            self.stats.hits += len(texts) - len(missing)
-            self.stats.misses += len(missing)
+        self.stats.count(len(texts) - len(missing), len(missing))
         if missing:
             vectors = self.inner.embed([texts[i] for i in missing])
             out[missing] = vectors

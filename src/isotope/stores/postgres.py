@@ -19,7 +19,8 @@ Why one module of this size: what is left here is what only this engine does, an
 hangs together on the same connection and lock rules: connections per thread, the
 advisory locks and retried transactions of many writers, writes with ``COPY`` postings,
 the HNSW indexes and bulk loads, filtered vector search with its exact fallback, and
-check/repair. The reads both engines share are in :mod:`isotope.stores.sql_core`.
+check/repair. The writes and reads both engines share are in
+:mod:`isotope.stores.sql_core`.
 """
 
 from __future__ import annotations
@@ -392,8 +393,6 @@ class PostgresStore(SQLStore):
             for row, (counts, length) in zip(rows, terms, strict=True):
                 for term, tf in counts.items():
                     copy.write_row((term, row, tf, length))
-
-    # -- enrichment --------------------------------------------------------------------
 
     # -- reads -------------------------------------------------------------------------
     def search(self, kind: Kind, vector: Vectors, k: int,

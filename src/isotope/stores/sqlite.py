@@ -4,10 +4,10 @@ SQLite is the source of truth for sources, chunks, atoms, questions and their ve
 FTS5 tables (kept in step by triggers) serve keyword search. Vector search goes to one
 vector index per kind (``sqlite_vectors``). Its parts: connections, the writer lock and
 errors (``sqlite_connection``), the schema's numbered steps (``sqlite_schema``), filters
-as SQL (``sqlite_sql``) and the integrity check (``sqlite_check``); the reads it shares
-with the PostgreSQL store are :mod:`isotope.stores.sql_core`. What is left here (about
-500 lines) is this engine's own: its transactions, writes with pre-numbered rows and the
-vector log, vector and keyword search, compaction and repair.
+as SQL (``sqlite_sql``) and the integrity check (``sqlite_check``); the writes and reads
+it shares with the PostgreSQL store are :mod:`isotope.stores.sql_core`. What is left here
+is this engine's own: its transactions, rows numbered before they are written and their
+vectors logged, vector and keyword search, compaction and repair.
 """
 
 from __future__ import annotations
