@@ -27,21 +27,21 @@ times. The baseline is ``ideal_s``, computed for the same run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from isotope import Isotope
+from isotope.search import evaluation
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
-sys.path.insert(0, str(ROOT / "tests"))
-
-from isotope import Isotope  # noqa: E402
-from isotope.search import evaluation  # noqa: E402
-
-from openai_server import Script, serve  # noqa: E402 (the stub lives with the tests)
 
 
 def on_server(url: str, model: str, passages: int, concurrency: int) -> dict[str, Any]:
@@ -63,22 +63,23 @@ def on_server(url: str, model: str, passages: int, concurrency: int) -> dict[str
 def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: bool
         ) -> dict[str, Any]:
     chunks, _ = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl", passages)
-    script = Script(delay=latency_ms / 1000)
-    with serve(script) as url, tempfile.TemporaryDirectory() as folder:
+    with stub_server(latency_ms / 1000) as (url, spans), \
+            tempfile.TemporaryDirectory() as folder:
         models: dict[str, Any] = {"question_model": f"openai/stub@{url}",
                                   "openai_api_key": "stub", "llm_concurrency": concurrency,
                                   "cache": False}
         if remote_embeddings:
             models.update(embedding_model=f"openai/stub-embed@{url}", embedding_dim=64)
         with Isotope.open(Path(folder) / "index", **models) as iso:
-            started = time.monotonic()
+            started, cpu = time.monotonic(), time.process_time()
             report = iso.ingest_chunks(evaluation.chunks_of(chunks), questions="now")
-            wall = time.monotonic() - started
-    spans = sorted(script.spans)
+            wall, cpu = time.monotonic() - started, time.process_time() - cpu
+    spans.sort()
     calls = len(spans)
     first, last = (spans[0][0], max(e for _, e in spans)) if spans else (0.0, 0.0)
     busy = sum(e - s for s, e in spans)
     generation = last - first
+    generated = max(report.questions_generated, 1)
     return {
         "passages": passages, "concurrency": concurrency, "latency_ms": latency_ms,
         "remote_embeddings": remote_embeddings, "calls": calls, "wall_s": round(wall, 2),
@@ -87,8 +88,31 @@ def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: b
         "ideal_s": round(calls * latency_ms / 1000 / concurrency, 2),
         "questions": report.questions,
         "questions_per_s": round(report.questions_generated / wall, 1) if wall else 0.0,
+        "cpu_ms_per_question": round(1000 * cpu / generated, 2),
+        "embed_ms_per_question": round(1000 * report.timings.get("embed", 0.0) / generated,
+                                       2),
         "stage_s": {k: round(v, 2) for k, v in report.timings.items()},
     }
+
+
+@contextlib.contextmanager
+def stub_server(delay: float) -> Iterator[tuple[str, list[tuple[float, float]]]]:
+    """The stub in a process of its own (its CPU is not isotope's): its URL, and the
+    spans of its chat calls, filled in when it stops."""
+    spans: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        record = Path(folder) / "spans.json"
+        server = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "openai_server.py"), "--delay", str(delay),
+             "--spans", str(record)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            cwd=ROOT / "tests", text=True)
+        assert server.stdout is not None and server.stdin is not None
+        try:
+            yield server.stdout.readline().strip(), spans
+        finally:
+            server.stdin.close()
+            server.wait(timeout=60)
+        spans += [(float(s), float(e)) for s, e in json.loads(record.read_text())]
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 import zlib
@@ -131,10 +132,20 @@ def _completion(text: str) -> dict[str, Any]:
     }
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # (socketserver's 5 drops connections when 64 open at once)
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client went away (a cancelled call, a test that ended): no noise
+        super().handle_error(request, client_address)  # (in another test's output)
+
+
 @contextmanager
 def serve(script: Script) -> Iterator[str]:
     """Serve on a free port of 127.0.0.1; yields the base URL (``.../v1``)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    server = _Server(("127.0.0.1", 0), _handler(script))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -142,3 +153,25 @@ def serve(script: Script) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def main() -> None:
+    """``python tests/openai_server.py --delay S --spans FILE``: serve in a process of its
+    own (for benchmarks, so the client's CPU is not shared with the server's); prints the
+    URL, serves until stdin closes, then writes the chat calls' spans to FILE as JSON."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--spans", required=True)
+    args = parser.parse_args()
+    script = Script(delay=args.delay)
+    with serve(script) as url:
+        print(url, flush=True)
+        sys.stdin.read()
+    with open(args.spans, "w") as fh:
+        json.dump(script.spans, fh)
+
+
+if __name__ == "__main__":
+    main()

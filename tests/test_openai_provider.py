@@ -202,32 +202,64 @@ def test_embeddings_from_an_openai_compatible_endpoint(tmp_path: Path) -> None:
         assert any(r.get("input") for r in script.requests)
 
 
-def test_the_next_windows_calls_run_while_questions_are_stored(
+def test_the_model_server_is_kept_busy_while_questions_are_stored(
         tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a remote model, the calls of the next windows run while a window's questions
-    are embedded and stored, and all of them together stay within llm_concurrency (the
-    provider's slots are shared by the windows in flight, on one client)."""
+    """With a remote model, calls are issued as soon as a slot frees, across chunks, and
+    go on while questions are embedded and stored: a first store that does not return
+    until the server has seen every call does not stop them (the pipeline reads up to 8 x
+    llm_concurrency atoms ahead; windows that waited for their store stopped at 24 calls
+    here), and no more than llm_concurrency run at once."""
     from isotope.stores.sqlite import SQLiteStore
 
-    script = Script(delay=0.2)
-    seen: list[tuple[int, int]] = []  # (calls the server had received, atoms stored)
-    stored = [0]
+    script = Script(delay=0.1)
+    received_at_store: list[int] = []
     original = SQLiteStore.add_questions
 
     def add_questions(self: SQLiteStore, done: list[object]) -> None:
-        seen.append((len(script.requests), stored[0]))
+        deadline = time.monotonic() + 10
+        while not received_at_store and len(script.spans) < 32 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        received_at_store.append(len(script.spans))
         original(self, done)  # type: ignore[arg-type]
-        stored[0] += sum(len({q.atom_id for q in d.questions}) for d in done)  # type: ignore[attr-defined]
 
     monkeypatch.setattr(SQLiteStore, "add_questions", add_questions)
-    chunks = [f"Shelf {n} holds the {w} boxes of the archive. The {w} boxes are blue."
-              for n, w in enumerate(["red", "green", "tall", "small", "old", "new"])]
-    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=2) as iso:
+    chunks = [f"Shelf {n} of the archive holds {n + 3} boxes." for n in range(32)]
+    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=4) as iso:
         report = iso.ingest_chunks(chunks, source="archive")
-    assert report.ok and report.questions > 0 and len(seen) >= 3
-    assert script.max_in_flight <= 2
-    # some window was stored after the server had received calls of windows after it
-    assert any(received > atoms + 4 for received, atoms in seen), seen
+        assert iso.status().counts["chunks_waiting"] == 0
+    assert report.ok and report.questions > 0 and report.llm_calls == 32
+    assert received_at_store[0] == 32, received_at_store
+    assert script.max_in_flight == 4
+    spans = sorted(script.spans)
+    busy = sum(end - start for start, end in spans)
+    assert busy / (max(end for _, end in spans) - spans[0][0]) >= 0.75 * 4
+
+
+def test_the_first_calls_start_while_later_files_are_still_stored(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest of a folder with a remote model does not wait for every file to be read
+    and embedded: the first file's calls run while the next files are stored."""
+    from isotope.stores.sqlite import SQLiteStore
+
+    script = Script(delay=0.05)
+    received_at_add: list[int] = []
+    original = SQLiteStore.add
+
+    def add(self: SQLiteStore, batch: object) -> None:
+        time.sleep(0.2)  # a slow first stage
+        received_at_add.append(len(script.requests))
+        original(self, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SQLiteStore, "add", add)
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(6):
+        (folder / f"room{i}.txt").write_text(f"Room {i} of the library has {i + 2} desks.")
+    with serve(script) as url, _open(tmp_path, embedder, url, llm_concurrency=4) as iso:
+        report = iso.ingest(folder)
+        assert report.ok and len(report.added) == 6 and report.llm_calls == 6
+        assert iso.status().counts["chunks_waiting"] == 0 and report.waiting_chunks == 0
+    assert received_at_add[0] == 0 and received_at_add[-1] >= 3, received_at_add
 
 
 def test_a_server_that_is_down_is_not_hammered_and_enrich_resumes(
@@ -253,6 +285,27 @@ def test_a_server_that_is_down_is_not_hammered_and_enrich_resumes(
     with serve(Script()) as url, _open(tmp_path, embedder, url, llm_concurrency=2) as iso:
         report = iso.enrich()
         assert report.questions > 0 and iso.status().counts["chunks_waiting"] == 0
+
+
+def test_a_server_down_mid_ingest_still_stores_every_file(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """The calls start while files are still read; when the server turns out to be down,
+    the remaining files are still stored (searchable, their chunks waiting) before the
+    ingest stops with the one line naming `isotope enrich`."""
+    from isotope.providers.openai import ServerDown
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(8):
+        (folder / f"room{i}.txt").write_text(f"Room {i} of the library has {i + 2} desks.")
+    down = Script(fault_for=lambda statement: "503")
+    with serve(down) as url, _open(tmp_path, embedder, url, llm_concurrency=2,
+                                   llm_max_retries=1) as iso:
+        with pytest.raises(ServerDown, match="isotope enrich"):
+            iso.ingest(folder)
+        counts = iso.status().counts
+        assert counts["sources"] == 8 and counts["chunks_waiting"] == 8
+        assert iso.search("How many desks does room 5 have?", k=1).results
 
 
 def test_plain_progress_says_it_waits_for_the_model_server(

@@ -2,25 +2,32 @@
 
 An ingest stores each source with its chunks and atoms (searchable at once), its chunks
 marked as waiting for questions. This stage pages through the waiting chunks, generates
-their questions in windows of atoms (so that many small chunks keep the model as busy as
-one large one), embeds and filters them, and stores each window in one transaction: a
-crash loses at most the windows in flight, and the next run starts from the chunks still
-waiting. A chunk some of whose atoms failed keeps what succeeded and stays waiting (the
-cache answers the rest next time).
+their questions, embeds and filters them, and stores them a batch of chunks at a time, in
+one transaction each: a crash loses at most the chunks in flight, and the next run starts
+from the chunks still waiting. A chunk some of whose atoms failed keeps what succeeded and
+stays waiting (the cache answers the rest next time).
 
-With a model that takes batches from several threads at once (a remote endpoint:
-``LLM.concurrent_calls``), the next :data:`AHEAD` windows' calls run while a window's
-questions are embedded and stored, sharing the model's ``llm_concurrency`` slots, so the
-server is not left waiting on this machine; the report's ``generate`` time is then the
-time spent waiting for the model. A local model generates one window at a time."""
+With a model that takes calls from several threads at once (a remote endpoint:
+``LLM.concurrent_calls``) this is a pipeline: small groups of chunks have their calls
+running at all times, :data:`RUNNING` x ``llm_concurrency`` atoms of them (as many more
+read ahead), so the model's ``llm_concurrency`` slots stay full; a group that finishes
+starts the next one at once, from its own thread, while this thread embeds, filters and
+stores every group finished meanwhile in one batch (in the order they finish). In an
+ingest, the same thread also runs the first stage a file at a time whenever no replies
+wait to be stored, so the first calls start as soon as the first file is stored. The
+report's ``generate`` time is then the time this thread waited for the model. A local
+model generates a window of atoms at a time (so that many small chunks keep it as busy
+as one large one), after the first stage."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TypeVar
 
@@ -41,8 +48,8 @@ log = logging.getLogger(__name__)
 _R = TypeVar("_R")
 PAGE = 256
 """Waiting chunks read from the store at a time."""
-AHEAD = 2
-"""Windows whose calls run while the last one's questions are embedded and stored."""
+RUNNING = 4
+"""Atoms whose calls run at once in the pipeline, per slot of ``llm_concurrency``."""
 WAIT_EVERY = 10.0
 """Seconds between progress events (stage ``wait``) while waiting for the model."""
 
@@ -60,33 +67,77 @@ class Enricher:
         return self.store.count_waiting(sources)
 
     def run(self, report: IngestReport, progress: ProgressCallback | None = None, *,
-            sources: Sequence[str] | None = None, count_atoms: bool = False) -> IngestReport:
+            sources: Sequence[str] | None = None, count_atoms: bool = False,
+            feed: Iterator[list[str]] | None = None) -> IngestReport:
         """Enrich every waiting chunk (of ``sources`` if given), in pages; with
         ``count_atoms``, the report counts the atoms given questions (an ingest counted
-        them when it stored them)."""
-        total = self.waiting(sources)
-        if not total:
+        them when it stored them).
+
+        With ``feed`` (an ingest's first stage: each step stores a file and names the
+        sources it stored or found unchanged), the chunks of those sources: a model that
+        takes concurrent calls starts on the first ones while the other files are still
+        read and embedded (a step runs whenever no questions wait to be stored); another
+        model waits for the whole first stage. The model is built only once a chunk
+        waits. A fatal model error still lets the first stage end (every file stored,
+        its chunks waiting for ``isotope enrich``) before it is raised."""
+        fed = _Fed(feed)
+        while fed.step() and not self.waiting(fed.new):
+            pass  # (nothing waits yet: no model needed)
+        if not self.waiting(fed.sources if feed is not None else sources):
+            fed.finish()
             return report
         generator = self._generator()
-        parts = self._parts(generator.window(self.settings.llm_concurrency), report,
-                            sources, count_atoms)
-        done = 0
+        concurrency = self.settings.llm_concurrency
+        pipelined = generator.llm.concurrent_calls
+        if not pipelined:
+            fed.finish()
+        # (the pipeline hands out small groups: a group's calls end together)
+        size = max(1, concurrency // 4) if pipelined else generator.window(concurrency)
+        if feed is not None:
+            sources = fed.sources  # (grows with each step)
+        pending = self._parts(size, report, fed.take() if feed is not None else sources,
+                              count_atoms)
+        done, totals = 0, list[int]()
 
-        def waiting(part: list[PendingChunk]) -> None:
-            if progress is not None:
-                progress(Progress("wait", part[0].chunk.source, min(done, total), total,
+        def total() -> int | None:
+            """Chunks to enrich in all: known once the first stage is over."""
+            if not totals and fed.done:
+                totals.append(done + self.waiting(sources))
+            return totals[0] if totals else None
+
+        def next_part() -> list[PendingChunk] | None:
+            nonlocal pending
+            while (part := next(pending, None)) is None:
+                if not fed.new:
+                    return None
+                pending = self._parts(size, report, fed.take(), count_atoms)
+            return part
+
+        def notify(stage: str, part: list[PendingChunk]) -> None:
+            if progress is not None and part and (n := total()) is not None:
+                progress(Progress(stage, part[-1].chunk.source, min(done, n), n,
                                   report.chunks, report.atoms, report.questions_generated))
 
-        generated = (self._ahead(generator, parts, report, waiting)
-                     if generator.llm.concurrent_calls
-                     else ((part, self._generate(generator, part, report)) for part in parts))
-        for part, results in generated:
-            self._window(part, results, report)
-            done += len(part)
-            if progress is not None:
-                progress(Progress("generate", part[-1].chunk.source, min(done, total),
-                                  total, report.chunks, report.atoms,
-                                  report.questions_generated))
+        total()
+        generated = (_Pipeline(lambda part: self._generate(generator, part, report,
+                                                           timed=False),
+                               next_part, RUNNING * concurrency,
+                               None if fed.done else fed.step).run(
+                                   report, lambda part: notify("wait", part))
+                     if pipelined
+                     else ((part, self._generate(generator, part, report)) for part in pending))
+        try:
+            for part, results in generated:
+                self._window(part, results, report)
+                done += len(part)
+                notify("generate", part)
+        except ProviderError as exc:
+            generated.close()
+            if exc.fatal:
+                fed.finish()
+            raise
+        finally:
+            generated.close()  # (a failure here stops the groups not yet started)
         return report
 
     def _parts(self, window: int, report: IngestReport, sources: Sequence[str] | None,
@@ -100,35 +151,6 @@ class Enricher:
                 report.atoms += sum(len(p.atoms) for p in page)
             for start, end in windows([len(p.atoms) for p in page], window):
                 yield page[start:end]
-
-    def _ahead(self, generator: QuestionGenerator, parts: Iterator[list[PendingChunk]],
-               report: IngestReport, waiting: Callable[[list[PendingChunk]], None]
-               ) -> Iterator[tuple[list[PendingChunk], list[Generated | None]]]:
-        """Each window with its questions, in order, the calls of the next :data:`AHEAD`
-        windows running meanwhile (each in a daemon thread: an interrupted run does not
-        wait for them). The time waited for a window is the report's ``generate``;
-        ``waiting(window)`` is called every :data:`WAIT_EVERY` seconds of it."""
-        queue: deque[tuple[list[PendingChunk], Future[list[Generated | None]]]] = deque()
-
-        def submit() -> None:
-            part = next(parts, None)
-            if part is not None:
-                queue.append((part, _in_thread(
-                    lambda: self._generate(generator, part, report, timed=False))))
-
-        for _ in range(AHEAD):
-            submit()
-        while queue:
-            part, future = queue.popleft()
-            with Timer(report, "generate"):
-                while True:
-                    try:
-                        results = future.result(timeout=WAIT_EVERY)
-                        break
-                    except TimeoutError:
-                        waiting(part)
-            submit()  # its calls start before this window is embedded and stored
-            yield part, results
 
     def _readable(self, page: list[PendingChunk], report: IngestReport) -> list[PendingChunk]:
         """The page with the chunks' text (read back from their files when the index
@@ -223,3 +245,127 @@ def _in_thread(call: Callable[[], _R]) -> Future[_R]:
 
     threading.Thread(target=run, name="isotope-questions", daemon=True).start()
     return future
+
+
+Results = list[Generated | None]
+
+
+class _Fed:
+    """The sources an ingest's first stage has stored so far, a step at a time (none to
+    run without ``steps``)."""
+
+    def __init__(self, steps: Iterator[list[str]] | None) -> None:
+        self._steps = steps
+        self.done = steps is None
+        self.sources: list[str] = []
+        self.new: list[str] = []
+        """Sources stored since the last :meth:`take`."""
+
+    def step(self) -> bool:
+        """Run the next step; False once the first stage is over."""
+        if not self.done:
+            assert self._steps is not None
+            stored = next(self._steps, None)
+            if stored is None:
+                self.done = True
+            else:
+                self.sources += stored
+                self.new += stored
+        return not self.done
+
+    def finish(self) -> None:
+        while self.step():
+            pass
+
+    def take(self) -> list[str]:
+        new, self.new = self.new, []
+        return new
+
+
+class _Pipeline:
+    """Groups of chunks whose calls run ``running`` atoms at a time, each group in a
+    daemon thread of its own (an interrupted run does not wait for them); a group that
+    finishes starts the next from its own thread, so the calls go on while the consumer
+    embeds and stores. ``next_part()`` reads the next group (None: none now); ``step()``,
+    if given, runs a step of the ingest's first stage (False once it is over), whenever
+    no group waits to be stored."""
+
+    def __init__(self, generate: Callable[[list[PendingChunk]], Results],
+                 next_part: Callable[[], list[PendingChunk] | None], running: int,
+                 step: Callable[[], bool] | None = None) -> None:
+        self._generate, self._next_part, self._running = generate, next_part, running
+        self._step = step
+        self._lock = threading.Lock()
+        self._queued: deque[list[PendingChunk]] = deque()
+        self._atoms = 0  # atoms of the groups running
+        self._groups = 0  # groups running
+        self._stopped = False
+        self._latest: list[PendingChunk] = []  # the group started last
+        self._finished: queue.SimpleQueue[tuple[list[PendingChunk], Future[Results]]] = (
+            queue.SimpleQueue())
+
+    def run(self, report: IngestReport, waiting: Callable[[list[PendingChunk]], None]
+            ) -> Generator[tuple[list[PendingChunk], Results], None, None]:
+        """The groups finished since the last one taken, together, as they finish. The
+        time waited for them is the report's ``generate``; ``waiting(group)`` is called
+        every :data:`WAIT_EVERY` seconds of a wait."""
+        try:
+            while True:
+                self._top_up()
+                if self._step is not None and self._finished.empty():
+                    if not self._step():
+                        self._step = None
+                    continue
+                with self._lock:
+                    if not (self._groups or self._queued) and self._finished.empty():
+                        return
+                with Timer(report, "generate"):
+                    try:
+                        first = self._finished.get(timeout=WAIT_EVERY)
+                    except queue.Empty:
+                        waiting(self._latest)
+                        continue
+                finished = [first]
+                while not self._finished.empty():
+                    finished.append(self._finished.get())
+                parts: list[PendingChunk] = []
+                results: Results = []
+                for part, future in finished:
+                    parts += part
+                    results += future.result()  # (a fatal error stops the run here)
+                yield parts, results
+        finally:
+            with self._lock:
+                self._stopped = True
+                self._queued.clear()
+
+    def _top_up(self) -> None:
+        """Read groups ahead (in this thread: the store is read here) and start them up to
+        the running budget."""
+        with self._lock:
+            ahead = sum(len(p.atoms) for part in self._queued for p in part)
+        while ahead < 2 * self._running and (part := self._next_part()) is not None:
+            ahead += sum(len(p.atoms) for p in part)
+            with self._lock:
+                self._queued.append(part)
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:
+        """Start queued groups while the running atoms are under budget (under the lock)."""
+        while not self._stopped and self._queued and (self._atoms < self._running
+                                                      or not self._groups):
+            part = self._queued.popleft()
+            atoms = sum(len(p.atoms) for p in part)
+            self._atoms += atoms
+            self._groups += 1
+            self._latest = part
+            future = _in_thread(functools.partial(self._generate, part))
+            future.add_done_callback(functools.partial(self._done, part, atoms))
+
+    def _done(self, part: list[PendingChunk], atoms: int, future: Future[Results]) -> None:
+        self._finished.put((part, future))  # (before the count drops: see run's end test)
+        with self._lock:
+            self._atoms -= atoms
+            self._groups -= 1
+            self._start()

@@ -1,13 +1,14 @@
 """The ingest pipeline, in two stages. First load -> chunk -> atomize -> embed -> store,
 one source at a time, each in one transaction: a source is searchable (by its chunks and
 atoms) seconds after its file is read. Then its questions, generated as enrichment
-(``enrichment``): at once in the same run (``questions="now"``) or later by
-``isotope enrich`` (``"later"``).
+(``enrichment``): in the same run (``questions="now"``; with a remote model the first
+files' calls run while the next files are stored) or later by ``isotope enrich``
+(``"later"``).
 
 The pipeline only sequences the stages, each a module of its own: ``discovery`` (which
 files), ``reading`` (what each file makes: its sources, loaded, unchanged or
 refused), ``changes`` (what is current, what is reused), ``planning`` (the dry run),
-``enrichment`` (questions, in windows of atoms), ``selection`` (which questions are kept)
+``enrichment`` (questions, a pipeline of calls), ``selection`` (which questions are kept)
 and ``assembly`` (one batch for the store)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -115,8 +116,18 @@ class Pipeline:
         """Ingest files, each given with its root (the folder it was found under)."""
         report = IngestReport()
         meter = self._meter()
+        self._then(questions, report, progress, self._read_files(files, report, progress))
+        meter(report)
+        self._notify(progress, "done", "", len(files), len(files), report)
+        return report
+
+    def _read_files(self, files: dict[Path, Path], report: IngestReport,
+                    progress: ProgressCallback | None) -> Iterator[list[str]]:
+        """The first stage, a file at a time: after each, the sources it stored or found
+        unchanged (these may have chunks waiting for questions)."""
         for done, (path, root) in enumerate(files.items()):
             self._notify(progress, "load", str(path), done, len(files), report)
+            before = [len(kept) for kept in _stored(report)]
             try:
                 walk = self.reader().sources(path, root)
                 while True:
@@ -132,12 +143,8 @@ class Pipeline:
                     raise
                 report.errors.append(FileError(str(path), f"language model failed: {exc}"))
                 log.warning("%s: %s", path, exc)
-        # the stored sources and the unchanged ones: these may have chunks left waiting
-        self._then(questions, report, progress, [*report.added, *report.replaced,
-                                                 *report.unchanged])
-        meter(report)
-        self._notify(progress, "done", "", len(files), len(files), report)
-        return report
+            yield [uri for kept, n in zip(_stored(report), before, strict=True)
+                   for uri in kept[n:]]
 
     def enrich(self, report: IngestReport | None = None,
                progress: ProgressCallback | None = None, *,
@@ -157,10 +164,16 @@ class Pipeline:
         return Enricher(self.settings, self.store, self.embedder, self.generator, self._select)
 
     def _then(self, questions: Questions, report: IngestReport,
-              progress: ProgressCallback | None, sources: list[str]) -> None:
-        """The second stage: questions now, or a count of what waits for them."""
+              progress: ProgressCallback | None, stored: Iterator[list[str]]) -> None:
+        """Run the first stage (``stored``: a step per file or source, naming what it
+        stored) and the second: questions now, their calls starting as soon as the first
+        chunks are stored, or a count of what waits for them."""
+        sources: list[str] = []
         if questions == "now":
-            self.enrich(report, progress, sources=sources)
+            self._enricher().run(report, progress, feed=_noting(stored, sources))
+        else:
+            for step in stored:
+                sources += step
         report.waiting_chunks = self._enricher().waiting(sources)
 
     def ingest_chunks(
@@ -185,15 +198,19 @@ class Pipeline:
                                context=item.context))
         report = IngestReport()
         meter = self._meter()
-        for done, (uri, items) in enumerate(grouped.items()):
-            text = "\n\n".join(c.text for c in items)
-            src = Source(uri=uri, content_hash=content_hash(text), size=len(text.encode()),
-                         loader="chunks")
-            work = self._prepare(src, items, report, progress, done, len(grouped),
-                                 document=text)
-            if work is not None:
-                self._store(work, report, progress)
-        self._then(questions, report, progress, list(grouped))
+
+        def stored() -> Iterator[list[str]]:
+            for done, (uri, items) in enumerate(grouped.items()):
+                text = "\n\n".join(c.text for c in items)
+                src = Source(uri=uri, content_hash=content_hash(text),
+                             size=len(text.encode()), loader="chunks")
+                work = self._prepare(src, items, report, progress, done, len(grouped),
+                                     document=text)
+                if work is not None:
+                    self._store(work, report, progress)
+                yield [uri]
+
+        self._then(questions, report, progress, stored())
         meter(report)
         self._notify(progress, "done", "", len(grouped), len(grouped), report)
         return report
@@ -439,6 +456,19 @@ class Pipeline:
         if progress is not None:
             progress(Progress(stage, source, done, total, report.chunks, report.atoms,
                               report.questions_generated))
+
+
+def _stored(report: IngestReport) -> tuple[list[str], list[str], list[str]]:
+    """The sources an ingest stored or found unchanged so far (these may have chunks
+    waiting for questions)."""
+    return report.added, report.replaced, report.unchanged
+
+
+def _noting(steps: Iterator[list[str]], into: list[str]) -> Iterator[list[str]]:
+    """``steps``, each step's sources also added to ``into``."""
+    for step in steps:
+        into += step
+        yield step
 
 
 __all__ = ["STAGES", "FileError", "IngestPlan", "IngestReport", "IsotopeError", "Pipeline",
