@@ -299,6 +299,7 @@ class _Pipeline:
         self._queued: deque[list[PendingChunk]] = deque()
         self._atoms = 0  # atoms of the groups running
         self._groups = 0  # groups running
+        self._ready = 0  # atoms of the groups finished, not yet taken
         self._stopped = False
         self._latest: list[PendingChunk] = []  # the group started last
         self._finished: queue.SimpleQueue[tuple[list[PendingChunk], Future[Results]]] = (
@@ -312,7 +313,9 @@ class _Pipeline:
         try:
             while True:
                 self._top_up()
-                if self._step is not None and self._finished.empty():
+                if self._step is not None and self._ready < self._running // 2:
+                    # (replies are stored in batches while the first stage runs: small
+                    # batches would embed their questions less efficiently)
                     if not self._step():
                         self._step = None
                     continue
@@ -328,6 +331,8 @@ class _Pipeline:
                 finished = [first]
                 while not self._finished.empty():
                     finished.append(self._finished.get())
+                with self._lock:
+                    self._ready -= sum(len(p.atoms) for part, _ in finished for p in part)
                 parts: list[PendingChunk] = []
                 results: Results = []
                 for part, future in finished:
@@ -364,6 +369,8 @@ class _Pipeline:
             future.add_done_callback(functools.partial(self._done, part, atoms))
 
     def _done(self, part: list[PendingChunk], atoms: int, future: Future[Results]) -> None:
+        with self._lock:
+            self._ready += atoms
         self._finished.put((part, future))  # (before the count drops: see run's end test)
         with self._lock:
             self._atoms -= atoms
