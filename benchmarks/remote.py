@@ -104,6 +104,9 @@ def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: b
         "cpu_ms_per_question": round(1000 * cpu / generated, 2),
         "embed_ms_per_question": round(1000 * report.timings.get("embed", 0.0) / generated,
                                        2),
+        # questions/s the embedder alone would allow (all of the run's embedding counted)
+        "embedder_cap_questions_per_s": round(
+            generated / max(report.timings.get("embed", 0.0), 1e-9), 1),
         "stage_s": {k: round(v, 2) for k, v in report.timings.items()},
     }
 

@@ -103,3 +103,18 @@ def test_reusable_keeps_stored_chunks_by_text_except_incomplete_ones() -> None:
                                                                      "three"])]
     assert sorted(reusable(new, held)) == [1, 2]
     assert sorted(reusable(new, held, [content_hash("one")])) == [1]
+
+
+def test_texts_of_any_lengths_embed_as_they_do_alone(embedder: Embedder) -> None:
+    """A chunk and its sentences are embedded in batches of similar lengths (less
+    padding); each text still gets its own vector, in the order given."""
+    import numpy as np
+
+    sentences = [f"Room {i} of the library has {i + 2} desks." for i in range(40)]
+    chunk = " ".join(sentences)
+    texts = [sentences[3], chunk, *sentences[:10], "Desks?", sentences[-1]]
+    together = embedder.embed(texts)
+    alone = np.vstack([embedder.embed([t]) for t in texts])
+    assert together.shape == (len(texts), 384)
+    assert np.allclose(together, alone, atol=1e-4)
+    assert float(together[0] @ together[5]) > 0.999  # the same sentence twice

