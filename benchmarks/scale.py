@@ -37,12 +37,14 @@ repository.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -221,12 +223,16 @@ def open_index(path: Path, synthesis: Synthesis, **settings: Any) -> Isotope:
                         min_question_similarity=-1.0, dedup_threshold=None, **settings)
 
 
-def build(path: Path, synthesis: Synthesis, questions: int) -> dict[str, float]:
-    """Ingest chunks until ``questions`` questions are stored; returns timings."""
+def build(path: Path, synthesis: Synthesis, questions: int) -> dict[str, Any]:
+    """Ingest chunks until ``questions`` questions are stored; returns timings, the store's
+    rate over each 100,000 questions and the largest the index folder grew meanwhile."""
     chunks_needed = int(np.ceil(questions / (4.25 * ATOMS_PER_CHUNK)))
     started = time.perf_counter()
     store_s, stored, batch = 0.0, 0, 2_000
-    with open_index(path, synthesis) as iso:
+    per_100k: list[dict[str, float]] = []
+    mark = (0, 0.0, started)  # (stored, store_s, time) where the current 100k began
+    peak = DiskPeak(path)
+    with peak, open_index(path, synthesis) as iso:
         for first in range(0, chunks_needed, batch):
             made = []
             for c in range(first, min(chunks_needed, first + batch)):
@@ -237,14 +243,70 @@ def build(path: Path, synthesis: Synthesis, questions: int) -> dict[str, float]:
             report = iso.ingest_chunks(made)
             store_s += report.timings["store"]
             stored += report.questions
-            rate = stored / (time.perf_counter() - started)
+            now = time.perf_counter()
+            rate = stored / (now - started)
             print(f"  built {stored:,} questions ({rate:,.0f}/s overall, "
                   f"{stored / max(store_s, 1e-9):,.0f}/s in the store)", file=sys.stderr)
+            if stored - mark[0] >= 100_000 or first + batch >= chunks_needed:
+                done = stored - mark[0]
+                per_100k.append({
+                    "up_to": stored,
+                    "store_questions_per_s": round(done / max(store_s - mark[1], 1e-9)),
+                    "overall_questions_per_s": round(done / (now - mark[2])),
+                    "disk_peak_bytes": peak.peak})
+                mark = (stored, store_s, now)
         compact_started = time.perf_counter()
         iso.compact()
         compact_s = time.perf_counter() - compact_started
     return {"build_s": time.perf_counter() - started, "store_s": store_s,
-            "compact_s": compact_s, "stored": stored}
+            "compact_s": compact_s, "stored": stored, "per_100k": per_100k,
+            "disk_peak_bytes": peak.peak, "resting_bytes": resting_bytes(path)}
+
+
+class DiskPeak:
+    """The largest the files under a folder added up to, sampled twice a second while
+    the ``with`` block runs."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.peak = folder, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            self.peak = max(self.peak, folder_bytes(self.folder))
+
+    def __enter__(self) -> DiskPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, folder_bytes(self.folder))
+
+
+def folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):  # (a file replaced meanwhile)
+                total += os.stat(os.path.join(root, name)).st_size
+    return total
+
+
+def resting_bytes(path: Path) -> int:
+    """What the index holds at rest: its database and the vector and keyword files its
+    meta names (replaced ones still kept for readers excluded)."""
+    import sqlite3
+
+    with sqlite3.connect(path / "isotope.db") as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        row = conn.execute("SELECT value FROM meta WHERE key = 'vectors'").fetchone()
+    bases = json.loads(row[0]) if row else {}
+    named = sum(int(b.get("bytes", 0)) + int((b.get("keywords") or {}).get("bytes", 0))
+                for b in bases.values())
+    return named + sum(p.stat().st_size for p in path.glob("isotope.db*"))
 
 
 # -- measuring ---------------------------------------------------------------------------
@@ -431,6 +493,10 @@ def measure(path: Path, synthesis: Synthesis, built: dict[str, float], n_queries
     result["build_questions_per_s"] = round(built["stored"] / max(built["store_s"], 1e-9))
     result["build_overall_questions_per_s"] = round(built["stored"] / built["build_s"])
     result["compact_s"] = round(built["compact_s"], 1)
+    result["per_100k"] = built.get("per_100k", [])
+    if built.get("resting_bytes"):
+        result["disk_peak_over_resting"] = round(
+            built["disk_peak_bytes"] / built["resting_bytes"], 2)
     result["built_at"] = built.get("built_at", "an unknown date")
     result["built_by"] = built.get("built_by", "an unknown version")
     result["build_measured_now"] = bool(built.get("now"))
@@ -479,6 +545,18 @@ def table(result: dict[str, Any]) -> None:
     print("|---|---|---|")
     for name, value, base in rows:
         print(f"| {name} | {value} | {base} |")
+    if result.get("per_100k"):
+        print("\nThe build, each 100,000 questions (the store's rate: its write calls' time; "
+              "overall: the wall time, stand-in model included):")
+        print("| up to | store questions/s | overall questions/s | disk peak so far MB |")
+        print("|---|---|---|---|")
+        for step in result["per_100k"]:
+            print(f"| {step['up_to']:,} | {step['store_questions_per_s']:,} | "
+                  f"{step['overall_questions_per_s']:,} | "
+                  f"{step['disk_peak_bytes'] / 1e6:,.0f} |")
+        if "disk_peak_over_resting" in result:
+            print(f"disk at its peak during the build / at rest after it: "
+                  f"{result['disk_peak_over_resting']}x")
     if result["exact_questions_dense_p50_ms"]:
         print(f"ratio exact/isotope questions-dense p50: "
               f"{result['exact_questions_dense_p50_ms'] / result['questions_dense_p50_ms']:.1f}x")

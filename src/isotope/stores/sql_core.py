@@ -269,8 +269,12 @@ class SQLStore(Store):
                 if found is None:  # replaced or deleted meanwhile
                     continue
                 chunk_row, uri = found
-                had = conn.execute(f"DELETE FROM questions WHERE chunk_id = {d.mark}",
-                                   (item.chunk_id,)).rowcount
+                # (through its atoms, indexed in both engines: SQLite has no index on
+                # questions.chunk_id, and scanned every question for each chunk here)
+                had = conn.execute(
+                    "DELETE FROM questions WHERE atom_id IN (SELECT id FROM atoms WHERE "
+                    f"chunk_id = {d.mark}) AND chunk_id = {d.mark}",
+                    (item.chunk_id, item.chunk_id)).rowcount
                 added = self._add_questions(
                     conn, [q.model_copy(update={"chunk_id": item.chunk_id})
                            for q in item.questions], item.vectors,
