@@ -81,7 +81,7 @@ class Enricher:
         waits. A fatal model error still lets the first stage end (every file stored,
         its chunks waiting for ``isotope enrich``) before it is raised."""
         fed = _Fed(feed)
-        while fed.step() and not self.waiting(fed.new):
+        while fed.step() and not self.waiting(fed.last):
             pass  # (nothing waits yet: no model needed)
         if not self.waiting(fed.sources if feed is not None else sources):
             fed.finish()
@@ -260,6 +260,8 @@ class _Fed:
         self.sources: list[str] = []
         self.new: list[str] = []
         """Sources stored since the last :meth:`take`."""
+        self.last: list[str] = []
+        """Sources stored by the last step."""
 
     def step(self) -> bool:
         """Run the next step; False once the first stage is over."""
@@ -271,6 +273,7 @@ class _Fed:
             else:
                 self.sources += stored
                 self.new += stored
+                self.last = stored
         return not self.done
 
     def finish(self) -> None:
