@@ -26,6 +26,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
@@ -52,6 +53,8 @@ RUNNING = 4
 """Atoms whose calls run at once in the pipeline, per slot of ``llm_concurrency``."""
 WAIT_EVERY = 10.0
 """Seconds between progress events (stage ``wait``) while waiting for the model."""
+STORE_EVERY = 2.0
+"""Seconds after which replies are stored while the first stage runs, however few."""
 
 
 class Enricher:
@@ -97,12 +100,14 @@ class Enricher:
             sources = fed.sources  # (grows with each step)
         pending = self._parts(size, report, fed.take() if feed is not None else sources,
                               count_atoms)
-        done, totals = 0, list[int]()
+        done, kept_waiting, totals = 0, 0, list[int]()
 
         def total() -> int | None:
-            """Chunks to enrich in all: known once the first stage is over."""
+            """Chunks to enrich in all: known once the first stage is over (those done
+            so far that still wait, their model having failed for some atoms, are
+            counted once)."""
             if not totals and fed.done:
-                totals.append(done + self.waiting(sources))
+                totals.append(done - kept_waiting + self.waiting(sources))
             return totals[0] if totals else None
 
         def next_part() -> list[PendingChunk] | None:
@@ -130,6 +135,7 @@ class Enricher:
             for part, results in generated:
                 self._window(part, results, report)
                 done += len(part)
+                kept_waiting += sum(r is None or bool(r.failed) for r in results)
                 notify("generate", part)
         except ProviderError as exc:
             generated.close()
@@ -231,9 +237,14 @@ class Enricher:
         return [r for p in part for r in self._generate(generator, [p], report, timed=timed)]
 
 
-def _in_thread(call: Callable[[], _R]) -> Future[_R]:
-    """``call()`` in a daemon thread of its own, as a future."""
+def _in_thread(call: Callable[[], _R],
+               done: Callable[[Future[_R]], object] | None = None) -> Future[_R]:
+    """``call()`` in a daemon thread of its own, as a future; ``done(future)`` runs in that
+    thread when it ends (attached before it starts: attached after, it would run in the
+    caller's thread when the call ended at once, under whatever lock the caller holds)."""
     future: Future[_R] = Future()
+    if done is not None:
+        future.add_done_callback(done)
 
     def run() -> None:
         if not future.set_running_or_notify_cancel():
@@ -303,6 +314,7 @@ class _Pipeline:
         self._atoms = 0  # atoms of the groups running
         self._groups = 0  # groups running
         self._ready = 0  # atoms of the groups finished, not yet taken
+        self._ready_since = 0.0  # when the oldest of those finished
         self._stopped = False
         self._latest: list[PendingChunk] = []  # the group started last
         self._finished: queue.SimpleQueue[tuple[list[PendingChunk], Future[Results]]] = (
@@ -316,7 +328,8 @@ class _Pipeline:
         try:
             while True:
                 self._top_up()
-                if self._step is not None and self._ready < self._running // 2:
+                if self._step is not None and self._ready < self._running // 2 and not (
+                        self._ready and time.monotonic() - self._ready_since > STORE_EVERY):
                     # (replies are stored in batches while the first stage runs: small
                     # batches would embed their questions less efficiently)
                     if not self._step():
@@ -338,10 +351,17 @@ class _Pipeline:
                     self._ready -= sum(len(p.atoms) for part, _ in finished for p in part)
                 parts: list[PendingChunk] = []
                 results: Results = []
+                failure: BaseException | None = None
                 for part, future in finished:
-                    parts += part
-                    results += future.result()  # (a fatal error stops the run here)
-                yield parts, results
+                    try:
+                        results += future.result()
+                        parts += part
+                    except BaseException as exc:  # (a fatal error: the run stops...)
+                        failure = failure or exc
+                if parts:  # (...once what came back is stored)
+                    yield parts, results
+                if failure is not None:
+                    raise failure
         finally:
             with self._lock:
                 self._stopped = True
@@ -368,11 +388,13 @@ class _Pipeline:
             self._atoms += atoms
             self._groups += 1
             self._latest = part
-            future = _in_thread(functools.partial(self._generate, part))
-            future.add_done_callback(functools.partial(self._done, part, atoms))
+            _in_thread(functools.partial(self._generate, part),
+                       functools.partial(self._done, part, atoms))
 
     def _done(self, part: list[PendingChunk], atoms: int, future: Future[Results]) -> None:
         with self._lock:
+            if not self._ready:
+                self._ready_since = time.monotonic()
             self._ready += atoms
         self._finished.put((part, future))  # (before the count drops: see run's end test)
         with self._lock:
