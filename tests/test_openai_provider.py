@@ -328,17 +328,19 @@ def test_a_server_that_is_down_is_not_hammered_and_enrich_resumes(
         assert report.questions > 0 and iso.status().counts["chunks_waiting"] == 0
 
 
+@pytest.mark.parametrize("chunk_context", [False, True])
 def test_a_server_down_mid_ingest_still_stores_every_file(
-        tmp_path: Path, embedder: Embedder) -> None:
+        tmp_path: Path, embedder: Embedder, chunk_context: bool) -> None:
     """The calls start while files are still read; when the server turns out to be down,
     the remaining files are still stored (searchable, their chunks waiting) before the
-    ingest stops with the one line naming `isotope enrich`."""
+    ingest stops with the one line naming `isotope enrich`; with chunk_context, the files
+    whose context the model could not write are stored without it."""
     from isotope.providers.openai import ServerDown
 
     folder = _rooms(tmp_path, 8)
     down = Script(fault_for=lambda statement: "503")
     with serve(down) as url, _open(tmp_path, embedder, url, llm_concurrency=2,
-                                   llm_max_retries=1) as iso:
+                                   llm_max_retries=1, chunk_context=chunk_context) as iso:
         with pytest.raises(ServerDown, match="isotope enrich"):
             iso.ingest(folder)
         counts = iso.status().counts

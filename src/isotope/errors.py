@@ -72,6 +72,9 @@ class ProviderError(IsotopeError):
     fatal = False
     """Every later call would fail the same way (e.g. bad credentials): stop the ingest
     instead of going on with the next source."""
+    unreachable = False
+    """The model server stopped answering: what needs it waits for a later run, and what
+    does not (storing the files read) goes on before the ingest stops."""
 
 
 class IndexDamaged(InvalidIndex):

@@ -45,6 +45,7 @@ class ServerDown(ProviderError):
     way."""
 
     fatal = True
+    unreachable = True
 
 
 DOWN_FOR = 30.0
