@@ -105,8 +105,10 @@ def clean(reply: str) -> str:
 def situate(llm: LLM, document: str, chunks: Sequence[Chunk], *, title: str | None = None,
             max_chars: int = 6000, spec: PromptSpec = PROMPTS["context"]
             ) -> list[str | None]:
-    """The context of each chunk, or None where the model failed (the others are kept).
-    Raises only a fatal :class:`ProviderError` (bad key, unknown model)."""
+    """The context of each chunk, or None where the model failed (the others are kept;
+    all, when the model server stopped answering: the ingest stores the file without
+    them and stops at its questions). Raises only a fatal :class:`ProviderError` (bad
+    key, unknown model)."""
     asked = prompts(document, chunks, title=title, max_chars=max_chars, spec=spec)
     try:
         replies: Sequence[str | None] = llm.complete_batch(
@@ -115,6 +117,9 @@ def situate(llm: LLM, document: str, chunks: Sequence[Chunk], *, title: str | No
         replies = exc.results
         log.warning("context of %d chunk(s) failed: %s", len(exc.failures), exc)
     except ProviderError as exc:
+        if exc.unreachable:
+            log.warning("context of %d chunk(s) not written: %s", len(chunks), exc)
+            return [None] * len(chunks)
         if exc.fatal:
             raise
         if len(asked) == 1:

@@ -398,17 +398,10 @@ class Pipeline:
             return set()
         title = source.metadata.get("title") or chunks[0].metadata.get("title")
         with Timer(report, "context"):
-            try:
-                written = contextual.situate(
-                    self.llm(), document, [chunks[i] for i in todo],
-                    title=str(title) if title else None,
-                    max_chars=self.settings.context_chars, spec=self.prompts["context"])
-            except ProviderError as exc:
-                if not exc.unreachable:
-                    raise
-                # the file is stored without them (asked again next time); the ingest
-                # stops at its questions, once every file is stored
-                written = [None] * len(todo)
+            written = contextual.situate(
+                self.llm(), document, [chunks[i] for i in todo],
+                title=str(title) if title else None, max_chars=self.settings.context_chars,
+                spec=self.prompts["context"])
         failed: set[int] = set()
         for i, context in zip(todo, written, strict=True):
             if context is None:
