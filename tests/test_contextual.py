@@ -239,3 +239,36 @@ def test_a_chunk_deep_in_a_long_document_sees_its_own_neighbourhood() -> None:
     assert "Paragraph 349 is about" in asked[0][-1]["content"].split("<chunk>")[0]
     # a short document is shown whole
     assert contextual.excerpt("short text", 3000, 0, 5) == "short text"
+
+
+class TooLongTogether(FakeLLM):
+    """A server that refuses a batch of several prompts (too long together), and answers
+    them one by one."""
+
+    def complete_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
+                       temperature: float = 0.0, json_schema: dict[str, Any] | None = None,
+                       ) -> list[str]:
+        if len(prompts) > 1:
+            from isotope.errors import ProviderError
+
+            raise ProviderError("HTTP 400: the prompts are too long together")
+        return super().complete_batch(prompts, max_tokens=max_tokens,
+                                      temperature=temperature, json_schema=json_schema)
+
+
+def test_contexts_asked_again_one_by_one_keep_a_custom_prompt() -> None:
+    """A batch the server refuses is asked again chunk by chunk, with the same prompt
+    (a ``prompts_dir`` override was dropped on that path before)."""
+    from dataclasses import replace
+
+    from isotope.ingest import contextual
+    from isotope.models import Chunk
+    from isotope.prompts import PROMPTS
+
+    custom = replace(PROMPTS["context"], system="You situate runbook excerpts for SREs.")
+    chunks = [Chunk(text=part, source="zephyr") for part in ZEPHYR.split("\n\n")[1:3]]
+    llm = TooLongTogether()
+    contexts = contextual.situate(llm, ZEPHYR, chunks, title="Zephyr", spec=custom)
+    assert len(contexts) == 2 and all(contexts)
+    assert len(llm.prompts) == 2  # one by one
+    assert all(p[0]["content"] == custom.system for p in llm.prompts)

@@ -126,6 +126,6 @@ def situate(llm: LLM, document: str, chunks: Sequence[Chunk], *, title: str | No
             log.warning("context failed: %s", exc)
             return [None]
         # One prompt of the batch failed (too long for the model, say): ask one by one.
-        return [situate(llm, document, [c], title=title, max_chars=max_chars)[0]
+        return [situate(llm, document, [c], title=title, max_chars=max_chars, spec=spec)[0]
                 for c in chunks]
     return [clean(r) if r is not None else None for r in replies]
