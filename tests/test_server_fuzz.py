@@ -50,3 +50,20 @@ def test_no_server_errors_and_responses_match_the_schema(api: Any) -> None:
                                    excluded_checks=[status_code_conformance])
 
         run()
+
+
+
+@pytest.mark.parametrize("name", ["~0", "~nobody-here/x.md"])
+def test_a_source_named_after_an_unknown_user_is_not_a_server_error(
+        iso: Isotope, examples: Path, tmp_path: Path, name: str) -> None:
+    """``~0`` is a user's home only if that user exists: an unknown one is a name like any
+    other (pathlib raised "Could not determine home directory", a 500; found by the fuzz)."""
+    from starlette.testclient import TestClient
+
+    iso.ingest(examples / "handbook.md")
+    application = create_app(iso, keys=Keys(), roots=[examples.resolve()],
+                             max_bytes=200_000, uploads=tmp_path / "uploads", mcp=False,
+                             allowed_hosts=["testserver"])
+    with TestClient(application) as client:
+        found = client.delete(f"/sources/{name}")
+    assert found.status_code == 404, found.text

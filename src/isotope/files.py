@@ -25,7 +25,7 @@ DEFAULT_MAX_BYTES = 64_000_000
 def source_path(path: str | Path) -> Path:
     """The absolute path a file was reached by: ``~`` expanded, ``.`` and ``..`` folded,
     symbolic links kept."""
-    return Path(os.path.abspath(Path(path).expanduser()))
+    return Path(os.path.abspath(os.path.expanduser(path)))  # (~nobody is kept as it is)
 
 
 CONFINE: ContextVar[tuple[Path, ...] | None] = ContextVar("isotope_confine", default=None)
