@@ -7,6 +7,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+import numpy as np
+
 from isotope import Isotope
 from isotope.stores import Kind, Store
 from isotope.stores.sql_core import SQLStore
@@ -47,6 +49,7 @@ def stale_compaction(iso: Isotope, kind: Kind) -> Callable[[], bool]:
 
     def commit() -> bool:
         made = sqlite_vectors._convert(stale, "hnsw")
-        return bool(vectors._commit(kind, info, made, 0, store._write))
+        return bool(vectors._commit(kind, info, [], (made, np.zeros(0, np.int64)), 0,
+                                    store._write))
 
     return commit

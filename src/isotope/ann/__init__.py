@@ -38,6 +38,9 @@ class VectorIndex(ABC):
     """The endings, after the tag, of the files :meth:`save` writes."""
     exact: ClassVar[bool] = True
     """Whether :meth:`search` returns the true top k (an approximate index may miss some)."""
+    threads: int | None = None
+    """Cores an :meth:`add` may use (None: all of them; an index that adds on one core
+    ignores it)."""
 
     @abstractmethod
     def add(self, ids: Ids, groups: Ids, vectors: Vectors) -> None:

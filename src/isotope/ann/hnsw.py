@@ -101,7 +101,7 @@ class HNSWIndex(VectorIndex):
             self._dim = dim  # (an empty index saved without vectors has no dimension)
             self._graph = self._new_graph(dim)
         self._graph.add(np.asarray(ids, dtype=np.uint64), self._quantize(vectors),
-                        threads=os.cpu_count() or 1)
+                        threads=self.threads or os.cpu_count() or 1)
         ids = np.asarray(ids, dtype=np.int64)
         order = np.argsort(np.concatenate([self._ids, ids]), kind="stable")
         self._ids = np.concatenate([self._ids, ids])[order]

@@ -14,6 +14,22 @@ from isotope.ann.exact import ExactIndex
 from isotope.embedders import Vectors
 
 
+def search_visible(index: VectorIndex, hidden: set[int] | frozenset[int], query: Vectors,
+                   k: int, allowed: Ids | None = None) -> list[tuple[int, int, float]]:
+    """The top ``k`` of ``index`` leaving out the ids in ``hidden``: asks for more than k
+    when some of its items are hidden, widening until k visible ones are found or the
+    index has no more."""
+    if not hidden:
+        return index.search(query, k, allowed)
+    want = k + min(len(hidden), 4 * k)
+    while True:
+        hits = index.search(query, want, allowed)
+        visible = [h for h in hits if h[0] not in hidden]
+        if len(visible) >= k or len(hits) < want or want >= len(index):
+            return visible[:k]
+        want *= 4
+
+
 class LayeredIndex(VectorIndex):
     name = "layered"
 
@@ -73,16 +89,8 @@ class LayeredIndex(VectorIndex):
             return []
         found = self.delta.search(query, k, allowed)
         if self.base is not None and len(self.base):
-            # ask the base for more than k when some of its items are hidden, widening
-            # until k visible ones are found or the base has no more
-            want = k + min(len(self._hidden), 4 * k)
-            while True:
-                hits = self.base.search(query, want, allowed)
-                visible = [h for h in hits if h[0] not in self._hidden]
-                if len(visible) >= k or len(hits) < want or want >= len(self.base):
-                    break
-                want *= 4
-            found = sorted(found + visible[:k], key=lambda hit: -hit[2])
+            visible = search_visible(self.base, self._hidden, query, k, allowed)
+            found = sorted(found + visible, key=lambda hit: -hit[2])
         return found[:k]
 
     def ids(self) -> tuple[Ids, Ids]:

@@ -3,14 +3,21 @@ index in ``vectors/`` (exact float32 for small indexes, HNSW over int8 for large
 plus the log of what changed since (the ``vector_log`` table: vectors added, items
 removed), written in the same transaction as the rows they belong to.
 
-A reader maps the base named in the index's meta (``vectors``: the tag of each kind's
-base files and the last log entry folded into it) and applies the log entries after it in
-memory (:class:`isotope.ann.layered.LayeredIndex`): a write costs a few log rows, never a
+A kind's base is a list of segments, as an LSM tree keeps them
+(:class:`isotope.ann.segments.SegmentedIndex`): each segment's files are saved once under
+its tag and never changed, and each names the ids it replaced or removed in older ones. A
+reader maps the segments named in the index's meta (``vectors``: per kind, its segments
+and the last log entry folded into them) and applies the log entries after it in memory
+(:class:`isotope.ann.layered.LayeredIndex`): a write costs a few log rows, never a
 rebuild, and the next search in any process sees it at once. Compaction folds the log of
-a kind into a new base, saved under a new tag before the meta names it, and then deletes
-the log entries it folded; a crash at any point leaves the old base and the whole log, or
-the new base and the rest of the log. Old base files are deleted once the meta names
-another (a process that still maps them keeps reading them).
+a kind into a new small segment, saved under a new tag before the meta names it, and then
+deletes the log entries it folded; once ``MERGE_FACTOR`` of the newest segments are of
+about the same size (or smaller), they are merged into one in the same step, the largest
+of them kept and the others' vectors added to it, so a compaction's cost follows what it
+folds and merges, not the size of the index. ``isotope compact`` merges every segment
+into one. A crash at any point leaves the old segments and the whole log, or the new
+ones and the rest of the log. Replaced segment files are deleted once the meta names
+others (a process that still maps them keeps reading them).
 
 Nothing here is a cache: a base file lost or damaged loses the vectors in it, and
 ``isotope check --repair`` embeds those items again from their stored text.
@@ -27,12 +34,13 @@ on the order of its steps), so they are read and changed together."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +52,7 @@ from isotope import ann
 from isotope import settings as choices
 from isotope.ann import Ids, VectorIndex
 from isotope.ann.layered import LayeredIndex
+from isotope.ann.segments import SegmentedIndex
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, StoreError
 from isotope.stores import KINDS, Kind, sqlite_keywords
@@ -55,6 +64,12 @@ COMPACT_AFTER = 20_000
 """Log entries of a kind after which a write compacts that kind (under the writer lock)."""
 HNSW_FROM = 20_000
 """With ``vector_index = "auto"``: items of a kind from which its base is HNSW."""
+MERGE_FACTOR = 4
+"""The newest segments of a kind are merged into one once this many of them are in the same
+tier or a lower one (tiers: under 80,000 items, under 320,000, ...): at most about
+3 x (MERGE_FACTOR - 1) segments are searched, and an item is copied about once per tier."""
+GONE = ".gone.npy"
+"""The file ending of a segment's list of ids it hides in older segments."""
 RETIRE_AFTER = 120.0
 """Seconds a replaced base's files are kept for readers that read its name just before."""
 RETIRED = "vectors_retired"
@@ -78,6 +93,31 @@ class _Loaded:
     """The last log entry applied."""
     index: LayeredIndex
     keywords: KeywordLayer | None = None
+
+
+Part = tuple[VectorIndex, Ids]
+"""A segment opened (or made, not yet saved), with the ids it hides in older ones."""
+
+
+def segments_of(info: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The segments of a kind's meta entry, oldest first, each with its ``tag``, ``impl``,
+    ``count``, ``digest``, ``bytes`` and ``gone`` (how many ids it hides in older ones).
+    An entry saved before segments names one base: one segment."""
+    if not info:
+        return []
+    if "segments" in info:
+        return [dict(segment) for segment in info["segments"]]
+    return [{key: info[key] for key in ("tag", "impl", "count", "digest", "bytes")
+             if key in info}]
+
+
+def tier(count: int) -> int:
+    """The tier of a segment of ``count`` items: 0 under COMPACT_AFTER x MERGE_FACTOR, then
+    one more for each MERGE_FACTOR times that."""
+    found, size = 0, COMPACT_AFTER * MERGE_FACTOR
+    while count >= size:
+        found, size = found + 1, size * MERGE_FACTOR
+    return found
 
 
 def impl_for(policy: str, count: int) -> str:
@@ -154,19 +194,36 @@ class VectorStore:
 
     def _open_base(self, kind: Kind, info: dict[str, Any] | None, *,
                    writable: bool) -> VectorIndex | None:
-        if not info:
-            return None
-        cls = ann.kinds().get(str(info.get("impl")))
-        base = None
-        if cls is not None and _sizes_agree(cls.files(self.folder, str(info["tag"])), info):
+        """The segments ``info`` names, searched as one (None: there are none)."""
+        return _joined([self._open_segment(kind, segment, writable=writable)
+                        for segment in segments_of(info)])
+
+    def _segment_files(self, segment: dict[str, Any]) -> list[Path]:
+        cls = ann.kinds().get(str(segment.get("impl")))
+        files = cls.files(self.folder, str(segment["tag"])) if cls else []
+        gone = self.folder / f"{segment['tag']}{GONE}"
+        return [*files, gone] if segment.get("gone") and gone.exists() else files
+
+    def _open_segment(self, kind: Kind, segment: dict[str, Any], *, writable: bool) -> Part:
+        cls = ann.kinds().get(str(segment.get("impl")))
+        tag = str(segment["tag"])
+        index, gone = None, np.zeros(0, dtype=np.int64)
+        if cls is not None and _sizes_agree(self._segment_files(segment), segment):
             # (a file of the wrong size is never handed to the index library to map)
-            base = cls.load(self.folder, str(info["tag"]), writable=writable)
-        if base is None or len(base) != int(info.get("count", len(base))):
+            index = cls.load(self.folder, tag, writable=writable)
+            if index is not None and segment.get("gone"):
+                try:
+                    gone = np.load(self.folder / f"{tag}{GONE}").astype(np.int64)
+                except Exception:  # missing, or any damage
+                    index = None
+                if len(gone) != int(segment["gone"]):
+                    index = None
+        if index is None or len(index) != int(segment.get("count", len(index))):
             raise IndexDamaged(
                 f"the {kind} vectors of the index at {self.folder.parent} are missing or "
-                f"damaged ({self.folder / str(info['tag'])}.*); run `isotope check --repair` "
+                f"damaged ({self.folder / tag}.*); run `isotope check --repair` "
                 "to embed them again from their text")
-        return base
+        return index, gone
 
     def _apply(self, kind: Kind, loaded: _Loaded) -> None:
         """Fold the log entries after ``loaded.seq`` into a copy of ``loaded.index`` (a
@@ -189,12 +246,11 @@ class VectorStore:
             "SELECT seq, item, grp, vector FROM vector_log WHERE seq > ? AND kind = ? "
             "ORDER BY seq", (after, kind)).fetchall()
 
-    def _altered(self, info: dict[str, Any]) -> bool:
-        """Whether a base's files differ from the digest taken when it was saved (read
+    def _altered(self, segment: dict[str, Any]) -> bool:
+        """Whether a segment's files differ from the digest taken when it was saved (read
         whole: for check and repair, not for every open)."""
-        cls = ann.kinds().get(str(info.get("impl")))
-        files = cls.files(self.folder, str(info["tag"])) if cls else []
-        return bool(info.get("digest")) and digest(files) != info["digest"]
+        return bool(segment.get("digest")) and digest(
+            self._segment_files(segment)) != segment["digest"]
 
     def log_size(self, kind: Kind) -> int:
         return int(self._conn().execute(
@@ -221,7 +277,7 @@ class VectorStore:
             try:
                 if self._compacting[kind].acquire(blocking=False):
                     try:
-                        self._compact(kind, write, force=False)
+                        self._compact(kind, write, force=False, background=True)
                     finally:
                         self._compacting[kind].release()
             except StoreError as exc:  # a full disk: said in one line
@@ -241,32 +297,86 @@ class VectorStore:
         for thread in list(self._threads.values()):
             thread.join()
 
-    def _compact(self, kind: Kind, write: Writer, *, force: bool) -> bool:
+    def _compact(self, kind: Kind, write: Writer, *, force: bool,
+                 background: bool = False) -> bool:
         with self._snapshot():
             info = self.bases().get(kind)
+            segments = segments_of(info)
             pending = self.log_size(kind)
             count = (int(info["count"]) if info else 0) + pending
             wanted = impl_for(self.policy, count)
             mismatch = info is not None and (
-                info["impl"] != wanted
+                any(segment.get("impl") != wanted for segment in segments)
                 or bool(info.get("keywords")) != self.wants_keywords(kind, count))
             if not (force or mismatch or pending >= COMPACT_AFTER):
                 return False
+            # everything into one segment when asked, when the implementation changes and
+            # while the kind is small (an exact base); else the log into a new segment
+            whole = force or mismatch or wanted != "hnsw" or not segments
             with self._lock:
                 kept = self._writable.pop(kind, None)  # changed below: not the saved one
-            if info and kept and kept[0] == info["tag"]:
-                base: VectorIndex | None = kept[1]
+            if whole and kept and len(segments) == 1 and kept[0] == segments[0]["tag"]:
+                parts: list[Part] = [(kept[1], np.zeros(0, dtype=np.int64))]
             else:
-                base = self._open_base(kind, info, writable=True)
+                parts = [self._open_segment(kind, segment, writable=whole and n == 0
+                                            and len(segments) == 1)
+                         for n, segment in enumerate(segments)]
             rows = self._log(kind)
         seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
-        if base is None:
-            base = ann.create("exact")
-        apply_log(base, rows, self._dim(), kind, self.folder.parent)
-        wanted = impl_for(self.policy, len(base))  # on what is left, deletes applied
-        if base.name != wanted:
-            base = _convert(base, wanted)
-        return self._commit(kind, info, base, seq, write)
+        threads = max(1, (os.cpu_count() or 1) - 1) if background else None
+        if whole:
+            if len(parts) > 1:
+                parts = [self._merge(kind, parts, segments, np.zeros(0, np.int64), threads)]
+            base = parts[0][0] if parts else ann.create("exact")
+            apply_log(base, rows, self._dim(), kind, self.folder.parent)
+            wanted = impl_for(self.policy, len(base))  # on what is left, deletes applied
+            if base.name != wanted:
+                base = _convert(base, wanted)
+            return self._commit(kind, info, [], (base, np.zeros(0, np.int64)), seq, write)
+        new = ann.create("hnsw")
+        new.threads = threads
+        apply_log(new, rows, self._dim(), kind, self.folder.parent)
+        touched = np.unique(np.fromiter((int(r[1]) for r in rows), np.int64, len(rows)))
+        held = [part.ids()[0] for part, _ in parts]
+        parts.append((new, np.intersect1d(touched, np.concatenate(held))))
+        kept_segments: list[dict[str, Any] | None] = [*segments, None]
+        while True:  # the newest segments of the newest tier or lower, merged once enough
+            newest = tier(len(parts[-1][0]))
+            run = 0
+            while run < len(parts) and tier(len(parts[-1 - run][0])) <= newest:
+                run += 1
+            if run < MERGE_FACTOR:
+                break
+            first = len(parts) - run
+            older = np.concatenate([np.zeros(0, np.int64), *held[:first]])
+            parts[first:] = [self._merge(kind, parts[first:], kept_segments[first:], older,
+                                         threads)]
+            kept_segments[first:] = [None]
+        return self._commit(kind, info, [s for s in kept_segments if s is not None],
+                            parts[-1], seq, write)
+
+    def _merge(self, kind: Kind, parts: list[Part], saved: Sequence[dict[str, Any] | None],
+               older: Ids, threads: int | None) -> Part:
+        """One segment holding what ``parts`` (the newest segments, oldest first; each one
+        saved as ``saved`` names it, or None if made in memory) show, and hiding in the
+        segments before them (which hold ``older``) what they hid there. The largest of
+        them is kept, the items others' hide in it removed, and the others' added."""
+        joined = SegmentedIndex(parts)
+        biggest = max(range(len(parts)), key=lambda n: len(parts[n][0]))
+        segment = saved[biggest]
+        base = (self._open_segment(kind, segment, writable=True)[0] if segment is not None
+                else parts[biggest][0])
+        base.threads = threads
+        base.remove(joined.hidden[biggest])
+        for n, (part, _) in enumerate(parts):
+            if n == biggest:
+                continue
+            ids, groups = joined.visible(n)
+            for start in range(0, len(ids), 100_000):
+                found, vectors = part.get(ids[start : start + 100_000])
+                base.add(found, groups[np.searchsorted(ids, found)], vectors)
+        gone = np.concatenate([hidden for _, hidden in parts])
+        return base, np.intersect1d(gone, older)
 
     def wants_keywords(self, kind: Kind, count: int) -> bool:
         """Whether ``kind``, with ``count`` rows, gets saved postings for keyword search."""
@@ -274,22 +384,31 @@ class VectorStore:
             return kind != "questions" and count >= KEYWORDS_FROM
         return self.keyword_policy == "postings"
 
-    def _commit(self, kind: Kind, info: dict[str, Any] | None, base: VectorIndex, seq: int,
-                write: Writer) -> bool:
-        """Save ``base`` (everything of ``kind`` up to log entry ``seq``) under a new tag
-        and name it in the meta in place of ``info``'s, deleting the log entries it holds,
-        unless another compaction named another base meanwhile (then this one is
-        dropped: its base may lack what the other folded in). The keyword postings, if
-        the kind gets them, are made from the tables as they are now (at ``seq`` or
-        later: the log entries after ``seq`` are applied to them again, which changes
-        nothing)."""
+    def _commit(self, kind: Kind, info: dict[str, Any] | None, kept: list[dict[str, Any]],
+                new: Part, seq: int, write: Writer) -> bool:
+        """Save the segment ``new`` under a new tag and name in the meta, in place of
+        ``info``'s segments, the segments ``kept`` of them followed by the new one (together
+        everything of ``kind`` up to log entry ``seq``), deleting the log entries they hold,
+        unless another compaction named other segments meanwhile (then this one is
+        dropped: it may lack what the other folded in). The keyword postings, if the kind
+        gets them, are made from the tables as they are now (at ``seq`` or later: the log
+        entries after ``seq`` are applied to them again, which changes nothing)."""
         tag = f"{kind}-{uuid.uuid4().hex[:12]}"
+        base, gone = new
         base.save(self.folder, tag)
         files = base.files(self.folder, tag)
-        entry: dict[str, Any] = {
-            "tag": tag, "impl": base.name, "seq": seq, "count": len(base),
+        if len(gone):
+            path = self.folder / f"{tag}{GONE}"
+            ann.write_array(path, np.asarray(gone, dtype=np.int64))
+            files.append(path)
+        segment: dict[str, Any] = {
+            "tag": tag, "impl": base.name, "count": len(base), "gone": len(gone),
             "digest": digest(files), "bytes": sum(p.stat().st_size for p in files)}
-        if self.wants_keywords(kind, len(base)):
+        segments = [*kept, segment]
+        count = sum(int(s["count"]) - int(s.get("gone", 0)) for s in segments)
+        entry: dict[str, Any] = {"tag": tag, "seq": seq, "count": count,
+                                 "impl": base.name, "segments": segments}
+        if self.wants_keywords(kind, count):
             with self._snapshot():
                 postings = KeywordBase.build(self._conn(), kind)
             path = self._keyword_file(tag)
@@ -304,10 +423,11 @@ class VectorStore:
                 committed = False
             else:
                 bases[kind] = entry
-                if info:  # its files stay a while: a reader may have just read its name
-                    retired[str(info["tag"])] = now
-                gone = [t for t, when in retired.items() if now - when >= RETIRE_AFTER]
-                for old in gone:
+                # their files stay a while: a reader may have just read their names
+                for old in _tags(info) - _tags(entry):
+                    retired[old] = now
+                gone_tags = [t for t, when in retired.items() if now - when >= RETIRE_AFTER]
+                for old in gone_tags:
                     del retired[old]
                 set_meta(conn, META, bases)
                 set_meta(conn, RETIRED, retired)
@@ -318,10 +438,11 @@ class VectorStore:
                 path.unlink(missing_ok=True)
             return False
         with self._lock:
-            self._writable[kind] = (tag, base)
+            if len(segments) == 1:
+                self._writable[kind] = (tag, base)
             self._loaded.pop(kind, None)
         try:  # housekeeping: the write above is done whatever happens here
-            for old in gone:  # (a process mapping them keeps reading them)
+            for old in gone_tags:  # (a process mapping them keeps reading them)
                 for path in self.folder.glob(f"{old}.*"):
                     path.unlink(missing_ok=True)
             release(self._conn())
@@ -339,14 +460,16 @@ class VectorStore:
         with self._compacting[kind]:
             with self._snapshot():
                 info = self.bases().get(kind)
-                try:
-                    base = self._open_base(kind, info, writable=False)
-                except IndexDamaged:
-                    base = None
-                if base is not None and info and self._altered(info):
-                    base = None  # its vectors cannot be trusted
+                parts: list[Part] = []
+                for segment in segments_of(info):
+                    try:
+                        opened = self._open_segment(kind, segment, writable=False)
+                    except IndexDamaged:
+                        continue  # (its vectors are embedded again)
+                    if not self._altered(segment):  # else its vectors cannot be trusted
+                        parts.append(opened)
                 rows = self._log(kind)
-            current = LayeredIndex(base)
+            current = LayeredIndex(_joined(parts))
             apply_log(current, rows, self._dim(), kind, self.folder.parent)
             seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
             ids, groups = table
@@ -369,7 +492,7 @@ class VectorStore:
                     part = lost[start : start + 2_000]
                     made.add(part, groups[np.searchsorted(ids, part)], embed_rows(part))
                 lost = lost[:0]
-            if not self._commit(kind, info, made, seq, write):
+            if not self._commit(kind, info, [], (made, np.zeros(0, np.int64)), seq, write):
                 raise IndexDamaged(f"the {kind} vectors of {self.folder.parent} changed while "
                                    "they were rebuilt; run the repair again")
             return len(lost)
@@ -379,7 +502,7 @@ class VectorStore:
         before, replaced bases past their retirement) once they are ``older_than`` seconds
         old: a younger one may belong to a compaction about to name it."""
         now = time.time()
-        named = {str(info["tag"]) for info in self.bases().values()}
+        named = set().union(*(_tags(info) for info in self.bases().values()))
         # replaced bases are kept RETIRE_AFTER seconds for readers that just read their name
         retired = {tag: now - float(when) for tag, when in (self._meta(RETIRED) or {}).items()}
         named |= {tag for tag, age in retired.items() if age < RETIRE_AFTER}
@@ -410,10 +533,11 @@ class VectorStore:
         compared with the digest taken when they were saved."""
         info = self.bases().get(kind)
         none = np.zeros(0, dtype=np.int64)
-        if info and self._altered(info):
-            return [(f"the {kind} vectors in {self.folder / str(info['tag'])}.* are "
-                     "damaged (they differ from what was saved): `isotope check "
-                     "--repair` embeds them again", table[0])]
+        for segment in segments_of(info):
+            if self._altered(segment):
+                return [(f"the {kind} vectors in {self.folder / str(segment['tag'])}.* are "
+                         "damaged (they differ from what was saved): `isotope check "
+                         "--repair` embeds them again", table[0])]
         try:
             index = self.index(kind)
         except IndexDamaged as exc:
@@ -443,6 +567,21 @@ class VectorStore:
             problems.append((f"{len(wrong)} vectors of {kind} are filed under the wrong chunk "
                              "(`isotope check --repair` files them again)", wrong))
         return problems
+
+
+def _tags(info: dict[str, Any] | None) -> set[str]:
+    """The tags whose files a kind's meta entry names: its segments' and its own (its
+    keyword postings')."""
+    if not info:
+        return set()
+    return {str(info["tag"])} | {str(segment["tag"]) for segment in segments_of(info)}
+
+
+def _joined(parts: list[Part]) -> VectorIndex | None:
+    """Segments searched as one: the only one as it is."""
+    if not parts:
+        return None
+    return parts[0][0] if len(parts) == 1 else SegmentedIndex(parts)
 
 
 def _sizes_agree(files: list[Path], info: dict[str, Any]) -> bool:

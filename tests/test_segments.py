@@ -1,0 +1,211 @@
+"""The embedded store's vectors in segments, as an LSM tree keeps them: each compaction
+saves the log as a new small segment (never rewriting the older ones), the newest
+segments merge by size, a search reads them all as one index, deletes hide items in older
+segments, `compact` merges everything into one, and damage, crashes and indexes saved
+before segments are handled. Real store, real embedder, the fake model's replies;
+compactions forced at small sizes."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from isotope import Isotope
+from isotope.embedders import Embedder
+from isotope.stores import sqlite_vectors
+from isotope.stores.sqlite_schema import set_meta
+from test_vector_storage import TOPICS, _docs, _sources
+
+from conftest import FakeLLM
+
+QUERIES = ["When was the billing service started?", "Which channel gets the alerts of "
+           "backups?", "How many servers does metrics run on?", "Who started caching?"]
+MODES = ("questions-dense", "atoms-dense", "chunks-dense", "hybrid")
+
+
+def _open(index: Path, embedder: Embedder, **settings: object) -> Isotope:
+    return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False, **settings)
+
+
+def _segments(iso: Isotope, kind: str = "questions") -> list[dict[str, object]]:
+    return sqlite_vectors.segments_of(iso.store.get_meta("vectors")[kind])
+
+
+def _answers(iso: Isotope) -> dict[tuple[str, str], list[str]]:
+    return {(q, m): _sources(iso, q, mode=m, k=5) for q in QUERIES for m in MODES}
+
+
+def _agree(found: dict[tuple[str, str], list[str]],
+           expected: dict[tuple[str, str], list[str]]) -> None:
+    """The same first result, and the next two among the expected top 5 (int8 vectors and
+    exact float32 ones may order near ties apart)."""
+    for key, sources in expected.items():
+        assert found[key][0] == sources[0], (key, found[key], sources)
+        assert set(found[key][:3]) <= set(sources), (key, found[key], sources)
+
+
+@pytest.fixture
+def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_vectors, "COMPACT_AFTER", 4)  # tiers: < 16, < 64, ...
+    monkeypatch.setattr(sqlite_vectors, "RETIRE_AFTER", 0.0)  # replaced files go at once
+
+
+def _ingest_one_by_one(iso: Isotope, docs: Path, topics: list[str]) -> int:
+    """Ingest each topic in its own write, letting its compaction finish; returns the most
+    question segments seen at once."""
+    most = 0
+    for topic in topics:
+        iso.ingest(docs / f"{topic}.md")
+        iso.store.settle()
+        most = max(most, len(_segments(iso)))
+    return most
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_writes_add_segments_that_merge_by_size_and_search_as_one(
+        tmp_path: Path, embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "exact", embedder, vector_index="exact") as iso:
+        iso.ingest(docs)
+        expected = _answers(iso)
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        most = _ingest_one_by_one(iso, docs, TOPICS)
+        segments = _segments(iso)
+        assert most > 1 and len(segments) > 1  # the log went to new segments
+        # merged by size: never MERGE_FACTOR of the newest tier (or lower) left unmerged
+        tiers = [sqlite_vectors.tier(int(s["count"])) for s in segments]  # type: ignore[call-overload]
+        assert sum(1 for t in tiers if t <= tiers[-1]) < sqlite_vectors.MERGE_FACTOR or \
+            tiers[-1] > min(tiers)
+        assert len(segments) <= 3 * (sqlite_vectors.MERGE_FACTOR - 1) + 1
+        assert sum(int(s["count"]) for s in segments) - sum(  # type: ignore[call-overload]
+            int(s.get("gone", 0)) for s in segments) == iso.status().counts["questions"]  # type: ignore[call-overload]
+        _agree(_answers(iso), expected)
+        assert iso.check() == []
+        with _open(tmp_path / "index", embedder) as other:  # another handle reads them too
+            _agree(_answers(other), expected)
+        # everything into one segment, the replaced files gone, the same answers
+        iso.compact()
+        assert len(_segments(iso)) == 1
+        _agree(_answers(iso), expected)
+        named = set().union(*(sqlite_vectors._tags(info) for info in
+                              iso.store.get_meta("vectors").values()))
+        on_disk = {p.name.split(".")[0] for p in (tmp_path / "index" / "vectors").iterdir()}
+        assert on_disk == named
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_deletes_and_changes_hide_items_of_older_segments(tmp_path: Path,
+                                                         embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        _ingest_one_by_one(iso, docs, TOPICS)
+        iso.delete(docs / "billing.md")  # its vectors sit in the oldest segment
+        (docs / "billing.md").unlink()
+        (docs / "metrics.md").write_text("# Metrics\n\nThe metrics service moved to Bergen "
+                                         "in 2024 and runs on one server.\n")
+        iso.ingest(docs / "metrics.md")
+        for topic in TOPICS[2:6]:  # enough writes for another compaction or two
+            (docs / f"{topic}.md").write_text(f"# {topic}\n\nThe {topic} service now "
+                                              "belongs to team nine.\n")
+            iso.ingest(docs / f"{topic}.md")
+            iso.store.settle()
+        # the delete and the changes hide items of the older segments
+        assert any(int(s.get("gone", 0)) for s in _segments(iso))  # type: ignore[call-overload]
+        for mode in MODES:
+            assert "billing" not in _sources(iso, "When was the billing service started?",
+                                             mode=mode)
+        assert _sources(iso, "Where did the metrics service move?", k=1) == ["metrics"]
+        assert iso.check() == []
+    with _open(tmp_path / "fresh", embedder, vector_index="exact") as fresh:
+        fresh.ingest(docs)
+        expected = _answers(fresh)
+    with _open(tmp_path / "index", embedder) as iso:
+        _agree(_answers(iso), expected)
+        iso.compact()
+        _agree(_answers(iso), expected)
+        assert iso.check() == []
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_a_damaged_segment_is_named_and_repair_embeds_only_what_it_held(
+        tmp_path: Path, embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        _ingest_one_by_one(iso, docs, TOPICS)
+        expected = _answers(iso)
+        segments = _segments(iso)
+    assert len(segments) > 1
+    damaged = tmp_path / "index" / "vectors" / f"{segments[-1]['tag']}.ids.npy"
+    raw = bytearray(damaged.read_bytes())
+    raw[-8:] = b"\x7f" * 8  # the same size: only the digest sees it
+    damaged.write_bytes(bytes(raw))
+    with _open(tmp_path / "index", embedder) as iso:
+        problems = iso.check()
+        assert any(str(segments[-1]["tag"]) in p and "damaged" in p for p in problems), \
+            problems
+        assert iso.repair().problems == []
+        assert iso.check() == []
+        _agree(_answers(iso), expected)
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_a_crash_while_a_segment_is_saved_loses_nothing(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        _ingest_one_by_one(iso, docs, TOPICS[:6])
+        segments = _segments(iso)
+        saved = sqlite_vectors.digest
+
+        def crash(*args: object, **kwargs: object) -> str:
+            raise OSError("disk gone")  # the new segment is saved; the meta never names it
+
+        monkeypatch.setattr(sqlite_vectors, "digest", crash)
+        _ingest_one_by_one(iso, docs, TOPICS[6:])
+        assert _segments(iso) == segments  # nothing committed: the log holds the rest
+        assert "they stay in the log" in caplog.text
+        monkeypatch.setattr(sqlite_vectors, "digest", saved)
+    with _open(tmp_path / "fresh", embedder, vector_index="exact") as fresh:
+        fresh.ingest(docs)
+        expected = _answers(fresh)
+    with _open(tmp_path / "index", embedder) as iso:
+        assert iso.check() == []
+        _agree(_answers(iso), expected)
+        monkeypatch.setattr(sqlite_vectors, "STALE_AFTER", 0.0)
+        iso.compact()  # and the crash's orphan files are cleared
+        assert iso.check() == []
+        _agree(_answers(iso), expected)
+        named = set().union(*(sqlite_vectors._tags(info) for info in
+                              iso.store.get_meta("vectors").values()))
+        assert {p.name.split(".")[0] for p in (tmp_path / "index" / "vectors").iterdir()} \
+            == named
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_an_index_saved_before_segments_reads_its_base_as_one(
+        tmp_path: Path, embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        iso.ingest(docs / "billing.md")
+        iso.ingest(docs / "routing.md")
+        iso.compact()
+        bases = iso.store.get_meta("vectors")
+    # the meta as schema 6 wrote it: one base per kind, named by its tag
+    for info in bases.values():
+        (segment,) = info.pop("segments")
+        info.update({key: segment[key] for key in ("tag", "impl", "count", "digest",
+                                                   "bytes")})
+    conn = sqlite3.connect(tmp_path / "index" / "isotope.db")
+    with conn:
+        set_meta(conn, "vectors", bases)
+    conn.close()
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        assert _sources(iso, "When was the billing service started?", k=1) == ["billing"]
+        _ingest_one_by_one(iso, docs, TOPICS[2:])
+        assert len(_segments(iso)) > 1  # the old base is the oldest segment
+        assert iso.check() == []
+        assert _sources(iso, "When was the billing service started?", k=1) == ["billing"]
+        assert _sources(iso, "Who started caching?", k=1) == ["caching"]
