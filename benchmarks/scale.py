@@ -251,8 +251,11 @@ def build(path: Path, synthesis: Synthesis, questions: int) -> dict[str, Any]:
             if stored - mark[0] >= 100_000 or first + batch >= chunks_needed:
                 done = stored - mark[0]
                 # searches while the load goes on: the segments and the log as they are
+                held, synthesis.atoms = synthesis.atoms, len(made) and (
+                    min(chunks_needed, first + batch) * ATOMS_PER_CHUNK)
                 during = timed(lambda q: iso.search(q, k=10, mode="questions-dense"),
                                [synthesis.query_text(i) for i in range(20)])
+                synthesis.atoms = held
                 segments = segments_of((iso.store.get_meta("vectors") or {}).get(
                     "questions"))
                 per_100k.append({

@@ -223,9 +223,10 @@ def test_a_crash_before_a_compaction_commits_loses_nothing(
         assert iso.check() == [] and _sources(iso, "Who runs the alerts channel?") == before
         monkeypatch.setattr(sqlite_vectors, "STALE_AFTER", 0.0)  # (an hour old, by default)
         iso.compact()  # and the orphan files of the crash are cleared
-        tags = {info["tag"] for info in iso.store.get_meta("vectors").values()}
+        tags = set().union(*(sqlite_vectors._tags(info)
+                             for info in iso.store.get_meta("vectors").values()))
         assert {p.name.split(".")[0] for p in (tmp_path / "index" / "vectors").iterdir()} \
-            == tags
+            <= tags
 
 
 def test_check_finds_vectors_out_of_step_and_repair_rebuilds_them(

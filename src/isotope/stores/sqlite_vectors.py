@@ -337,8 +337,10 @@ class VectorStore:
         new.threads = threads
         apply_log(new, rows, self._dim(), kind, self.folder.parent)
         touched = np.unique(np.fromiter((int(r[1]) for r in rows), np.int64, len(rows)))
-        held = [part.ids()[0] for part, _ in parts]
-        parts.append((new, np.intersect1d(touched, np.concatenate(held))))
+        held = [part.ids()[0] for part, _ in parts]  # (hidden ones too: see _merge)
+        visible = _joined(parts)
+        shown = visible.ids()[0] if visible is not None else touched[:0]
+        parts.append((new, np.intersect1d(touched, shown)))
         kept_segments: list[dict[str, Any] | None] = [*segments, None]
         while True:  # the newest segments of the newest tier or lower, merged once enough
             newest = tier(len(parts[-1][0]))
@@ -353,14 +355,15 @@ class VectorStore:
                                          threads)]
             kept_segments[first:] = [None]
         return self._commit(kind, info, [s for s in kept_segments if s is not None],
-                            parts[-1], seq, write)
+                            parts[-1], seq, write, count=len(SegmentedIndex(parts)))
 
     def _merge(self, kind: Kind, parts: list[Part], saved: Sequence[dict[str, Any] | None],
                older: Ids, threads: int | None) -> Part:
         """One segment holding what ``parts`` (the newest segments, oldest first; each one
         saved as ``saved`` names it, or None if made in memory) show, and hiding in the
-        segments before them (which hold ``older``) what they hid there. The largest of
-        them is kept, the items others' hide in it removed, and the others' added."""
+        segments before them what they hid there: ``older`` holds every id of those, the
+        hidden ones too (one of ``parts`` may be all that hides it). The largest of them
+        is kept, the items others hide in it removed, and the others' added."""
         joined = SegmentedIndex(parts)
         biggest = max(range(len(parts)), key=lambda n: len(parts[n][0]))
         segment = saved[biggest]
@@ -385,7 +388,7 @@ class VectorStore:
         return self.keyword_policy == "postings"
 
     def _commit(self, kind: Kind, info: dict[str, Any] | None, kept: list[dict[str, Any]],
-                new: Part, seq: int, write: Writer) -> bool:
+                new: Part, seq: int, write: Writer, *, count: int | None = None) -> bool:
         """Save the segment ``new`` under a new tag and name in the meta, in place of
         ``info``'s segments, the segments ``kept`` of them followed by the new one (together
         everything of ``kind`` up to log entry ``seq``), deleting the log entries they hold,
@@ -393,19 +396,20 @@ class VectorStore:
         dropped: it may lack what the other folded in). The keyword postings, if the kind
         gets them, are made from the tables as they are now (at ``seq`` or later: the log
         entries after ``seq`` are applied to them again, which changes nothing)."""
-        tag = f"{kind}-{uuid.uuid4().hex[:12]}"
+        tag = f"{kind}-{uuid.uuid4().hex[:12]}"  # this state's (and its postings')
+        named = f"{kind}-{uuid.uuid4().hex[:12]}"  # the new segment's
         base, gone = new
-        base.save(self.folder, tag)
-        files = base.files(self.folder, tag)
+        base.save(self.folder, named)
+        files = base.files(self.folder, named)
         if len(gone):
-            path = self.folder / f"{tag}{GONE}"
+            path = self.folder / f"{named}{GONE}"
             ann.write_array(path, np.asarray(gone, dtype=np.int64))
             files.append(path)
         segment: dict[str, Any] = {
-            "tag": tag, "impl": base.name, "count": len(base), "gone": len(gone),
+            "tag": named, "impl": base.name, "count": len(base), "gone": len(gone),
             "digest": digest(files), "bytes": sum(p.stat().st_size for p in files)}
         segments = [*kept, segment]
-        count = sum(int(s["count"]) - int(s.get("gone", 0)) for s in segments)
+        count = len(base) if count is None else count  # (items shown)
         entry: dict[str, Any] = {"tag": tag, "seq": seq, "count": count,
                                  "impl": base.name, "segments": segments}
         if self.wants_keywords(kind, count):
@@ -439,7 +443,7 @@ class VectorStore:
             return False
         with self._lock:
             if len(segments) == 1:
-                self._writable[kind] = (tag, base)
+                self._writable[kind] = (named, base)
             self._loaded.pop(kind, None)
         try:  # housekeeping: the write above is done whatever happens here
             for old in gone_tags:  # (a process mapping them keeps reading them)
@@ -463,10 +467,15 @@ class VectorStore:
                 parts: list[Part] = []
                 for segment in segments_of(info):
                     try:
-                        opened = self._open_segment(kind, segment, writable=False)
+                        opened: Part | None = self._open_segment(kind, segment,
+                                                                 writable=False)
                     except IndexDamaged:
-                        continue  # (its vectors are embedded again)
-                    if not self._altered(segment):  # else its vectors cannot be trusted
+                        opened = None
+                    if opened is None or self._altered(segment):
+                        # its vectors cannot be trusted, nor can what it hid in older
+                        # segments: those are embedded again too
+                        parts = []
+                    else:
                         parts.append(opened)
                 rows = self._log(kind)
             current = LayeredIndex(_joined(parts))
