@@ -70,8 +70,11 @@ tier or a lower one (tiers: under 80,000 items, under 320,000, ...): at most abo
 3 x (MERGE_FACTOR - 1) segments are searched, and an item is copied about once per tier."""
 GONE = ".gone.npy"
 """The file ending of a segment's list of ids it hides in older segments."""
-RETIRE_AFTER = 120.0
-"""Seconds a replaced base's files are kept for readers that read its name just before."""
+RETIRE_AFTER = 15.0
+"""Seconds a replaced segment's files are kept for readers that read its name just before
+(a reader opens the files it read in the same snapshot, within milliseconds; one that
+finds them gone reads the names again, outside a caller's transaction). Kept short: a
+bulk load replaces segments every few seconds, and each kept one is disk."""
 RETIRED = "vectors_retired"
 STALE_AFTER = 3600.0
 """Seconds after which a file in vectors/ that the meta does not name is deleted."""
