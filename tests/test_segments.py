@@ -96,11 +96,10 @@ def test_writes_add_segments_that_merge_by_size_and_search_as_one(
         most = _ingest_one_by_one(iso, docs, TOPICS)
         segments = _segments(iso)
         assert most > 1 and len(segments) > 1  # the log went to new segments
-        # merged by size: never MERGE_FACTOR of the newest tier (or lower) left unmerged
-        tiers = [sqlite_vectors.tier(int(s["count"])) for s in segments]  # type: ignore[call-overload]
-        assert sum(1 for t in tiers if t <= tiers[-1]) < sqlite_vectors.MERGE_FACTOR or \
-            tiers[-1] > min(tiers)
-        assert len(segments) <= 3 * (sqlite_vectors.MERGE_FACTOR - 1) + 1
+        # the tail is folded into the base once it holds a quarter of it
+        counts = [int(s["count"]) for s in segments]  # type: ignore[call-overload]
+        assert sum(counts[1:]) < sqlite_vectors.TAIL_SHARE * counts[0] + counts[-1]
+        assert len(segments) <= sqlite_vectors.MAX_TAIL + 1
         _counts_agree(iso)
         # one file of keyword postings per kind: the replaced ones go with their state
         assert len(list((tmp_path / "index" / "vectors").glob("*.keywords"))) == 3
@@ -247,7 +246,7 @@ def test_an_index_saved_before_segments_reads_its_base_as_one(
 
 @pytest.mark.usefixtures("small_segments")
 def test_repair_of_a_damaged_newer_segment_never_shows_the_vectors_it_hid(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row ids come back (a re-ingested newest file numbers its rows as the deleted ones
     were): a segment that replaced vectors of an older one, once damaged, cannot say which
     of the older vectors are stale, so repair embeds the older ones again too."""
@@ -255,6 +254,7 @@ def test_repair_of_a_damaged_newer_segment_never_shows_the_vectors_it_hid(
 
     from isotope.stores.sqlite import SQLiteStore
 
+    monkeypatch.setattr(sqlite_vectors, "TAIL_SHARE", 100.0)  # a tail, never folded
     store = SQLiteStore(tmp_path / "index")
     store.set_meta("embedding", {"dim": 8})
     vectors = store._vectors
