@@ -329,9 +329,12 @@ class VectorStore:
                 or bool(info.get("keywords")) != self.wants_keywords(kind, count))
             if not (force or mismatch or pending >= COMPACT_AFTER):
                 return False
-            # everything into one segment when asked, when the implementation changes and
-            # while the kind is small (an exact base); else the log into a new segment
-            whole = force or mismatch or wanted != "hnsw" or not segments
+            # everything into one segment when asked, when the implementation changes,
+            # while the kind is small (an exact base), and when the log alone is a
+            # quarter of the base (it would be folded into it at once: its vectors are
+            # added to the base's graph directly); else the log into a new segment
+            whole = (force or mismatch or wanted != "hnsw" or not segments
+                     or pending >= TAIL_SHARE * int(segments[0].get("count", 0)))
             with self._lock:
                 kept = self._writable.pop(kind, None)  # may change below
             if kept and (not segments or kept[0] != segments[0]["tag"]):
