@@ -69,8 +69,14 @@ def _vectors_are_their_texts(iso: Isotope, embedder: Embedder) -> None:
 
 @pytest.fixture
 def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_vectors, "COMPACT_AFTER", 4)  # tiers: < 16, < 64, ...
-    monkeypatch.setattr(sqlite_vectors, "RETIRE_AFTER", 0.0)  # replaced files go at once
+    monkeypatch.setattr(sqlite_vectors, "COMPACT_AFTER", 4)
+
+
+def _retire_now(iso: Isotope, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Delete the replaced files now (kept RETIRE_AFTER seconds for readers otherwise)."""
+    iso.store.settle()
+    monkeypatch.setattr(sqlite_vectors, "RETIRE_AFTER", 0.0)
+    iso.store._vectors.remove_stale()  # type: ignore[attr-defined]
 
 
 def _ingest_one_by_one(iso: Isotope, docs: Path, topics: list[str]) -> int:
@@ -85,8 +91,8 @@ def _ingest_one_by_one(iso: Isotope, docs: Path, topics: list[str]) -> int:
 
 
 @pytest.mark.usefixtures("small_segments")
-def test_writes_add_segments_that_merge_by_size_and_search_as_one(
-        tmp_path: Path, embedder: Embedder) -> None:
+def test_writes_add_segments_folded_into_the_base_and_search_as_one(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     docs = _docs(tmp_path / "docs")
     with _open(tmp_path / "exact", embedder, vector_index="exact") as iso:
         iso.ingest(docs)
@@ -102,6 +108,7 @@ def test_writes_add_segments_that_merge_by_size_and_search_as_one(
         assert len(segments) <= sqlite_vectors.MAX_TAIL + 1
         _counts_agree(iso)
         # one file of keyword postings per kind: the replaced ones go with their state
+        _retire_now(iso, monkeypatch)
         assert len(list((tmp_path / "index" / "vectors").glob("*.keywords"))) == 3
         _agree(_answers(iso), expected)
         assert iso.check() == []
@@ -111,6 +118,7 @@ def test_writes_add_segments_that_merge_by_size_and_search_as_one(
         iso.compact()
         assert len(_segments(iso)) == 1
         _agree(_answers(iso), expected)
+        _retire_now(iso, monkeypatch)
         named = set().union(*(sqlite_vectors._tags(info) for info in
                               iso.store.get_meta("vectors").values()))
         on_disk = {p.name.split(".")[0] for p in (tmp_path / "index" / "vectors").iterdir()}
@@ -209,6 +217,7 @@ def test_a_crash_while_a_segment_is_saved_loses_nothing(
         _agree(_answers(iso), expected)
         monkeypatch.setattr(sqlite_vectors, "STALE_AFTER", 0.0)
         iso.compact()  # and the crash's orphan files are cleared
+        _retire_now(iso, monkeypatch)
         assert iso.check() == []
         _agree(_answers(iso), expected)
         named = set().union(*(sqlite_vectors._tags(info) for info in
@@ -296,3 +305,36 @@ def test_repair_of_a_damaged_newer_segment_never_shows_the_vectors_it_hid(
     assert all(float(v @ current[int(i)]) > 0.97 for i, v in zip(found, held, strict=True))
     assert vectors.check("questions", table) == []
     store.close()
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_a_writer_waits_for_a_compaction_that_falls_behind(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk load faster than the graph takes vectors: once a kind's log holds BEHIND
+    entries, the next write waits for the running compaction, so the vectors saved never
+    fall further behind the rows (the log is searched exactly and kept in the database)."""
+    import time
+
+    monkeypatch.setattr(sqlite_vectors, "BEHIND", 12)
+    slow = sqlite_vectors.VectorStore._compact
+
+    def slower(self: sqlite_vectors.VectorStore, *args: object, **kwargs: object) -> bool:
+        time.sleep(0.3)  # a compaction slower than the writes
+        return slow(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sqlite_vectors.VectorStore, "_compact", slower)
+    docs = _docs(tmp_path / "docs")
+    most = 0
+    with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
+        vectors = iso.store._vectors  # type: ignore[attr-defined]
+        grown = []
+        for topic in TOPICS:
+            before = vectors.log_size("questions")
+            iso.ingest(docs / f"{topic}.md")
+            grown.append(vectors.log_size("questions") - before)
+            most = max(most, vectors.log_size("questions"))
+        # at most BEHIND, plus what one write added after its wait
+        assert most <= 12 + max(grown) + sqlite_vectors.COMPACT_AFTER
+        iso.store.settle()
+        assert iso.check() == []
+        assert _sources(iso, "Who started caching?", k=1) == ["caching"]

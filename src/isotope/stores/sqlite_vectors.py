@@ -68,6 +68,11 @@ from isotope.stores.sqlite_schema import FTS_COLUMNS, set_meta
 log = logging.getLogger(__name__)
 COMPACT_AFTER = 20_000
 """Log entries of a kind after which a write compacts that kind (under the writer lock)."""
+BEHIND = 5 * COMPACT_AFTER
+"""Log entries of a kind from which a write waits for the compaction running: the vectors
+saved stay at most this far behind the rows (a bulk load faster than the graph takes
+vectors would otherwise grow the log without bound: 470,000 question vectors waited at
+960,000 on two cores, searched exactly meanwhile and kept in the database)."""
 HNSW_FROM = 20_000
 """With ``vector_index = "auto"``: items of a kind from which its base is HNSW."""
 TAIL_SHARE = 0.25
@@ -288,7 +293,9 @@ class VectorStore:
         writes go on at full speed, and searches (in any process) read the log meanwhile."""
         running = self._threads.get(kind)
         if running is not None and running.is_alive():
-            return
+            if self.log_size(kind) < BEHIND:
+                return
+            running.join()  # the writer waits: the index keeps up with the rows
         if self.log_size(kind) < COMPACT_AFTER:
             return
 
@@ -348,7 +355,10 @@ class VectorStore:
         # WAL file from being reused while the writer goes on
         rows = self._log(kind, after=int(info["seq"]) if info else 0, upto=last)
         seq = int(rows[-1][0]) if rows else (int(info["seq"]) if info else 0)
-        threads = max(1, (os.cpu_count() or 1) - 1) if background else None
+        # one core for a background compaction (the writer keeps the other), every core
+        # when it starts behind (the writer will wait for it soon)
+        behind = pending >= BEHIND // 2
+        threads = max(1, (os.cpu_count() or 1) - 1) if background and not behind else None
         if whole:
             if len(parts) > 1:
                 parts = [self._merge(kind, parts, segments, threads,
