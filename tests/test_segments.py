@@ -1,9 +1,9 @@
-"""The embedded store's vectors in segments, as an LSM tree keeps them: each compaction
-saves the log as a new small segment (never rewriting the older ones), the newest
-segments merge by size, a search reads them all as one index, deletes hide items in older
-segments, `compact` merges everything into one, and damage, crashes and indexes saved
-before segments are handled. Real store, real embedder, the fake model's replies;
-compactions forced at small sizes."""
+"""The embedded store's vectors in segments: each compaction saves the log as a new small
+segment (never rewriting the base), the tail is folded into the base once it holds a
+quarter of it, a search reads them all as one index, deletes hide items in older
+segments, `compact` folds everything into one, a writer waits for a compaction that falls
+behind, and damage, crashes and indexes saved before segments are handled. Real store,
+real embedder, the fake model's replies; compactions forced at small sizes."""
 
 from __future__ import annotations
 
