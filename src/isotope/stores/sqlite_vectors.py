@@ -248,14 +248,10 @@ class VectorStore:
                     np.fromiter(last, dtype=np.int64, count=len(last)), added)
             loaded.index, loaded.seq = changed, int(rows[-1][0])
 
-    def _log(self, kind: Kind, *, after: int = 0, upto: int | None = None
+    def _log(self, kind: Kind, *, after: int = 0, upto: int = 2**63 - 1
              ) -> list[tuple[Any, ...]]:
-        """The log entries ``(seq, item, group, vector)`` of ``kind`` after ``after`` (up
-        to ``upto``: then read in parts, each its own short read)."""
-        if upto is None:
-            return self._conn().execute(
-                "SELECT seq, item, grp, vector FROM vector_log WHERE seq > ? AND kind = ? "
-                "ORDER BY seq", (after, kind)).fetchall()
+        """The log entries ``(seq, item, group, vector)`` of ``kind`` after ``after``, up
+        to ``upto``, read in parts (each its own short read outside a snapshot)."""
         rows: list[tuple[Any, ...]] = []
         while part := self._conn().execute(
                 "SELECT seq, item, grp, vector FROM vector_log WHERE seq > ? AND seq <= ? "
