@@ -371,7 +371,11 @@ class VectorStore:
         touched = np.unique(np.fromiter((int(r[1]) for r in rows), np.int64, len(rows)))
         visible = _joined(parts)
         shown = visible.ids()[0] if visible is not None else touched[:0]
-        parts.append((new, np.intersect1d(touched, shown)))
+        gone = np.intersect1d(touched, shown)
+        parts.append((new, gone))
+        # shown now: what was shown less what the log touched, and the new segment's items
+        # (all of them touched); counted here, not by joining every segment's ids again
+        count = len(shown) - len(gone) + len(new)
         tail = sum(len(part) for part, _ in parts[1:])
         if tail >= TAIL_SHARE * len(parts[0][0]) or len(parts) > MAX_TAIL + 1:
             # the tail into the base: the base's graph is kept, the tail's vectors added
@@ -379,7 +383,7 @@ class VectorStore:
                                  kept[1] if kept else None)
             return self._commit(kind, info, [], merged, seq, write)
         return self._commit(kind, info, segments, parts[-1], seq, write,
-                            count=len(SegmentedIndex(parts)), hold=kept)
+                            count=count, hold=kept)
 
     def _merge(self, kind: Kind, parts: list[Part], saved: Sequence[dict[str, Any] | None],
                threads: int | None, held: VectorIndex | None) -> Part:
