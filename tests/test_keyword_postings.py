@@ -5,10 +5,12 @@ results. Real store, real embedder, the fake model's replies."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from isotope import Isotope
@@ -304,3 +306,26 @@ def test_term_frequencies_over_255_count_in_full(tmp_path: Path, embedder: Embed
         found = _postings(iso, "chunks", "zebra", 3)
         _same(found, _fts5(iso, "chunks", "zebra", 3))
         assert len({round(s, 9) for _, s in found}) == 3
+
+
+def test_postings_read_in_small_batches_are_the_same(tmp_path: Path, embedder: Embedder,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build counts occurrences a batch at a time; a term whose occurrences run past
+    a batch's end (every term, with batches this small) is counted once, whole."""
+    from isotope.stores import sqlite_keywords
+
+    with _compacted(tmp_path, embedder) as iso:
+        conn = support.connection(iso)
+        for kind in KINDS:
+            whole = sqlite_keywords.KeywordBase.build(conn, kind)
+            with monkeypatch.context() as patch:
+                patch.setattr(sqlite_keywords, "_postings",
+                              functools.partial(sqlite_keywords._postings, batch=3))
+                small = sqlite_keywords.KeywordBase.build(conn, kind)
+            assert len(whole.docs) > 100
+            for name in sqlite_keywords.KeywordBase._ARRAYS:
+                assert np.array_equal(getattr(whole, name), getattr(small, name)), name
+            # every posting is a (row, frequency) FTS5 holds
+            held = {(term, doc) for term, doc in conn.execute(
+                f"SELECT term, doc FROM temp.isotope_{kind}_instance")}
+            assert len(held) == len(whole.docs)

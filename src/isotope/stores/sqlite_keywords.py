@@ -32,13 +32,12 @@ tables and the MaxScore search over it must agree byte for byte; the scoring its
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import sqlite3
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -239,30 +238,24 @@ class KeywordBase:
             conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.isotope_{kind}_{view} "
                          f"USING fts5vocab(main, '{kind}_fts', '{view}')")
         rows, lengths = _document_lengths(conn, kind)
-        terms: list[str] = []
-        docs_parts: list[npt.NDArray[np.int32]] = []
-        freq_parts: list[npt.NDArray[Any]] = []
-        for term, docs, freqs in _postings(conn, kind, rows):
-            terms.append(term)
-            docs_parts.append(docs)
-            freq_parts.append(freqs)
+        terms, sizes, docs, freqs = _postings(conn, kind, rows)
         keys = np.array([term_key(t) for t in terms], dtype=np.uint64)
         order = np.argsort(keys, kind="stable")  # postings laid out in key order
-        sizes = np.array([len(d) for d in docs_parts], dtype=np.int64)[order]
+        was = np.r_[0, np.cumsum(sizes)][:-1]
+        sizes = sizes[order]
         written = int(sizes.sum())
-        starts = np.r_[0, np.cumsum(sizes)].astype(np.uint32 if written < 2**32 else np.int64)
-        parts = [docs_parts[i] for i in order]
-        base = cls(rows=rows, lengths=lengths, keys=keys[order], starts=starts,
-                   tops=np.zeros(len(keys), np.float16),
-                   docs=np.concatenate(parts) if parts else np.zeros(0, np.int32),
-                   freqs=frequencies(np.concatenate([freq_parts[i] for i in order])
-                                     if parts else np.zeros(0, np.uint32)),
+        starts = np.r_[0, np.cumsum(sizes)]
+        # each term's postings, moved from where it was read to its place in key order
+        moved = np.arange(written) + np.repeat(was[order] - starts[:-1], sizes)
+        docs, freqs = docs[moved], freqs[moved]
+        base = cls(rows=rows, lengths=lengths, keys=keys[order],
+                   starts=starts.astype(np.uint32 if written < 2**32 else np.int64),
+                   tops=np.zeros(len(keys), np.float16), docs=docs, freqs=frequencies(freqs),
                    total=len(rows), tokens=int(lengths.sum()))
         tops = np.zeros(len(keys))
-        for i in range(len(keys)):
-            docs, freqs = base.postings(i)
-            tops[i] = base.saturation(freqs.astype(float),
-                                      base.lengths[docs].astype(float)).max()
+        if written:  # each term's largest part of a score (every term holds a row)
+            parts = base.saturation(freqs.astype(float), lengths[docs].astype(float))
+            tops = np.maximum.reduceat(parts, starts[:-1])
         rounded = tops.astype(np.float16)  # up, so that it stays a bound
         low = rounded.astype(float) < tops
         rounded[low] = np.nextafter(rounded[low], np.float16(np.inf))
@@ -316,37 +309,48 @@ def _varint_sum(blob: bytes) -> int:
     return total
 
 
-def _postings(conn: sqlite3.Connection, kind: str, rows: Rows,
-              batch: int = 200_000
-              ) -> Iterable[tuple[str, npt.NDArray[np.int32], npt.NDArray[Any]]]:
-    """Each term with its documents and frequencies, read from the instances
-    (term, row) that fts5vocab lists in term then row order, a batch at a time."""
-    cursor = conn.execute(f"SELECT term, doc FROM temp.isotope_{kind}_instance")
-    term: str | None = None
-    docs: list[npt.NDArray[np.int64]] = []
+def _postings(conn: sqlite3.Connection, kind: str, rows: Rows, batch: int = 1_000_000
+              ) -> tuple[list[str], Rows, npt.NDArray[np.int32], Rows]:
+    """The terms of ``kind`` in the order fts5vocab lists them, how many rows hold each,
+    and their postings one after another (each row's position among ``rows`` and the
+    term's frequency there).
 
-    def finish() -> tuple[str, npt.NDArray[np.int32], npt.NDArray[Any]]:
-        every = np.concatenate(docs)
-        if len(every) > 1 and (every[1:] < every[:-1]).any():
-            every.sort()
-        starts = np.flatnonzero(np.r_[True, every[1:] != every[:-1]])
-        freqs = np.diff(np.r_[starts, len(every)])
-        positions = np.searchsorted(rows, every[starts]).astype(np.int32)
-        return str(term), positions, freqs.astype(np.uint32)
-
-    while part := cursor.fetchmany(batch):
-        terms = [r[0] for r in part]
-        found = np.fromiter((r[1] for r in part), dtype=np.int64, count=len(part))
-        edges = [0] + [i for i in range(1, len(terms)) if terms[i] != terms[i - 1]]
-        edges.append(len(terms))
-        for a, b in itertools.pairwise(edges):
-            if terms[a] != term:
-                if term is not None and docs:
-                    yield finish()
-                term, docs = terms[a], []
-            docs.append(found[a:b])
-    if term is not None and docs:
-        yield finish()
+    The terms and how many times each occurs come from the ``row`` view, the row of each
+    occurrence from the ``instance`` view, which lists them in the same order (term, then
+    row): only row numbers cross into Python, never a term per occurrence, and they are
+    counted with array operations about ``batch`` occurrences at a time."""
+    listed = conn.execute(f"SELECT term, doc, cnt FROM temp.isotope_{kind}_row").fetchall()
+    terms = [str(r[0]) for r in listed]
+    holding = np.fromiter((r[1] for r in listed), dtype=np.int64, count=len(listed))
+    occurs = np.fromiter((r[2] for r in listed), dtype=np.int64, count=len(listed))
+    cursor = conn.execute(f"SELECT doc FROM temp.isotope_{kind}_instance")
+    docs: list[Rows] = []
+    freqs: list[Rows] = []
+    ends = np.cumsum(occurs)
+    first = 0
+    while first < len(terms):  # whole terms at a time
+        last = max(first + 1, int(np.searchsorted(ends, ends[first] + batch, side="right")))
+        wanted = int(occurs[first:last].sum())
+        found = np.zeros(0, dtype=np.int64)
+        while len(found) < wanted and (part := cursor.fetchmany(wanted - len(found))):
+            found = np.concatenate([found, np.fromiter((r[0] for r in part), np.int64,
+                                                       count=len(part))])
+        if len(found) != wanted:
+            raise sqlite3.DatabaseError(f"the {kind} keyword index changed while read")
+        term = np.repeat(np.arange(last - first), occurs[first:last])
+        if ((term[1:] == term[:-1]) & (found[1:] < found[:-1])).any():  # (never seen)
+            found = found[np.lexsort((found, term))]
+        starts = np.flatnonzero(np.r_[True, (term[1:] != term[:-1])
+                                      | (found[1:] != found[:-1])])
+        if not np.array_equal(np.bincount(term[starts], minlength=last - first),
+                              holding[first:last]):
+            raise sqlite3.DatabaseError(f"the {kind} keyword index changed while read")
+        docs.append(found[starts])
+        freqs.append(np.diff(np.r_[starts, len(found)]))
+        first = last
+    every = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+    return (terms, holding, np.searchsorted(rows, every).astype(np.int32),
+            np.concatenate(freqs) if freqs else np.zeros(0, np.int64))
 
 
 @dataclass
