@@ -474,7 +474,7 @@ def test_an_unexpected_error_is_one_line_and_v_shows_the_traceback(
     from isotope import cli
     from isotope.index import Isotope as Index
 
-    def broken(self: Index) -> None:
+    def broken(self: Index, **options: object) -> None:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(Index, "status", broken)

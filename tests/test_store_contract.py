@@ -66,7 +66,8 @@ def filled(store: Store, embedder: Embedder) -> Store:
 
 def test_add_stores_a_source_with_everything_derived(filled: Store) -> None:
     assert filled.counts() == {"sources": 3, "chunks": 4, "atoms": 4, "questions": 4,
-                              "chunks_waiting": 0, "sources_waiting": 0}
+                              "chunks_waiting": 0, "sources_waiting": 0,
+                              "sources_without_access": 3}
     source = filled.get_source("/docs/garage.md")
     assert source is not None and source.loader == "text" and source.root == "/docs"
     assert [(i.source.uri, i.chunks, i.atoms, i.questions) for i in filled.sources()] == [
@@ -113,6 +114,32 @@ def test_search_keeps_only_chunks_meeting_the_filters(filled: Store, embedder: E
         for h in filled.search("chunks", query, 10, parse({"n": {"gte": 1}})))
 
 
+def test_access_lists_are_a_condition_of_every_search(filled: Store,
+                                                      embedder: Embedder) -> None:
+    from isotope.access import Principal, condition
+
+    assert filled.set_access(["/docs/pool.md", "/docs/nothing.md"], ["group:swim"]) == 1
+    assert filled.get_source("/docs/pool.md").access == ["group:swim"]  # type: ignore[union-attr]
+    swimmer = [condition(Principal("ada", ("swim",)), control=True)]
+    other = [condition(Principal("bob"), control=True)]
+    open_ = [condition(Principal("bob"), control=False)]  # unlisted sources seen
+    query = embedder.embed_one("How warm is the swimming pool?")
+    sources = {name: {filled.get_chunks([h.chunk_id])[h.chunk_id].source
+                      for h in filled.search("chunks", query, 10, cond)}  # type: ignore[arg-type]
+               for name, cond in (("swimmer", swimmer), ("other", other), ("open", open_))}
+    assert sources == {"swimmer": {"/docs/pool.md"}, "other": set(),
+                       "open": {"/docs/garage.md", "/docs/gym.txt"}}
+    assert filled.keyword_search("chunks", "pool", 5, other) == []  # type: ignore[arg-type]
+    assert filled.keyword_search("chunks", "pool", 5, swimmer)  # type: ignore[arg-type]
+    pool = filled.search("chunks", query, 1)[0].chunk_id
+    assert filled.visible_chunks([pool], swimmer) == {pool}  # type: ignore[arg-type]
+    assert filled.visible_chunks([pool], open_) == set()  # type: ignore[arg-type]
+    assert filled.counts(swimmer)["chunks"] == 1  # type: ignore[arg-type]
+    assert [i.source.uri for i in filled.sources(swimmer)] == [  # type: ignore[arg-type]
+        "/docs/pool.md"]
+    assert filled.counts()["sources_without_access"] == 2
+
+
 def test_search_by_chunk_groups_the_hits_of_each_chunk(filled: Store, embedder: Embedder
                                                        ) -> None:
     found = filled.search_by_chunk("questions", embedder.embed_one("garage"), 2, per_chunk=2)
@@ -134,7 +161,8 @@ def test_delete_source_removes_everything_derived(filled: Store) -> None:
     assert filled.delete_source("/docs/garage.md") is True
     assert filled.delete_source("/docs/garage.md") is False
     assert filled.counts() == {"sources": 2, "chunks": 2, "atoms": 2, "questions": 2,
-                              "chunks_waiting": 0, "sources_waiting": 0}
+                              "chunks_waiting": 0, "sources_waiting": 0,
+                              "sources_without_access": 2}
     assert filled.keyword_search("chunks", "garage", 5) == []
 
 

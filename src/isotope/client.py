@@ -11,7 +11,7 @@ import mimetypes
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlencode
@@ -31,7 +31,9 @@ class ServerError(IsotopeError):
 
 
 class Client:
-    """A served index at ``url`` (e.g. ``http://127.0.0.1:8000``)."""
+    """A served index at ``url`` (e.g. ``http://127.0.0.1:8000``). Everything it reads is
+    what its API key may see: a key that names a user (``api_keys_file``) is that user,
+    and the server answers for it alone (:mod:`isotope.access`)."""
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 120.0
                  ) -> None:
@@ -88,10 +90,11 @@ class Client:
         return IndexStatus.model_validate(self._call("GET", "/status"))
 
     # -- writing -----------------------------------------------------------------------
-    def ingest(self, paths: str | Path | Iterable[str | Path]) -> IngestReport:
+    def ingest(self, paths: str | Path | Iterable[str | Path], *,
+               allow: Sequence[str] | None = None) -> IngestReport:
         """Upload files and ingest them (they are kept in the server's upload folder,
         under their names); a folder is refused: upload its files, or have the server
-        read it with :meth:`sync`."""
+        read it with :meth:`sync`. ``allow``: who may see them (as :meth:`Isotope.ingest`)."""
         files = [Path(p) for p in ([paths] if isinstance(paths, str | Path) else paths)]
         if not files:
             raise InvalidArgument("give at least one file to upload")
@@ -104,15 +107,20 @@ class Client:
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename="
             f"\"{_header_safe(p.name)}\"\r\nContent-Type: "
             f"{mimetypes.guess_type(p.name)[0] or 'application/octet-stream'}\r\n\r\n"
-            .encode() + p.read_bytes() + b"\r\n" for p in files) + f"--{boundary}--\r\n".encode()
+            .encode() + p.read_bytes() + b"\r\n" for p in files) + b"".join(
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"allow\"\r\n\r\n"
+            f"{_header_safe(entry)}\r\n".encode() for entry in allow or []
+        ) + f"--{boundary}--\r\n".encode()
         return _report(self._upload("/ingest", body,
                                     f"multipart/form-data; boundary={boundary}"))
 
-    def sync(self, paths: str | Path | Iterable[str | Path]) -> IngestReport:
+    def sync(self, paths: str | Path | Iterable[str | Path], *,
+             allow: Sequence[str] | None = None) -> IngestReport:
         """Have the server make the index match folders of its own machine (below its
         ``serve_roots``), as :meth:`Isotope.sync`."""
         wanted = [str(p) for p in ([paths] if isinstance(paths, str | Path) else paths)]
-        return _report(self._call("POST", "/sync", {"paths": wanted}))
+        return _report(self._call("POST", "/sync", {
+            "paths": wanted, **({"allow": list(allow)} if allow is not None else {})}))
 
     def delete(self, source: str | Path, *, members: bool = False) -> None:
         """Remove a source; a container (a mailbox) only with ``members=True``."""

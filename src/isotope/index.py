@@ -20,6 +20,8 @@ from pydantic import BaseModel
 from isotope import embedders, projects, providers, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
+from isotope.access import Assigner, Principal, access_list, principal_of, rules_for
+from isotope.access import condition as access_condition
 from isotope.embedders import Embedder
 from isotope.errors import InvalidArgument, ModelMismatch, SourceNotFound
 from isotope.files import source_path
@@ -46,6 +48,12 @@ from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
 
 MAX_K = 10_000
 """The most results a query may ask for."""
+HIDDEN_SINCE = ("The passages this answer was written from are no longer visible to you "
+               "(their access changed meanwhile).")
+Asker = Principal | str | dict[str, Any] | None
+"""Who asks (``principal=``): a :class:`~isotope.access.Principal`, its text form
+``user:NAME[,group:NAME...]``, a dict ``{"user": ..., "groups": [...]}``, or None: the
+index's owner, who sees everything."""
 
 
 
@@ -95,7 +103,10 @@ class Isotope:
         """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""
         self.cache = Cache(settings.cache_dir / "cache.db") if settings.cache else None
         self._llms: dict[str, CachedLLM] = {}
-        self._chunks: tuple[float, int] | None = None
+        self._chunks: dict[Principal | None, tuple[float, int]] = {}
+        self.access_control = settings.access_control
+        """Sources without an access list are seen by administrators only (the
+        ``access_control`` setting; a server whose keys name users turns it on)."""
         if llm is not None:
             self._llms[settings.question_model] = self._wrap(llm)
             self._llms.setdefault(settings.atomizer_model, self._llms[settings.question_model])
@@ -210,10 +221,33 @@ class Isotope:
                 prompt=self.prompts["atomizer"])
         return SentenceAtomizer(min_words=self.settings.min_atom_words)
 
-    def _pipeline(self, *, force: bool = False) -> Pipeline:
+    def _pipeline(self, *, force: bool = False,
+                  allow: Sequence[str] | None = None) -> Pipeline:
         return Pipeline(self.settings, self.store, self.embedder, self.atomizer(),
                         lambda: self.llm(self.settings.question_model), force=force,
-                        prompts=self.prompts)
+                        prompts=self.prompts, assign=self._assigner(allow))
+
+    def _assigner(self, allow: Sequence[str] | None) -> Assigner:
+        return Assigner(None if allow is None else tuple(access_list(allow)),
+                        self.settings.email_access)
+
+    def _conditions(self, principal: Asker) -> list[Any]:
+        """The search conditions of ``principal`` (none for the owner or an
+        administrator)."""
+        found = access_condition(principal_of(principal), control=self.access_control)
+        return [found] if found is not None else []
+
+    def _reassign(self, report: IngestReport, allow: Sequence[str] | None) -> None:
+        """Give the sources an ingest found unchanged the access list they get now (the
+        list given, or the rules file as it is now): no model is called."""
+        assign = self._assigner(allow)
+        for uri in report.unchanged:
+            stored = self.store.get_source(uri)
+            if stored is None:
+                continue
+            wanted = assign(uri, stored.root, stored.metadata, stored.access)
+            if wanted != stored.access:
+                self.store.set_access([uri], wanted)
 
     @property
     def _max_bytes(self) -> int:
@@ -245,6 +279,7 @@ class Isotope:
         force: bool = False,
         questions: Questions = "now",
         confine: Sequence[Path] | None = None,
+        allow: Sequence[str] | None = None,
     ) -> IngestReport:
         """Ingest files and directories. Files that cannot be read are listed in the
         report's ``errors``; the rest are ingested. An unchanged file is skipped (with
@@ -257,13 +292,21 @@ class Isotope:
 
         A source is named by the path it was reached by, made absolute, with symbolic
         links kept (see :mod:`isotope.files`). With ``confine`` (folders), a file or
-        folder whose links lead out of them is not read (it is listed in ``errors``)."""
+        folder whose links lead out of them is not read (it is listed in ``errors``).
+
+        ``allow``: the access list of every source (``public``, ``user:NAME``,
+        ``group:NAME``; see :mod:`isotope.access`), unchanged ones included; without it,
+        a source gets the list of the ``.isotope-access`` rules file of its folder, or
+        keeps the one it had."""
         if isinstance(paths, str | Path):
             paths = [paths]
+        paths = _rules_read(paths)
         with self.store.writer(self.settings.lock_wait):
-            return self._pipeline(force=force).ingest_paths(
+            report = self._pipeline(force=force, allow=allow).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
+            self._reassign(report, allow)
+            return report
 
     def enrich(self, *, progress: ProgressCallback | None = None,
                sources: Sequence[str] | None = None) -> IngestReport:
@@ -285,6 +328,7 @@ class Isotope:
         force: bool = False,
         questions: Questions = "now",
         confine: Sequence[Path] | None = None,
+        allow: Sequence[str] | None = None,
     ) -> IngestReport:
         """Make the index match ``paths``: ingest new and changed files (as
         :meth:`ingest`), and remove the sources below these paths whose files were
@@ -294,14 +338,15 @@ class Isotope:
         A sync that would remove all of a root's sources, or most of them
         (:data:`isotope.ingest.maintenance.SYNC_MAX_REMOVED`), raises :class:`SyncRefused`
         before changing anything: an unmounted or emptied folder looks like that.
-        ``force=True`` removes them. ``confine``: as for :meth:`ingest`."""
-        paths = [paths] if isinstance(paths, str | Path) else list(paths)
+        ``force=True`` removes them. ``confine`` and ``allow``: as for :meth:`ingest`."""
+        paths = _rules_read([paths] if isinstance(paths, str | Path) else paths)
         with self.store.writer(self.settings.lock_wait):
             gone = ([] if self.settings.sync_strategy != "source_aware" else
                     maintenance.deleted_sources(self.store, paths, force=force))
-            report = self._pipeline().ingest_paths(
+            report = self._pipeline(allow=allow).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
+            self._reassign(report, allow)
             for uri in gone:
                 self.store.delete_source(uri)
                 report.removed.append(uri)
@@ -314,6 +359,7 @@ class Isotope:
         source: str | None = None,
         progress: ProgressCallback | None = None,
         questions: Questions = "now",
+        allow: Sequence[str] | None = None,
     ) -> IngestReport:
         """Ingest ready-made chunks (strings, or :class:`Chunk` objects with a ``source``).
 
@@ -321,14 +367,16 @@ class Isotope:
         as a whole, replacing what that source held before. Without ``source``, they form
         a new source named ``chunks-`` and a hash of their texts, so every batch is kept
         (and ingesting the same batch again changes nothing); pass ``source=`` to replace
-        a batch later."""
+        a batch later. ``allow``: the sources' access list (as for :meth:`ingest`)."""
         items = [Chunk(text=c, source="") if isinstance(c, str) else c for c in chunks]
         if source is None:
             source = "chunks-" + content_hash("\x1f".join(c.text for c in items
                                                           if not c.source))[:16]
         with self.store.writer(self.settings.lock_wait):
-            return self._pipeline().ingest_chunks(items, source=source, progress=progress,
-                                                  questions=questions)
+            report = self._pipeline(allow=allow).ingest_chunks(
+                items, source=source, progress=progress, questions=questions)
+            self._reassign(report, allow)
+            return report
 
     def plan(
         self,
@@ -350,18 +398,19 @@ class Isotope:
         source: str | None = None,
         progress: ProgressCallback | None = None,
         questions: Questions = "now",
+        allow: Sequence[str] | None = None,
     ) -> IngestReport:
         """:meth:`ingest_chunks` without blocking the event loop (runs in a worker thread)."""
         items = list(chunks)
         return await asyncio.to_thread(self.ingest_chunks, items, source=source,
-                                       progress=progress, questions=questions)
+                                       progress=progress, questions=questions, allow=allow)
 
     # -- query -------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,
                transform: bool | None = None,
                filters: dict[str, Any] | None = None,
                weights: dict[str, float] | None = None,
-               for_answer: bool = False) -> QueryResponse:
+               for_answer: bool = False, principal: Asker = None) -> QueryResponse:
         """The ``k`` chunks whose generated questions best match ``query`` (``k``
         defaults to the ``top_k`` setting; with ``for_answer``, a search an answer will
         be made from, to ``answer_k``: the chunks the answer model is given).
@@ -370,18 +419,24 @@ class Isotope:
         already a question is first rewritten by the answer model into one to three
         questions; all are searched and the results fused. ``filters`` keeps only chunks
         whose source or metadata match (see :mod:`isotope.search.filters`). ``weights`` sets
-        hybrid signals' weights for this search, over the ``weights`` setting."""
+        hybrid signals' weights for this search, over the ``weights`` setting.
+
+        ``principal``: who asks; only the sources it may see are searched (a condition of
+        every signal's search, so it never gets fewer than ``k`` results where ``k`` are
+        visible, and nothing it may not see shapes a score); ``filters`` only narrow
+        that. See :mod:`isotope.access`."""
         query = _valid_query(query)
         if k is None:
             k = self.settings.answer_k if for_answer else self.settings.top_k
         k = _valid_k(k)
+        asker = principal_of(principal)
         options = {**retrieval.fusion_options(self.settings, weights),
-                   "filters": parse_filters(filters)}
+                   "filters": parse_filters(filters) + self._conditions(asker)}
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         if not transform or query.rstrip().endswith("?"):
             return self._assess(
-                retrieval.search(self.store, self.embedder, query, k, mode, **options))
+                retrieval.search(self.store, self.embedder, query, k, mode, **options), asker)
         started = time.perf_counter()
         reply = self.answer_llm().complete(
             retrieval.transform_prompt(query, self.prompts["transform"]), max_tokens=120,
@@ -392,9 +447,9 @@ class Isotope:
                                          **options)
         response.timings["transform"] = time.perf_counter() - started - sum(
             response.timings.values())
-        return self._assess(response)
+        return self._assess(response, asker)
 
-    def _assess(self, response: QueryResponse) -> QueryResponse:
+    def _assess(self, response: QueryResponse, asker: Principal | None) -> QueryResponse:
         if self.settings.storage == "file-reference" and response.results:
             uris = {r.chunk.source for r in response.results}
             chunks = references.read_back(
@@ -404,29 +459,39 @@ class Isotope:
             for result, chunk in zip(response.results, chunks, strict=True):
                 result.chunk = chunk
         return retrieval.assess(response, self.settings.deliver_score,
-                                self.settings.refine_score, chunks=self._chunk_count())
+                                self.settings.refine_score, chunks=self._chunk_count(asker))
 
-    def _chunk_count(self) -> int | None:
-        """The index's chunks (for the confidence thresholds), read at most every 30 s."""
+    def _chunk_count(self, asker: Principal | None) -> int | None:
+        """The chunks ``asker`` may see (for the confidence thresholds: nothing hidden
+        shapes them), read at most every 30 s."""
         now = time.monotonic()
-        if self._chunks is None or now - self._chunks[0] > 30:
+        known = self._chunks.get(asker)
+        if known is None or now - known[0] > 30:
             try:
-                self._chunks = (now, int(self.store.counts()["chunks"]))
+                conditions = self._conditions(asker)
+                known = (now, int(self.store.counts(conditions)["chunks"]))
             except Exception:  # counts are a nicety here, never a failed search
                 return None
-        return self._chunks[1]
+            if len(self._chunks) > 1_000:
+                self._chunks.clear()
+            self._chunks[asker] = known
+        return known[1]
 
     def ask(self, query: str, k: int | None = None, *, mode: str | None = None,
             transform: bool | None = None,
-            filters: dict[str, Any] | None = None) -> QueryResponse:
+            filters: dict[str, Any] | None = None, principal: Asker = None) -> QueryResponse:
         """Search, then have the answer model answer from the chunks found, citing them.
-        Stale chunks (file references whose file changed) are not given to the model."""
+        Stale chunks (file references whose file changed) are not given to the model.
+        ``principal``: as for :meth:`search` (the answer is made only from what it may
+        see)."""
         return self.answer(self.search(query, k, mode=mode, transform=transform,
-                                       filters=filters, for_answer=True))
+                                       filters=filters, for_answer=True,
+                                       principal=principal))
 
     def answer(self, response: QueryResponse, *,
                on_token: Callable[[str], None] | None = None,
-               cancel: threading.Event | None = None) -> QueryResponse:
+               cancel: threading.Event | None = None,
+               principal: Asker = None) -> QueryResponse:
         """Have the answer model answer ``response``'s query from its results (a search
         already made, e.g. one whose results were already shown), citing them; returns
         ``response`` with ``answer``, ``answer_kind`` and ``citations`` set.
@@ -437,8 +502,15 @@ class Isotope:
         first result that matched best, when the search is sure of it and the reply is
         not supported) or ``declined``. ``on_token`` is called with each piece of the
         model's reply as it is written (the answer finally set may differ); setting
-        ``cancel`` stops the model at its next piece and leaves ``answer`` None."""
+        ``cancel`` stops the model at its next piece and leaves ``answer`` None. With
+        ``principal``, results of chunks it may not see (or that are gone) are dropped
+        first."""
         query = response.query
+        conditions = self._conditions(principal)
+        if conditions and response.results:
+            seen = self.store.visible_chunks([r.chunk.id for r in response.results],
+                                             conditions)
+            response.results = [r for r in response.results if r.chunk.id in seen]
         readable = [r for r in response.results if not r.chunk.stale][:MAX_PASSAGES]
         if not readable:
             response.answer = ("The index is empty or nothing matched." if not response.results
@@ -469,61 +541,87 @@ class Isotope:
                        strictness=self.settings.answer_strictness)
         response.answer, response.answer_kind = judged.text, judged.kind
         response.citations = [readable[n - 1].rank for n in judged.cited]
+        if conditions:  # a list changed while the model wrote: what it may see now
+            seen = self.store.visible_chunks([r.chunk.id for r in readable], conditions)
+            if any(r.chunk.id not in seen for r in readable):
+                response.results = [r for r in response.results if r.chunk.id in seen]
+                response.answer, response.answer_kind = HIDDEN_SINCE, "declined"
+                response.citations = []
         return response
 
     def as_retriever(self, k: int | None = None, *, mode: str | None = None,
-                     filters: dict[str, Any] | None = None,
+                     filters: dict[str, Any] | None = None, principal: Asker = None,
                      ) -> Callable[[str], list[SearchResult]]:
-        """A plain callable ``query -> list[SearchResult]`` for agent frameworks."""
-        return lambda query: self.search(query, k, mode=mode, filters=filters).results
+        """A plain callable ``query -> list[SearchResult]`` for agent frameworks (searching
+        as ``principal``, fixed when it is made)."""
+        asker = principal_of(principal)
+        return lambda query: self.search(query, k, mode=mode, filters=filters,
+                                         principal=asker).results
 
     # -- bookkeeping -------------------------------------------------------------------
-    def _stored_uri(self, source: str | Path) -> str:
-        """The stored name of a source given by its path or identifier."""
+    def _stored_uri(self, source: str | Path, principal: Asker = None) -> str:
+        """The stored name of a source given by its path or identifier (one ``principal``
+        may not see is not there for it)."""
         uri = str(source)
-        if self.store.get_source(uri) is None:
-            resolved = str(source_path(source))
-            if self.store.get_source(resolved) is None:
-                raise SourceNotFound(
-                    f"no source {uri!r} in the index; `isotope list` shows what is there"
-                )
-            uri = resolved
+        found = self.store.get_source(uri)
+        if found is None:
+            uri = str(source_path(source))
+            found = self.store.get_source(uri)
+        asker = principal_of(principal)
+        if found is None or (asker is not None and not asker.sees(
+                found.access, control=self.access_control)):
+            raise SourceNotFound(
+                f"no source {str(source)!r} in the index; `isotope list` shows what is there")
         return uri
 
     def questions(self, source: str | Path | None = None, *, chunk: int | None = None,
                   chunk_id: str | None = None, sample: int | None = None,
-                  seed: int | None = None) -> list[GeneratedQuestion]:
+                  seed: int | None = None, principal: Asker = None
+                  ) -> list[GeneratedQuestion]:
         """The generated questions with their atoms, kept and dropped (each dropped one
         with why): of a ``source`` (its path or identifier; only its chunk number
         ``chunk`` if given), of one chunk by ``chunk_id``, or ``sample`` drawn at random
-        across the index (``seed`` repeats a draw)."""
+        across the index (``seed`` repeats a draw); of what ``principal`` may see only
+        (a source or chunk it may not see is not found)."""
+        conditions = self._conditions(principal)
         if sample is not None:
             if sample < 1:
                 raise InvalidArgument(f"sample must be at least 1, got {sample}")
-            return self.store.generated_questions(sample=sample, seed=seed)
+            return self.store.generated_questions(sample=sample, seed=seed,
+                                                  conditions=conditions)
         if chunk_id is not None:
-            if not self.store.get_chunks([chunk_id]):
-                raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
+            self._visible_chunk(chunk_id, conditions)
             return self.store.generated_questions(chunk_id=chunk_id)
         if source is None:
             raise InvalidArgument("give a source, a chunk id or a sample size")
-        found = self.store.generated_questions(source=self._stored_uri(source))
+        found = self.store.generated_questions(source=self._stored_uri(source, principal))
         if chunk is not None:
             found = [q for q in found if q.chunk_index == chunk]
         return found
 
-    def has_source(self, source: str | Path) -> bool:
-        """Whether ``source`` (its path or identifier) is stored."""
+    def has_source(self, source: str | Path, *, principal: Asker = None) -> bool:
+        """Whether ``source`` (its path or identifier) is stored (and ``principal`` may
+        see it)."""
         try:
-            self._stored_uri(source)
+            self._stored_uri(source, principal)
         except SourceNotFound:
             return False
         return True
 
-    def chunk_questions(self, chunk_id: str) -> ChunkQuestions:
+    def _visible_chunk(self, chunk_id: str, conditions: list[Any]) -> None:
+        """:class:`SourceNotFound` if there is no such chunk, or it may not be seen (the
+        same error: a hidden chunk is not there)."""
+        there = (self.store.visible_chunks([chunk_id], conditions) if conditions
+                 else self.store.get_chunks([chunk_id]))
+        if chunk_id not in there:
+            raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
+
+    def chunk_questions(self, chunk_id: str, *, principal: Asker = None) -> ChunkQuestions:
         """A chunk by id with every question generated for it, kept and dropped (each
         dropped one with why), and whether it still waits for them;
-        :class:`SourceNotFound` if there is no such chunk."""
+        :class:`SourceNotFound` if there is no such chunk (or ``principal`` may not see
+        it)."""
+        self._visible_chunk(chunk_id, self._conditions(principal))
         chunk = self.store.get_chunks([chunk_id]).get(chunk_id)
         if chunk is None:
             raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
@@ -531,18 +629,23 @@ class Isotope:
                               waiting=bool(self.store.without_questions([chunk_id])),
                               questions=self.store.generated_questions(chunk_id=chunk_id))
 
-    def delete(self, source: str | Path, *, members: bool = True) -> list[str]:
+    def delete(self, source: str | Path, *, members: bool = True,
+               principal: Asker = None) -> list[str]:
         """Remove a source (its path or identifier) and everything derived from it; a
         container file (a mailbox) removes all its members, unless ``members`` is False:
         then naming a container is an :class:`InvalidArgument` (a member's name cut at
-        its ``#`` must not remove the whole mailbox). Returns the sources removed."""
+        its ``#`` must not remove the whole mailbox). Returns the sources removed.
+        ``principal``: a source it may not see is not found (nor are such members)."""
+        asker = principal_of(principal)
         with self.store.writer(self.settings.lock_wait):
             try:
-                uri = self._stored_uri(source)
+                uri = self._stored_uri(source, asker)
             except SourceNotFound:  # a mailbox: its messages (and theirs)
                 held = maintenance.members_of(self.store)
                 uris = held.get(str(source), set()) | held.get(
                     str(source_path(source)), set())
+                if asker is not None:
+                    uris = {u for u in uris if self.has_source(u, principal=asker)}
                 if not uris:
                     raise
                 if not members:
@@ -563,12 +666,13 @@ class Isotope:
                 gone += maintenance.drop(self.store, each, members_map)
             return gone
 
-    def sources(self, *, check_files: bool = True) -> list[SourceInfo]:
-        """The sources, each with its ``state`` when ``check_files``: ``current``,
-        ``changed`` (the file on disk differs from what was ingested), ``missing`` (the
-        file is gone), ``incomplete`` (some atoms still lack questions), or empty for
-        sources that are not files."""
-        infos = self.store.sources()
+    def sources(self, *, check_files: bool = True,
+                principal: Asker = None) -> list[SourceInfo]:
+        """The sources (those ``principal`` may see), each with its ``state`` when
+        ``check_files``: ``current``, ``changed`` (the file on disk differs from what was
+        ingested), ``missing`` (the file is gone), ``incomplete`` (some atoms still lack
+        questions), or empty for sources that are not files."""
+        infos = self.store.sources(self._conditions(principal))
         if check_files:
             for info in infos:
                 info.state = source_state(info.source, self._max_bytes)
@@ -609,11 +713,40 @@ class Isotope:
         with self.store.writer(self.settings.lock_wait):
             return self.store.compact()
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, *, principal: Asker = None) -> dict[str, int]:
         """What the index holds (sources, chunks, atoms, questions, and the chunks and
         sources still waiting for their questions): :meth:`status` without the walk of
-        the disk."""
-        return self.store.counts()
+        the disk; of what ``principal`` may see only."""
+        return self.store.counts(self._conditions(principal))
+
+    # -- access ------------------------------------------------------------------------
+    def set_access(self, pattern: str | Path, allow: Sequence[str] | None) -> list[str]:
+        """Give every source matching ``pattern`` (a path, an identifier, or a glob as
+        the ``source`` filter takes) the access list ``allow`` (``public``, ``user:NAME``,
+        ``group:NAME``; None removes the list), at once for every search, without
+        ingesting anything again. Returns the sources changed; :class:`SourceNotFound` if
+        none matches."""
+        import fnmatch
+
+        from isotope.search.filters import source_globs
+
+        listed = None if allow is None else access_list(allow)
+        with self.store.writer(self.settings.lock_wait):
+            uris = [info.source.uri for info in self.store.sources()]
+            globs = source_globs(str(pattern))
+            exact = {str(pattern), str(source_path(pattern))}
+            matched = [u for u in uris if u in exact or any(
+                fnmatch.fnmatchcase(u, g) for g in globs)]
+            if not matched:
+                raise SourceNotFound(f"no source matches {str(pattern)!r}; `isotope list` "
+                                     "shows what is there")
+            self.store.set_access(matched, listed)
+        return matched
+
+    def get_access(self, source: str | Path) -> list[str] | None:
+        """The access list of ``source`` (its path or identifier; None: it has none)."""
+        stored = self.store.get_source(self._stored_uri(source))
+        return stored.access if stored is not None else None
 
     def disk_size(self) -> int | None:
         """Bytes the index takes on disk (None where the engine cannot tell, as on a
@@ -634,14 +767,15 @@ class Isotope:
             store.close()
         return saved if isinstance(saved, dict) else None
 
-    def status(self) -> IndexStatus:
+    def status(self, *, principal: Asker = None) -> IndexStatus:
+        """The index's description and counts (of what ``principal`` may see)."""
         return IndexStatus(
             index=stores.describe(self.settings.index),
             project=self.project,
             schema_version=int(self.store.get_meta("schema_version") or SCHEMA_VERSION),
             isotope_version=str(self.store.get_meta("isotope_version") or __version__),
             created_at=self.store.get_meta("created_at"),
-            counts=self.counts(),
+            counts=self.counts(principal=principal),
             disk_bytes=self.disk_size(),
             embedding=self.store.get_meta("embedding") or {},
             models={
@@ -654,6 +788,15 @@ class Isotope:
             prompt_versions=prompt_specs.versions(self.prompts),
             settings=shown(self.settings),
         )
+
+
+def _rules_read(paths: Iterable[str | Path]) -> list[str | Path]:
+    """``paths``, once the access rules file of each (where there is one) is read: a bad
+    one is an error before anything is ingested."""
+    paths = list(paths)
+    for path in paths:
+        rules_for(Path(path).expanduser())
+    return paths
 
 
 def _valid_query(query: str) -> str:

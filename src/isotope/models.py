@@ -49,6 +49,9 @@ class Source(_Record):
     """``incomplete``: some atoms got no questions (the next ingest asks again)."""
     root: str | None = None
     """The file or directory given to ingest that this file was found under."""
+    access: list[str] | None = None
+    """Who may see it (``public``, ``user:NAME``, ``group:NAME``; None: no list), see
+    :mod:`isotope.access`."""
 
 
 class Chunk(_Record):

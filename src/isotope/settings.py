@@ -214,6 +214,13 @@ class StorageSettings(BaseModel):
         "source_aware", description="source_aware: skip unchanged files, replace changed "
         "ones reusing unchanged chunks, sync removes deleted files; none: re-index every "
         "file, remove nothing")
+    access_control: bool = Field(
+        False, description="Sources without an access list are seen by administrators "
+        "only (fail closed); on by itself for `isotope serve` when a key names a user. "
+        "Off: they are seen by everyone, and a list, where set, still restricts its source")
+    email_access: bool = Field(
+        False, description="An email without another access list (--allow, the "
+        ".isotope-access rules file) gets its sender and recipients (user:ADDRESS)")
     lock_wait: float = Field(0.0, ge=0, description="Seconds to wait for another process "
                              "writing to the index (0: fail at once)")
     projects_dir: Path = Field(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from isotope.cli import (  # noqa: F401 (commands)
+    access_commands,
     evaluating,
     ingesting,
     inspecting,
@@ -13,6 +14,7 @@ from isotope.cli import (  # noqa: F401 (commands)
     searching,
     serving,
 )
+from isotope.cli.access_commands import access_app
 from isotope.cli.console import err, labelled, visible
 from isotope.cli.project_commands import project_app
 from isotope.cli.shell import app, state
@@ -26,7 +28,8 @@ def paragraphs(doc: str) -> str:
     return "\n\n".join(" ".join(part.split()) for part in inspect.cleandoc(doc).split("\n\n"))
 
 
-for _command in (*app.registered_commands, *project_app.registered_commands):
+for _command in (*app.registered_commands, *project_app.registered_commands,
+                 *access_app.registered_commands):
     if _command.help is None and _command.callback is not None and _command.callback.__doc__:
         _command.help = paragraphs(_command.callback.__doc__)
 

@@ -12,6 +12,7 @@ import typer
 
 from isotope.cli.console import err, errors, labelled, out, print_json
 from isotope.cli.shell import (
+    AllowOpt,
     ContextOpt,
     ExcludeOpt,
     IncludeOpt,
@@ -45,6 +46,7 @@ def ingest(
     force: Annotated[bool, typer.Option(
         "--force", help="Ingest unchanged files again too, reusing nothing stored (cached "
         "model replies still answer).")] = False,
+    allow: AllowOpt = None,
     plain: PlainOpt = False,
     wait: WaitOpt = None,
     as_json: JsonOpt = False,
@@ -67,7 +69,8 @@ def ingest(
                 else:
                     print_plan(plan)
                 return
-            report = _ingest_with_progress(partial(iso.ingest, force=force, questions=when),
+            report = _ingest_with_progress(partial(iso.ingest, force=force, questions=when,
+                                                   allow=allow),
                                            paths, include, exclude, plain, as_json)
     _finish_ingest(report, as_json)
 
@@ -84,6 +87,7 @@ def sync(
         "of a folder's sources (refused otherwise: an unmounted folder looks like that).")
     ] = False,
     questions: QuestionsOpt = "now",
+    allow: AllowOpt = None,
     plain: PlainOpt = False,
     wait: WaitOpt = None,
     as_json: JsonOpt = False,
@@ -94,7 +98,8 @@ def sync(
     with errors():
         when, _ = _questions(questions)
         with open_index(index, project, create=True, lock_wait=wait) as iso:
-            report = _ingest_with_progress(partial(iso.sync, force=force, questions=when),
+            report = _ingest_with_progress(partial(iso.sync, force=force, questions=when,
+                                                   allow=allow),
                                            paths, include, exclude, plain, as_json)
     _finish_ingest(report, as_json)
 

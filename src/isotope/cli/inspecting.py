@@ -11,17 +11,18 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from isotope.cli.console import display, err, errors, labelled, out, print_json
-from isotope.cli.shell import IndexOpt, JsonOpt, ProjectOpt, WaitOpt, app, open_index
+from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, WaitOpt, app, open_index
 from isotope.errors import IsotopeError
 
 
 @app.command("list")
 def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
-                 as_json: JsonOpt = False) -> None:
-    """List the ingested sources: status (current, changed on disk, missing, incomplete)
-    and chunk, atom and question counts."""
+                 as_principal: AsOpt = None, as_json: JsonOpt = False) -> None:
+    """List the ingested sources: status (current, changed on disk, missing, incomplete),
+    chunk, atom and question counts, and who may see each (its access list)."""
     with errors(), open_index(index, project) as iso:
-        infos = iso.sources()
+        infos = iso.sources(principal=as_principal)
+        control = iso.access_control
     if as_json:
         from isotope.reports import source_listing
 
@@ -32,7 +33,10 @@ def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
         return
     stale = sum(i.state in ("changed", "missing") for i in infos)
     waiting = sum(i.pending for i in infos)
+    listed = control or any(i.source.access is not None for i in infos)
     table = Table("status", "type", "chunks", "questions", "ingested")
+    if listed:  # who may see each, once access lists are in use
+        table.columns.append(Column("access"))
     if waiting:  # chunks waiting for their questions, only when there are some
         table.columns.insert(4, Column("waiting"))
     table.columns.insert(0, Column("source", overflow="fold"))
@@ -44,8 +48,14 @@ def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
                       str(i.questions),
                       *([str(i.pending) if i.pending else "-"] if waiting else []),
                       i.source.ingested_at.strftime("%Y-%m-%d") if i.source.ingested_at
-                      else "")
+                      else "", *([", ".join(i.source.access) if i.source.access is not None
+                                  else "-"] if listed else []))
     out.print(table)
+    unlisted = sum(i.source.access is None for i in infos)
+    if unlisted and listed:
+        out.print(f"{unlisted} source(s) have no access list: seen by " + (
+            "administrators only (access control is on)" if control else
+            "everyone (access control is off)") + "; `isotope access set` gives one")
     if waiting:
         out.print(f"{waiting} chunk(s) of {sum(bool(i.pending) for i in infos)} source(s) "
                   "wait for their questions (searchable by text and atoms meanwhile); "
@@ -69,10 +79,11 @@ def delete(
 
 @app.command()
 def status(index: IndexOpt = None, project: ProjectOpt = None,
-           as_json: JsonOpt = False) -> None:
-    """Counts, disk size, models and settings of an index."""
+           as_principal: AsOpt = None, as_json: JsonOpt = False) -> None:
+    """Counts, disk size, models and settings of an index (--as: the counts of what a
+    principal may see)."""
     with errors(), open_index(index, project) as iso:
-        info = iso.status()
+        info = iso.status(principal=as_principal)
     if as_json:
         print_json(info.model_dump(mode="json"))
         return

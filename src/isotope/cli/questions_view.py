@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from isotope.cli.console import display, errors, fail, out, print_json
-from isotope.cli.shell import IndexOpt, JsonOpt, ProjectOpt, app, open_index
+from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, app, open_index
 
 
 @app.command("questions")
@@ -23,6 +23,7 @@ def questions_command(
         "of a source.")] = None,
     seed: Annotated[int | None, typer.Option(
         "--seed", help="Repeat a --sample draw.")] = None,
+    as_principal: AsOpt = None,
     index: IndexOpt = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
@@ -33,7 +34,8 @@ def questions_command(
     if (source is None) == (sample is None):
         fail("give a SOURCE or --sample N (not both); `isotope list` shows the sources")
     with errors(), open_index(index, project) as iso:
-        found = iso.questions(source, chunk=chunk, sample=sample, seed=seed)
+        found = iso.questions(source, chunk=chunk, sample=sample, seed=seed,
+                              principal=as_principal)
     if as_json:
         print_json([q.model_dump() for q in found])
         return

@@ -8,7 +8,7 @@ import typer
 from rich.text import Text
 
 from isotope.cli.console import display, errors, out, print_json
-from isotope.cli.shell import IndexOpt, JsonOpt, ProjectOpt, app, open_index
+from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, app, open_index
 from isotope.search.retrieval import MODES
 
 
@@ -34,6 +34,7 @@ def query(
     where: Annotated[list[str] | None, typer.Option(
         "--where", "-w", help="Only chunks whose metadata match: key=value, key!=value, "
         "key>=value, key<value...; source=GLOB, type=pdf (repeatable; all must hold).")] = None,
+    as_principal: AsOpt = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -47,12 +48,13 @@ def query(
         filters = parse_where(where or [])
         with open_index(index, project) as iso:
             response = iso.search(text, k, mode=mode, transform=transform, filters=filters,
-                                  for_answer=not raw)
+                                  for_answer=not raw, principal=as_principal)
             if not raw:
                 if live:
                     out.print(f"{len(response.results)} passages found; the answer:",
                               style="dim")
-                response = iso.answer(response, on_token=_printing if live else None)
+                response = iso.answer(response, on_token=_printing if live else None,
+                                      principal=as_principal)
                 if live:
                     out.print()
     if as_json:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from isotope.cli.console import err, errors, fail
-from isotope.cli.shell import IndexOpt, ProjectOpt, app, open_index
+from isotope.cli.shell import AsOpt, IndexOpt, ProjectOpt, app, open_index
 from isotope.server.auth import Keys
 
 
@@ -25,7 +25,10 @@ def _loopback(host: str) -> bool:
 @app.command()
 def serve(
     index: IndexOpt = None,
-    project: ProjectOpt = None,
+    project: Annotated[list[str] | None, typer.Option(
+        "--project", "-p", help="A named index to serve (repeatable: the first at /, each "
+        "at /p/NAME/ too; a key's projects= lists those it may use).",
+        show_default=False)] = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535,
                                       help="Port to listen on.")] = 8000,
@@ -42,7 +45,9 @@ def serve(
     serve_roots setting), GET /chunks/{id}/questions, MCP tools at /mcp, a search page at
     /; OpenAPI at /docs. With no API key configured (the api_keys or api_keys_file
     setting) it listens on loopback only; a request naming another host or sent by a
-    page of another site is refused."""
+    page of another site is refused. Several --project: each project's routes are at
+    /p/NAME/ (the first's also unprefixed), each its own index, sharing nothing."""
+    import json
     import os
 
     try:
@@ -55,17 +60,26 @@ def serve(
         fail(str(MissingDependency.from_import(exc, "isotope serve", "server")))
     from isotope.server import workers as processes
 
+    names = list(dict.fromkeys(project or []))
     with errors():
-        iso = open_index(index, project, create=create)  # checked here, once
+        iso = open_index(index, names[0] if names else None, create=create)  # checked once
         keys = Keys.from_settings(iso.settings)
         location = str(iso.settings.index)
         described = repr(iso)
         iso.close()
+        others: dict[str, str] = {}
+        for name in names[1:]:
+            with open_index(None, name) as other:
+                others[name] = str(other.settings.index)
+        if others:
+            described += " and " + ", ".join(f"{n} at /p/{n}/" for n in others)
         if not keys and not _loopback(host):
             fail(f"refusing to listen on {host} without an API key: set api_keys (e.g. "
                  "ISOTOPE_API_KEYS=$(python -c 'import secrets; "
                  "print(secrets.token_urlsafe())')) or keep --host 127.0.0.1")
     os.environ["ISOTOPE_SERVE_INDEX"] = location  # what each worker process opens
+    os.environ["ISOTOPE_SERVE_PROJECT"] = names[0] if names else ""
+    os.environ["ISOTOPE_SERVE_PROJECTS"] = json.dumps(others)
     os.environ["ISOTOPE_SERVE_HOST"] = host
     os.environ["ISOTOPE_SERVE_WORKERS"] = str(workers)  # each takes its share of the cores
     try:  # bound before "serving" is said: a port in use is the only line
@@ -93,9 +107,10 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
                 create: Annotated[bool, typer.Option(
                     "--create", help="Serve an empty new index when there is none at the "
                     "location (without it, a location that holds no index is an error).")
-                                  ] = False) -> None:
+                                  ] = False, as_principal: AsOpt = None) -> None:
     """Serve the index to an agent as an MCP server over stdio: the tools search, ask,
-    list_sources and ingest (the same tools are at /mcp of `isotope serve`)."""
+    list_sources and ingest (the same tools are at /mcp of `isotope serve`). With --as,
+    the agent sees only what that principal may see, and cannot ingest."""
     try:
         from isotope.server.mcp import create_mcp
     except ImportError as exc:
@@ -103,9 +118,13 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
 
         fail(str(MissingDependency.from_import(exc, "isotope mcp", "server")))
     with errors():
+        from isotope.access import principal_of
+
+        principal = principal_of(as_principal)
         iso = open_index(index, project, create=create)
     roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots] or None
     try:
-        create_mcp(iso, roots=roots).run("stdio")
+        create_mcp(iso, roots=roots, principal=principal,
+                   writable=principal is None).run("stdio")
     finally:
         iso.close()

@@ -47,6 +47,14 @@ QuestionsOpt = Annotated[str, typer.Option(
     "--questions", metavar="now|later",
     help="When questions are generated: now (after every source is stored and searchable, "
     "in this run) or later (`isotope enrich`; no language model is called now).")]
+AllowOpt = Annotated[list[str] | None, typer.Option(
+    "--allow", metavar="public|user:NAME|group:NAME",
+    help="Who may see these sources (repeatable): their access list, over the "
+    ".isotope-access rules file (see isotope access --help).")]
+AsOpt = Annotated[str | None, typer.Option(
+    "--as", metavar="user:NAME[,group:NAME...]",
+    help="See what this principal would see (only the sources its access lists let it "
+    "see).", show_default=False)]
 PlainOpt = Annotated[bool, typer.Option(
     "--plain", help="Print one line per file instead of a progress bar.")]
 

@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 from isotope import loaders
+from isotope.access import Assigner
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, ProviderError
 from isotope.files import read_file
@@ -70,9 +71,12 @@ class Pipeline:
         *,
         force: bool = False,
         prompts: dict[str, PromptSpec] | None = None,
+        assign: Assigner | None = None,
     ) -> None:
         self.settings = settings
         self.force = force
+        self.assign = assign or Assigner(email_access=settings.email_access)
+        """The access list each source stored gets (:mod:`isotope.access`)."""
         """Ingest every source again, unchanged ones included, reusing nothing stored
         (the cache still answers for unchanged text)."""
         self.max_bytes = int(settings.max_file_mb * 1e6)
@@ -362,6 +366,12 @@ class Pipeline:
                 report.unchanged.append(source.uri)
                 return None
         assert existing is not True
+        had = existing.access if existing is not None else None
+        if (owner := source.metadata.get("container")) is not None:
+            # a member (a mailbox's message, an email's attachment) follows its container
+            container = self.store.get_source(str(owner))
+            had = container.access if container is not None else had
+        source.access = self.assign(source.uri, source.root, source.metadata, had)
         source.metadata["pipeline"] = self.fingerprint
         report.chunks += len(chunks)
         reused: dict[int, StoredChunk] = {}

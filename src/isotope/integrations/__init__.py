@@ -16,7 +16,7 @@ class Searchable(Protocol):
     """What a retriever needs of an index: ``Isotope`` and ``Client`` both have it."""
 
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,
-               filters: dict[str, Any] | None = None) -> QueryResponse: ...
+               filters: dict[str, Any] | None = None, **options: Any) -> QueryResponse: ...
 
 
 def metadata(result: SearchResult) -> dict[str, Any]:

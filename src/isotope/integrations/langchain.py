@@ -43,14 +43,19 @@ class IsotopeRetriever(BaseRetriever):
     """A retrieval mode (default: the index's)."""
     filters: dict[str, Any] | None = None
     """Filters for every query (see the README's Filters); ``invoke(q, filters=...)``
-    replaces them for one query."""
+    replaces them for one query (they only ever narrow what ``principal`` sees)."""
+    principal: Any = None
+    """Who searches (an ``Isotope`` index only: ``user:NAME[,group:NAME...]`` or an
+    :class:`isotope.access.Principal`); fixed here, never replaced by ``invoke``. A
+    ``Client`` searches as its API key."""
 
     def _get_relevant_documents(self, query: str, *,
                                 run_manager: CallbackManagerForRetrieverRun,
                                 **kwargs: Any) -> list[Document]:
         index: Searchable = self.index
+        extra = {"principal": self.principal} if self.principal is not None else {}
         found = index.search(query, kwargs.get("k", self.k), mode=kwargs.get("mode", self.mode),
-                             filters=kwargs.get("filters", self.filters))
+                             filters=kwargs.get("filters", self.filters), **extra)
         return [Document(page_content=r.chunk.text, metadata=metadata(r), id=r.chunk.id)
                 for r in found.results]
 

@@ -32,16 +32,20 @@ _HIDDEN = ["matched_questions", "source_metadata", "cites", "chunk_id", "score",
 
 class IsotopeRetriever(BaseRetriever):
     """Retrieves chunks from an :class:`isotope.Isotope` or :class:`isotope.Client`;
-    ``filters`` (see the README's Filters) apply to every query."""
+    ``filters`` (see the README's Filters) apply to every query; ``principal`` (an
+    ``Isotope`` only: ``user:NAME[,group:NAME...]``) is who searches (a ``Client``
+    searches as its API key)."""
 
     def __init__(self, index: Searchable, k: int | None = None, *, mode: str | None = None,
-                 filters: dict[str, Any] | None = None, **kwargs: Any) -> None:
+                 filters: dict[str, Any] | None = None, principal: Any = None,
+                 **kwargs: Any) -> None:
         self._index, self._k, self._mode, self._filters = index, k, mode, filters
+        self._extra = {"principal": principal} if principal is not None else {}
         super().__init__(**kwargs)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         found = self._index.search(query_bundle.query_str, self._k, mode=self._mode,
-                                   filters=self._filters)
+                                   filters=self._filters, **self._extra)
         return [NodeWithScore(node=TextNode(id_=r.chunk.id, text=r.chunk.text,
                                             metadata=metadata(r),
                                             excluded_llm_metadata_keys=_HIDDEN,

@@ -31,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Query, Request, UploadFile
+from fastapi import FastAPI, Form, HTTPException, Query, Request, UploadFile
 from fastapi import File as FileParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from isotope import __version__, errors
+from isotope.access import Principal
 from isotope.index import Isotope
 from isotope.models import QueryResponse
 from isotope.reports import source_listing
@@ -87,6 +88,16 @@ class AskRequest(SearchRequest):
 
 class SyncRequest(BaseModel):
     paths: list[str] = Field(min_length=1, max_length=1_000)
+    allow: list[str] | None = Field(None, max_length=1_000, description="Who may see these "
+                                    "sources: public, user:NAME, group:NAME (default: the "
+                                    ".isotope-access rules file, else the list each had)")
+
+
+def asker(request: Request) -> Principal | None:
+    """Who sent ``request``: its API key's principal (None: a server without keys, whose
+    caller is the index's owner)."""
+    found = (request.scope.get("state") or {}).get("isotope.principal")
+    return found if isinstance(found, Principal) else None
 
 
 def json_response(model: BaseModel) -> Response:
@@ -114,7 +125,9 @@ def safe_name(filename: str | None) -> str:
 
 def _writes(method: str, path: str) -> bool:
     """Whether a request writes to the index (a read-only key is refused before its body
-    is read)."""
+    is read); a project's routes (``/p/NAME/...``) as the default's."""
+    if path.startswith("/p/"):
+        path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
     return ((method == "POST" and path in ("/ingest", "/sync"))
             or (method == "DELETE" and (path == "/sources" or path.startswith("/sources/"))))
 
@@ -123,7 +136,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                uploads: Path, host: str = "127.0.0.1", mcp: bool = True,
                search_slots: int | None = None, answer_slots: int | None = None,
                allowed_hosts: Collection[str] = (), allowed_origins: Collection[str] = (),
-               body_timeout: float = 30.0) -> FastAPI:
+               body_timeout: float = 30.0, project: str | None = None,
+               projects: dict[str, FastAPI] | None = None, gate: bool = True) -> FastAPI:
     """The API over ``iso``. ``keys``: empty for none (the CLI then binds to loopback only);
     ``roots``: folders below which ``POST /sync`` and the MCP ``ingest`` tool may read
     (none: they are off); ``uploads``: where uploaded files are kept (they stay the
@@ -131,7 +145,10 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     names answered); ``allowed_origins``: web origins besides the server's own that may
     call it from a browser; ``search_slots``: searches run at once in this process
     (default: one per CPU core); ``answer_slots``: answers written at once (default: one
-    for the local model, else ``llm_concurrency``)."""
+    for the local model, else ``llm_concurrency``). ``project``: the name of ``iso``'s
+    project; ``projects``: the apps of other projects (made with ``gate=False``), served
+    at ``/p/{name}/`` behind this app's gate, which admits a key only to the projects it
+    lists."""
     # More searches at once than cores only adds contention: 8 threads searching in one
     # process made 68 searches/s on 2 cores, 2 threads 105 (each waits for the other's
     # hold on Python's lock, and the CPU caches are shared among more of them).
@@ -153,7 +170,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         async with writing:
             return await run_in_threadpool(call)
 
-    lifespan = None
+    agents = None
     if mcp:  # the MCP tools at /mcp (streamable HTTP), behind the same gate
         from isotope.server.mcp import create_mcp, guard
 
@@ -161,10 +178,14 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                             answer_slots=answering)
         agents_app = agents.streamable_http_app()
 
-        @asynccontextmanager
-        async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-            async with agents.session_manager.run():
-                yield
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            if agents is not None:
+                await stack.enter_async_context(agents.session_manager.run())
+            for other in (projects or {}).values():  # (a mounted app's is not run)
+                await stack.enter_async_context(other.router.lifespan_context(other))
+            yield
 
     app = FastAPI(title="isotope", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None,
@@ -172,6 +193,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                   "for agents at /mcp. Errors are JSON {\"error\": \"...\"}.")
     if mcp:
         app.mount("/mcp", guard(agents_app))
+    for name, other in (projects or {}).items():  # each its own index: nothing shared
+        app.mount(f"/p/{name}", other)
     with contextlib.suppress(OSError):  # (a read-only index: uploads answer 503)
         uploads.mkdir(parents=True, exist_ok=True)
 
@@ -229,9 +252,11 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                 "answer_model_local": local}
 
     @app.post("/search", response_model=QueryResponse)
-    async def search(body: SearchRequest) -> Response:
-        """The chunks that answer the query (as ``isotope query --raw --json``)."""
-        found = await searching(body.query, body.k, mode=body.mode, filters=body.filters)
+    async def search(body: SearchRequest, request: Request) -> Response:
+        """The chunks that answer the query (as ``isotope query --raw --json``), of the
+        sources the key may see."""
+        found = await searching(body.query, body.k, mode=body.mode, filters=body.filters,
+                                principal=asker(request))
         return json_response(found)
 
     @app.post("/ask", response_model=QueryResponse,
@@ -241,7 +266,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         (``results``, then ``token`` for each piece of the model's reply, then
         ``answer``, then ``done``). The model is stopped when the client goes away."""
         found = await searching(body.query, body.k, mode=body.mode, filters=body.filters,
-                                for_answer=True)
+                                for_answer=True, principal=asker(request))
         if not body.stream:
             await _answer(iso, found, answering, request)
             return json_response(found)
@@ -260,39 +285,43 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return json_response(body)
 
     @app.get("/questions")
-    def questions(source: str | None = None, chunk: int | None = None,
+    def questions(request: Request, source: str | None = None, chunk: int | None = None,
                   chunk_id: str | None = None,
                   sample: Annotated[int | None, Query(ge=1, le=10_000)] = None,
                   seed: int | None = None) -> list[dict[str, Any]]:
         """The generated questions, kept and dropped (as ``isotope questions``): of a
         ``source`` (only its chunk number ``chunk`` if given), of one chunk by
-        ``chunk_id``, or ``sample`` drawn across the index."""
+        ``chunk_id``, or ``sample`` drawn across the index (of what the key may see)."""
         return [q.model_dump() for q in iso.questions(source, chunk=chunk, chunk_id=chunk_id,
-                                                      sample=sample, seed=seed)]
+                                                      sample=sample, seed=seed,
+                                                      principal=asker(request))]
 
     @app.get("/sources")
-    def sources() -> list[dict[str, Any]]:
-        return [source_listing(info) for info in iso.sources()]
+    def sources(request: Request) -> list[dict[str, Any]]:
+        """The sources the key may see, with their counts and access lists."""
+        return [source_listing(info) for info in iso.sources(principal=asker(request))]
 
     @app.delete("/sources", status_code=204)
     async def delete_named(source: Annotated[str, Query(description="The source's name, "
                                                         "as GET /sources lists it")],
-                           members: bool = False) -> Response:
+                           request: Request, members: bool = False) -> Response:
         """Remove a source; a container (a mailbox) only with ``members=true``."""
-        return await _delete(source, members)
+        return await _delete(source, members, asker(request))
 
     @app.delete("/sources/{source:path}", status_code=204)
-    async def delete_source(source: str, members: bool = False) -> Response:
+    async def delete_source(source: str, request: Request, members: bool = False) -> Response:
         """Remove a source named in the path (``#`` sent as ``%23``); a container (a
         mailbox) only with ``?members=true``. ``DELETE /sources?source=NAME`` is the
         unambiguous form."""
+        who = asker(request)
         named = source if source.startswith("/") or "://" in source else (
-            source if await run_in_threadpool(iso.has_source, source) else "/" + source)
-        return await _delete(named, members)
+            source if await run_in_threadpool(lambda: iso.has_source(source, principal=who))
+            else "/" + source)
+        return await _delete(named, members, who)
 
-    async def _delete(source: str, members: bool) -> Response:
+    async def _delete(source: str, members: bool, who: Principal | None) -> Response:
         def delete() -> None:
-            gone = iso.delete(source, members=members)
+            gone = iso.delete(source, members=members, principal=who)
             folder = os.path.realpath(uploads)
             for uri in gone:  # an upload's file goes with its source
                 if os.path.dirname(os.path.realpath(uri)) == folder:
@@ -302,17 +331,23 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return Response(status_code=204)
 
     @app.get("/status")
-    def status() -> dict[str, Any]:
-        return iso.status().model_dump(mode="json")
+    def status(request: Request) -> dict[str, Any]:
+        """The index's description, with the counts of what the key may see."""
+        return iso.status(principal=asker(request)).model_dump(mode="json")
 
     @app.get("/chunks/{chunk_id}/questions")
-    def chunk_questions(chunk_id: str) -> dict[str, Any]:
+    def chunk_questions(chunk_id: str, request: Request) -> dict[str, Any]:
         """Every generated question of a chunk with the atom it was written for: kept
-        (searched) and dropped, each dropped one with why (as ``isotope questions``)."""
-        return iso.chunk_questions(chunk_id).model_dump(mode="json")
+        (searched) and dropped, each dropped one with why (as ``isotope questions``). A
+        chunk the key may not see answers 404, as one that does not exist."""
+        return iso.chunk_questions(chunk_id, principal=asker(request)).model_dump(
+            mode="json")
 
     @app.post("/ingest")
-    async def ingest(files: Annotated[list[UploadFile], FileParam()]) -> Response:
+    async def ingest(files: Annotated[list[UploadFile], FileParam()],
+                     allow: Annotated[list[str] | None, Form(
+                         description="Who may see these sources (repeatable): public, "
+                         "user:NAME, group:NAME")] = None) -> Response:
         """Store uploaded files (kept in the server's upload folder) and ingest them. A
         file that cannot be ingested is not kept (an upload that replaced an earlier one
         of its name puts that one back): 422 with the report. Two files of one name in
@@ -323,7 +358,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
             raise errors.InvalidArgument(f"two files named {twice[0]} in one upload (names "
                                          "are reduced to plain file names); send one")
         reply: Response = await written(
-            lambda: _ingest_uploads(iso, files, uploads, max_bytes))
+            lambda: _ingest_uploads(iso, files, uploads, max_bytes, allow))
         return reply
 
     @app.post("/sync")
@@ -334,12 +369,14 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
             raise HTTPException(403, "POST /sync is off: the server has no serve_roots "
                                 "(set ISOTOPE_SERVE_ROOTS to the folders it may read)")
         wanted = [_below(text, roots) for text in body.paths]
-        return _report(await written(lambda: iso.sync(wanted, confine=roots)))
+        return _report(await written(lambda: iso.sync(wanted, confine=roots,
+                                                      allow=body.allow)))
 
-    app.add_middleware(Gate, keys=keys, max_bytes=max_bytes,  # outermost but for errors
-                       hosts=own_hosts(host, allowed_hosts, bool(keys)),
-                       origins=frozenset(allowed_origins), body_timeout=body_timeout,
-                       writes=_writes)
+    if gate:
+        app.add_middleware(Gate, keys=keys, max_bytes=max_bytes,  # outermost but errors
+                           hosts=own_hosts(host, allowed_hosts, bool(keys)),
+                           origins=frozenset(allowed_origins), body_timeout=body_timeout,
+                           writes=_writes, project=project)
     return app
 
 
@@ -398,7 +435,7 @@ async def _answer(iso: Isotope, found: QueryResponse, slots: asyncio.Semaphore,
         if await request.is_disconnected():
             return False
         work = asyncio.ensure_future(run_in_threadpool(
-            iso.answer, found, on_token=on_token, cancel=cancel))
+            iso.answer, found, on_token=on_token, cancel=cancel, principal=asker(request)))
         try:
             while not work.done():
                 await asyncio.wait([work], timeout=0.25)
@@ -481,7 +518,7 @@ def _report(report: Any) -> dict[str, Any]:
 
 
 def _ingest_uploads(iso: Isotope, files: list[UploadFile], folder: Path,
-                    max_bytes: int) -> Response:
+                    max_bytes: int, allow: list[str] | None = None) -> Response:
     """Save the uploads and ingest them; the files that fail are not kept (an earlier
     upload of the same name is put back)."""
     saved: list[tuple[Path, Path | None]] = []
@@ -492,7 +529,7 @@ def _ingest_uploads(iso: Isotope, files: list[UploadFile], folder: Path,
         _restore(saved, set())
         raise
     try:
-        report = iso.ingest([path for path, _ in saved])
+        report = iso.ingest([path for path, _ in saved], allow=allow)
     except BaseException:
         _restore(saved, {str(path) for path, _ in saved})
         raise
@@ -561,11 +598,20 @@ def _save(upload: UploadFile, folder: Path, max_bytes: int) -> tuple[Path, Path 
 
 def serving_app() -> FastAPI:
     """The app of ``isotope serve`` (a factory: each worker process builds its own), over
-    the index in ``ISOTOPE_SERVE_INDEX``, with the settings of the environment. The
-    server's writes wait for other processes' (up to ``lock_wait``, default 300 s)."""
+    the index in ``ISOTOPE_SERVE_INDEX`` (and the projects of ``ISOTOPE_SERVE_PROJECTS``,
+    a JSON object of names and locations, each at ``/p/NAME/``), with the settings of the
+    environment. The server's writes wait for other processes' (up to ``lock_wait``,
+    default 300 s)."""
+    others = json.loads(os.environ.get("ISOTOPE_SERVE_PROJECTS") or "{}")
+    projects = {name: _served(location, gate=False) for name, location in others.items()}
+    return _served(os.environ["ISOTOPE_SERVE_INDEX"], projects=projects,
+                   project=os.environ.get("ISOTOPE_SERVE_PROJECT") or None)
+
+
+def _served(index: str, **options: Any) -> FastAPI:
+    """The app over the index at ``index``, with the settings of the environment."""
     from isotope.settings import env_origin
 
-    index = os.environ["ISOTOPE_SERVE_INDEX"]
     iso = Isotope.open(index if "://" in index else Path(index), create=False,
                        lock_wait=None if env_origin("lock_wait") else 300.0)
     settings = iso.settings
@@ -578,7 +624,8 @@ def serving_app() -> FastAPI:
                       allowed_origins=settings.allowed_origins,
                       body_timeout=settings.body_timeout,
                       search_slots=max(1, (os.cpu_count() or 1)
-                                       // int(os.environ.get("ISOTOPE_SERVE_WORKERS", "1"))))
+                                       // int(os.environ.get("ISOTOPE_SERVE_WORKERS", "1"))),
+                      **options)
 
 
 def uploads_folder(iso: Isotope) -> Path:

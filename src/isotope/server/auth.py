@@ -1,64 +1,165 @@
-"""API keys of ``isotope serve``: each key reads, or reads and writes. Keys come from the
-``api_keys`` setting (``KEY`` or ``KEY:read``) and the ``api_keys_file`` setting (one per
-line: ``KEY`` or ``KEY read``). A presented key is compared with every configured key in
-constant time (``hmac.compare_digest``), so the time taken says nothing about how much of
-a key was right."""
+"""API keys of ``isotope serve``: each key reads, or reads and writes, and may name who
+it is. Keys come from the ``api_keys`` setting (``KEY`` or ``KEY:read``) and the
+``api_keys_file`` setting, one per line::
+
+    KEY                                    # reads and writes, an administrator
+    KEY read                               # reads, an administrator
+    KEY read user=alice groups=finance,hr  # reads what alice and her groups may see
+    KEY read projects=sales,support        # only these projects of a server of several
+
+A key naming a ``user`` or ``groups`` is that principal (:mod:`isotope.access`): it sees
+only the sources whose access lists let it, and sources without a list not at all (a key
+that names a user turns access control on). A key naming neither is an administrator.
+
+The file is read again at the next request after it changes (new keys, scopes, users and
+groups take effect then; a removed key is refused from then on); a file that no longer
+reads is refused whole (every request answers 503) until it is fixed, never served with
+its old keys.
+
+A key with ``projects=`` may use only those projects of a server that serves several
+(``isotope serve --project a --project b``); any other project's routes answer 404, as a
+project that does not exist. Without it, a key may use every project served.
+
+A presented key is compared with every configured key in constant time
+(``hmac.compare_digest``), so the time taken says nothing about how much of a key was
+right."""
 
 from __future__ import annotations
 
 import hmac
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from isotope.access import ADMIN, AccessError, Principal
 from isotope.errors import SettingsError
 from isotope.settings import ServerSettings
 
 Scope = Literal["read", "write"]
 SCOPES: tuple[Scope, ...] = ("read", "write")
+FORM = ("an API key line is KEY [read|write] [user=NAME] [groups=A,B] [projects=A,B]: a "
+        "key of at least "
+        "16 printable ASCII characters, no spaces or control characters (e.g. from "
+        "`python -c 'import secrets; print(secrets.token_urlsafe())'`)")
 
 
 @dataclass(frozen=True)
 class Keys:
-    """The configured keys with their scopes (empty: no key is asked for)."""
+    """The configured keys with their scopes and principals (empty: no key is asked
+    for)."""
 
-    entries: tuple[tuple[bytes, Scope], ...] = ()
+    entries: tuple[tuple[bytes, Scope, Principal], ...] = ()
+    projects: tuple[tuple[str, ...] | None, ...] = ()
+    """The projects each key may use (None: every one), in the order of ``entries``."""
+    inline: tuple[str, ...] = ()
+    """The keys of the ``api_keys`` setting (as lines)."""
+    path: Path | None = None
+    stamp: tuple[int, int] | None = None
+    """The file's modification time and size when it was read."""
+    broken: str = ""
+    """Why the file no longer reads (every request is refused meanwhile)."""
 
     def __bool__(self) -> bool:
-        return bool(self.entries)
+        return bool(self.entries) or bool(self.broken)
+
+    @property
+    def names_users(self) -> bool:
+        """Whether a key names a user or groups (access control is then on)."""
+        return any(not principal.admin for _, _, principal in self.entries)
+
+    def find(self, presented: str) -> tuple[Scope, Principal] | None:
+        """The scope and principal of ``presented`` (None: not a key). Every key is
+        compared."""
+        found = self.lookup(presented)
+        return None if found is None else (found[0], found[1])
+
+    def lookup(self, presented: str
+               ) -> tuple[Scope, Principal, tuple[str, ...] | None] | None:
+        """The scope, principal and projects of ``presented`` (None: not a key). Every
+        key is compared."""
+        given = presented.encode()
+        found = None
+        for (key, scope, principal), projects in zip(self.entries, self.projects,
+                                                     strict=True):
+            if hmac.compare_digest(given, key):
+                found = (scope, principal, projects)
+        return found
 
     def scope(self, presented: str) -> Scope | None:
-        """The scope of ``presented`` (None: not a key). Every key is compared."""
-        given = presented.encode()
-        found: Scope | None = None
-        for key, scope in self.entries:
-            if hmac.compare_digest(given, key):
-                found = scope
-        return found
+        """The scope of ``presented`` (None: not a key)."""
+        found = self.find(presented)
+        return found[0] if found else None
+
+    def fresh(self) -> Keys:
+        """These keys, or the file's as it is now if it changed since it was read."""
+        if self.path is None:
+            return self
+        try:
+            stat = os.stat(self.path)
+            stamp = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            stamp = None
+        if stamp == self.stamp and stamp is not None:
+            return self
+        try:
+            return _read(self.inline, self.path)
+        except SettingsError as exc:
+            return Keys(inline=self.inline, path=self.path, stamp=stamp, broken=str(exc))
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> Keys:
-        lines = [k.get_secret_value().replace(":", " ", 1) for k in settings.api_keys]
-        path = settings.api_keys_file
-        if path is not None:
-            try:
-                lines += [line for line in Path(path).read_text().splitlines()
-                          if line.strip() and not line.lstrip().startswith("#")]
-            except OSError as exc:
-                raise SettingsError(f"api_keys_file {path}: cannot be read "
-                                    f"({exc.strerror or exc}); fix the path") from None
-        entries: list[tuple[bytes, Scope]] = []
-        for line in lines:
-            parts = line.split()
-            scope = parts[1] if len(parts) > 1 else "write"
-            if (len(parts) > 2 or scope not in SCOPES or len(parts[0]) < 16
-                    or not _printable(parts[0])):
-                raise SettingsError(
-                    "an API key is KEY (reads and writes) or KEY read: at least 16 "
-                    "printable ASCII characters, no spaces or control characters (e.g. from "
-                    "`python -c 'import secrets; print(secrets.token_urlsafe())'`)")
-            entries.append((parts[0].encode(), scope))
-        return cls(tuple(entries))
+        inline = tuple(k.get_secret_value().replace(":", " ", 1) for k in settings.api_keys)
+        return _read(inline, None if settings.api_keys_file is None
+                     else Path(settings.api_keys_file))
+
+
+def _read(inline: tuple[str, ...], path: Path | None) -> Keys:
+    lines = list(inline)
+    stamp = None
+    if path is not None:
+        try:
+            stat = os.stat(path)
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            lines += [line for line in path.read_text().splitlines()
+                      if line.strip() and not line.lstrip().startswith("#")]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"api_keys_file {path}: cannot be read "
+                                f"({getattr(exc, 'strerror', None) or exc}); fix the path"
+                                ) from None
+    made = [_entry(line, path) for line in lines]
+    return Keys(tuple(m[:3] for m in made), tuple(m[3] for m in made), inline, path, stamp)
+
+
+def _entry(line: str, path: Path | None
+           ) -> tuple[bytes, Scope, Principal, tuple[str, ...] | None]:
+    parts = line.split()
+    where = f"api_keys_file {path}: " if path is not None else ""
+    if not parts or len(parts[0]) < 16 or not _printable(parts[0]):
+        raise SettingsError(where + FORM)
+    key, rest = parts[0], parts[1:]
+    scope: Scope = "write"
+    if rest and rest[0] in SCOPES:
+        scope = "read" if rest.pop(0) == "read" else "write"
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+    projects: tuple[str, ...] | None = None
+    for part in rest:
+        name, equals, value = part.partition("=")
+        if not equals or name not in ("user", "groups", "projects") or not value:
+            raise SettingsError(f"{where}{part!r} is not part of a key line; " + FORM)
+        if name == "user":
+            user = value
+        elif name == "groups":
+            groups = tuple(g for g in value.split(",") if g)
+        else:
+            projects = tuple(p for p in value.split(",") if p)
+    try:
+        principal = (Principal(user, groups, strict=True) if user is not None or groups
+                     else ADMIN)
+    except AccessError as exc:
+        raise SettingsError(f"{where}{exc}") from None
+    return key.encode(), scope, principal, projects
 
 
 def _printable(key: str) -> bool:

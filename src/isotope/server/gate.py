@@ -17,8 +17,10 @@ In order:
    of this origin and keeps working; programs (curl, the Client, agents) send neither
    header.
 3. **Key.** With API keys, a request without a valid one is refused (401) before its
-   body is read, and a read-only key on a route that writes (403); the key's scope is
-   left in ``scope["state"]["isotope.scope"]`` for the route. ``/``, ``/app.js``,
+   body is read, and a read-only key on a route that writes (403); the key's scope and
+   principal (who it is: :mod:`isotope.server.auth`) are left in ``scope["state"]``
+   (``isotope.scope``, ``isotope.principal``) for the route. The keys file is read again
+   when it changes; one that no longer reads refuses every request (503). ``/``, ``/app.js``,
    ``/health``, ``/docs`` and ``/openapi.json`` need no key.
 4. **Body.** A body over ``max_bytes`` is refused (413) as soon as it passes the limit,
    whether declared (``Content-Length``) or streamed (``Transfer-Encoding: chunked``);
@@ -103,6 +105,8 @@ class Gate:
     origins: frozenset[str] = field(default_factory=frozenset)
     body_timeout: float = 30.0
     writes: Callable[[str, str], bool] = lambda method, path: False
+    project: str | None = None
+    """The project of the unprefixed routes (others are at ``/p/NAME/``)."""
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":  # (the API has none: never reached unchecked)
@@ -144,19 +148,38 @@ class Gate:
             await reply(send, 400, "send the API key in the Authorization header "
                         "(Authorization: Bearer KEY), never in the URL")
             return
-        access = "write"
-        if self.keys and not (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)):
+        access, principal = "write", None
+        keys = self.keys = self.keys.fresh()  # (the keys file, read again if it changed)
+        if keys and not (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)):
+            if keys.broken:
+                await reply(send, 503, f"{keys.broken}; every request is refused until "
+                            "the keys file is fixed")
+                return
             kind, _, token = headers.get("authorization", "").partition(" ")
-            found = self.keys.scope(token.strip()) if kind.lower() == "bearer" else None
+            found = keys.lookup(token.strip()) if kind.lower() == "bearer" else None
             if found is None:
                 await reply(send, 401, "a valid API key is needed: Authorization: Bearer KEY",
                             [(b"www-authenticate", b"Bearer")])
                 return
-            if found != "write" and method in WRITE_METHODS and self.writes(method, path):
+            scoped, principal, projects = found
+            if projects is not None and project_of(path, self.project) not in projects:
+                # (as a project that does not exist: the key learns nothing of it)
+                await reply(send, 404, f"no route {path}; the routes are listed at /docs")
+                return
+            if scoped != "write" and method in WRITE_METHODS and self.writes(method, path):
                 await reply(send, 403, "this API key may only read")
                 return
-            access = found
-        scope.setdefault("state", {})["isotope.scope"] = access
+            access = scoped
+        prefix = f"/p/{self.project}"
+        if self.project and (path == prefix or path.startswith(prefix + "/")):
+            # the first project is also at /p/NAME/: its routes, unprefixed
+            scope["path"] = path[len(prefix):] or "/"
+            raw = scope.get("raw_path")
+            if isinstance(raw, bytes) and raw.startswith(prefix.encode()):
+                scope["raw_path"] = raw[len(prefix):] or b"/"
+        state = scope.setdefault("state", {})
+        state["isotope.scope"] = access
+        state["isotope.principal"] = principal  # (None: no keys, the owner)
         declared = headers.get("content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             await self._too_large(send)
@@ -222,6 +245,14 @@ class Gate:
                 await send(message)
 
         await self.app(scope, counted, sent)
+
+
+def project_of(path: str, default: str | None) -> str | None:
+    """The project a request's path is for: ``/p/NAME/...`` is NAME's, any other the
+    default project's."""
+    if path.startswith("/p/"):
+        return path.split("/")[2]
+    return default
 
 
 def _with_cors(send: Send, origin: str) -> Send:

@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
+from mcp.server.fastmcp import Context
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
+from isotope.access import Principal
 from isotope.reports import source_listing
 
 if TYPE_CHECKING:
@@ -89,13 +91,16 @@ def _reply(data: Any) -> CallToolResult:
 def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool = True,
                remote: bool = False,
                writes: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
-               answer_slots: asyncio.Semaphore | None = None) -> FastMCP:
+               answer_slots: asyncio.Semaphore | None = None,
+               principal: Principal | None = None) -> FastMCP:
     """The MCP server over ``iso``. ``ingest`` only when ``writable``; it reads below
     ``roots`` only (links out of them not followed), and with ``remote`` (HTTP) nothing
     at all without ``roots``. ``writes`` runs each write (the server queues them; default:
     in a worker thread); ``answer_slots`` bounds the answers written at once (the
     server's, shared with ``/ask``), and an ``ask`` whose call is cancelled stops its
-    model. Over HTTP it sits behind the server's gate, which checks Host and
+    model. Each tool answers for the request's API key over HTTP (its principal), else
+    for ``principal`` (stdio: None, the user who runs it, sees everything). Over HTTP it
+    sits behind the server's gate, which checks Host and
     Origin (the SDK's own check is off: it knew neither ``allowed_hosts`` nor
     ``allowed_origins`` and answered in plain text)."""
     from mcp.server.fastmcp import FastMCP
@@ -113,19 +118,22 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
     run_write = writes or in_thread
 
     @server.tool()
-    async def search(query: Query, k: K = 5, mode: ModeField = None,
+    async def search(ctx: Context,  # type: ignore[type-arg]
+                     query: Query, k: K = 5, mode: ModeField = None,
                      filters: Filters = None) -> CallToolResult:
         """Find the passages of the user's documents that answer a question, best first,
         each with its source, its place (page, headings) and the generated questions of
         it that matched. Fast (tens of milliseconds). Read `suggested_action`: deliver
         (the first passage is very likely right), query_more (read several, or search
         again), refine_query (probably not found: rephrase or add detail)."""
+        who = _asker(ctx, principal)
         found = await anyio.to_thread.run_sync(
-            lambda: iso.search(query, k, mode=mode, filters=filters))
+            lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
         return _reply(agent_view(found))
 
     @server.tool()
-    async def ask(query: Query, k: Annotated[int, Field(
+    async def ask(ctx: Context,  # type: ignore[type-arg]
+                  query: Query, k: Annotated[int, Field(
             ge=1, le=20, description="Passages given to the model")] = 3,
             mode: ModeField = None, filters: Filters = None) -> CallToolResult:
         """Answer a question from the user's documents in a few sentences, citing the
@@ -134,23 +142,26 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         `search` is faster when you can read passages yourself. `answer_kind` says how the
         answer was made: generated (supported by the cited passages), quoted (the passage
         that matched best, quoted), or declined (the documents do not hold it)."""
+        who = _asker(ctx, principal)
         found = await anyio.to_thread.run_sync(
-            lambda: iso.search(query, k, mode=mode, filters=filters))
+            lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
         cancel = threading.Event()
         async with answer_slots or contextlib.nullcontext():
             try:
                 answered = await anyio.to_thread.run_sync(
-                    lambda: iso.answer(found, cancel=cancel), abandon_on_cancel=True)
+                    lambda: iso.answer(found, cancel=cancel, principal=who),
+                    abandon_on_cancel=True)
             except BaseException:  # the call was cancelled: the model stops too
                 cancel.set()
                 raise
         return _reply(agent_view(answered))
 
     @server.tool()
-    async def list_sources() -> CallToolResult:
+    async def list_sources(ctx: Context) -> CallToolResult:  # type: ignore[type-arg]
         """The documents in the index: each one's name (its path), type, title, state
         and how many passages, statements and questions it holds."""
-        infos = await anyio.to_thread.run_sync(iso.sources)
+        who = _asker(ctx, principal)
+        infos = await anyio.to_thread.run_sync(lambda: iso.sources(principal=who))
         return _reply([{k: v for k, v in source_listing(info).items()
                         if k in ("uri", "loader", "state", "chunks", "atoms", "questions",
                                  "chunks_waiting") or k == "metadata"} for info in infos])
@@ -193,6 +204,20 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
             return _reply(done)
 
     return server
+
+
+def _asker(ctx: Context, default: Principal | None  # type: ignore[type-arg]
+           ) -> Principal | None:
+    """Who calls a tool: over HTTP, the principal of the request's API key (the gate put
+    it in the request's state); over stdio, ``default`` (None: the user who runs it)."""
+    try:
+        request = ctx.request_context.request
+    except (LookupError, ValueError, AttributeError):
+        request = None
+    if request is None:
+        return default
+    found = (getattr(request, "scope", None) or {}).get("state", {}).get("isotope.principal")
+    return found if isinstance(found, Principal) else None
 
 
 def _quiet_closed_streams() -> None:

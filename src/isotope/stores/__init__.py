@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from isotope.embedders import Vectors
-from isotope.errors import InvalidIndex, MissingDependency
+from isotope.errors import InvalidArgument, InvalidIndex, MissingDependency
 from isotope.models import Atom, Chunk, DroppedQuestion, GeneratedQuestion, Question, Source
 from isotope.search.filters import Condition
 
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 @dataclass
@@ -196,12 +196,25 @@ class Store(ABC):
     def get_source(self, uri: str) -> Source | None: ...
 
     @abstractmethod
-    def sources(self) -> list[SourceInfo]: ...
+    def sources(self, conditions: Sequence[Condition] = ()) -> list[SourceInfo]:
+        """The sources (with ``conditions`` on the source only, such as its access
+        list: those meeting them)."""
 
     @abstractmethod
-    def counts(self) -> dict[str, int]:
+    def counts(self, conditions: Sequence[Condition] = ()) -> dict[str, int]:
         """Numbers of sources, chunks, atoms and questions (and, where the store knows,
-        ``chunks_waiting`` and ``sources_waiting`` for their questions)."""
+        ``chunks_waiting`` and ``sources_waiting`` for their questions); with
+        ``conditions``, of the chunks meeting them."""
+
+    def visible_chunks(self, ids: Sequence[str], conditions: Sequence[Condition]) -> set[str]:
+        """Which of the chunks ``ids`` exist and meet ``conditions``. Default: the store
+        keeps no access lists (every chunk that exists)."""
+        return set(self.get_chunks(ids))
+
+    def set_access(self, uris: Sequence[str], access: list[str] | None) -> int:
+        """Give the sources ``uris`` the access list ``access`` (None: none), at once for
+        every search; returns how many exist. Default: not supported."""
+        raise InvalidArgument("this store keeps no access lists")
 
     @abstractmethod
     def pending_chunks(self, limit: int, *, after: str | None = None,
@@ -234,7 +247,8 @@ class Store(ABC):
 
     def generated_questions(self, *, source: str | None = None,
                             chunk_id: str | None = None, sample: int | None = None,
-                            seed: int | None = None) -> list[GeneratedQuestion]:
+                            seed: int | None = None,
+                            conditions: Sequence[Condition] = ()) -> list[GeneratedQuestion]:
         """The generated questions, kept and dropped, each with its atom: of one
         ``source`` or one chunk (``chunk_id``) in chunk, atom and generation order, or
         ``sample`` of them drawn at random across the index (``seed`` makes the draw

@@ -88,6 +88,7 @@ class PostgresStore(SQLStore):
 
     concurrent_writers = True
     dialect = POSTGRES
+    conditions_sql = staticmethod(where)
 
     def __init__(self, location: str, *, create: bool = True) -> None:
         try:

@@ -92,6 +92,9 @@ STEPS: dict[int, list[str]] = {
         chunk_id text NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
         atom_id text NOT NULL, text text NOT NULL, reason text NOT NULL)""",
         "CREATE INDEX dropped_questions_chunk ON dropped_questions(chunk_id)"],
+    # 8: each source's access list (public, user:NAME, group:NAME; NULL: none), a
+    # condition of every search (isotope.access)
+    8: ["ALTER TABLE sources ADD COLUMN access jsonb"],
 }
 """Numbered steps. The first PostgreSQL schema is the embedded store's schema 6, so it is
 numbered 6; a later change is a new step (7, ...) and is never edited once released."""

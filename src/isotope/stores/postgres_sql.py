@@ -88,6 +88,10 @@ class PostgresFilters(FilterSQL):
 
     always = "true"
 
+    def access(self, unlisted: bool, entries: Sequence[Any]) -> Test:
+        listed = "coalesce(s.access ?| %s::text[], false)"
+        return (f"(s.access IS NULL OR {listed})" if unlisted else listed), [list(entries)]
+
     def globs(self, globs: Sequence[Any]) -> Test:
         return ("(" + " OR ".join("c.source ~ %s" for _ in globs) + ")",
                 [glob_regex(str(v)) for v in globs])

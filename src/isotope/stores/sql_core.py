@@ -41,6 +41,7 @@ from isotope.models import (
     Source,
     content_hash,
 )
+from isotope.search.filters import Condition
 from isotope.stores import (
     ChunkQuestions,
     Hit,
@@ -126,7 +127,8 @@ POSTGRES = Dialect(
     add_questions_count="UPDATE sources SET counts = jsonb_set(counts, '{2}', "
     "to_jsonb((counts->>2)::int + %s)) WHERE uri = %s AND counts IS NOT NULL")
 
-_SOURCE = "uri, content_hash, size, mtime, loader, ingested_at, metadata, status, root"
+_SOURCE = ("uri, content_hash, size, mtime, loader, ingested_at, metadata, status, root, "
+           "access")
 _CHUNK = 'id, source, idx, start, "end", text, metadata, context'
 _ATOM = 'id, chunk_id, idx, start, "end", text'
 
@@ -135,6 +137,9 @@ class SQLStore(Store):
     """A relational store's writes and reads, against :attr:`dialect` and its hooks."""
 
     dialect: Dialect
+    conditions_sql: Callable[[Sequence[Condition]], tuple[str, list[Any]]]
+    """The engine's SQL for filter conditions over chunks ``c`` joined to sources ``s``
+    (:mod:`isotope.stores.sql_filters`)."""
     where: str
     """Where the index is, as messages name it (a folder, a URL without its password)."""
 
@@ -185,7 +190,8 @@ class SQLStore(Store):
     def _source(self, row: Sequence[Any]) -> Source:
         return Source(uri=row[0], content_hash=row[1], size=row[2], mtime=row[3],
                       loader=row[4], ingested_at=datetime.fromisoformat(row[5]),
-                      metadata=self.dialect.json_value(row[6]), status=row[7], root=row[8])
+                      metadata=self.dialect.json_value(row[6]), status=row[7], root=row[8],
+                      access=None if row[9] is None else self.dialect.json_value(row[9]))
 
     def _chunk(self, row: Sequence[Any]) -> Chunk:
         return Chunk(id=row[0], source=row[1], index=row[2], start=row[3], end=row[4],
@@ -215,10 +221,11 @@ class SQLStore(Store):
         with self._write(*touched) as conn:
             conn.execute(f"DELETE FROM sources WHERE {d.any_of('uri')}", (d.many(touched),))
             conn.execute(
-                f"INSERT INTO sources({_SOURCE}, counts) VALUES ({', '.join([d.mark] * 10)})",
+                f"INSERT INTO sources({_SOURCE}, counts) VALUES ({', '.join([d.mark] * 11)})",
                 (source.uri, source.content_hash, source.size, source.mtime, source.loader,
                  (source.ingested_at or datetime.now(UTC)).isoformat(),
                  d.json_param(source.metadata), source.status, source.root,
+                 None if source.access is None else d.json_param(source.access),
                  d.json_param([len(batch.chunks), len(batch.atoms), len(batch.questions)])))
             chunk_rows = self._add_rows(conn, "chunks", f"{_CHUNK}, hash, enriched", [
                 (c.id, source.uri, c.index, c.start, c.end, d.text(c.text),
@@ -332,8 +339,9 @@ class SQLStore(Store):
         rows = self._of("chunks", _CHUNK, "id", list(ids), self.dialect.row)
         return {r[1]: self._chunk(r[1:]) for r in rows}
 
-    def sources(self) -> list[SourceInfo]:
+    def sources(self, conditions: Sequence[Condition] = ()) -> list[SourceInfo]:
         d = self.dialect
+        clause, params = self.conditions_sql(conditions)  # (on the source s only)
         rows = self._rows(
             f"SELECT {', '.join('s.' + c for c in _SOURCE.split(', '))},"
             " (SELECT count(*) FROM chunks c WHERE c.source = s.uri),"
@@ -342,11 +350,26 @@ class SQLStore(Store):
             " (SELECT count(*) FROM questions q JOIN chunks c ON q.chunk_id = c.id"
             "   WHERE c.source = s.uri),"
             f" (SELECT count(*) FROM chunks c WHERE c.source = s.uri AND {d.waiting('c')})"
-            f" FROM sources s ORDER BY s.uri{d.binary_order}")
-        return [SourceInfo(self._source(r[:9]), r[9], r[10], r[11], pending=r[12])
+            f" FROM sources s WHERE {clause} ORDER BY s.uri{d.binary_order}", params)
+        return [SourceInfo(self._source(r[:10]), r[10], r[11], r[12], pending=r[13])
                 for r in rows]
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, conditions: Sequence[Condition] = ()) -> dict[str, int]:
+        if conditions:  # what the conditions let be seen
+            clause, params = self.conditions_sql(conditions)
+            d = self.dialect
+            seen = f"FROM chunks c JOIN sources s ON s.uri = c.source WHERE {clause}"
+            with self.snapshot():
+                row = self._rows(
+                    f"SELECT count(DISTINCT c.source), count(*), "
+                    f"count(DISTINCT CASE WHEN {d.waiting('c')} THEN c.source END), "
+                    f"sum(CASE WHEN {d.waiting('c')} THEN 1 ELSE 0 END) {seen}", params)[0]
+                atoms, questions = (int(self._rows(
+                    f"SELECT count(*) FROM {table} t WHERE t.chunk_id IN (SELECT c.id {seen})",
+                    params)[0][0]) for table in ("atoms", "questions"))
+            return {"sources": int(row[0]), "chunks": int(row[1]), "atoms": atoms,
+                    "questions": questions, "chunks_waiting": int(row[3] or 0),
+                    "sources_waiting": int(row[2])}
         with self.snapshot():
             found = {table: int(self._rows(f"SELECT count(*) FROM {table}")[0][0])
                      for table in ("sources", "chunks", "atoms", "questions")}
@@ -354,7 +377,37 @@ class SQLStore(Store):
             found["sources_waiting"] = int(self._rows(
                 f"SELECT count(DISTINCT source) FROM chunks WHERE {self.dialect.waiting()}"
             )[0][0])
+            found["sources_without_access"] = int(self._rows(
+                "SELECT count(*) FROM sources WHERE access IS NULL")[0][0])
         return found
+
+    def visible_chunks(self, ids: Sequence[str], conditions: Sequence[Condition]) -> set[str]:
+        if not ids:
+            return set()
+        d = self.dialect
+        clause, params = self.conditions_sql(conditions)
+        return {r[0] for r in self._rows(
+            f"SELECT c.id FROM chunks c JOIN sources s ON s.uri = c.source WHERE "
+            f"{d.any_of('c.id')} AND {clause}", (d.many(list(ids)), *params))}
+
+    def set_access(self, uris: Sequence[str], access: list[str] | None) -> int:
+        d = self.dialect
+        uris = list(uris)
+        if not uris:
+            return 0
+        value = None if access is None else d.json_param(access)
+
+        def change() -> int:
+            with self._write(*uris) as conn:
+                found = conn.execute(f"SELECT count(*) FROM sources WHERE "
+                                     f"{d.any_of('uri')}", (d.many(uris),)).fetchone()[0]
+                conn.execute(f"UPDATE sources SET access = {d.mark} WHERE "
+                             f"{d.any_of('uri')}", (value, d.many(uris)))
+            return int(found)
+
+        changed = self._retried(change)
+        self._after_write()
+        return changed
 
     def _hits(self, kind: Kind, scored: list[tuple[int, float]]) -> list[Hit]:
         """Search hits for ``(row, score)`` pairs, in their order (rows gone since are
@@ -435,13 +488,19 @@ class SQLStore(Store):
 
     def generated_questions(self, *, source: str | None = None,
                             chunk_id: str | None = None, sample: int | None = None,
-                            seed: int | None = None) -> list[GeneratedQuestion]:
+                            seed: int | None = None,
+                            conditions: Sequence[Condition] = ()) -> list[GeneratedQuestion]:
         d = self.dialect
         with self.snapshot():
             if sample is not None:  # drawn among the row numbers, then only those read
+                clause, params = self.conditions_sql(conditions)
+                seen = (f"x JOIN chunks c ON c.id = x.chunk_id JOIN sources s ON s.uri = "
+                        f"c.source WHERE {clause}")
                 kept, dropped = draw_questions(
-                    [int(r) for (r,) in self._rows(f"SELECT {d.row} FROM questions")],
-                    [int(r) for (r,) in self._rows(f"SELECT {d.row} FROM dropped_questions")],
+                    [int(r) for (r,) in self._rows(
+                        f"SELECT x.{d.row} FROM questions {seen}", params)],
+                    [int(r) for (r,) in self._rows(
+                        f"SELECT x.{d.row} FROM dropped_questions {seen}", params)],
                     sample, seed)
                 among = d.any_of(f"x.{d.row}")
                 return as_generated(self._rows(self._questions_sql(among),

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+from isotope.access import ACCESS_KEY
 from isotope.search.filters import Condition
 
 OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
@@ -37,7 +38,9 @@ class FilterSQL(ABC):
         parts: list[str] = []
         params: list[Any] = []
         for cond in conditions:
-            if cond.key == "source":  # globs, resolved by isotope.search.filters
+            if cond.key == ACCESS_KEY:  # who may see: see isotope.access.condition
+                sql, values = self.access(bool(cond.values[0]), cond.values[1:])
+            elif cond.key == "source":  # globs, resolved by isotope.search.filters
                 sql, values = self.globs(cond.values)
             elif cond.key == "type":
                 sql, values = self.loader(cond.values)
@@ -52,6 +55,11 @@ class FilterSQL(ABC):
     def negate(self, sql: str) -> str:
         """``sql`` negated, a NULL counting as false (so negated, as true)."""
         return f"NOT coalesce({sql}, false)"
+
+    @abstractmethod
+    def access(self, unlisted: bool, entries: Sequence[Any]) -> Test:
+        """The source's access list ``s.access`` holds one of ``entries`` (or, with
+        ``unlisted``, the source has no list)."""
 
     @abstractmethod
     def globs(self, globs: Sequence[Any]) -> Test:

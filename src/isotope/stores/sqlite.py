@@ -59,6 +59,7 @@ class SQLiteStore(SQLStore):
     """An index in a directory: ``isotope.db`` plus the vector indexes in ``vectors/``."""
 
     dialect = SQLITE
+    conditions_sql = staticmethod(where)
 
     def __init__(self, directory: str | Path, *, create: bool = True) -> None:
         self.directory = Path(directory)

@@ -105,6 +105,10 @@ STEPS: dict[int, list[str]] = {
         chunk_id TEXT NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
         atom_id TEXT NOT NULL, text TEXT NOT NULL, reason TEXT NOT NULL)""",
         "CREATE INDEX IF NOT EXISTS dropped_questions_chunk ON dropped_questions(chunk_id)"],
+    # 8: each source's access list (JSON: public, user:NAME, group:NAME; NULL: none), a
+    # condition of every search (isotope.access); and the vectors' meta may name segments
+    # (an older isotope would read those as damaged)
+    8: ["ALTER TABLE sources ADD COLUMN access TEXT"],
 }
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 

@@ -34,6 +34,11 @@ class SQLiteFilters(FilterSQL):
     """Filters in SQLite's SQL: GLOB, ``json_extract``, ``json_each`` over a metadata
     value (a list's items, an object's values), and a value's JSON type."""
 
+    def access(self, unlisted: bool, entries: Sequence[Any]) -> Test:
+        marks = ",".join("?" * len(entries))
+        listed = f"EXISTS (SELECT 1 FROM json_each(s.access) WHERE value IN ({marks}))"
+        return (f"(s.access IS NULL OR {listed})" if unlisted else listed), list(entries)
+
     def globs(self, globs: Sequence[Any]) -> Test:
         return "(" + " OR ".join("c.source GLOB ?" for _ in globs) + ")", list(globs)
 

@@ -23,10 +23,13 @@ function explain(status, message) {
   return message || `the server answered ${status}`;
 }
 
+// a project of a server of several is at /p/NAME/: its page calls its own routes
+const BASE = location.pathname.startsWith("/p/") ? location.pathname.split("/").slice(0, 3).join("/") : "";
+
 async function send(method, path, body, signal) {
   let reply;
   try {
-    reply = await fetch(path, { method, headers: headers(), body: body && JSON.stringify(body), signal });
+    reply = await fetch(BASE + path, { method, headers: headers(), body: body && JSON.stringify(body), signal });
   } catch (error) {
     if (error.name === "AbortError") throw error;
     throw new Error(`cannot reach the server at ${location.host}: is isotope serve still running?`);
@@ -179,7 +182,7 @@ $("search").addEventListener("submit", async (event) => {
 
 // The answer box starts unticked when the answer model is the local one: on a laptop's
 // CPU an answer takes many seconds (results always come first).
-fetch("/health").then((r) => r.json()).then((health) => {
+fetch(BASE + "/health").then((r) => r.json()).then((health) => {
   if (health.answer_model_local) {
     $("ask").checked = false;
     $("ask-note").textContent = "(the answer model runs on this machine's CPU: seconds per answer)";

@@ -1,0 +1,113 @@
+"""What access control costs at scale: searches for a principal who may see 1% and 10% of
+the sources, against the same searches without a principal, on the scale benchmark's
+index (``benchmarks/scale.py``; built first if it is not there).
+
+    ISOTOPE_BENCH_DIR=/tmp/bench-scale .venv/bin/python benchmarks/access.py --questions 1000000
+
+Every source gets an access list ``group:gN`` (N = its number modulo 100), so the
+principal ``group:g7`` sees 1% of the sources and ``group:g0..g9`` 10%. Printed: hybrid
+and questions-dense p50 with and without the principal (and their ratio), recall@10 of
+the principal's question search against an exact search over what it may see, how many
+searches returned fewer than k, and the bytes per question before and after the lists.
+The lists are removed at the end (the scale benchmark's index is left as it was)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import scale
+from isotope.access import Principal, condition
+
+GROUPS = 100
+
+
+def lists(iso: Any, give: bool) -> float:
+    """Give every source its list (or take them away); returns the seconds it took."""
+    store = iso.store
+    uris = [info.source.uri for info in store.sources()]
+    started = time.perf_counter()
+    by_group: dict[int, list[str]] = {}
+    for n, uri in enumerate(sorted(uris)):
+        by_group.setdefault(n % GROUPS, []).append(uri)
+    with store.writer(60):
+        for group, members in by_group.items():
+            store.set_access(members, [f"group:g{group}"] if give else None)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--questions", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    synthesis = scale.Synthesis(scale.real_bank())
+    path = scale.WORK / f"scale-{args.questions}"
+    if not (path / "built.json").exists():
+        print(f"building {args.questions:,} questions in {path}", file=sys.stderr)
+        built = scale.build(path, synthesis, args.questions)
+        (path / "built.json").write_text(json.dumps(built))
+    with scale.open_index(path, synthesis) as iso:
+        synthesis.atoms = iso.store.counts()["atoms"]
+    queries = [synthesis.query_text(i) for i in range(args.queries)]
+    vectors = {q: synthesis.vector(q) for q in queries}
+    principals = {"1%": Principal(groups=("g7",), strict=True),
+                  "10%": Principal(groups=tuple(f"g{n}" for n in range(10)), strict=True)}
+    result: dict[str, Any] = {}
+    with scale.open_index(path, synthesis) as iso:
+        store = iso.store
+        result["questions"] = store.counts()["questions"]
+        before = store.disk_size()
+        result["set_lists_s"] = round(lists(iso, True), 2)
+        iso.compact()  # (the freed pages given back, as at rest)
+        result["bytes_per_question_before"] = round(before / result["questions"])
+        result["bytes_per_question_with_lists"] = round(store.disk_size()
+                                                        / result["questions"])
+        try:
+            for q in queries[:20]:  # warm
+                iso.search(q, k=10)
+            for mode, name in (("hybrid", "hybrid"), ("questions-dense", "dense")):
+                plain = scale.timed(lambda q, m=mode: iso.search(q, k=10, mode=m), queries)
+                result[f"{name}_p50_ms"] = scale.ms(plain, 50)
+                for share, who in principals.items():
+                    shorts = 0
+
+                    def asked(q: str, m: str = mode, w: Principal = who) -> None:
+                        nonlocal shorts
+                        shorts += len(iso.search(q, k=10, mode=m, principal=w).results) < 10
+
+                    times = scale.timed(asked, queries)
+                    result[f"{name}_{share}_p50_ms"] = scale.ms(times, 50)
+                    result[f"{name}_{share}_over_plain"] = round(
+                        scale.ms(times, 50) / max(result[f"{name}_p50_ms"], 1e-9), 2)
+                    result[f"{name}_{share}_fewer_than_k"] = shorts
+            truth = scale.exact_baseline(iso, synthesis)["questions"]
+            index = store._vectors.index("questions")  # type: ignore[attr-defined]
+            for share, who in principals.items():
+                made = condition(who, control=True)
+                assert made is not None
+                allowed = store._allowed([made])  # type: ignore[attr-defined]
+                found = [[i for i, _, _ in index.search(vectors[q], 10, allowed)]
+                         for q in queries]
+                expected = [[i for i, _, _ in truth.search(vectors[q], 10, allowed)]
+                            for q in queries]
+                result[f"recall_at_10_{share}"] = scale.recall(found, expected)
+                result[f"visible_chunks_{share}"] = len(allowed)
+        finally:
+            result["remove_lists_s"] = round(lists(iso, False), 2)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for key, value in result.items():
+        print(f"{key:36} {value}")
+
+
+if __name__ == "__main__":
+    main()

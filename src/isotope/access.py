@@ -1,0 +1,297 @@
+"""Who may see what: principals, the access lists of sources, and the rules file.
+
+A **principal** is who asks: a user and the groups they belong to, or an administrator
+(who sees everything). A **source's access list** names who may see it: ``public``,
+``user:NAME`` and ``group:NAME`` entries; a source without a list has ``None``. Chunks,
+atoms and questions take their source's list: a search for a principal is a search over
+the sources it may see (:func:`condition`, a condition of every vector and keyword search,
+never a filter on its top k).
+
+With access control on (the ``access_control`` setting, or a server whose keys name
+users), a source without a list is seen by administrators only (fail closed); off (a
+local index, the default), it is seen by everyone, and a list, where one is set, still
+restricts its source.
+
+The rules file, :data:`RULES_FILE` in an ingested folder, gives lists by path::
+
+    # the last matching line wins
+    **          = public
+    hr/**       = group:hr
+    board/*.eml = user:ceo, group:board
+
+A pattern is matched against the path relative to the folder, ``/`` between folders:
+``*`` and ``?`` stay within one folder, ``**`` crosses them, and a pattern without ``/``
+matches a file name in any folder."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from isotope.errors import IsotopeError
+from isotope.search.filters import Condition
+
+PUBLIC = "public"
+RULES_FILE = ".isotope-access"
+ACCESS_KEY = "\x00access"
+"""The key of the access condition: a filter given by a user can never name it (filter
+keys hold no control characters), so no filter can widen or replace it."""
+_NAME = re.compile(r"^[^\s,:=\x00-\x1f\x7f]{1,200}$")
+
+
+class AccessError(IsotopeError):
+    """An access list, principal or rules file that cannot be read; the message names
+    the accepted forms."""
+
+
+def entry(text: str) -> str:
+    """One access list entry, checked: ``public``, ``user:NAME`` or ``group:NAME`` (a
+    name of 1-200 characters without spaces, commas, colons, ``=`` or control
+    characters)."""
+    value = str(text).strip()
+    if value == PUBLIC:
+        return value
+    kind, _, name = value.partition(":")
+    if kind not in ("user", "group") or not _NAME.match(name):
+        raise AccessError(f"{text!r} is not an access entry: use public, user:NAME or "
+                          "group:NAME (no spaces, commas, colons or '=' in a name)")
+    return f"{kind}:{name}"
+
+
+def access_list(entries: Iterable[str]) -> list[str]:
+    """An access list: its entries checked, each once, sorted (an empty list lets only
+    administrators see the source). Entries may also come comma-separated."""
+    found: set[str] = set()
+    for item in entries:
+        for part in str(item).split(","):
+            if part.strip():
+                found.add(entry(part))
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who asks: a user and their groups, or an administrator (``admin``: sees every
+    source, with a list or not)."""
+
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+    admin: bool = False
+    strict: bool = False
+    """Sources without a list are hidden from it even with the ``access_control`` setting
+    off: a principal named by a server's API key (keys naming users turn access control
+    on)."""
+
+    def __post_init__(self) -> None:
+        if self.user is not None:
+            entry(f"user:{self.user}")
+        for group in self.groups:
+            entry(f"group:{group}")
+
+    @classmethod
+    def parse(cls, text: str) -> Principal:
+        """``user:NAME[,group:NAME...]`` (groups alone are allowed too)."""
+        user: str | None = None
+        groups: list[str] = []
+        for part in access_list([text]):
+            kind, _, name = part.partition(":")
+            if kind == "user":
+                if user is not None and user != name:
+                    raise AccessError(f"{text!r} names two users; a principal is one user "
+                                      "with any number of groups")
+                user = name
+            elif kind == "group":
+                groups.append(name)
+            else:
+                raise AccessError(f"{text!r}: a principal is user:NAME[,group:NAME...]")
+        if user is None and not groups:
+            raise AccessError(f"{text!r}: a principal is user:NAME[,group:NAME...]")
+        return cls(user, tuple(groups))
+
+    def entries(self) -> tuple[str, ...]:
+        """The list entries that let this principal see a source."""
+        return (PUBLIC, *([f"user:{self.user}"] if self.user else []),
+                *(f"group:{g}" for g in self.groups))
+
+    def sees(self, access: Sequence[str] | None, *, control: bool) -> bool:
+        """Whether this principal may see a source with list ``access`` (None: none)."""
+        if self.admin:
+            return True
+        if access is None:
+            return not (control or self.strict)
+        return bool(set(access) & set(self.entries()))
+
+    def __str__(self) -> str:
+        if self.admin:
+            return "administrator"
+        return ",".join([*([f"user:{self.user}"] if self.user else []),
+                         *(f"group:{g}" for g in self.groups)])
+
+
+ADMIN = Principal(admin=True)
+
+
+def principal_of(value: Principal | str | dict[str, Any] | None) -> Principal | None:
+    """A principal from what the API takes: a :class:`Principal`, its text form
+    (``user:alice,group:finance``), a dict (``{"user": ..., "groups": [...]}``) or None
+    (the owner: no restriction)."""
+    if value is None or isinstance(value, Principal):
+        return value
+    if isinstance(value, str):
+        return Principal.parse(value)
+    if isinstance(value, dict):
+        groups = value.get("groups") or []
+        if isinstance(groups, str) or not isinstance(groups, list | tuple):
+            raise AccessError("a principal's groups are a list of names")
+        return Principal(value.get("user"), tuple(str(g) for g in groups),
+                         bool(value.get("admin", False)))
+    raise AccessError(f"a principal is user:NAME[,group:NAME...], not {type(value).__name__}")
+
+
+def condition(principal: Principal | None, *, control: bool) -> Condition | None:
+    """The search condition for ``principal`` (None: sees everything): the source's list
+    holds one of its entries, or (access control off) the source has no list. Its first
+    value says whether sources without a list are seen."""
+    if principal is None or principal.admin:
+        return None
+    return Condition(ACCESS_KEY, "eq", (not (control or principal.strict),
+                                        *principal.entries()))
+
+
+def email_list(metadata: dict[str, Any]) -> list[str] | None:
+    """An email's sender and recipients as ``user:ADDRESS`` entries (None: no address)."""
+    found: list[str] = []
+    for key in ("from", "to", "cc"):
+        value = metadata.get(key)
+        for address in value if isinstance(value, list) else [value]:
+            if isinstance(address, str) and address.strip() and _NAME.match(
+                    address.strip().lower()):
+                found.append(f"user:{address.strip().lower()}")
+    return sorted(set(found)) or None
+
+
+# -- the rules file --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rules:
+    """The lines of a rules file: (pattern, its regular expression, the list)."""
+
+    path: Path
+    lines: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...]
+
+    def match(self, relative: str) -> list[str] | None:
+        """The list of the last line matching ``relative`` (a ``/``-separated path under
+        the rules file's folder), or None."""
+        found: tuple[str, ...] | None = None
+        for _, pattern, entries in self.lines:
+            if pattern.match(relative):
+                found = entries
+        return list(found) if found is not None else None
+
+
+def _pattern(glob: str) -> re.Pattern[str]:
+    """A rules-file glob as a regular expression over a relative path."""
+    glob = glob.strip().lstrip("/")
+    anywhere = "/" not in glob.rstrip("/")
+    out, i = [], 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif glob[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif glob[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    body = "".join(out)
+    if glob.endswith("/"):
+        body += ".*"  # a folder: everything under it
+    return re.compile(("(?:.*/)?" if anywhere else "") + body + r"\Z")
+
+
+def read_rules(path: Path) -> Rules:
+    """The rules file at ``path``; :class:`AccessError` naming the line and the form."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AccessError(f"{path}: cannot be read ({exc}); fix or remove it") from None
+    lines = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        glob, equals, listed = line.partition("=")
+        try:
+            if not equals or not glob.strip():
+                raise AccessError("no '='")
+            entries = tuple(access_list([listed.replace(" ", ",")]))
+        except AccessError as exc:
+            raise AccessError(
+                f"{path}, line {number}: {raw.strip()!r} is not a rule ({exc}); a rule is "
+                "GLOB = ENTRY[, ENTRY...], each entry public, user:NAME or group:NAME, "
+                "e.g. 'hr/** = group:hr'") from None
+        lines.append((glob.strip(), _pattern(glob), entries))
+    return Rules(path, tuple(lines))
+
+
+@lru_cache(maxsize=64)
+def _rules_at(path: str, mtime: float, size: int) -> Rules:
+    return read_rules(Path(path))
+
+
+def rules_for(root: str | Path | None) -> Rules | None:
+    """The rules file of an ingested root (a folder, or a file's folder), re-read when
+    it changes; None where there is none."""
+    if root is None:
+        return None
+    folder = Path(root)
+    if not folder.is_dir():
+        folder = folder.parent
+    path = folder / RULES_FILE
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _rules_at(str(path), stat.st_mtime, stat.st_size)
+
+
+@dataclass
+class Assigner:
+    """The access list a source gets when it is stored or seen again by an ingest: the
+    lists given (``--allow``), else the rules file of its root, else its sender and
+    recipients (an email, with ``email_access``), else the list it had (a member of a
+    container, such as an email's attachment: its container's)."""
+
+    allow: tuple[str, ...] | None = None
+    email_access: bool = False
+
+    def __call__(self, uri: str, root: str | None, metadata: dict[str, Any],
+                 had: list[str] | None) -> list[str] | None:
+        if self.allow is not None:
+            return list(self.allow)
+        rules = rules_for(root)
+        if rules is not None and root is not None:
+            file = str(metadata.get("file") or uri.split("#", 1)[0])
+            folder = Path(root) if Path(root).is_dir() else Path(root).parent
+            try:
+                relative = Path(file).relative_to(folder).as_posix()
+            except ValueError:
+                relative = Path(file).name
+            found = rules.match(relative)
+            if found is not None:
+                return found
+        if self.email_access and (metadata.get("from") or metadata.get("to")):
+            listed = email_list(metadata)
+            if listed is not None:
+                return listed
+        return had

@@ -1,0 +1,294 @@
+"""Who may see what (issue 28): a permissions matrix over real indexes (the SQLite store
+and a real PostgreSQL server), the bundled embedder and the real pipeline; only the
+model's reply is the deterministic fake (one test goes through the real local model).
+
+Three principals (an administrator, a user in group finance, a user in no group) against
+six sources: public, one user's, a group's (from the rules file), one without a list,
+an email (its sender and recipients), and one whose list changes mid-test; every search
+mode, ask, the questions view, sources, counts, chunks by id."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from isotope import Isotope
+from isotope.access import ADMIN, AccessError, Principal, read_rules
+from isotope.embedders import Embedder
+from isotope.errors import SourceNotFound
+from isotope.search.filters import FilterError
+from isotope.search.retrieval import MODES
+
+from conftest import EXAMPLES, FakeLLM
+
+FACTS = {
+    "handbook": ("handbook.md", "The cafeteria serves blueberry waffles every Monday "
+                 "morning.", "When does the cafeteria serve blueberry waffles?"),
+    "alice": ("private/alice.md", "Alice keeps the spare vault key in the orchid drawer.",
+              "Where is the spare vault key kept?"),
+    "budget": ("finance/budget.md", "The zeppelin budget of the finance department is "
+               "forty million crowns.", "How large is the zeppelin budget?"),
+    "loose": ("loose.txt", "The quokka parade starts at the harbour at noon.",
+              "When does the quokka parade start?"),
+    "changing": ("changing.md", "The marimba rehearsal moved to the basement studio.",
+                 "Where is the marimba rehearsal now?"),
+    "mail": ("mail/offsite.eml", "", "Which hotel in Lisbon do we stay at for the offsite?"),
+}
+SECRET = {"handbook": "waffles", "alice": "orchid", "budget": "zeppelin", "loose": "quokka",
+          "changing": "marimba", "mail": "almada"}
+RULES = """# the last matching line wins
+*.md = public
+private/** = user:alice
+finance/** = group:finance
+"""
+BOB = Principal("bob@example.com", ("finance",))
+EVE = Principal("eve")
+SEES = {
+    # with access control on: a source without a list is the administrator's only
+    "admin": set(FACTS),
+    "bob": {"handbook", "budget", "mail", "changing"},
+    "eve": {"handbook", "changing"},
+}
+ASKERS = {"admin": ADMIN, "bob": BOB, "eve": EVE}
+
+
+def _docs(folder: Path) -> Path:
+    for name, (path, text, _) in FACTS.items():
+        target = folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if name == "mail":
+            shutil.copy(EXAMPLES / "formats" / "offsite-planning.eml", target)
+        else:
+            target.write_text(f"# {name.title()}\n\n{text}\n")
+    (folder / ".isotope-access").write_text(RULES)
+    return folder
+
+
+def _name(source: str) -> str:
+    """Which of FACTS a source (or an email's attachment) is."""
+    for name, (path, _, _) in FACTS.items():
+        if source.split("#", 1)[0].endswith(path):
+            return name
+    raise AssertionError(f"unknown source {source}")
+
+
+def _everything_seen(iso: Isotope, asker: Principal | None, mode: str) -> set[str]:
+    """Every source a principal's searches in ``mode`` reach, by any query, with every
+    text a result carries (chunk, matched questions and atoms) checked for the secrets
+    of the sources it may not see."""
+    seen: set[str] = set()
+    texts: list[str] = []
+    for _, _, query in FACTS.values():
+        for secret_query in [query, *SECRET.values()]:
+            response = iso.search(secret_query, k=20, mode=mode, principal=asker)
+            for result in response.results:
+                seen.add(_name(result.chunk.source))
+                texts.append(result.chunk.text)
+                texts += [f"{q.text} {q.atom}" for q in result.matched_questions]
+    hidden = set(FACTS) - seen
+    for text in texts:
+        for name in hidden:
+            assert SECRET[name] not in text.lower(), (mode, name, text)
+    return seen
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "index")
+
+
+@pytest.fixture
+def guarded(location: str, tmp_path: Path, embedder: Embedder) -> Iterator[Isotope]:
+    iso = Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                       access_control=True, email_access=True)
+    iso.ingest(_docs(tmp_path / "docs"))
+    yield iso
+    iso.close()
+
+
+def test_the_matrix_every_mode_sees_only_what_it_may(guarded: Isotope) -> None:
+    iso = guarded
+    lists = {_name(s.source.uri): s.source.access for s in iso.sources(check_files=False)}
+    assert lists["handbook"] == ["public"] and lists["changing"] == ["public"]
+    assert lists["alice"] == ["user:alice"]  # (the last matching rule wins)
+    assert lists["budget"] == ["group:finance"]
+    assert lists["loose"] is None
+    assert "user:bob@example.com" in (lists["mail"] or [])
+    for who, asker in ASKERS.items():
+        for mode in MODES:
+            seen = _everything_seen(iso, asker, mode)
+            assert seen <= SEES[who], (who, mode, seen - SEES[who])
+            if mode.endswith("dense") or mode == "hybrid":
+                assert seen == SEES[who], (who, mode)  # nothing visible is lost either
+    # the list changes mid-test: at once, for every path, with no model call
+    calls = iso.llm(iso.settings.question_model).usage.calls
+    changed = iso.set_access("*/changing.md", ["group:hr"])
+    assert [_name(u) for u in changed] == ["changing"]
+    assert iso.get_access(changed[0]) == ["group:hr"]
+    assert iso.llm(iso.settings.question_model).usage.calls == calls
+    for mode in MODES:
+        assert "changing" not in _everything_seen(iso, EVE, mode)
+        assert "changing" not in _everything_seen(iso, BOB, mode)
+    assert "changing" in _everything_seen(iso, Principal("hank", ("hr",)), "hybrid")
+
+
+def test_never_fewer_than_k_when_k_are_visible(guarded: Isotope) -> None:
+    visible = {name: sum(1 for s in guarded.sources(check_files=False, principal=asker)
+                         for _ in range(s.chunks)) for name, asker in ASKERS.items()}
+    for name, asker in ASKERS.items():
+        for mode in ("questions-dense", "atoms-dense", "chunks-dense", "hybrid"):
+            found = guarded.search("anything at all", k=20, mode=mode,
+                                   principal=asker).results
+            assert len(found) == visible[name], (name, mode)
+            assert len(guarded.search("anything", k=2, mode=mode,
+                                      principal=asker).results) == 2
+
+
+def test_ask_answers_and_cites_only_what_the_asker_may_see(guarded: Isotope) -> None:
+    query = FACTS["budget"][2]
+    bob = guarded.ask(query, principal=BOB)
+    assert "zeppelin" in (bob.answer or "").lower()
+    assert all(_name(bob.results[c - 1].chunk.source) in SEES["bob"] for c in bob.citations)
+    eve = guarded.ask(query, principal=EVE)
+    assert "zeppelin" not in (eve.answer or "").lower()
+    assert all(_name(r.chunk.source) in SEES["eve"] for r in eve.results)
+    # an answer over given results drops those the asker may not see
+    given = guarded.search(query, principal=BOB)
+    answered = guarded.answer(given, principal=EVE)
+    assert "zeppelin" not in (answered.answer or "").lower()
+    assert all(_name(r.chunk.source) in SEES["eve"] for r in answered.results)
+
+
+def test_questions_sources_counts_and_chunks_by_id(guarded: Isotope) -> None:
+    iso = guarded
+    chunk_of = {_name(r.chunk.source): r.chunk.id for r in iso.search(
+        "anything", k=20, mode="chunks-dense").results}
+    for who, asker in ASKERS.items():
+        names = {_name(s.source.uri) for s in iso.sources(check_files=False,
+                                                          principal=asker)}
+        assert names == SEES[who]
+        infos = iso.sources(check_files=False, principal=asker)
+        counts = iso.counts(principal=asker)
+        assert counts["sources"] == sum(1 for s in infos if s.chunks)
+        assert counts["chunks"] == sum(s.chunks for s in infos)
+        assert counts["questions"] == sum(s.questions for s in infos) > 0
+        sample = iso.questions(sample=1_000, principal=asker)
+        assert {_name(q.source) for q in sample} <= SEES[who]
+        for name, chunk_id in chunk_of.items():
+            if name in SEES[who]:
+                assert iso.chunk_questions(chunk_id, principal=asker).chunk.id == chunk_id
+                assert iso.questions(chunk_id=chunk_id, principal=asker)
+            else:  # the same answer as an id that does not exist
+                assert _not_found(iso, chunk_id, asker) == _not_found(
+                    iso, "chunk-that-does-not-exist", asker).replace(
+                        "chunk-that-does-not-exist", chunk_id)
+        for name, (path, _, _) in FACTS.items():
+            uri = next(s.source.uri for s in iso.sources(check_files=False)
+                       if s.source.uri.endswith(path))
+            assert iso.has_source(uri, principal=asker) == (name in SEES[who])
+    # the owner sees how many sources have no list (fail closed: only administrators)
+    assert iso.counts()["sources_without_access"] == 1
+
+
+def _not_found(iso: Isotope, chunk_id: str, asker: Principal) -> str:
+    """What the chunk view and the questions of a chunk say of ``chunk_id`` (both must
+    refuse it, saying the same)."""
+    with pytest.raises(SourceNotFound) as view:
+        iso.chunk_questions(chunk_id, principal=asker)
+    with pytest.raises(SourceNotFound) as questions:
+        iso.questions(chunk_id=chunk_id, principal=asker)
+    assert str(view.value) == str(questions.value)
+    return str(view.value)
+
+
+def test_filters_only_narrow_what_a_principal_sees(guarded: Isotope) -> None:
+    iso = guarded
+    for filters in ({"source": "*"}, {"source": "*/private/alice.md"},
+                    {"access": "user:eve"}, {"access": ["public", "user:alice"]},
+                    {"type": ["markdown", "text", "email"]}):
+        found = iso.search("vault key orchid drawer", k=20, mode="hybrid",
+                           filters=filters, principal=EVE).results
+        assert {_name(r.chunk.source) for r in found} <= SEES["eve"], filters
+    with pytest.raises(FilterError):  # the access condition's own key cannot be named
+        iso.search("key", filters={"\x00access": [True, "user:alice"]}, principal=EVE)
+
+
+def test_access_control_off_keeps_unlisted_sources_open(location: str, tmp_path: Path,
+                                                        embedder: Embedder) -> None:
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        # a local index without access control: the owner and today's users see all
+        assert {_name(r.chunk.source) for r in iso.search("x", k=20).results} == set(FACTS)
+        # a principal still sees unlisted sources, and lists still restrict theirs
+        seen = _everything_seen(iso, EVE, "hybrid")
+        assert seen == {"handbook", "changing", "loose", "mail"}
+
+
+def test_allow_at_ingest_overrides_rules_and_unchanged_files_follow_the_rules(
+        tmp_path: Path, embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),
+                      cache=False) as iso:
+        report = iso.ingest(docs, allow=["group:staff", "user:zed"])
+        assert all(s.source.access == ["group:staff", "user:zed"]
+                   for s in iso.sources(check_files=False)), report
+        # again without --allow: nothing changed, so nothing is ingested (no model call),
+        # and every source takes the rules file's list
+        calls = iso.llm(iso.settings.question_model).usage.calls
+        again = iso.ingest(docs)
+        assert not again.added and not again.replaced
+        assert iso.llm(iso.settings.question_model).usage.calls == calls
+        lists = {_name(s.source.uri): s.source.access
+                 for s in iso.sources(check_files=False)}
+        assert lists["budget"] == ["group:finance"] and lists["loose"] == [
+            "group:staff", "user:zed"]  # (no rule: it keeps its list)
+        # the rules file changes; the next sync applies it
+        (docs / ".isotope-access").write_text(RULES + "finance/** = group:board\n")
+        iso.sync(docs)
+        assert iso.get_access(str(docs / "finance" / "budget.md")) == ["group:board"]
+        # a list removed: the source has none
+        iso.set_access(str(docs / "loose.txt"), None)
+        assert iso.get_access(str(docs / "loose.txt")) is None
+
+
+def test_bad_lists_rules_and_principals_are_clear_errors(tmp_path: Path,
+                                                         embedder: Embedder) -> None:
+    for bad in ("admin", "user:", "group:a b", "role:hr"):
+        with pytest.raises(AccessError, match="public, user:NAME or group:NAME"):
+            Principal.parse(bad)
+    with pytest.raises(AccessError, match="two users"):
+        Principal.parse("user:x,user:y")
+    rules = tmp_path / ".isotope-access"
+    rules.write_text("ok/** = public\nhr/** group:hr\n")
+    with pytest.raises(AccessError, match=r"line 2: .* a rule is GLOB = ENTRY"):
+        read_rules(rules)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nThe lamp is green.\n")
+    (docs / ".isotope-access").write_text("** = wizard:merlin\n")
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM()) as iso:
+        iso.ingest_chunks(["Kept before."], source="kept")
+        with pytest.raises(AccessError, match="public, user:NAME or group:NAME"):
+            iso.ingest_chunks(["x"], source="other", allow=["role:hr"])
+        with pytest.raises(AccessError, match=str(docs / ".isotope-access")):
+            iso.ingest(docs)
+        assert [s.source.uri for s in iso.sources(check_files=False)] == ["kept"]
+
+
+@pytest.mark.llm
+def test_a_principal_through_the_real_local_model(tmp_path: Path, embedder: Embedder) -> None:
+    """The same promise with the bundled model writing the questions and the answer."""
+    docs = _docs(tmp_path / "docs")
+    with Isotope.open(tmp_path / "index", embedder=embedder, cache=False,
+                      access_control=True) as iso:
+        iso.ingest([docs / "finance", docs / "handbook.md"])
+        response = iso.ask(FACTS["budget"][2], principal=EVE)
+        assert "zeppelin" not in (response.answer or "").lower()
+        assert {_name(r.chunk.source) for r in response.results} <= {"handbook"}
+        assert any(r.matched_questions for r in iso.search(
+            FACTS["budget"][2], principal=BOB).results)
