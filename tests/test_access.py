@@ -292,3 +292,39 @@ def test_a_principal_through_the_real_local_model(tmp_path: Path, embedder: Embe
         assert {_name(r.chunk.source) for r in response.results} <= {"handbook"}
         assert any(r.matched_questions for r in iso.search(
             FACTS["budget"][2], principal=BOB).results)
+
+
+def test_the_audit_log_says_who_searched_what(location: str, tmp_path: Path,
+                                              embedder: Embedder) -> None:
+    import json
+    import time
+
+    from typer.testing import CliRunner
+
+    from isotope.cli import app
+
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      access_control=True, email_access=True, audit_log=True) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        assert iso.audit_log() == []  # (an ingest is not a search)
+        found = iso.search(FACTS["budget"][2], principal=BOB)
+        iso.ask(FACTS["handbook"][2], principal=EVE)
+        iso.search("anything")
+        newest, asked, first = iso.audit_log()
+        assert (first.principal, first.query, first.mode) == (
+            "user:bob@example.com,group:finance", FACTS["budget"][2], "hybrid")
+        assert first.chunk_ids == [r.chunk.id for r in found.results]
+        assert asked.principal == "user:eve" and newest.principal == "owner"
+        assert first.at < asked.at <= newest.at
+    # the CLI shows it; entries older than audit_days are dropped at the next search
+    shown = CliRunner().invoke(app, ["audit", "--json", "--index", location, "-n", "2"])
+    assert shown.exit_code == 0, shown.output
+    assert [e["principal"] for e in json.loads(shown.stdout)] == ["owner", "user:eve"]
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      audit_log=True, audit_days=1e-6) as iso:
+        time.sleep(0.2)
+        iso.search("again")
+        assert [e.query for e in iso.audit_log()] == ["again"]
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False) as iso:
+        iso.search("not logged")  # (off by default)
+        assert [e.query for e in iso.audit_log()] == ["again"]

@@ -44,7 +44,7 @@ from isotope.search import retrieval
 from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
 from isotope.search.filters import parse as parse_filters
 from isotope.settings import Settings, index_settings, resolve, shown
-from isotope.stores import SCHEMA_VERSION, SourceInfo, Store
+from isotope.stores import SCHEMA_VERSION, AuditEntry, SourceInfo, Store
 
 MAX_K = 10_000
 """The most results a query may ask for."""
@@ -435,8 +435,9 @@ class Isotope:
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         if not transform or query.rstrip().endswith("?"):
-            return self._assess(
-                retrieval.search(self.store, self.embedder, query, k, mode, **options), asker)
+            return self._audited(self._assess(
+                retrieval.search(self.store, self.embedder, query, k, mode, **options), asker),
+                asker)
         started = time.perf_counter()
         reply = self.answer_llm().complete(
             retrieval.transform_prompt(query, self.prompts["transform"]), max_tokens=120,
@@ -447,7 +448,22 @@ class Isotope:
                                          **options)
         response.timings["transform"] = time.perf_counter() - started - sum(
             response.timings.values())
-        return self._assess(response, asker)
+        return self._audited(self._assess(response, asker), asker)
+
+    def _audited(self, response: QueryResponse, asker: Principal | None) -> QueryResponse:
+        """``response``, written to the audit log first (with the ``audit_log`` setting):
+        a search that cannot be logged fails rather than go unlogged."""
+        if self.settings.audit_log:
+            self.store.audit(AuditEntry(
+                datetime.now(UTC).isoformat(), "owner" if asker is None else str(asker),
+                response.query, response.mode, [r.chunk.id for r in response.results]),
+                self.settings.audit_days)
+        return response
+
+    def audit_log(self, limit: int = 100) -> list[AuditEntry]:
+        """The last ``limit`` searches of the audit log (the ``audit_log`` setting),
+        newest first: when, who, the query, the mode and the chunks returned."""
+        return self.store.audit_entries(_valid_k(limit))
 
     def _assess(self, response: QueryResponse, asker: Principal | None) -> QueryResponse:
         if self.settings.storage == "file-reference" and response.results:

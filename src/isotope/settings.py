@@ -218,6 +218,11 @@ class StorageSettings(BaseModel):
         False, description="Sources without an access list are seen by administrators "
         "only (fail closed); on by itself for `isotope serve` when a key names a user. "
         "Off: they are seen by everyone, and a list, where set, still restricts its source")
+    audit_log: bool = Field(
+        False, description="Log every search in the index: when, who (the principal), the "
+        "query, the mode and the chunks returned (isotope audit shows it)")
+    audit_days: float = Field(90.0, gt=0, le=36_500, description="Days the audit log keeps "
+                              "an entry")
     email_access: bool = Field(
         False, description="An email without another access list (--allow, the "
         ".isotope-access rules file) gets its sender and recipients (user:ADDRESS)")

@@ -70,3 +70,30 @@ def access_show(
                                         if control else "everyone (access control is off)"))
     else:
         out.print(", ".join(listed) if listed else "administrators only (an empty list)")
+
+
+@app.command()
+def audit(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000,
+                                       help="How many searches, newest first.")] = 50,
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Who searched what: the audit log of the index (the audit_log setting; kept
+    audit_days), newest first: when, the principal, the query, the mode and the chunks
+    returned."""
+    from dataclasses import asdict
+
+    with errors(), open_index(index, project) as iso:
+        entries = iso.audit_log(limit)
+        on = iso.settings.audit_log
+    if as_json:
+        print_json([asdict(e) for e in entries])
+        return
+    if not entries:
+        out.print("the audit log is empty" + ("" if on else " (the audit_log setting is "
+                                                         "off)"))
+    for e in entries:
+        out.print(f"{e.at}  {e.principal}  {e.mode}  {e.query!r}  -> "
+                  f"{len(e.chunk_ids)} chunk(s)")

@@ -112,6 +112,18 @@ class Hit:
 
 
 @dataclass
+class AuditEntry:
+    """One search in the audit log: when (ISO 8601, UTC), who, what, how, and the chunks
+    it returned."""
+
+    at: str
+    principal: str
+    query: str
+    mode: str
+    chunk_ids: list[str]
+
+
+@dataclass
 class Inspection:
     """What an integrity check found (:meth:`Store.inspect`)."""
 
@@ -210,6 +222,15 @@ class Store(ABC):
         """Which of the chunks ``ids`` exist and meet ``conditions``. Default: the store
         keeps no access lists (every chunk that exists)."""
         return set(self.get_chunks(ids))
+
+    def audit(self, entry: AuditEntry, keep_days: float) -> None:
+        """Add ``entry`` to the audit log, dropping entries older than ``keep_days``.
+        Default: not supported."""
+        raise InvalidArgument("this store keeps no audit log")
+
+    def audit_entries(self, limit: int = 100) -> list[AuditEntry]:
+        """The last ``limit`` entries of the audit log, newest first. Default: none."""
+        return []
 
     def set_access(self, uris: Sequence[str], access: list[str] | None) -> int:
         """Give the sources ``uris`` the access list ``access`` (None: none), at once for

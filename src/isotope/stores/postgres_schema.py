@@ -94,7 +94,12 @@ STEPS: dict[int, list[str]] = {
         "CREATE INDEX dropped_questions_chunk ON dropped_questions(chunk_id)"],
     # 8: each source's access list (public, user:NAME, group:NAME; NULL: none), a
     # condition of every search (isotope.access)
-    8: ["ALTER TABLE sources ADD COLUMN access jsonb"],
+    8: ["ALTER TABLE sources ADD COLUMN access jsonb",
+        # and, with the audit_log setting, who searched what (kept audit_days)
+        """CREATE TABLE audit_log (row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        at text NOT NULL, principal text NOT NULL, query text NOT NULL, mode text NOT NULL,
+        chunk_ids jsonb NOT NULL)""",
+        "CREATE INDEX audit_log_at ON audit_log(at)"],
 }
 """Numbered steps. The first PostgreSQL schema is the embedded store's schema 6, so it is
 numbered 6; a later change is a new step (7, ...) and is never edited once released."""

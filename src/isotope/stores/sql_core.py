@@ -43,6 +43,7 @@ from isotope.models import (
 )
 from isotope.search.filters import Condition
 from isotope.stores import (
+    AuditEntry,
     ChunkQuestions,
     Hit,
     Kind,
@@ -389,6 +390,29 @@ class SQLStore(Store):
         return {r[0] for r in self._rows(
             f"SELECT c.id FROM chunks c JOIN sources s ON s.uri = c.source WHERE "
             f"{d.any_of('c.id')} AND {clause}", (d.many(list(ids)), *params))}
+
+    def audit(self, entry: AuditEntry, keep_days: float) -> None:
+        from datetime import timedelta
+
+        d = self.dialect
+        cutoff = (datetime.now(UTC) - timedelta(days=keep_days)).isoformat()
+
+        def write() -> None:
+            with self._write() as conn:
+                conn.execute(f"INSERT INTO audit_log(at, principal, query, mode, chunk_ids) "
+                             f"VALUES ({', '.join([d.mark] * 5)})",
+                             (entry.at, entry.principal, d.text(entry.query), entry.mode,
+                              d.json_param(entry.chunk_ids)))
+                conn.execute(f"DELETE FROM audit_log WHERE at < {d.mark}", (cutoff,))
+
+        self._retried(write)
+
+    def audit_entries(self, limit: int = 100) -> list[AuditEntry]:
+        d = self.dialect
+        return [AuditEntry(r[0], r[1], r[2], r[3], list(d.json_value(r[4])))
+                for r in self._rows(f"SELECT at, principal, query, mode, chunk_ids FROM "
+                                    f"audit_log ORDER BY {d.row} DESC LIMIT {d.mark}",
+                                    (limit,))]
 
     def set_access(self, uris: Sequence[str], access: list[str] | None) -> int:
         d = self.dialect

@@ -108,7 +108,12 @@ STEPS: dict[int, list[str]] = {
     # 8: each source's access list (JSON: public, user:NAME, group:NAME; NULL: none), a
     # condition of every search (isotope.access); and the vectors' meta may name segments
     # (an older isotope would read those as damaged)
-    8: ["ALTER TABLE sources ADD COLUMN access TEXT"],
+    8: ["ALTER TABLE sources ADD COLUMN access TEXT",
+        # and, with the audit_log setting, who searched what (kept audit_days)
+        """CREATE TABLE IF NOT EXISTS audit_log (rowid INTEGER PRIMARY KEY,
+        at TEXT NOT NULL, principal TEXT NOT NULL, query TEXT NOT NULL, mode TEXT NOT NULL,
+        chunk_ids TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log(at)"],
 }
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 
