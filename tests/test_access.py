@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -328,3 +329,57 @@ def test_the_audit_log_says_who_searched_what(location: str, tmp_path: Path,
     with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False) as iso:
         iso.search("not logged")  # (off by default)
         assert [e.query for e in iso.audit_log()] == ["again"]
+
+
+def test_members_follow_their_container_and_rules_apply_to_files_seen_again(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """Found by review: an email's attachment kept its old list when the email's changed;
+    a file first ingested by its own path ignored its folder's rules file later; a rules
+    pattern with a leading / matched in every folder; ask skipped the check for a list
+    changed while it answered; deleting an email removed an attachment one may not see."""
+    docs = _docs(tmp_path / "docs")
+    mail = docs / "mail" / "offsite.eml"
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(), cache=False,
+                      access_control=True) as iso:
+        iso.ingest(docs, allow=["public"])
+        attachment = next(s.source.uri for s in iso.sources(check_files=False)
+                          if "#" in s.source.uri)
+        iso.set_access(str(mail), ["user:ceo"])
+        assert iso.get_access(attachment) == ["user:ceo"]
+        iso.ingest(docs, allow=["group:staff"])  # nothing changed: the lists do
+        assert iso.get_access(attachment) == ["group:staff"]
+        # a member one may not see: its container is not deleted for one
+        iso.store.set_access([attachment], ["user:ceo"])
+        with pytest.raises(Exception, match="may not see"):
+            iso.delete(str(mail), principal="group:staff")
+        assert iso.has_source(attachment)
+    with Isotope.open(tmp_path / "other", embedder=embedder, llm=FakeLLM(), cache=False,
+                      access_control=True) as iso:
+        iso.ingest(docs / "finance" / "budget.md")  # by its own path: no rules file there
+        assert iso.get_access(str(docs / "finance" / "budget.md")) is None
+        iso.ingest(docs)  # the folder: its rules file applies to the file seen again
+        assert iso.get_access(str(docs / "finance" / "budget.md")) == ["group:finance"]
+    rules = tmp_path / "rules" / ".isotope-access"
+    rules.parent.mkdir()
+    rules.write_text("hr/** = group:hr\n/readme.md = public\n")
+    read = read_rules(rules)
+    assert read.match("readme.md") == ["public"] and read.match("hr/readme.md") == [
+        "group:hr"]
+
+
+def test_ask_declines_when_the_list_changes_while_it_answers(tmp_path: Path,
+                                                             embedder: Embedder) -> None:
+    class Changing(FakeLLM):
+        def stream(self, prompt: Any, **options: Any) -> Iterator[str]:
+            reply = self.complete(prompt, **options)
+            yield reply[:5]
+            iso.set_access("*/finance/budget.md", ["group:board"])
+            yield reply[5:]
+
+    iso = Isotope.open(tmp_path / "index", embedder=embedder, llm=Changing(), cache=False,
+                       access_control=True)
+    with iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        answered = iso.ask(FACTS["budget"][2], principal=BOB)
+        assert answered.answer_kind == "declined" and answered.citations == []
+        assert "budget" not in {_name(r.chunk.source) for r in answered.results}

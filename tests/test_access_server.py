@@ -227,3 +227,37 @@ def test_both_retrievers_search_as_their_principal(served: Any) -> None:
         assert {_name(d.metadata["source"]) for d in narrowed} <= sees
         nodes = LlamaRetriever(index, k=20, principal=principal).retrieve(query)
         assert {_name(n.node.metadata["source"]) for n in nodes} == sees
+
+
+def test_user_keys_cannot_write_and_see_no_other_names(served: Any, tmp_path: Path) -> None:
+    """A user's key that wrote could replace, relabel or learn of sources it may not see
+    (found by review): ingest, sync and delete need an administrator's key."""
+    url, _, keys_file, _ = served
+    keys_file.write_text(KEYS + f"{'w' * 24} user=bob@example.com groups=finance\n")
+    writer = Client(url, api_key="w" * 24)
+    note = tmp_path / "budget.md"
+    note.write_text("# Budget\n\nReplaced by bob.\n")
+    for attempt in (lambda: writer.ingest(note, allow=["user:bob@example.com"]),
+                    lambda: writer.sync([str(tmp_path)]),
+                    lambda: writer.delete("handbook.md")):
+        with pytest.raises(Exception, match="administrator's API key"):
+            attempt()
+    listed = Client(url, api_key=BOB_KEY)._call("GET", "/sources")
+    assert listed and all("access" not in s for s in listed)
+    assert Client(url, api_key=BOB_KEY)._call("GET", "/status")["disk_bytes"] is None
+    assert all("access" in s for s in Client(url, api_key=ADMIN_KEY)._call("GET", "/sources"))
+
+
+def test_an_emptied_keys_file_refuses_everything_and_a_project_page_is_open(
+        served: Any) -> None:
+    import httpx
+
+    url, _, keys_file, _ = served
+    keys_file.write_text("# every key revoked\n")
+    for key in (None, ADMIN_KEY, EVE_KEY):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        assert httpx.get(url + "/sources", headers=headers).status_code == 503
+    assert httpx.get(url + "/").status_code == 200  # (the page holds no data)
+    keys_file.write_text(KEYS + f"{EVE_KEY} read\n")  # a key on two lines: an error
+    assert httpx.get(url + "/sources", headers={
+        "Authorization": f"Bearer {ADMIN_KEY}"}).status_code == 503

@@ -71,6 +71,12 @@ def test_each_project_is_its_own_index_and_a_key_sees_only_its_projects(
         assert "Gustav" not in str(refused.value), other
     with pytest.raises(SourceNotFound, match="no route"):
         Client(url + "/p/nothing", api_key=ADMIN_KEY).search("x")
+    # each project's page and schema open without a key, as the first's
+    import httpx
+
+    for path in ("/p/beta/", "/p/beta/app.js", "/p/alpha/", "/p/beta/openapi.json"):
+        assert httpx.get(url + path).status_code == 200, path
+    assert httpx.get(url + "/p/beta/sources").status_code == 401
     # writes follow each project's own scope: a read key of alpha cannot write anywhere
     with pytest.raises(Exception, match="only read"):
         Client(url + "/p/alpha", api_key=ALPHA_KEY).delete("alpha.md")

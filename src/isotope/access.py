@@ -194,8 +194,9 @@ class Rules:
 
 def _pattern(glob: str) -> re.Pattern[str]:
     """A rules-file glob as a regular expression over a relative path."""
-    glob = glob.strip().lstrip("/")
-    anywhere = "/" not in glob.rstrip("/")
+    glob = glob.strip()
+    anywhere = "/" not in glob.rstrip("/")  # (a leading "/" anchors it to the folder)
+    glob = glob.lstrip("/")
     out, i = [], 0
     while i < len(glob):
         if glob.startswith("**/", i):

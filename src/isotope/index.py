@@ -8,6 +8,7 @@ API's documentation."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -237,17 +238,35 @@ class Isotope:
         found = access_condition(principal_of(principal), control=self.access_control)
         return [found] if found is not None else []
 
-    def _reassign(self, report: IngestReport, allow: Sequence[str] | None) -> None:
+    def _reassign(self, report: IngestReport, allow: Sequence[str] | None,
+                  roots: Sequence[str | Path] = ()) -> None:
         """Give the sources an ingest found unchanged the access list they get now (the
-        list given, or the rules file as it is now): no model is called."""
+        list given, or the rules file of the folder ingested, as it is now), and their
+        members (an email's attachments, a mailbox's messages) theirs: no model is
+        called."""
+        if not report.unchanged:
+            return
         assign = self._assigner(allow)
-        for uri in report.unchanged:
+        given = sorted((os.path.abspath(os.path.expanduser(str(r))) for r in roots),
+                       key=len, reverse=True)
+        members: dict[str, set[str]] | None = None
+        todo: list[tuple[str, list[str] | None]] = [(uri, None) for uri in report.unchanged]
+        while todo:
+            uri, container = todo.pop()
             stored = self.store.get_source(uri)
             if stored is None:
                 continue
-            wanted = assign(uri, stored.root, stored.metadata, stored.access)
+            file = uri.split("#", 1)[0]
+            root = next((r for r in given if file == r or file.startswith(r + os.sep)),
+                        stored.root)
+            had = container if container is not None else stored.access
+            wanted = assign(uri, root, stored.metadata, had)
             if wanted != stored.access:
                 self.store.set_access([uri], wanted)
+            if members is None:
+                members = maintenance.members_of(self.store)
+            todo += [(inner, wanted) for inner in members.get(uri, ())
+                     if inner not in report.unchanged]
 
     @property
     def _max_bytes(self) -> int:
@@ -305,7 +324,7 @@ class Isotope:
             report = self._pipeline(force=force, allow=allow).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
-            self._reassign(report, allow)
+            self._reassign(report, allow, paths)
             return report
 
     def enrich(self, *, progress: ProgressCallback | None = None,
@@ -346,7 +365,7 @@ class Isotope:
             report = self._pipeline(allow=allow).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
-            self._reassign(report, allow)
+            self._reassign(report, allow, paths)
             for uri in gone:
                 self.store.delete_source(uri)
                 report.removed.append(uri)
@@ -502,7 +521,7 @@ class Isotope:
         see)."""
         return self.answer(self.search(query, k, mode=mode, transform=transform,
                                        filters=filters, for_answer=True,
-                                       principal=principal))
+                                       principal=principal), principal=principal)
 
     def answer(self, response: QueryResponse, *,
                on_token: Callable[[str], None] | None = None,
@@ -677,6 +696,11 @@ class Isotope:
                                if stored is not None and stored.metadata.get("attachments")
                                else {})
                 uris = {uri}
+            if asker is not None:  # a member it may not see would go with its container
+                inside = _inside(uris, members_map)
+                if any(not self.has_source(u, principal=asker) for u in inside):
+                    raise InvalidArgument(f"{source} holds sources you may not see; an "
+                                          "administrator can delete it")
             gone: list[str] = []
             for each in sorted(uris):
                 gone += maintenance.drop(self.store, each, members_map)
@@ -738,7 +762,8 @@ class Isotope:
     # -- access ------------------------------------------------------------------------
     def set_access(self, pattern: str | Path, allow: Sequence[str] | None) -> list[str]:
         """Give every source matching ``pattern`` (a path, an identifier, or a glob as
-        the ``source`` filter takes) the access list ``allow`` (``public``, ``user:NAME``,
+        the ``source`` filter takes), and the sources inside them (an email's attachments,
+        a mailbox's messages), the access list ``allow`` (``public``, ``user:NAME``,
         ``group:NAME``; None removes the list), at once for every search, without
         ingesting anything again. Returns the sources changed; :class:`SourceNotFound` if
         none matches."""
@@ -756,6 +781,14 @@ class Isotope:
             if not matched:
                 raise SourceNotFound(f"no source matches {str(pattern)!r}; `isotope list` "
                                      "shows what is there")
+            held = maintenance.members_of(self.store)
+            todo, seen = list(matched), set(matched)
+            while todo:  # an email's attachments, a mailbox's messages: theirs too
+                for inner in held.get(todo.pop(), ()):
+                    if inner not in seen:
+                        seen.add(inner)
+                        todo.append(inner)
+                        matched.append(inner)
             self.store.set_access(matched, listed)
         return matched
 
@@ -804,6 +837,18 @@ class Isotope:
             prompt_versions=prompt_specs.versions(self.prompts),
             settings=shown(self.settings),
         )
+
+
+def _inside(uris: Iterable[str], members: dict[str, set[str]]) -> set[str]:
+    """Every source inside ``uris``, at every level."""
+    found: set[str] = set()
+    todo = list(uris)
+    while todo:
+        for inner in members.get(todo.pop(), ()):
+            if inner not in found:
+                found.add(inner)
+                todo.append(inner)
+    return found
 
 
 def _rules_read(paths: Iterable[str | Path]) -> list[str | Path]:

@@ -45,7 +45,7 @@ from isotope.index import Isotope
 from isotope.models import QueryResponse
 from isotope.reports import source_listing
 from isotope.server.auth import Keys
-from isotope.server.gate import Gate, own_hosts
+from isotope.server.gate import Gate, own_hosts, unprefixed
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,16 @@ class SyncRequest(BaseModel):
                                     ".isotope-access rules file, else the list each had)")
 
 
+def administer(request: Request, what: str) -> None:
+    """403 unless the request's key is an administrator's (or the server has none): a
+    user's key that wrote could reach sources it may not see (replace, relabel, or learn
+    of them from the report)."""
+    who = asker(request)
+    if who is not None and not who.admin:
+        raise HTTPException(403, f"{what} needs an administrator's API key (one that names "
+                            "no user); this key is a user's")
+
+
 def asker(request: Request) -> Principal | None:
     """Who sent ``request``: its API key's principal (None: a server without keys, whose
     caller is the index's owner)."""
@@ -126,8 +136,7 @@ def safe_name(filename: str | None) -> str:
 def _writes(method: str, path: str) -> bool:
     """Whether a request writes to the index (a read-only key is refused before its body
     is read); a project's routes (``/p/NAME/...``) as the default's."""
-    if path.startswith("/p/"):
-        path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
+    path = unprefixed(path)
     return ((method == "POST" and path in ("/ingest", "/sync"))
             or (method == "DELETE" and (path == "/sources" or path.startswith("/sources/"))))
 
@@ -298,21 +307,31 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     @app.get("/sources")
     def sources(request: Request) -> list[dict[str, Any]]:
-        """The sources the key may see, with their counts and access lists."""
-        return [source_listing(info) for info in iso.sources(principal=asker(request))]
+        """The sources the key may see, with their counts (and access lists, for an
+        administrator's key: a user's does not learn the names of other users and
+        groups)."""
+        who = asker(request)
+        shown = [source_listing(info) for info in iso.sources(principal=who)]
+        if who is not None and not who.admin:
+            for listing in shown:
+                listing.pop("access", None)
+        return shown
 
     @app.delete("/sources", status_code=204)
     async def delete_named(source: Annotated[str, Query(description="The source's name, "
                                                         "as GET /sources lists it")],
                            request: Request, members: bool = False) -> Response:
-        """Remove a source; a container (a mailbox) only with ``members=true``."""
+        """Remove a source; a container (a mailbox) only with ``members=true``. Needs an
+        administrator's key."""
+        administer(request, "deleting a source")
         return await _delete(source, members, asker(request))
 
     @app.delete("/sources/{source:path}", status_code=204)
     async def delete_source(source: str, request: Request, members: bool = False) -> Response:
         """Remove a source named in the path (``#`` sent as ``%23``); a container (a
         mailbox) only with ``?members=true``. ``DELETE /sources?source=NAME`` is the
-        unambiguous form."""
+        unambiguous form. Needs an administrator's key."""
+        administer(request, "deleting a source")
         who = asker(request)
         named = source if source.startswith("/") or "://" in source else (
             source if await run_in_threadpool(lambda: iso.has_source(source, principal=who))
@@ -332,8 +351,13 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     @app.get("/status")
     def status(request: Request) -> dict[str, Any]:
-        """The index's description, with the counts of what the key may see."""
-        return iso.status(principal=asker(request)).model_dump(mode="json")
+        """The index's description, with the counts of what the key may see (and, for an
+        administrator's key, its size on disk)."""
+        who = asker(request)
+        shown = iso.status(principal=who).model_dump(mode="json")
+        if who is not None and not who.admin:
+            shown["disk_bytes"] = None  # (it grows with what the key may not see)
+        return shown
 
     @app.get("/chunks/{chunk_id}/questions")
     def chunk_questions(chunk_id: str, request: Request) -> dict[str, Any]:
@@ -344,14 +368,15 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
             mode="json")
 
     @app.post("/ingest")
-    async def ingest(files: Annotated[list[UploadFile], FileParam()],
+    async def ingest(request: Request, files: Annotated[list[UploadFile], FileParam()],
                      allow: Annotated[list[str] | None, Form(
                          description="Who may see these sources (repeatable): public, "
                          "user:NAME, group:NAME")] = None) -> Response:
         """Store uploaded files (kept in the server's upload folder) and ingest them. A
         file that cannot be ingested is not kept (an upload that replaced an earlier one
         of its name puts that one back): 422 with the report. Two files of one name in
-        one upload are refused (400)."""
+        one upload are refused (400). Needs an administrator's key."""
+        administer(request, "ingesting")
         names = [safe_name(f.filename) for f in files]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
@@ -362,9 +387,10 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return reply
 
     @app.post("/sync")
-    async def sync(body: SyncRequest) -> dict[str, Any]:
+    async def sync(body: SyncRequest, request: Request) -> dict[str, Any]:
         """Make the index match folders below the server's ``serve_roots`` (links that
-        lead out of them are not followed)."""
+        lead out of them are not followed). Needs an administrator's key."""
+        administer(request, "syncing")
         if not roots:
             raise HTTPException(403, "POST /sync is off: the server has no serve_roots "
                                 "(set ISOTOPE_SERVE_ROOTS to the folders it may read)")

@@ -13,8 +13,9 @@ that names a user turns access control on). A key naming neither is an administr
 
 The file is read again at the next request after it changes (new keys, scopes, users and
 groups take effect then; a removed key is refused from then on); a file that no longer
-reads is refused whole (every request answers 503) until it is fixed, never served with
-its old keys.
+reads, or that holds no key any more, is refused whole (every request answers 503) until
+it is fixed, never served with its old keys nor opened to requests without one. A key on
+two lines is an error.
 
 A key with ``projects=`` may use only those projects of a server that serves several
 (``isotope serve --project a --project b``); any other project's routes answer 404, as a
@@ -103,9 +104,13 @@ class Keys:
         if stamp == self.stamp and stamp is not None:
             return self
         try:
-            return _read(self.inline, self.path)
+            made = _read(self.inline, self.path)
         except SettingsError as exc:
             return Keys(inline=self.inline, path=self.path, stamp=stamp, broken=str(exc))
+        if self and not made:  # emptied (an editor truncating it, every key revoked)
+            return Keys(inline=self.inline, path=self.path, stamp=stamp,
+                        broken=f"api_keys_file {self.path} holds no key now")
+        return made
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> Keys:
@@ -128,6 +133,10 @@ def _read(inline: tuple[str, ...], path: Path | None) -> Keys:
                                 f"({getattr(exc, 'strerror', None) or exc}); fix the path"
                                 ) from None
     made = [_entry(line, path) for line in lines]
+    keys = [m[0] for m in made]
+    if len(set(keys)) < len(keys):  # (which line would win is no one's guess)
+        raise SettingsError(f"{'api_keys_file ' + str(path) if path else 'api_keys'}: a key "
+                            "appears twice; give each key one line")
     return Keys(tuple(m[:3] for m in made), tuple(m[3] for m in made), inline, path, stamp)
 
 

@@ -136,7 +136,8 @@ class Gate:
                     (b"access-control-max-age", b"600")]})
                 await send({"type": "http.response.body", "body": b""})
                 return
-        static = method in ("GET", "HEAD") and (path in STATIC or path.startswith(
+        inner = unprefixed(path)  # (a project's page and schema are open as the first's)
+        static = method in ("GET", "HEAD") and (inner in STATIC or inner.startswith(
             OPEN_PREFIXES))
         if not static and self._foreign(headers, host):
             await reply(send, 403, "a request from a page of another site is refused; "
@@ -150,7 +151,7 @@ class Gate:
             return
         access, principal = "write", None
         keys = self.keys = self.keys.fresh()  # (the keys file, read again if it changed)
-        if keys and not (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)):
+        if keys and not (inner in OPEN_PATHS or inner.startswith(OPEN_PREFIXES)):
             if keys.broken:
                 await reply(send, 503, f"{keys.broken}; every request is refused until "
                             "the keys file is fixed")
@@ -245,6 +246,13 @@ class Gate:
                 await send(message)
 
         await self.app(scope, counted, sent)
+
+
+def unprefixed(path: str) -> str:
+    """A path with its project's prefix (``/p/NAME``) taken off."""
+    if path.startswith("/p/"):
+        return "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
+    return path
 
 
 def project_of(path: str, default: str | None) -> str | None:

@@ -126,7 +126,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         it that matched. Fast (tens of milliseconds). Read `suggested_action`: deliver
         (the first passage is very likely right), query_more (read several, or search
         again), refine_query (probably not found: rephrase or add detail)."""
-        who = _asker(ctx, principal)
+        who = _asker(ctx, principal, remote)
         found = await anyio.to_thread.run_sync(
             lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
         return _reply(agent_view(found))
@@ -142,7 +142,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         `search` is faster when you can read passages yourself. `answer_kind` says how the
         answer was made: generated (supported by the cited passages), quoted (the passage
         that matched best, quoted), or declined (the documents do not hold it)."""
-        who = _asker(ctx, principal)
+        who = _asker(ctx, principal, remote)
         found = await anyio.to_thread.run_sync(
             lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
         cancel = threading.Event()
@@ -160,7 +160,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
     async def list_sources(ctx: Context) -> CallToolResult:  # type: ignore[type-arg]
         """The documents in the index: each one's name (its path), type, title, state
         and how many passages, statements and questions it holds."""
-        who = _asker(ctx, principal)
+        who = _asker(ctx, principal, remote)
         infos = await anyio.to_thread.run_sync(lambda: iso.sources(principal=who))
         return _reply([{k: v for k, v in source_listing(info).items()
                         if k in ("uri", "loader", "state", "chunks", "atoms", "questions",
@@ -168,7 +168,8 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
 
     if writable:
         @server.tool()
-        async def ingest(paths: Annotated[list[str], Field(
+        async def ingest(ctx: Context,  # type: ignore[type-arg]
+                         paths: Annotated[list[str], Field(
                 min_length=1, max_length=100,
                 description="Files or folders on the server's machine (absolute paths)")],
                 ) -> CallToolResult:
@@ -176,6 +177,10 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
             replaces its old version; unchanged ones are skipped). Only paths below the
             server's serve_roots setting are read. Supported: .md .txt .html .pdf .eml
             .mbox .tex .docx."""
+            who = _asker(ctx, principal, remote)
+            if who is not None and not who.admin:
+                raise ValueError("ingest needs an administrator's API key (one that names "
+                                 "no user)")
             if any("\x00" in p for p in paths):
                 raise ValueError("a path cannot hold a NUL character")
             if remote and not confine:
@@ -206,15 +211,19 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
     return server
 
 
-def _asker(ctx: Context, default: Principal | None  # type: ignore[type-arg]
-           ) -> Principal | None:
-    """Who calls a tool: over HTTP, the principal of the request's API key (the gate put
-    it in the request's state); over stdio, ``default`` (None: the user who runs it)."""
+def _asker(ctx: Context, default: Principal | None,  # type: ignore[type-arg]
+           remote: bool) -> Principal | None:
+    """Who calls a tool: over HTTP (``remote``), the principal of the request's API key
+    (the gate put it in the request's state; a call whose request cannot be found is
+    refused, never answered as the owner); over stdio, ``default`` (None: the user who
+    runs it)."""
     try:
         request = ctx.request_context.request
     except (LookupError, ValueError, AttributeError):
         request = None
     if request is None:
+        if remote:
+            raise ValueError("this call's request (and so its API key) is unknown")
         return default
     found = (getattr(request, "scope", None) or {}).get("state", {}).get("isotope.principal")
     return found if isinstance(found, Principal) else None
