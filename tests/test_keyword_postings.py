@@ -329,3 +329,45 @@ def test_postings_read_in_small_batches_are_the_same(tmp_path: Path, embedder: E
             held = {(term, doc) for term, doc in conn.execute(
                 f"SELECT term, doc FROM temp.isotope_{kind}_instance")}
             assert len(held) == len(whole.docs)
+
+
+def test_postings_with_filters_and_access_rank_as_fts5_restricted(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filtered keyword search (a principal's, a --where) reads the saved postings among
+    the rows that meet the conditions: FTS5's restricted ranking, to the last digit, and
+    never fewer than k rows where k match."""
+    from isotope.access import Principal, condition
+    from isotope.search.filters import parse
+
+    with _compacted(tmp_path, embedder) as iso:
+        sources = sorted(s.source.uri for s in iso.sources(check_files=False))
+        iso.store.set_access(sources[::3], ["group:a"])
+        iso.store.set_access(sources[1::3], ["public"])
+        conditions = [
+            [condition(Principal("x", ("a",)), control=True)],
+            [condition(Principal("x"), control=True)],
+            [condition(Principal("x"), control=False)],
+            parse({"source": "*/billing.md"}),
+            [*parse({"type": "markdown"}), condition(Principal("y", ("a",)), control=True)]]
+        store = iso.store
+        for kind in KINDS:
+            assert support.keyword_layer(iso, kind) is not None
+            for conds in conditions:
+                allowed = store._allowed_rows(kind, conds)  # type: ignore[attr-defined]
+                assert support.keyword_layer(iso, kind).search(  # type: ignore[union-attr]
+                    ["billing"], 4, allowed) is not None  # (the saved postings answer)
+                for query in QUERIES:
+                    saved = store.keyword_search(kind, query, 4, conds)  # type: ignore[arg-type]
+                    with monkeypatch.context() as patch:
+                        patch.setattr(store._vectors, "keywords", lambda kind: None)
+                        fts5 = store.keyword_search(kind, query, 4, conds)  # type: ignore[arg-type]
+                    assert [(h.chunk_id, round(h.score, 9)) for h in saved] == [
+                        (h.chunk_id, round(h.score, 9)) for h in fts5], (kind, conds, query)
+        # a row written since the postings were saved: found where it may be, not elsewhere
+        iso.ingest_chunks(["The quetzal radar watches the Oslo centre."], source="late",
+                          allow=["group:b"])
+        for kind in KINDS:
+            for conds, found in (([condition(Principal("x", ("b",)), control=True)], True),
+                                 (conditions[0], False), (conditions[3], False)):
+                hits = store.keyword_search(kind, "quetzal radar", 4, conds)  # type: ignore[arg-type]
+                assert any("quetzal" in h.text for h in hits) == found, (kind, conds)

@@ -312,9 +312,11 @@ class SQLiteStore(SQLStore):
         words = query_words(query)
         if not words or k <= 0:
             return []
-        postings = self._vectors.keywords(kind) if not filters else None
+        postings = self._vectors.keywords(kind)
         if postings is not None:  # the saved postings (large kinds): FTS5's ranking
-            scored = postings.search(words, k)
+            # (with filters, among the rows that meet them: a condition, not a cut)
+            allowed = self._allowed_rows(kind, filters) if filters else None
+            scored = postings.search(words, k, allowed)
             if scored is not None:
                 return self._hits(kind, scored)
         match = " OR ".join(f'"{t}"' for t in words)
@@ -330,6 +332,19 @@ class SQLiteStore(SQLStore):
             (match, *params, k),
         ).fetchall()
         return self._hits(kind, [(int(r), -float(s)) for r, s in found])
+
+    def _allowed_rows(self, kind: Kind, filters: Sequence[Condition]
+                      ) -> npt.NDArray[np.int64]:
+        """The rowids of the items of ``kind`` whose chunks meet ``filters``, sorted."""
+        if kind == "chunks":
+            rows = self._allowed(filters)
+            return np.sort(rows) if rows is not None else np.zeros(0, np.int64)
+        clause, params = where(filters)
+        return np.sort(np.fromiter(
+            (r[0] for r in self._conn().execute(
+                f"SELECT t.rowid FROM {kind} t JOIN chunks c ON c.id = t.chunk_id "
+                f"JOIN sources s ON s.uri = c.source WHERE {clause}", params)),
+            dtype=np.int64))
 
     def keyword_layer(self, kind: Kind) -> KeywordLayer | None:
         """The saved keyword postings ``kind`` is searched with (None: FTS5 answers)."""

@@ -367,6 +367,8 @@ class KeywordLayer:
     freqs: Floats = field(default_factory=lambda: np.zeros(0))
     lengths: Floats = field(default_factory=lambda: np.zeros(0))
     """Postings of the rows added since, one entry per (row, term)."""
+    allowed: Rows | None = None
+    """Only these rows (sorted) may be found (None: all)."""
 
     def changed(self, touched: Rows, added: dict[int, Counter[str]]) -> KeywordLayer:
         """This layer with the rows ``touched`` (by the log) removed, then the rows
@@ -389,20 +391,32 @@ class KeywordLayer:
             np.concatenate([self.freqs[keep], np.array(new_freqs)]),
             np.concatenate([self.lengths[keep], np.array(new_lengths)]))
 
-    def search(self, words: Sequence[str], k: int) -> list[tuple[int, float]] | None:
+    def search(self, words: Sequence[str], k: int, allowed: Rows | None = None
+               ) -> list[tuple[int, float]] | None:
         """The ``k`` best rows ``(row id, score)`` for a query of ``words`` (each an FTS5
-        phrase OR'ed with the others), or None when FTS5 must answer (a word FTS5 splits
-        in several terms)."""
+        phrase OR'ed with the others), among the row ids ``allowed`` (sorted; None: all:
+        the others are left out before the top k is taken, as FTS5's restricted query
+        does), or None when FTS5 must answer (a word FTS5 splits in several terms)."""
         terms = TOKENIZER.words(words)
         if any(len(t) != 1 for t in terms) or self.base.total == 0 or self.base.damaged:
             return None  # (an empty base has no statistics to score the rows added since)
+        layer = self if allowed is None else self.within(allowed)
         try:
-            return self._search(query_terms(words), k)
+            return layer._search(query_terms(words), k)
         except DamagedKeywords as exc:
             log.warning("the saved keyword index is damaged (%s); keyword search uses FTS5 "
                         "until `isotope compact` or `isotope check --repair` makes it again",
                         exc)
             return None
+
+    def within(self, allowed: Rows) -> KeywordLayer:
+        """This layer with every row but ``allowed`` (sorted row ids) hidden."""
+        hidden = ~_within(self.base.rows, allowed)
+        if self.hidden is not None:
+            hidden |= self.hidden
+        # (the rows added since stay whole: a term's row count is the index's, as FTS5's)
+        return KeywordLayer(self.base, hidden, self.rows, self.keys, self.freqs,
+                            self.lengths, allowed)
 
     def _search(self, times: Counter[str], k: int) -> list[tuple[int, float]]:
         keys = [term_key(t) for t in times]
@@ -497,6 +511,8 @@ class KeywordLayer:
             return []
         wanted = np.array(keys, np.uint64)
         hit = np.isin(self.keys, wanted)
+        if self.allowed is not None:
+            hit &= _within(self.rows, self.allowed)
         if not hit.any():
             return []
         order = np.argsort(wanted)
