@@ -3,6 +3,8 @@ the sources, against the same searches without a principal, on the scale benchma
 index (``benchmarks/scale.py``; built first if it is not there).
 
     ISOTOPE_BENCH_DIR=/tmp/bench-scale .venv/bin/python benchmarks/access.py --questions 1000000
+    ISOTOPE_BENCH_DIR=/tmp/bench-scale .venv/bin/python benchmarks/access.py --questions 100000 \
+        --engine postgresql    # the same index copied into PostgreSQL (pgserver), then measured
 
 Every source gets an access list ``group:gN`` (N = its number modulo 100), so the
 principal ``group:g7`` sees 1% of the sources and ``group:g0..g9`` 10%. Printed: hybrid
@@ -46,6 +48,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--engine", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--url", help="a PostgreSQL server (default: start pgserver)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     synthesis = scale.Synthesis(scale.real_bank())
@@ -54,22 +58,49 @@ def main() -> None:
         print(f"building {args.questions:,} questions in {path}", file=sys.stderr)
         built = scale.build(path, synthesis, args.questions)
         (path / "built.json").write_text(json.dumps(built))
+    location: Any = path
+    server = None
+    if args.engine == "postgresql":
+        import postgres as pgbench
+
+        url, server = pgbench.server(args.url)
+        location = pgbench.at_schema(url, f"scale{args.questions}")
+        pgbench.ensure_copy(path, location)
+    try:
+        result = measure(path, location, synthesis, args.queries)
+    finally:
+        if server is not None:
+            server.cleanup()
+    result["engine"] = args.engine
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for key, value in result.items():
+        print(f"{key:36} {value}")
+
+
+def measure(path: Path, location: Any, synthesis: scale.Synthesis, n_queries: int
+            ) -> dict[str, Any]:
     with scale.open_index(path, synthesis) as iso:
         synthesis.atoms = iso.store.counts()["atoms"]
-    queries = [synthesis.query_text(i) for i in range(args.queries)]
+    queries = [synthesis.query_text(i) for i in range(n_queries)]
     vectors = {q: synthesis.vector(q) for q in queries}
     principals = {"1%": Principal(groups=("g7",), strict=True),
                   "10%": Principal(groups=tuple(f"g{n}" for n in range(10)), strict=True)}
     result: dict[str, Any] = {}
-    with scale.open_index(path, synthesis) as iso:
+    with scale.open_index(location, synthesis) as iso, \
+            scale.open_index(path, synthesis) as embedded:
         store = iso.store
         result["questions"] = store.counts()["questions"]
         before = store.disk_size()
         result["set_lists_s"] = round(lists(iso, True), 2)
+        if location != path:
+            lists(embedded, True)  # (the exact search below reads the embedded copy)
         iso.compact()  # (the freed pages given back, as at rest)
-        result["bytes_per_question_before"] = round(before / result["questions"])
-        result["bytes_per_question_with_lists"] = round(store.disk_size()
-                                                        / result["questions"])
+        after = store.disk_size()
+        if before is not None and after is not None:
+            result["bytes_per_question_before"] = round(before / result["questions"])
+            result["bytes_per_question_with_lists"] = round(after / result["questions"])
         try:
             for q in queries[:20]:  # warm
                 iso.search(q, k=10)
@@ -88,25 +119,30 @@ def main() -> None:
                     result[f"{name}_{share}_over_plain"] = round(
                         scale.ms(times, 50) / max(result[f"{name}_p50_ms"], 1e-9), 2)
                     result[f"{name}_{share}_fewer_than_k"] = shorts
-            truth = scale.exact_baseline(iso, synthesis)["questions"]
-            index = store._vectors.index("questions")  # type: ignore[attr-defined]
+            # recall@10 of the principal's question search against an exact search over
+            # what it may see (the embedded copy's vectors, recomputed at float32)
+            truth = scale.exact_baseline(embedded, synthesis)["questions"]
+            conn = embedded.store._conn()  # type: ignore[attr-defined]
             for share, who in principals.items():
                 made = condition(who, control=True)
                 assert made is not None
-                allowed = store._allowed([made])  # type: ignore[attr-defined]
-                found = [[i for i, _, _ in index.search(vectors[q], 10, allowed)]
-                         for q in queries]
-                expected = [[i for i, _, _ in truth.search(vectors[q], 10, allowed)]
-                            for q in queries]
+                allowed = embedded.store._allowed([made])  # type: ignore[attr-defined]
+                found, expected = [], []
+                for q in queries:
+                    hits = store.search("questions", vectors[q], 10, [made])
+                    found.append([(h.chunk_id, h.text) for h in hits])
+                    rows = [int(i) for i, _, _ in truth.search(vectors[q], 10, allowed)]
+                    named = dict(((r, (c, t)) for r, c, t in conn.execute(
+                        "SELECT rowid, chunk_id, text FROM questions WHERE rowid IN "
+                        f"({','.join('?' * len(rows))})", rows))) if rows else {}
+                    expected.append([named[r] for r in rows])
                 result[f"recall_at_10_{share}"] = scale.recall(found, expected)
                 result[f"visible_chunks_{share}"] = len(allowed)
         finally:
             result["remove_lists_s"] = round(lists(iso, False), 2)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    for key, value in result.items():
-        print(f"{key:36} {value}")
+            if location != path:
+                lists(embedded, False)
+    return result
 
 
 if __name__ == "__main__":

@@ -353,7 +353,7 @@ def test_postings_with_filters_and_access_rank_as_fts5_restricted(
         for kind in KINDS:
             assert support.keyword_layer(iso, kind) is not None
             for conds in conditions:
-                allowed = store._allowed_rows(kind, conds)  # type: ignore[attr-defined]
+                allowed = store._rows_meeting(kind, conds)  # type: ignore[attr-defined]
                 assert support.keyword_layer(iso, kind).search(  # type: ignore[union-attr]
                     ["billing"], 4, allowed) is not None  # (the saved postings answer)
                 for query in QUERIES:

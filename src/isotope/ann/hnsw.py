@@ -128,7 +128,11 @@ class HNSWIndex(VectorIndex):
 
     def get(self, ids: Ids) -> tuple[Ids, Vectors]:
         ids = np.asarray(ids, dtype=np.int64)
-        ids = ids[np.isin(ids, self._ids)] if len(self._ids) else ids[:0]
+        if len(self._ids):  # (sorted: a search per id, not a sort of every id held)
+            at = np.minimum(np.searchsorted(self._ids, ids), len(self._ids) - 1)
+            ids = ids[self._ids[at] == ids]
+        else:
+            ids = ids[:0]
         if not len(ids):
             return ids, np.zeros((0, self._dim), dtype=np.float32)
         found = np.asarray(self._graph.get(ids.astype(np.uint64)), dtype=np.float32

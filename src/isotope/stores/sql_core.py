@@ -43,6 +43,7 @@ from isotope.models import (
 )
 from isotope.search.filters import Condition
 from isotope.stores import (
+    LOG_ONLY,
     AuditEntry,
     ChunkQuestions,
     Hit,
@@ -398,7 +399,7 @@ class SQLStore(Store):
         cutoff = (datetime.now(UTC) - timedelta(days=keep_days)).isoformat()
 
         def write() -> None:
-            with self._write() as conn:
+            with self._write(LOG_ONLY) as conn:
                 conn.execute(f"INSERT INTO audit_log(at, principal, query, mode, chunk_ids) "
                              f"VALUES ({', '.join([d.mark] * 5)})",
                              (entry.at, entry.principal, d.text(entry.query), entry.mode,

@@ -31,6 +31,7 @@ from isotope.errors import IndexDamaged, InvalidArgument, InvalidIndex, StoreErr
 from isotope.search.filters import Condition
 from isotope.stores import (
     KINDS,
+    LOG_ONLY,
     SCHEMA_VERSION,
     Hit,
     Inspection,
@@ -78,6 +79,8 @@ class SQLiteStore(SQLStore):
             raise InvalidIndex(f"{db} is not an isotope index (it is empty); give the right "
                                "--index, or delete the file and ingest again")
         self._local = threading.local()
+        self._meeting: dict[tuple[Any, ...], tuple[Any, npt.NDArray[np.int64]]] = {}
+        """Rows meeting some filters, with the index's state they were read at."""
         self._vectors = VectorStore(self.directory / "vectors", self._conn, self.snapshot,
                                     self.get_meta, self._dim)
         self._writing = False
@@ -148,7 +151,8 @@ class SQLiteStore(SQLStore):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
-                set_meta(conn, "state", uuid.uuid4().hex)
+                if LOG_ONLY not in sources:
+                    set_meta(conn, "state", uuid.uuid4().hex)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -295,16 +299,34 @@ class SQLiteStore(SQLStore):
         return list(by_chunk.items())
 
     def _allowed(self, filters: Sequence[Condition]) -> npt.NDArray[np.int64] | None:
-        """The rowids of the chunks meeting ``filters`` (None: no filter)."""
+        """The rowids of the chunks meeting ``filters``, sorted (None: no filter)."""
         if not filters:
             return None
+        return self._rows_meeting("chunks", filters)
+
+    def _rows_meeting(self, kind: Kind, filters: Sequence[Condition]
+                      ) -> npt.NDArray[np.int64]:
+        """The rowids (sorted) of the items of ``kind`` whose chunks meet ``filters``,
+        kept until the index next changes (a principal's searches ask the same again):
+        read source first (its conditions, an access list's among them, tested once per
+        source), then its chunks and their items through their indexes."""
+        state = self.get_meta("state")
+        key = (kind, tuple(filters))
+        known = self._meeting.get(key)
+        if known is not None and known[0] == state:
+            return known[1]
         clause, params = where(filters)
-        return np.fromiter(
+        items = ("" if kind == "chunks" else
+                 f" CROSS JOIN {kind} t ON t.chunk_id = c.id")
+        found = np.sort(np.fromiter(
             (r[0] for r in self._conn().execute(
-                f"SELECT c.rowid FROM chunks c JOIN sources s ON s.uri = c.source "
-                f"WHERE {clause}", params)),
-            dtype=np.int64,
-        )
+                f"SELECT {'c' if kind == 'chunks' else 't'}.rowid FROM sources s CROSS JOIN "
+                f"chunks c ON c.source = s.uri{items} WHERE {clause}", params)),
+            dtype=np.int64))
+        if len(self._meeting) >= 64:
+            self._meeting.clear()
+        self._meeting[key] = (state, found)
+        return found
 
     @guarded
     def keyword_search(self, kind: Kind, query: str, k: int,
@@ -315,7 +337,7 @@ class SQLiteStore(SQLStore):
         postings = self._vectors.keywords(kind)
         if postings is not None:  # the saved postings (large kinds): FTS5's ranking
             # (with filters, among the rows that meet them: a condition, not a cut)
-            allowed = self._allowed_rows(kind, filters) if filters else None
+            allowed = self._rows_meeting(kind, filters) if filters else None
             scored = postings.search(words, k, allowed)
             if scored is not None:
                 return self._hits(kind, scored)
@@ -332,19 +354,6 @@ class SQLiteStore(SQLStore):
             (match, *params, k),
         ).fetchall()
         return self._hits(kind, [(int(r), -float(s)) for r, s in found])
-
-    def _allowed_rows(self, kind: Kind, filters: Sequence[Condition]
-                      ) -> npt.NDArray[np.int64]:
-        """The rowids of the items of ``kind`` whose chunks meet ``filters``, sorted."""
-        if kind == "chunks":
-            rows = self._allowed(filters)
-            return np.sort(rows) if rows is not None else np.zeros(0, np.int64)
-        clause, params = where(filters)
-        return np.sort(np.fromiter(
-            (r[0] for r in self._conn().execute(
-                f"SELECT t.rowid FROM {kind} t JOIN chunks c ON c.id = t.chunk_id "
-                f"JOIN sources s ON s.uri = c.source WHERE {clause}", params)),
-            dtype=np.int64))
 
     def keyword_layer(self, kind: Kind) -> KeywordLayer | None:
         """The saved keyword postings ``kind`` is searched with (None: FTS5 answers)."""
