@@ -218,6 +218,14 @@ def postgres_url(postgres_server: str) -> str:
     return f"{postgres_server}{separator}schema=t{next(_SCHEMAS)}"
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where each engine keeps a fresh index (a test taking it runs on both)."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
+    return str(tmp_path / "index")
+
+
 @contextlib.contextmanager
 def served_on_loopback(application: Any) -> Iterator[str]:
     """A real uvicorn server for ``application`` on a free loopback port, in a thread;

@@ -96,12 +96,6 @@ def _everything_seen(iso: Isotope, asker: Principal | None, mode: str) -> set[st
     return seen
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("postgres_url"))
-    return str(tmp_path / "index")
-
 
 @pytest.fixture
 def guarded(location: str, tmp_path: Path, embedder: Embedder) -> Iterator[Isotope]:

@@ -27,13 +27,6 @@ DOCS = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where each backend keeps a fresh index."""
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("postgres_url"))
-    return str(tmp_path / "index")
-
 
 @pytest.fixture
 def store(location: str) -> Iterator[Store]:
