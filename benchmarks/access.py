@@ -92,15 +92,15 @@ def measure(path: Path, location: Any, synthesis: scale.Synthesis, n_queries: in
             scale.open_index(path, synthesis) as embedded:
         store = iso.store
         result["questions"] = store.counts()["questions"]
-        before = store.disk_size()
+        at_rest = (lambda: scale.resting_bytes(path)) if location == path else store.disk_size
+        before = at_rest()
         result["set_lists_s"] = round(lists(iso, True), 2)
         if location != path:
             lists(embedded, True)  # (the exact search below reads the embedded copy)
-        iso.compact()  # (the freed pages given back, as at rest)
-        after = store.disk_size()
+        after = at_rest()
         if before is not None and after is not None:
-            result["bytes_per_question_before"] = round(before / result["questions"])
-            result["bytes_per_question_with_lists"] = round(after / result["questions"])
+            result["bytes_per_question_before"] = round(before / result["questions"], 1)
+            result["bytes_per_question_with_lists"] = round(after / result["questions"], 1)
         try:
             for q in queries[:20]:  # warm
                 iso.search(q, k=10)

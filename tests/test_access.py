@@ -377,3 +377,37 @@ def test_ask_declines_when_the_list_changes_while_it_answers(tmp_path: Path,
         answered = iso.ask(FACTS["budget"][2], principal=BOB)
         assert answered.answer_kind == "declined" and answered.citations == []
         assert "budget" not in {_name(r.chunk.source) for r in answered.results}
+
+
+def test_the_command_line_sets_shows_and_searches_as(tmp_path: Path, embedder: Embedder,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from isotope.cli import app
+
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    monkeypatch.setenv("ISOTOPE_ANSWER_MODEL", "fake/echo")
+    docs = _docs(tmp_path / "docs")
+    index = str(tmp_path / "index")
+    run = CliRunner().invoke
+    done = run(app, ["ingest", str(docs / "loose.txt"), "--index", index, "--allow",
+                     "group:zoo", "--json"])
+    assert done.exit_code == 0, done.output
+    shown = run(app, ["access", "show", str(docs / "loose.txt"), "--index", index, "--json"])
+    assert json.loads(shown.stdout)["access"] == ["group:zoo"]
+    asked = ["query", FACTS["loose"][2], "--raw", "--json", "--index", index]
+    assert json.loads(run(app, [*asked, "--as", "user:eve"]).stdout)["results"] == []
+    assert json.loads(run(app, [*asked, "--as", "user:eve,group:zoo"]).stdout)["results"]
+    changed = run(app, ["access", "set", "*/loose.txt", "--allow", "public", "--index", index,
+                        "--json"])
+    assert json.loads(changed.stdout)["access"] == ["public"], changed.output
+    assert json.loads(run(app, [*asked, "--as", "user:eve"]).stdout)["results"]
+    listed = run(app, ["list", "--index", index, "--as", "user:eve", "--json"])
+    assert [s["access"] for s in json.loads(listed.stdout)] == [["public"]]
+    bad = run(app, ["access", "set", "*/loose.txt", "--allow", "wizard:merlin", "--index",
+                    index])
+    assert bad.exit_code != 0 and "public, user:NAME or group:NAME" in bad.output
+    for command in (["access", "--help"], ["access", "set", "--help"], ["audit", "--help"]):
+        assert run(app, command).exit_code == 0
