@@ -781,14 +781,9 @@ class Isotope:
             if not matched:
                 raise SourceNotFound(f"no source matches {str(pattern)!r}; `isotope list` "
                                      "shows what is there")
-            held = maintenance.members_of(self.store)
-            todo, seen = list(matched), set(matched)
-            while todo:  # an email's attachments, a mailbox's messages: theirs too
-                for inner in held.get(todo.pop(), ()):
-                    if inner not in seen:
-                        seen.add(inner)
-                        todo.append(inner)
-                        matched.append(inner)
+            # an email's attachments, a mailbox's messages: theirs too
+            matched += sorted(_inside(matched, maintenance.members_of(self.store))
+                              - set(matched))
             self.store.set_access(matched, listed)
         return matched
 
