@@ -73,6 +73,10 @@ EF_SEARCH = 200
 """HNSW candidates per search (pgvector's default is 40: too few for the hybrid pool)."""
 MAX_SCAN_TUPLES = 40_000
 """How far an iterative filtered scan goes before the exact fallback takes over."""
+EXACT_CHUNKS = 1_000
+"""A filtered vector search whose conditions at most this many chunks meet scores their
+items exactly (at a million questions, a principal who sees 1% of the sources: 590
+chunks)."""
 PARAMETERS = 30_000
 """Bound values per INSERT statement (under PostgreSQL's limit of 65,535)."""
 BULK_MEMORY = "1GB"
@@ -406,19 +410,26 @@ class PostgresStore(SQLStore):
         query = HalfVector(np.asarray(vector, dtype=np.float32).reshape(-1))
         distance = f"t.vector::halfvec({dim}) <=> %(q)s::halfvec({dim})"
         restrict, params = "", {"q": query, "k": k}
+        few = False
         if filters:
             clause, values = where(filters)
-            restrict = (f"WHERE {ITEM_CHUNK[kind]} IN (SELECT c.id FROM chunks c JOIN sources "
-                        f"s ON s.uri = c.source WHERE {_named(clause, values, params)})")
+            # source first: a source's conditions (its access list) tested once per source
+            meeting = (f"SELECT c.id FROM sources s JOIN chunks c ON c.source = s.uri "
+                       f"WHERE {_named(clause, values, params)}")
+            restrict = f"WHERE {ITEM_CHUNK[kind]} IN ({meeting})"
         sql = (f"SELECT t.row, {distance} AS d FROM {kind} t {restrict} "
                "ORDER BY ORDER_BY LIMIT %(k)s")
         with self.snapshot():
+            if filters:  # few chunks meet them: scored exactly at once (an index scan
+                # would read up to MAX_SCAN_TUPLES rows of other chunks, then give up)
+                few = self._rows(f"SELECT count(*) FROM ({meeting} LIMIT {EXACT_CHUNKS + 1}"
+                                 ") f", params)[0][0] <= EXACT_CHUNKS
             self._run(f"SET LOCAL hnsw.ef_search = {min(max(EF_SEARCH, k), 1000)}")
             # rows deleted but not yet vacuumed, or filtered out, use up the candidates of
             # a plain scan: an iterative scan goes on, up to MAX_SCAN_TUPLES
             self._run("SET LOCAL hnsw.iterative_scan = relaxed_order")
             self._run(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
-            found = self._rows(sql.replace("ORDER_BY", distance), params)
+            found = [] if few else self._rows(sql.replace("ORDER_BY", distance), params)
             if len(found) < k:  # the index scan gave up: scan the rows exactly
                 found = self._rows(sql.replace("ORDER_BY", f"0 + ({distance})"), params)
             found.sort(key=lambda r: (r[1], r[0]))
