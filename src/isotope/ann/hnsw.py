@@ -127,6 +127,13 @@ class HNSWIndex(VectorIndex):
         return self._groups[np.minimum(where, len(self._ids) - 1)]
 
     def get(self, ids: Ids) -> tuple[Ids, Vectors]:
+        ids, found, norms = self._stored(ids)
+        unit = (found / norms[:, None]).astype(np.float32)
+        return ids, unit  # unit length, as embedded
+
+    def _stored(self, ids: Ids) -> tuple[Ids, Vectors, Vectors]:
+        """The ids held among ``ids``, their stored vectors (as quantized, not unit
+        length) and those vectors' lengths (1 where 0)."""
         ids = np.asarray(ids, dtype=np.int64)
         if len(self._ids):  # (sorted: a search per id, not a sort of every id held)
             at = np.minimum(np.searchsorted(self._ids, ids), len(self._ids) - 1)
@@ -134,12 +141,11 @@ class HNSWIndex(VectorIndex):
         else:
             ids = ids[:0]
         if not len(ids):
-            return ids, np.zeros((0, self._dim), dtype=np.float32)
+            return ids, np.zeros((0, self._dim), dtype=np.float32), np.zeros(0, np.float32)
         found = np.asarray(self._graph.get(ids.astype(np.uint64)), dtype=np.float32
                            ).reshape(len(ids), -1)
-        norms = np.linalg.norm(found, axis=1, keepdims=True)
-        unit = (found / np.where(norms > 0, norms, 1)).astype(np.float32)
-        return ids, unit  # unit length, as embedded
+        norms = np.sqrt(np.einsum("ij,ij->i", found, found))
+        return ids, found, np.where(norms > 0, norms, 1).astype(np.float32)
 
     def search(self, query: Vectors, k: int, allowed: Ids | None = None
                ) -> list[tuple[int, int, float]]:
@@ -184,11 +190,12 @@ class HNSWIndex(VectorIndex):
     def _exact(self, query: Vectors, k: int, candidates: Ids) -> list[tuple[int, int, float]]:
         """The top ``k`` of ``candidates`` by their stored vectors, in slices."""
         best: list[tuple[int, int, float]] = []
+        unit = query / max(float(np.linalg.norm(query)), 1e-12)
         for start in range(0, len(candidates), 65_536):
-            ids, vectors = self.get(candidates[start : start + 65_536])
+            ids, vectors, norms = self._stored(candidates[start : start + 65_536])
             if not len(ids):
                 continue
-            scores = dot(vectors, query / max(float(np.linalg.norm(query)), 1e-12))
+            scores = dot(vectors, unit) / norms  # (the cosine, without unit copies)
             groups = self._groups_of(ids)
             best += [(int(ids[i]), int(groups[i]), float(scores[i]))
                      for i in top_k(scores.astype(np.float32), k)]
