@@ -45,7 +45,7 @@ from isotope.index import Isotope
 from isotope.models import QueryResponse
 from isotope.reports import source_listing
 from isotope.server.auth import Keys
-from isotope.server.gate import Gate, own_hosts, unprefixed
+from isotope.server.gate import Gate, own_hosts, principal_in, unprefixed
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +93,21 @@ class SyncRequest(BaseModel):
                                     ".isotope-access rules file, else the list each had)")
 
 
-def administer(request: Request, what: str) -> None:
-    """403 unless the request's key is an administrator's (or the server has none): a
-    user's key that wrote could reach sources it may not see (replace, relabel, or learn
-    of them from the report)."""
+def administer(request: Request, what: str) -> Principal | None:
+    """The request's principal; 403 unless its key is an administrator's (or the server
+    has none): a user's key that wrote could reach sources it may not see (replace,
+    relabel, or learn of them from the report)."""
     who = asker(request)
     if who is not None and not who.admin:
         raise HTTPException(403, f"{what} needs an administrator's API key (one that names "
                             "no user); this key is a user's")
+    return who
 
 
 def asker(request: Request) -> Principal | None:
     """Who sent ``request``: its API key's principal (None: a server without keys, whose
     caller is the index's owner)."""
-    found = (request.scope.get("state") or {}).get("isotope.principal")
-    return found if isinstance(found, Principal) else None
+    return principal_in(request.scope)
 
 
 def json_response(model: BaseModel) -> Response:
@@ -323,16 +323,14 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                            request: Request, members: bool = False) -> Response:
         """Remove a source; a container (a mailbox) only with ``members=true``. Needs an
         administrator's key."""
-        administer(request, "deleting a source")
-        return await _delete(source, members, asker(request))
+        return await _delete(source, members, administer(request, "deleting a source"))
 
     @app.delete("/sources/{source:path}", status_code=204)
     async def delete_source(source: str, request: Request, members: bool = False) -> Response:
         """Remove a source named in the path (``#`` sent as ``%23``); a container (a
         mailbox) only with ``?members=true``. ``DELETE /sources?source=NAME`` is the
         unambiguous form. Needs an administrator's key."""
-        administer(request, "deleting a source")
-        who = asker(request)
+        who = administer(request, "deleting a source")
         named = source if source.startswith("/") or "://" in source else (
             source if await run_in_threadpool(lambda: iso.has_source(source, principal=who))
             else "/" + source)

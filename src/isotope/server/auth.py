@@ -69,12 +69,6 @@ class Keys:
         """Whether a key names a user or groups (access control is then on)."""
         return any(not principal.admin for _, _, principal in self.entries)
 
-    def find(self, presented: str) -> tuple[Scope, Principal] | None:
-        """The scope and principal of ``presented`` (None: not a key). Every key is
-        compared."""
-        found = self.lookup(presented)
-        return None if found is None else (found[0], found[1])
-
     def lookup(self, presented: str
                ) -> tuple[Scope, Principal, tuple[str, ...] | None] | None:
         """The scope, principal and projects of ``presented`` (None: not a key). Every
@@ -89,7 +83,7 @@ class Keys:
 
     def scope(self, presented: str) -> Scope | None:
         """The scope of ``presented`` (None: not a key)."""
-        found = self.find(presented)
+        found = self.lookup(presented)
         return found[0] if found else None
 
     def fresh(self) -> Keys:

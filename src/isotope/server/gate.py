@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from isotope.access import Principal
 from isotope.server.auth import Keys
 
 Message = MutableMapping[str, Any]
@@ -248,6 +249,13 @@ class Gate:
         await self.app(scope, counted, sent)
 
 
+def principal_in(scope: Message) -> Principal | None:
+    """The principal the gate found for a request's key (None: a server without keys,
+    whose caller is the index's owner)."""
+    found = (scope.get("state") or {}).get("isotope.principal")
+    return found if isinstance(found, Principal) else None
+
+
 def unprefixed(path: str) -> str:
     """A path with its project's prefix (``/p/NAME``) taken off."""
     if path.startswith("/p/"):
@@ -301,4 +309,5 @@ async def reply(send: Send, status: int, message: str,
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["LOOPBACK_NAMES", "Gate", "host_name", "own_hosts", "reply"]
+__all__ = ["LOOPBACK_NAMES", "Gate", "host_name", "own_hosts", "principal_in", "reply",
+           "unprefixed"]

@@ -29,6 +29,7 @@ from pydantic import Field
 
 from isotope.access import Principal
 from isotope.reports import source_listing
+from isotope.server.gate import principal_in
 
 if TYPE_CHECKING:
     from mcp.server.fastmcp import FastMCP
@@ -225,8 +226,7 @@ def _asker(ctx: Context, default: Principal | None,  # type: ignore[type-arg]
         if remote:
             raise ValueError("this call's request (and so its API key) is unknown")
         return default
-    found = (getattr(request, "scope", None) or {}).get("state", {}).get("isotope.principal")
-    return found if isinstance(found, Principal) else None
+    return principal_in(getattr(request, "scope", None) or {})
 
 
 def _quiet_closed_streams() -> None:
