@@ -104,6 +104,41 @@ def test_a_filtered_hnsw_search_returns_k_when_k_match(
         assert one == ["email"]  # fewer match than asked: all that match
 
 
+def test_a_saved_hnsw_index_scores_a_filtered_search_from_its_file(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mapped index reads the allowed items' vectors straight from its file (rows found
+    by parsing usearch's layout, also after removals) and ranks them as the graph's own
+    vectors do; a file whose layout does not read falls back to the graph."""
+    texts = [f"The {topic} service in region {n} was moved to rack {n * 7 % 13}."
+             for n in range(40) for topic in TOPICS]
+    vectors = embedder.embed(texts)
+    ids = np.arange(1000, 1000 + len(texts), dtype=np.int64)
+    groups = ids // 4
+    index = hnsw.HNSWIndex()
+    index.add(ids, groups, vectors)
+    index.remove(ids[::9])  # removed rows stay in the file, with no key
+    index.save(tmp_path, "q")
+    loaded = hnsw.HNSWIndex.load(tmp_path, "q")
+    assert loaded is not None and loaded._saved_rows() is not None
+    allowed = np.unique(groups)[::3]
+    query = embedder.embed(["Which rack holds the billing service?"])[0]
+    from_file = loaded.search(query, 25, allowed)
+    loaded._saved, loaded._saved_looked = None, True  # the graph's own vectors
+    from_graph = loaded.search(query, 25, allowed)
+    assert [hit[0] for hit in from_file] == [hit[0] for hit in from_graph]
+    assert np.allclose([h[2] for h in from_file], [h[2] for h in from_graph], atol=2e-3)
+    assert all(group in set(allowed.tolist()) for _, group, _ in from_file)
+    assert not set(ids[::9].tolist()) & {hit[0] for hit in from_file}
+
+    monkeypatch.setattr(hnsw, "_saved_vectors", lambda path: (
+        np.zeros((len(texts), 384), np.int8), np.arange(len(texts), dtype=np.uint64)))
+    again = hnsw.HNSWIndex.load(tmp_path, "q")
+    assert again is not None and again._saved_rows() is None  # keys do not agree
+    assert [hit[0] for hit in again.search(query, 25, allowed)] == [
+        hit[0] for hit in from_graph]
+
+
 def test_a_reader_keeps_answering_while_another_handle_compacts(
     tmp_path: Path, embedder: Embedder
 ) -> None:
