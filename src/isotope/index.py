@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from isotope import embedders, projects, providers, stores
+from isotope import embedders, learning, projects, providers, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
 from isotope.access import Assigner, Principal, access_list, principal_of, rules_for
@@ -45,7 +45,7 @@ from isotope.search import retrieval
 from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
 from isotope.search.filters import parse as parse_filters
 from isotope.settings import Settings, index_settings, resolve, shown
-from isotope.stores import SCHEMA_VERSION, AuditEntry, SourceInfo, Store
+from isotope.stores import SCHEMA_VERSION, Feedback, LoggedQuery, SourceInfo, Store
 
 MAX_K = 10_000
 """The most results a query may ask for."""
@@ -106,6 +106,9 @@ class Isotope:
         self._llms: dict[str, CachedLLM] = {}
         self._chunks: dict[Principal | None, tuple[float, int]] = {}
         self.access_control = settings.access_control
+        self.query_log = bool(settings.query_log)
+        """Searches are written to the query log (the ``query_log`` setting; a server
+        turns it on unless the setting says otherwise)."""
         """Sources without an access list are seen by administrators only (the
         ``access_control`` setting; a server whose keys name users turns it on)."""
         if llm is not None:
@@ -444,6 +447,7 @@ class Isotope:
         every signal's search, so it never gets fewer than ``k`` results where ``k`` are
         visible, and nothing it may not see shapes a score); ``filters`` only narrow
         that. See :mod:`isotope.access`."""
+        started = time.perf_counter()
         query = _valid_query(query)
         if k is None:
             k = self.settings.answer_k if for_answer else self.settings.top_k
@@ -454,10 +458,10 @@ class Isotope:
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         if not transform or query.rstrip().endswith("?"):
-            return self._audited(self._assess(
+            return self._finished(self._assess(
                 retrieval.search(self.store, self.embedder, query, k, mode, **options), asker),
-                asker)
-        started = time.perf_counter()
+                asker, filters, started)
+        rewriting = time.perf_counter()
         reply = self.answer_llm().complete(
             retrieval.transform_prompt(query, self.prompts["transform"]), max_tokens=120,
             temperature=0.0
@@ -465,24 +469,63 @@ class Isotope:
         rewrites = parse_questions(reply, 3)
         response = retrieval.search_many(self.store, self.embedder, query, rewrites, k, mode,
                                          **options)
-        response.timings["transform"] = time.perf_counter() - started - sum(
+        response.timings["transform"] = time.perf_counter() - rewriting - sum(
             response.timings.values())
-        return self._audited(self._assess(response, asker), asker)
+        return self._finished(self._assess(response, asker), asker, filters, started)
 
-    def _audited(self, response: QueryResponse, asker: Principal | None) -> QueryResponse:
-        """``response``, written to the audit log first (with the ``audit_log`` setting):
-        a search that cannot be logged fails rather than go unlogged."""
-        if self.settings.audit_log:
-            self.store.audit(AuditEntry(
-                datetime.now(UTC).isoformat(), "owner" if asker is None else str(asker),
-                response.query, response.mode, [r.chunk.id for r in response.results]),
-                self.settings.audit_days)
+    def _finished(self, response: QueryResponse, asker: Principal | None,
+                  filters: dict[str, Any] | None, started: float) -> QueryResponse:
+        """``response`` after what was learned from use (a first result ``asker`` marked
+        not useful for this query moves down; learned questions are not shown), written
+        to the query log (the ``query_log`` or ``audit_log`` setting): a search that
+        cannot be logged fails rather than go unlogged."""
+        if response.results and self.store.feedback(useful=False,
+                                                    principal=learning.who(asker)):
+            learning.demote(response, learning.not_first(
+                self.store, asker, self.embedder.embed_one(response.query)))
+        if not self.settings.show_learned:
+            learning.hide_learned(response)
+        if self.query_log or self.settings.audit_log:
+            learning.log(self, response, asker, filters, started, time.perf_counter())
         return response
 
-    def audit_log(self, limit: int = 100) -> list[AuditEntry]:
-        """The last ``limit`` searches of the audit log (the ``audit_log`` setting),
-        newest first: when, who, the query, the mode and the chunks returned."""
-        return self.store.audit_entries(_valid_k(limit))
+    def audit_log(self, limit: int = 100) -> list[LoggedQuery]:
+        """The last ``limit`` searches of the query log (the ``query_log`` or
+        ``audit_log`` setting), newest first: the id, when, who, the query, the mode, the
+        chunks returned with their scores, the filters, the suggested action and the
+        latency."""
+        return self.store.logged_queries(_valid_k(limit))
+
+    query_log_entries = audit_log
+
+    def feedback(self, query_id: str, chunk_id: str, useful: bool = True, *,
+                 principal: Asker = None) -> learning.FeedbackResult:
+        """Mark result ``chunk_id`` of the logged search ``query_id`` (its
+        ``QueryResponse.query_id``) useful or not. A useful mark teaches the chunk the
+        query as a question (the ``learn`` setting: ``auto``, ``review`` or ``off``); a
+        not-useful one keeps the chunk from ranking first again for that query or a very
+        close one. Only whoever searched may mark it (``principal``). See
+        :mod:`isotope.learning`."""
+        with self.store.writer(self.settings.lock_wait):
+            return learning.feedback(self, query_id, chunk_id, bool(useful),
+                                     principal_of(principal))
+
+    def pending_questions(self) -> list[Feedback]:
+        """Useful marks whose queries wait for review (the ``learn`` setting
+        ``review``), newest first."""
+        return learning.pending(self)
+
+    def review_questions(self, marks: Sequence[str], *, approve: bool = True
+                         ) -> list[learning.FeedbackResult]:
+        """Learn (``approve``) or reject the pending marks named ``QUERY_ID:CHUNK_ID``."""
+        with self.store.writer(self.settings.lock_wait):
+            return learning.review(self, marks, approve)
+
+    def log_summary(self, days: float | None = None, top: int = 10) -> learning.LogSummary:
+        """What the query log says: the most frequent queries, those probably not found
+        (``refine_query``) or marked not useful, feedback per source, latency
+        percentiles."""
+        return learning.summary(self.store, days, _valid_k(top))
 
     def _assess(self, response: QueryResponse, asker: Principal | None) -> QueryResponse:
         if self.settings.storage == "file-reference" and response.results:

@@ -101,6 +101,10 @@ class Atom(_Record):
             self.id = stable_id("atom", self.chunk_id, self.index, self.text)
 
 
+Origin = Literal["generated", "manual", "user"]
+"""Where a question came from (:attr:`Question.origin`)."""
+
+
 class Question(_Record):
     """A question that its atom answers."""
 
@@ -108,6 +112,10 @@ class Question(_Record):
     atom_id: str
     chunk_id: str
     id: str = ""
+    origin: Origin = "generated"
+    """``generated`` by the model, ``manual`` (added by hand), or ``user`` (a query a
+    user marked useful for the chunk): manual and user questions are kept when the chunk
+    is made again."""
 
     def model_post_init(self, __context: Any) -> None:
         if not self.id:
@@ -136,6 +144,8 @@ class GeneratedQuestion(_Record):
     text: str
     kept: bool
     reason: str = ""
+    origin: Origin = "generated"
+    """``generated``, ``manual`` or ``user`` (see :class:`Question`)."""
 
 
 class MatchedQuestion(_Record):
@@ -144,6 +154,8 @@ class MatchedQuestion(_Record):
     text: str
     score: float
     atom: str = ""
+    origin: Origin = "generated"
+    """``generated``, ``manual`` or ``user`` (see :class:`Question`)."""
 
 
 class SearchResult(_Record):
@@ -195,6 +207,9 @@ class QueryResponse(_Record):
     likely right), ``query_more`` (the answer is probably among them: read several, or
     search again), or ``refine_query`` (probably not found: rephrase or add detail)."""
     timings: dict[str, float] = Field(default_factory=dict)
+    query_id: str | None = None
+    """The search's id in the query log (the ``query_log`` setting), for feedback on its
+    results (:meth:`isotope.Isotope.feedback`); None when it was not logged."""
 
 
 class ChunkQuestions(_Record):

@@ -221,8 +221,19 @@ class StorageSettings(BaseModel):
     audit_log: bool = Field(
         False, description="Log every search in the index: when, who (the principal), the "
         "query, the mode and the chunks returned (isotope audit shows it)")
-    audit_days: float = Field(90.0, gt=0, le=36_500, description="Days the audit log keeps "
-                              "an entry")
+    audit_days: float = Field(90.0, gt=0, le=36_500, description="Days the query log "
+                              "(and audit log) keeps a search and its feedback")
+    query_log: bool | None = Field(
+        None, description="Log every search with an id (query_id) for feedback: who, the "
+        "query, mode, filters, results with scores, suggested action, latency (isotope "
+        "log). Default: on under isotope serve, off for the library and other commands")
+    learn: Literal["auto", "review", "off"] | None = Field(
+        None, description="What a result marked useful teaches: auto (the query becomes a "
+        "question of the chunk at once), review (held for isotope questions review), off. "
+        "Default: review with access control on, else auto")
+    show_learned: bool = Field(
+        False, description="Show learned questions (users' queries) as matched questions "
+        "in search results")
     email_access: bool = Field(
         False, description="An email without another access list (--allow, the "
         ".isotope-access rules file) gets its sender and recipients (user:ADDRESS)")

@@ -109,7 +109,8 @@ def assemble(work: Work, vectors: np.ndarray, select: Select) -> Assembled:
         renamed = {old.id: new for old, new in zip(stored.atoms, new_atoms, strict=True)}
         atoms += new_atoms
         questions += [Question(text=q.text, atom_id=renamed[q.atom_id].id,
-                               chunk_id=chunks[i].id) for q in stored.questions]
+                               chunk_id=chunks[i].id, origin=q.origin)
+                      for q in stored.questions]
         dropped += [q.model_copy(update={"atom_id": renamed[q.atom_id].id,
                                          "chunk_id": chunks[i].id})
                     for q in stored.dropped if q.atom_id in renamed]

@@ -245,7 +245,8 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
             score=round(score, 6),
             chunk=chunks[chunk_id],
             matched_questions=[
-                MatchedQuestion(text=h.text, score=round(h.score, 6), atom=h.atom)
+                MatchedQuestion(text=h.text, score=round(h.score, 6), atom=h.atom,
+                                origin=h.origin or "generated")  # type: ignore[arg-type]
                 for h in hits if h.kind == "questions"
             ],
             has_questions=chunk_id not in waiting,

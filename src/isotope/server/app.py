@@ -639,6 +639,7 @@ def _served(index: str, **options: Any) -> FastAPI:
     iso = Isotope.open(index if "://" in index else Path(index), create=False,
                        lock_wait=None if env_origin("lock_wait") else 300.0)
     settings = iso.settings
+    iso.query_log = settings.query_log is not False  # (on unless the setting says off)
     roots = [Path(r).expanduser().resolve() for r in settings.serve_roots]
     return create_app(iso, keys=Keys.from_settings(settings), roots=roots,
                       max_bytes=int(settings.max_upload_mb * 1_000_000),

@@ -36,7 +36,7 @@ from isotope.search.filters import Condition
 
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 LOG_ONLY = "isotope\x1flog-only"
 """Named among a write's sources: it changes nothing a search reads (the audit log), so
 the index keeps its state id (and what is kept by it, such as a principal's rows)."""
@@ -112,18 +112,50 @@ class Hit:
     score: float
     text: str
     atom: str = ""
+    origin: str = ""
+    """A question's origin (``generated``, ``manual``, ``user``); empty for the rest."""
 
 
 @dataclass
-class AuditEntry:
-    """One search in the audit log: when (ISO 8601, UTC), who, what, how, and the chunks
-    it returned."""
+class LoggedQuery:
+    """One search in the query log (also the audit log): its id, when (ISO 8601, UTC),
+    who, the query, the mode, the chunks it returned with their scores, the filters it
+    was given, its ``suggested_action`` and how long it took."""
 
+    query_id: str
     at: str
     principal: str
     query: str
     mode: str
     chunk_ids: list[str]
+    scores: list[float] = field(default_factory=list)
+    filters: dict[str, Any] | None = None
+    action: str = ""
+    latency_ms: float = 0.0
+
+
+AuditEntry = LoggedQuery
+"""The audit log's entries are the query log's (issue 28's name)."""
+
+
+@dataclass
+class Feedback:
+    """A user's mark on one result of a logged search: ``useful`` or not. ``learn``
+    says what became of a useful mark's query: ``pending`` (waiting for review),
+    ``learned`` (a question of the chunk), ``duplicate`` (the chunk had that question),
+    ``rejected``, or None (not learned: the ``learn`` setting was off, or not useful).
+    ``vector``: the query's embedding (float32 bytes), kept for a not-useful mark, so
+    that a close query does not rank the chunk first again."""
+
+    query_id: str
+    chunk_id: str
+    useful: bool
+    principal: str
+    at: str
+    query: str
+    source: str | None = None
+    learn: str | None = None
+    vector: bytes | None = None
 
 
 @dataclass
@@ -226,13 +258,31 @@ class Store(ABC):
         keeps no access lists (every chunk that exists)."""
         return set(self.get_chunks(ids))
 
-    def audit(self, entry: AuditEntry, keep_days: float) -> None:
-        """Add ``entry`` to the audit log, dropping entries older than ``keep_days``.
-        Default: not supported."""
-        raise InvalidArgument("this store keeps no audit log")
+    def log_query(self, entry: LoggedQuery, keep_days: float) -> None:
+        """Add ``entry`` to the query log, dropping entries (and feedback) older than
+        ``keep_days``. Default: not supported."""
+        raise InvalidArgument("this store keeps no query log")
 
-    def audit_entries(self, limit: int = 100) -> list[AuditEntry]:
-        """The last ``limit`` entries of the audit log, newest first. Default: none."""
+    def logged_queries(self, limit: int = 100, *, since: str | None = None
+                       ) -> list[LoggedQuery]:
+        """The last ``limit`` searches of the query log (from ``since``, an ISO time),
+        newest first. Default: none."""
+        return []
+
+    def logged_query(self, query_id: str) -> LoggedQuery | None:
+        """One search of the query log by its id. Default: none."""
+        return None
+
+    def add_feedback(self, mark: Feedback) -> None:
+        """Store a mark, replacing one on the same query and chunk. Default: not
+        supported."""
+        raise InvalidArgument("this store keeps no feedback")
+
+    def feedback(self, *, learn: str | None = None, useful: bool | None = None,
+                 principal: str | None = None, query_id: str | None = None,
+                 since: str | None = None) -> list[Feedback]:
+        """Marks, newest first, of those that match every argument given. Default:
+        none."""
         return []
 
     def set_access(self, uris: Sequence[str], access: list[str] | None) -> int:
@@ -250,6 +300,20 @@ class Store(ABC):
     def add_questions(self, done: Sequence[ChunkQuestions]) -> None:
         """Store generated questions for stored chunks in one transaction, each chunk's
         replacing the ones it had; chunks no longer stored are skipped."""
+
+    def add_kept_questions(self, chunk_id: str, questions: Sequence[Question],
+                           vectors: Vectors) -> int:
+        """Add manual or user ``questions`` (see their ``origin``) to the stored chunk
+        ``chunk_id`` beside its own, searchable at once, and kept when the chunk's
+        generated questions are made again; returns how many were added (0: the chunk is
+        not stored). Default: not supported."""
+        raise InvalidArgument("this store cannot add questions by hand")
+
+    def orphaned_questions(self) -> list[dict[str, Any]]:
+        """Manual and user questions whose chunk changed and no new chunk covers its
+        text (source, chunk_text, text, origin, at), kept, never searched. Default:
+        none."""
+        return []
 
     def count_waiting(self, sources: Sequence[str] | None = None) -> int:
         """How many chunks (of ``sources`` if given) wait for their questions. Default:
@@ -384,7 +448,7 @@ def draw_questions(kept: Sequence[int], dropped: Sequence[int], n: int, seed: in
 def as_generated(rows: Sequence[Sequence[Any]], *, shuffle: bool = False,
                  seed: int | None = None) -> list[GeneratedQuestion]:
     """Rows (source, chunk id, chunk index, atom id, atom index, atom, text, kept,
-    reason, row) as :class:`GeneratedQuestion` (``shuffle``: in an order drawn with
+    reason, row, origin) as :class:`GeneratedQuestion` (``shuffle``: in an order drawn with
     ``seed``, for a sample)."""
     import random
 
@@ -393,7 +457,8 @@ def as_generated(rows: Sequence[Sequence[Any]], *, shuffle: bool = False,
         random.Random(seed).shuffle(rows)
     return [GeneratedQuestion(source=r[0], chunk_id=r[1], chunk_index=r[2],
                               atom_id=r[3] or "", atom=r[5] or "", text=r[6],
-                              kept=bool(r[7]), reason=r[8]) for r in rows]
+                              kept=bool(r[7]), reason=r[8],
+                              origin=r[10] if len(r) > 10 else "generated") for r in rows]
 
 
 def register(scheme: str, backend: StoreFactory | str, *, extra: str | None = None) -> None:

@@ -100,6 +100,24 @@ STEPS: dict[int, list[str]] = {
         at text NOT NULL, principal text NOT NULL, query text NOT NULL, mode text NOT NULL,
         chunk_ids jsonb NOT NULL)""",
         "CREATE INDEX audit_log_at ON audit_log(at)"],
+    # 9: learning from use (the embedded store's step 9): the query log, feedback,
+    # each question's origin, questions a changed chunk could not carry
+    9: ["ALTER TABLE audit_log RENAME TO query_log",
+        "ALTER TABLE query_log ADD COLUMN query_id text, ADD COLUMN filters jsonb, "
+        "ADD COLUMN scores jsonb, ADD COLUMN action text, "
+        "ADD COLUMN latency_ms double precision",
+        "CREATE UNIQUE INDEX query_log_id ON query_log(query_id)",
+        """CREATE TABLE feedback (
+        query_id text NOT NULL, chunk_id text NOT NULL, useful boolean NOT NULL,
+        principal text NOT NULL, at text NOT NULL, query text NOT NULL, source text,
+        learn text, vector bytea, PRIMARY KEY (query_id, chunk_id))""",
+        "CREATE INDEX feedback_at ON feedback(at)",
+        "ALTER TABLE questions ADD COLUMN origin text NOT NULL DEFAULT 'generated'",
+        "CREATE INDEX questions_kept ON questions(chunk_id) WHERE origin <> 'generated'",
+        """CREATE TABLE orphaned_questions (
+        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, source text NOT NULL,
+        chunk_text text NOT NULL, text text NOT NULL, origin text NOT NULL,
+        at text NOT NULL)"""],
 }
 """Numbered steps. The first PostgreSQL schema is the embedded store's schema 6, so it is
 numbered 6; a later change is a new step (7, ...) and is never edited once released."""

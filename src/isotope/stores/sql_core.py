@@ -37,14 +37,13 @@ from isotope.models import (
     Chunk,
     DroppedQuestion,
     GeneratedQuestion,
+    Origin,
     Question,
     Source,
     content_hash,
 )
 from isotope.search.filters import Condition
 from isotope.stores import (
-    LOG_ONLY,
-    AuditEntry,
     ChunkQuestions,
     Hit,
     Kind,
@@ -57,6 +56,7 @@ from isotope.stores import (
     draw_questions,
     dropped_by_chunk,
 )
+from isotope.stores.sql_usage import SQLUsage
 
 _T = TypeVar("_T")
 
@@ -135,7 +135,7 @@ _CHUNK = 'id, source, idx, start, "end", text, metadata, context'
 _ATOM = 'id, chunk_id, idx, start, "end", text'
 
 
-class SQLStore(Store):
+class SQLStore(SQLUsage, Store):
     """A relational store's writes and reads, against :attr:`dialect` and its hooks."""
 
     dialect: Dialect
@@ -221,6 +221,7 @@ class SQLStore(Store):
         touched = [source.uri, *([batch.replaces] if batch.replaces else [])]
         hashes = batch.chunk_hashes or [content_hash(c.text) for c in batch.chunks]
         with self._write(*touched) as conn:
+            kept = self._kept_questions(conn, touched)
             conn.execute(f"DELETE FROM sources WHERE {d.any_of('uri')}", (d.many(touched),))
             conn.execute(
                 f"INSERT INTO sources({_SOURCE}, counts) VALUES ({', '.join([d.mark] * 11)})",
@@ -244,11 +245,76 @@ class SQLStore(Store):
             self._add_questions(conn, batch.questions, batch.question_vectors,
                                 [row_of.get(q.chunk_id) for q in batch.questions])
             self._add_dropped(conn, batch.dropped)
+            if kept:
+                self._carry(conn, kept, batch, hashes, row_of)
+
+    def _kept_questions(self, conn: Any, uris: Sequence[str]) -> list[KeptQuestion]:
+        """The manual and user questions of the sources ``uris``, with their vectors and
+        their chunks' texts (read before a source is replaced)."""
+        d = self.dialect
+        rows = conn.execute(
+            f"SELECT q.{d.row}, q.text, q.origin, c.hash, c.text, c.source FROM questions q "
+            f"JOIN chunks c ON c.id = q.chunk_id WHERE {d.any_of('c.source')} AND "
+            f"q.origin <> 'generated'", (d.many(list(uris)),)).fetchall()
+        if not rows:
+            return []
+        vectors = self._vectors_of("questions", [int(r[0]) for r in rows])
+        return [KeptQuestion(r[1], r[2], r[3] or content_hash(r[4]), r[4], r[5],
+                             vectors.get(int(r[0]))) for r in rows]
+
+    def _carry(self, conn: Any, kept: list[KeptQuestion], batch: SourceBatch,
+               hashes: Sequence[str], row_of: dict[str, int]) -> None:
+        """Give the new chunks of ``batch`` the ``kept`` questions of the chunks they
+        replace: each to the chunk with the same text, else to the one that covers most
+        of its old chunk's words, on that chunk's atom nearest to it; one no chunk covers
+        is kept in ``orphaned_questions`` (``isotope questions orphaned``). Questions the
+        batch already has (a reused chunk's) are not added twice."""
+        d = self.dialect
+        chunk_of_hash = {h: c for c, h in zip(batch.chunks, hashes, strict=True)}
+        has = {(q.chunk_id, q.text) for q in batch.questions}
+        atoms_of: dict[str, list[int]] = {}
+        for i, atom in enumerate(batch.atoms):
+            atoms_of.setdefault(atom.chunk_id, []).append(i)
+        atom_vectors = np.asarray(batch.atom_vectors, dtype=np.float32)
+        carried: list[Question] = []
+        vectors: list[Vectors] = []
+        orphans: list[KeptQuestion] = []
+        for question in kept:
+            chunk = chunk_of_hash.get(question.chunk_hash) or _covering(
+                question.chunk_text, batch.chunks)
+            if chunk is None or not atoms_of.get(chunk.id) or question.vector is None:
+                orphans.append(question)
+                continue
+            if (chunk.id, question.text) in has:
+                continue
+            own = atoms_of[chunk.id]
+            nearest = own[int(np.argmax(atom_vectors[own] @ np.asarray(question.vector)))]
+            carried.append(Question(text=question.text, atom_id=batch.atoms[nearest].id,
+                                    chunk_id=chunk.id, origin=question.origin))
+            vectors.append(question.vector)
+            has.add((chunk.id, question.text))
+        if carried:
+            added = self._add_questions(conn, carried, _stack(vectors),
+                                        [row_of.get(q.chunk_id) for q in carried])
+            conn.execute(d.add_questions_count, (added, batch.source.uri))
+        if orphans:
+            at = datetime.now(UTC).isoformat()
+            conn.cursor().executemany(
+                "INSERT INTO orphaned_questions(source, chunk_text, text, origin, at) "
+                f"VALUES ({', '.join([d.mark] * 5)})",
+                [(q.source, d.text(q.chunk_text), d.text(q.text), q.origin, at)
+                 for q in orphans])
+
+    def orphaned_questions(self) -> list[dict[str, Any]]:
+        return [{"source": r[0], "chunk_text": r[1], "text": r[2], "origin": r[3], "at": r[4]}
+                for r in self._rows("SELECT source, chunk_text, text, origin, at FROM "
+                                    f"orphaned_questions ORDER BY {self.dialect.row}")]
 
     def _add_questions(self, conn: Any, questions: Sequence[Question], vectors: Vectors,
                        chunk_rows: Sequence[int | None]) -> int:
-        return len(self._add_rows(conn, "questions", "id, atom_id, chunk_id, text", [
-            (q.id, q.atom_id, q.chunk_id, self.dialect.text(q.text)) for q in questions],
+        return len(self._add_rows(conn, "questions", "id, atom_id, chunk_id, text, origin", [
+            (q.id, q.atom_id, q.chunk_id, self.dialect.text(q.text), q.origin)
+            for q in questions],
             vectors, chunk_rows, [q.text for q in questions]))
 
     def _add_dropped(self, conn: Any, dropped: Sequence[DroppedQuestion]) -> None:
@@ -280,9 +346,10 @@ class SQLStore(Store):
                 chunk_row, uri = found
                 # (through its atoms, indexed in both engines: SQLite has no index on
                 # questions.chunk_id, and scanned every question for each chunk here)
+                # (the generated ones: manual and user questions stay)
                 had = conn.execute(
                     "DELETE FROM questions WHERE atom_id IN (SELECT id FROM atoms WHERE "
-                    f"chunk_id = {d.mark}) AND chunk_id = {d.mark}",
+                    f"chunk_id = {d.mark}) AND chunk_id = {d.mark} AND origin = 'generated'",
                     (item.chunk_id, item.chunk_id)).rowcount
                 added = self._add_questions(
                     conn, [q.model_copy(update={"chunk_id": item.chunk_id})
@@ -295,6 +362,35 @@ class SQLStore(Store):
                 conn.execute(f"UPDATE chunks SET enriched = {d.mark} WHERE {d.row} = {d.mark}",
                              (item.complete, chunk_row))
                 conn.execute(d.add_questions_count, (added - had, uri))  # for `check`
+
+    def add_kept_questions(self, chunk_id: str, questions: Sequence[Question],
+                           vectors: Vectors) -> int:
+        """Add manual or user ``questions`` (their ``origin``) to the stored chunk
+        ``chunk_id``, beside the ones it has, searchable at once; returns how many were
+        added (0: the chunk is gone)."""
+        if not questions:
+            return 0
+        self._ensure_dim(int(np.asarray(vectors).shape[1]))
+        d = self.dialect
+
+        def write() -> int:
+            owner = self._rows(f"SELECT source FROM chunks WHERE id = {d.mark}", (chunk_id,))
+            if not owner:
+                return 0
+            with self._write(owner[0][0]) as conn:
+                found = conn.execute(f"SELECT {d.row}, source FROM chunks WHERE id = "
+                                     f"{d.mark}", (chunk_id,)).fetchone()
+                if found is None:  # deleted meanwhile
+                    return 0
+                added = self._add_questions(
+                    conn, [q.model_copy(update={"chunk_id": chunk_id}) for q in questions],
+                    vectors, [found[0]] * len(questions))
+                conn.execute(d.add_questions_count, (added, found[1]))
+                return added
+
+        added: int = self._retried(write)
+        self._after_write()
+        return added
 
     def delete_source(self, uri: str) -> bool:
         def delete() -> bool:
@@ -392,29 +488,6 @@ class SQLStore(Store):
             f"SELECT c.id FROM chunks c JOIN sources s ON s.uri = c.source WHERE "
             f"{d.any_of('c.id')} AND {clause}", (d.many(list(ids)), *params))}
 
-    def audit(self, entry: AuditEntry, keep_days: float) -> None:
-        from datetime import timedelta
-
-        d = self.dialect
-        cutoff = (datetime.now(UTC) - timedelta(days=keep_days)).isoformat()
-
-        def write() -> None:
-            with self._write(LOG_ONLY) as conn:
-                conn.execute(f"INSERT INTO audit_log(at, principal, query, mode, chunk_ids) "
-                             f"VALUES ({', '.join([d.mark] * 5)})",
-                             (entry.at, entry.principal, d.text(entry.query), entry.mode,
-                              d.json_param(entry.chunk_ids)))
-                conn.execute(f"DELETE FROM audit_log WHERE at < {d.mark}", (cutoff,))
-
-        self._retried(write)
-
-    def audit_entries(self, limit: int = 100) -> list[AuditEntry]:
-        d = self.dialect
-        return [AuditEntry(r[0], r[1], r[2], r[3], list(d.json_value(r[4])))
-                for r in self._rows(f"SELECT at, principal, query, mode, chunk_ids FROM "
-                                    f"audit_log ORDER BY {d.row} DESC LIMIT {d.mark}",
-                                    (limit,))]
-
     def set_access(self, uris: Sequence[str], access: list[str] | None) -> int:
         d = self.dialect
         uris = list(uris)
@@ -441,14 +514,15 @@ class SQLStore(Store):
             return []
         d = self.dialect
         if kind == "questions":
-            sql = (f"SELECT q.{d.row}, q.chunk_id, q.text, a.text FROM questions q JOIN atoms "
-                   f"a ON a.id = q.atom_id WHERE {d.any_of('q.' + d.row)}")
+            sql = (f"SELECT q.{d.row}, q.chunk_id, q.text, a.text, q.origin FROM questions q "
+                   f"JOIN atoms a ON a.id = q.atom_id WHERE {d.any_of('q.' + d.row)}")
         elif kind == "atoms":
-            sql = f"SELECT {d.row}, chunk_id, text, text FROM atoms WHERE {d.any_of(d.row)}"
+            sql = (f"SELECT {d.row}, chunk_id, text, text, '' FROM atoms WHERE "
+                   f"{d.any_of(d.row)}")
         else:
-            sql = f"SELECT {d.row}, id, text, '' FROM chunks WHERE {d.any_of(d.row)}"
+            sql = f"SELECT {d.row}, id, text, '', '' FROM chunks WHERE {d.any_of(d.row)}"
         found = {int(r[0]): r for r in self._rows(sql, (d.many([r for r, _ in scored]),))}
-        return [Hit(kind, found[row][1], score, found[row][2], found[row][3])
+        return [Hit(kind, found[row][1], score, found[row][2], found[row][3], found[row][4])
                 for row, score in scored if row in found]
 
     # -- the enrichment queue ----------------------------------------------------------
@@ -501,14 +575,14 @@ class SQLStore(Store):
     def _questions_sql(self, where: str) -> str:
         """Generated questions kept (searched) and dropped, with their chunk and atom:
         columns source, chunk id, chunk index, atom id, atom index, atom, text, kept,
-        reason, row (``where`` on ``c`` the chunk and ``x`` the question)."""
+        reason, row, origin (``where`` on ``c`` the chunk and ``x`` the question)."""
         d = self.dialect
         return (f"SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, x.text, {d.true}, '', "
-                f"x.{d.row} FROM questions x JOIN atoms a ON a.id = x.atom_id JOIN chunks c "
-                f"ON c.id = x.chunk_id WHERE {where.format(table='questions')} UNION ALL "
-                f"SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, x.text, {d.false}, "
-                f"x.reason, x.{d.row} FROM dropped_questions x JOIN chunks c ON c.id = "
-                f"x.chunk_id LEFT JOIN atoms a ON a.id = x.atom_id "
+                f"x.{d.row}, x.origin FROM questions x JOIN atoms a ON a.id = x.atom_id "
+                f"JOIN chunks c ON c.id = x.chunk_id WHERE {where.format(table='questions')} "
+                f"UNION ALL SELECT c.source, c.id, c.idx, a.id, a.idx, a.text, x.text, "
+                f"{d.false}, x.reason, x.{d.row}, 'generated' FROM dropped_questions x JOIN "
+                f"chunks c ON c.id = x.chunk_id LEFT JOIN atoms a ON a.id = x.atom_id "
                 f"WHERE {where.format(table='dropped_questions')}")
 
     def generated_questions(self, *, source: str | None = None,
@@ -539,9 +613,9 @@ class SQLStore(Store):
 
     # -- whole chunks and sources, with their vectors ----------------------------------
     def _questions_of(self, atom_ids: list[str]) -> list[tuple[Any, ...]]:
-        """The questions of some atoms (row, atom id, chunk id, text), in stored order:
-        looked up through their atoms, which both engines index."""
-        return self._of("questions", "atom_id, chunk_id, text", "atom_id", atom_ids,
+        """The questions of some atoms (row, atom id, chunk id, text, origin), in stored
+        order: looked up through their atoms, which both engines index."""
+        return self._of("questions", "atom_id, chunk_id, text, origin", "atom_id", atom_ids,
                         self.dialect.row)
 
     def _vectors_of_all(self, chunks: list[tuple[Any, ...]], atoms: list[tuple[Any, ...]],
@@ -578,8 +652,8 @@ class SQLStore(Store):
                 vector=_stack([vectors["chunks"][chunk_row]]),
                 atoms=[_atom(a[1:]) for a in own_atoms],
                 atom_vectors=_stack([vectors["atoms"][a[0]] for a in own_atoms]),
-                questions=[Question(atom_id=q[1], chunk_id=chunk_id, text=q[3])
-                           for q in own_questions],
+                questions=[Question(atom_id=q[1], chunk_id=chunk_id, text=q[3],
+                                    origin=q[4]) for q in own_questions],
                 question_vectors=_stack([vectors["questions"][q[0]] for q in own_questions]),
                 context=context,
                 dropped=dropped.get(chunk_id, []))
@@ -607,13 +681,44 @@ class SQLStore(Store):
             source=source,
             chunks=[self._chunk(c[1:9]) for c in chunks],
             atoms=[_atom(a[1:]) for a in atoms],
-            questions=[Question(atom_id=q[1], chunk_id=q[2], text=q[3]) for q in questions],
+            questions=[Question(atom_id=q[1], chunk_id=q[2], text=q[3], origin=q[4])
+                       for q in questions],
             chunk_vectors=_stack([vectors["chunks"][c[0]] for c in chunks]),
             atom_vectors=_stack([vectors["atoms"][a[0]] for a in atoms]),
             question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
             chunk_hashes=[c[9] or content_hash(c[6]) for c in chunks],
             pending={c[1] for c in chunks if not c[10]},
             dropped=dropped)
+
+
+@dataclass
+class KeptQuestion:
+    """A manual or user question read before its source is replaced."""
+
+    text: str
+    origin: Origin
+    chunk_hash: str
+    chunk_text: str
+    source: str
+    vector: Vectors | None
+
+
+COVERS = 0.5
+"""A new chunk covers an old one when it holds at least this share of the old one's
+words."""
+
+
+def _covering(text: str, chunks: Sequence[Chunk]) -> Chunk | None:
+    """The chunk that holds most of ``text``'s words (at least :data:`COVERS`)."""
+    words = set(text.casefold().split())
+    if not words:
+        return None
+    best, share = None, 0.0
+    for chunk in chunks:
+        held = len(words & set(chunk.text.casefold().split())) / len(words)
+        if held > share:
+            best, share = chunk, held
+    return best if share >= COVERS else None
 
 
 def _atom(row: Sequence[Any]) -> Atom:

@@ -1,0 +1,267 @@
+"""Learning from use: the query log, feedback on a search's results, questions learned
+from the queries users marked useful, and not-useful marks.
+
+- Each logged search has a ``query_id`` (the ``query_log`` setting; on by default under
+  ``isotope serve``). A mark names a logged search and one of the chunks it returned; only
+  whoever searched may mark it (another principal's query id is not found), and a mark on
+  the same search and chunk replaces the last one.
+- A useful mark, with the ``learn`` setting ``auto``, makes the query a question of the
+  chunk (origin ``user``), embedded and searchable at once, attached to the chunk's atom
+  nearest to it, unless the chunk already has that question (the same words, or an
+  embedding within :data:`DUPLICATE`). With ``review`` it waits for
+  :func:`review` (``isotope questions review``); with ``off`` nothing is learned. The
+  default is ``review`` where access control is on (a user's words would otherwise
+  become part of what everyone's search reads), else ``auto``.
+- A not-useful mark keeps the query's embedding: a later search by the same principal
+  whose query is within :data:`CLOSE` of it does not rank that chunk first.
+- A learned question is never shown as a matched question (its words are someone's
+  query) unless the ``show_learned`` setting says so; ``isotope questions`` shows it to
+  the index's owner with its origin."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from isotope.access import Principal
+from isotope.embedders import Vectors
+from isotope.errors import InvalidArgument, SourceNotFound
+from isotope.models import Chunk, QueryResponse, Question
+from isotope.stores import Feedback, LoggedQuery, Store
+
+if TYPE_CHECKING:
+    from isotope.index import Isotope
+
+CLOSE = 0.9
+"""Two queries whose embeddings' cosine reaches this are the same query reworded (a
+not-useful mark on one holds for the other)."""
+DUPLICATE = 0.95
+"""A learned question this close to one of its chunk's questions is not added again."""
+LEARN_MODES = ("auto", "review", "off")
+
+
+class FeedbackResult(BaseModel):
+    """What :meth:`Isotope.feedback` did with a mark."""
+
+    query_id: str
+    chunk_id: str
+    useful: bool
+    learned: str | None = None
+    """``learned`` (the query is now a question of the chunk), ``pending`` (waiting for
+    review), ``duplicate`` (the chunk had that question), or None (nothing learned)."""
+    question_id: str | None = None
+
+
+class LogSummary(BaseModel):
+    """What the query log says (``isotope log``)."""
+
+    searches: int
+    since: str | None = None
+    frequent: list[tuple[str, int]] = Field(default_factory=list)
+    """The most frequent queries (as written, lowercase), with their counts."""
+    refine: list[tuple[str, int]] = Field(default_factory=list)
+    """Queries whose ``suggested_action`` was ``refine_query`` (probably not found)."""
+    not_useful: list[tuple[str, int]] = Field(default_factory=list)
+    """Queries marked not useful and never useful."""
+    feedback_by_source: list[dict[str, Any]] = Field(default_factory=list)
+    """Per source: ``useful`` and ``not_useful`` marks and the ``rate`` of useful ones."""
+    latency_ms: dict[str, float] = Field(default_factory=dict)
+    """``p50``, ``p95`` and ``p99`` of the searches' latency."""
+    actions: dict[str, int] = Field(default_factory=dict)
+
+
+def who(principal: Principal | None) -> str:
+    """The name a search is logged under: ``owner`` (no principal), ``administrator``,
+    or the principal's text form."""
+    return "owner" if principal is None else str(principal)
+
+
+def same_asker(logged: str, principal: Principal | None) -> bool:
+    """Whether ``principal`` is who made a search logged under ``logged``: the same user
+    (whose groups may have changed since), else the same text."""
+    now = who(principal)
+    if principal is not None and principal.user:
+        return logged.split(",")[0] == now.split(",")[0]
+    return logged == now
+
+
+def normalized(text: str) -> str:
+    """A query's words for comparing: lowercase, single spaces, no end punctuation."""
+    return re.sub(r"\s+", " ", text.casefold()).strip().rstrip("?!. ")
+
+
+def log(iso: Isotope, response: QueryResponse, principal: Principal | None,
+        filters: dict[str, Any] | None, started: float, now: float) -> None:
+    """Write ``response`` to the query log and give it its ``query_id``."""
+    response.query_id = uuid.uuid4().hex
+    iso.store.log_query(LoggedQuery(
+        query_id=response.query_id, at=datetime.now(UTC).isoformat(),
+        principal=who(principal), query=response.query, mode=response.mode,
+        chunk_ids=[r.chunk.id for r in response.results],
+        scores=[r.score for r in response.results], filters=filters or None,
+        action=response.suggested_action, latency_ms=round((now - started) * 1000, 3)),
+        iso.settings.audit_days)
+
+
+def not_first(store: Store, principal: Principal | None, vector: Vectors) -> set[str]:
+    """The chunks ``principal`` marked not useful for a query within :data:`CLOSE` of
+    the one embedded as ``vector``."""
+    marks = [m for m in store.feedback(useful=False, principal=who(principal)) if m.vector]
+    if not marks:
+        return set()
+    unit = np.asarray(vector, dtype=np.float32).ravel()
+    unit = unit / max(float(np.linalg.norm(unit)), 1e-12)
+    found = set()
+    for mark in marks:
+        other = np.frombuffer(mark.vector or b"", dtype=np.float32)
+        if other.shape == unit.shape and float(other @ unit) / max(
+                float(np.linalg.norm(other)), 1e-12) >= CLOSE:
+            found.add(mark.chunk_id)
+    return found
+
+
+def demote(response: QueryResponse, marked: set[str]) -> QueryResponse:
+    """``response`` with its first result, if ``marked``, moved behind the best result
+    that is not (the rest keep their order; ranks renumbered)."""
+    results = response.results
+    if not marked or not results or results[0].chunk.id not in marked:
+        return response
+    keep = next((i for i, r in enumerate(results) if r.chunk.id not in marked), None)
+    if keep is None:
+        return response
+    results.insert(0, results.pop(keep))
+    for rank, result in enumerate(results, start=1):
+        result.rank = rank
+    return response
+
+
+def hide_learned(response: QueryResponse) -> QueryResponse:
+    """``response`` without learned (user) questions among its matched questions."""
+    for result in response.results:
+        result.matched_questions = [m for m in result.matched_questions
+                                    if m.origin != "user"]
+    return response
+
+
+def learn_mode(iso: Isotope) -> str:
+    return iso.settings.learn or ("review" if iso.access_control else "auto")
+
+
+def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
+             principal: Principal | None) -> FeedbackResult:
+    """Record a mark on result ``chunk_id`` of the logged search ``query_id`` (see the
+    module's text)."""
+    store = iso.store
+    query_id, chunk_id = str(query_id).strip(), str(chunk_id).strip()
+    entry = store.logged_query(query_id) if query_id else None
+    if entry is None or not same_asker(entry.principal, principal):
+        raise SourceNotFound(f"no search {query_id!r} in the query log (searches are "
+                             "logged with the query_log setting, and kept audit_days)")
+    if chunk_id not in entry.chunk_ids:
+        raise InvalidArgument(f"chunk {chunk_id!r} was not a result of search {query_id!r}; "
+                              f"its results: {', '.join(entry.chunk_ids) or 'none'}")
+    iso._visible_chunk(chunk_id, iso._conditions(principal))
+    chunk = store.get_chunks([chunk_id])[chunk_id]
+    vector = np.asarray(iso.embedder.embed([entry.query]), dtype=np.float32)[0]
+    learned = question_id = None
+    mode = learn_mode(iso)
+    if useful and mode == "auto":
+        learned, question_id = learn(iso, chunk, entry.query, vector)
+    elif useful and mode == "review":
+        learned = "pending"
+    store.add_feedback(Feedback(
+        query_id=query_id, chunk_id=chunk_id, useful=useful, principal=entry.principal,
+        at=datetime.now(UTC).isoformat(), query=entry.query, source=chunk.source,
+        learn=learned, vector=None if useful else vector.tobytes()))
+    return FeedbackResult(query_id=query_id, chunk_id=chunk_id, useful=useful,
+                          learned=learned, question_id=question_id)
+
+
+def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors
+          ) -> tuple[str, str | None]:
+    """Add ``text`` (embedded as ``vector``) as a user question of ``chunk``:
+    (``learned``, its id), (``duplicate``, None) or (``pending``, None) when the chunk
+    has no atoms yet (it waits for its questions)."""
+    stored = next((c for c in iso.store.stored_chunks(chunk.source).values()
+                   if c.atoms and c.atoms[0].chunk_id == chunk.id), None)
+    if stored is None:
+        return "pending", None
+    unit = np.asarray(vector, dtype=np.float32).ravel()
+    said = normalized(text)
+    if any(normalized(q.text) == said for q in stored.questions):
+        return "duplicate", None
+    if len(stored.questions) and float(np.max(np.asarray(stored.question_vectors) @ unit)
+                                       ) >= DUPLICATE:
+        return "duplicate", None
+    atom = stored.atoms[int(np.argmax(np.asarray(stored.atom_vectors) @ unit))]
+    question = Question(text=text, atom_id=atom.id, chunk_id=chunk.id, origin="user")
+    if not iso.store.add_kept_questions(chunk.id, [question], unit[None, :]):
+        raise SourceNotFound(f"no chunk {chunk.id!r} in the index")
+    return "learned", question.id
+
+
+def pending(iso: Isotope) -> list[Feedback]:
+    """Useful marks waiting for review, newest first."""
+    return iso.store.feedback(learn="pending")
+
+
+def review(iso: Isotope, marks: Sequence[str], approve: bool) -> list[FeedbackResult]:
+    """Approve (learn) or reject the pending marks named ``QUERY_ID:CHUNK_ID``."""
+    done = []
+    waiting = {f"{m.query_id}:{m.chunk_id}": m for m in pending(iso)}
+    for name in marks:
+        mark = waiting.get(name.strip())
+        if mark is None:
+            raise InvalidArgument(f"no mark {name!r} waits for review; `isotope questions "
+                                  "review` lists them as QUERY_ID:CHUNK_ID")
+        learned: str | None = "rejected"
+        question_id = None
+        if approve:
+            chunk = iso.store.get_chunks([mark.chunk_id]).get(mark.chunk_id)
+            if chunk is None:
+                raise SourceNotFound(f"chunk {mark.chunk_id!r} of mark {name!r} is no "
+                                     "longer in the index; reject the mark")
+            vector = np.asarray(iso.embedder.embed([mark.query]), dtype=np.float32)[0]
+            learned, question_id = learn(iso, chunk, mark.query, vector)
+        mark.learn = learned
+        iso.store.add_feedback(mark)
+        done.append(FeedbackResult(query_id=mark.query_id, chunk_id=mark.chunk_id,
+                                   useful=True, learned=learned, question_id=question_id))
+    return done
+
+
+def summary(store: Store, days: float | None = None, top: int = 10) -> LogSummary:
+    """What the query log says about the last ``days`` (all it keeps by default)."""
+    since = None if days is None else (datetime.now(UTC) - timedelta(days=days)).isoformat()
+    entries = store.logged_queries(10_000_000, since=since)
+    marks = store.feedback(since=since)
+    said = Counter(normalized(e.query) for e in entries)
+    refine = Counter(normalized(e.query) for e in entries if e.action == "refine_query")
+    useful = {normalized(m.query) for m in marks if m.useful}
+    unhelpful = Counter(normalized(m.query) for m in marks
+                        if not m.useful and normalized(m.query) not in useful)
+    by_source: dict[str, list[int]] = {}
+    for mark in marks:
+        counts = by_source.setdefault(mark.source or "", [0, 0])
+        counts[0 if mark.useful else 1] += 1
+    latencies = np.asarray([e.latency_ms for e in entries if e.latency_ms], dtype=float)
+    return LogSummary(
+        searches=len(entries), since=since, frequent=said.most_common(top),
+        refine=refine.most_common(top), not_useful=unhelpful.most_common(top),
+        feedback_by_source=sorted(
+            ({"source": s, "useful": u, "not_useful": n, "rate": round(u / (u + n), 3)}
+             for s, (u, n) in by_source.items()), key=lambda x: -(x["useful"] + x["not_useful"])),
+        latency_ms={} if not len(latencies) else {
+            f"p{p}": round(float(np.percentile(latencies, p)), 3) for p in (50, 95, 99)},
+        actions=dict(Counter(e.action for e in entries if e.action)))
+
+
+__all__ = ["CLOSE", "DUPLICATE", "FeedbackResult", "LogSummary", "feedback", "review",
+           "summary"]

@@ -1,0 +1,242 @@
+"""An index that learns from its users (issue 29): the query log, feedback on results,
+learned questions (auto, review, off), not-useful marks, what the log says. Real indexes
+(the SQLite store and a real PostgreSQL server), the bundled embedder and the real
+pipeline; only the model's reply is the deterministic fake (one test goes through the
+real local model)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from isotope import Isotope
+from isotope.access import Principal
+from isotope.embedders import Embedder
+from isotope.errors import InvalidArgument, SourceNotFound
+
+from conftest import FakeLLM
+
+FACTS = {
+    "lighthouse": "The old lighthouse on Skerry Point was automated in 1987 and its "
+                  "keeper moved to the mainland.",
+    "bakery": "The harbour bakery sells cardamom buns from six in the morning.",
+    "ferry": "The island ferry leaves the pier every ninety minutes in summer.",
+    "museum": "The maritime museum shows a whaling boat from 1850 in its main hall.",
+}
+# a question the fake model does not generate: only learning makes it a question
+ASKED = "who used to look after the beacon before the machines took over"
+
+
+def _docs(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in FACTS.items():
+        (folder / f"{name}.md").write_text(f"# {name.title()}\n\n{text}\n")
+    return folder
+
+
+@pytest.fixture
+def logged(location: str, tmp_path: Path, embedder: Embedder) -> Iterator[Isotope]:
+    iso = Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                       query_log=True)
+    iso.ingest(_docs(tmp_path / "docs"))
+    yield iso
+    iso.close()
+
+
+def _chunk_of(iso: Isotope, name: str) -> str:
+    for info in iso.sources():
+        if info.source.uri.endswith(f"{name}.md"):
+            return iso.questions(info.source.uri)[0].chunk_id
+    raise AssertionError(name)
+
+
+def test_a_useful_mark_teaches_the_chunk_the_query(logged: Isotope) -> None:
+    iso = logged
+    first = iso.search(ASKED, k=4, mode="questions-dense")
+    assert first.query_id and len(first.query_id) == 32
+    entry = iso.audit_log(1)[0]
+    assert entry.query_id == first.query_id and entry.query == ASKED
+    assert entry.chunk_ids == [r.chunk.id for r in first.results]
+    assert entry.scores == [r.score for r in first.results] and entry.latency_ms > 0
+    assert entry.action == first.suggested_action
+
+    target = _chunk_of(iso, "lighthouse")
+    assert target in entry.chunk_ids
+    done = iso.feedback(first.query_id, target, useful=True)
+    assert done.learned == "learned" and done.question_id
+    learned = [q for q in iso.questions(chunk_id=target) if q.origin == "user"]
+    assert [q.text for q in learned] == [ASKED]
+
+    again = iso.search(ASKED, k=4, mode="questions-dense")
+    assert again.results[0].chunk.id == target
+    assert again.results[0].score > 0.99  # the learned question itself matched
+    # a learned question is someone's query: never shown as a matched question
+    assert all(m.origin != "user" and m.text != ASKED
+               for r in again.results for m in r.matched_questions)
+    # marking it again (or 10,000 times) learns nothing twice and keeps one mark
+    for _ in range(50):
+        assert iso.feedback(first.query_id, target).learned in ("learned", "duplicate")
+    assert len([q for q in iso.questions(chunk_id=target) if q.origin == "user"]) == 1
+    assert len(iso.store.feedback(query_id=first.query_id)) == 1
+
+
+def test_review_holds_a_learned_question_until_approved(location: str, tmp_path: Path,
+                                                        embedder: Embedder) -> None:
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True, learn="review") as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        target = _chunk_of(iso, "lighthouse")
+        found = iso.search(ASKED, k=4)
+        assert iso.feedback(found.query_id or "", target).learned == "pending"
+        assert not [q for q in iso.questions(chunk_id=target) if q.origin == "user"]
+        waiting = iso.pending_questions()
+        assert [(m.query, m.chunk_id) for m in waiting] == [(ASKED, target)]
+        with pytest.raises(InvalidArgument, match="waits for review"):
+            iso.review_questions(["nope:nothing"])
+        [done] = iso.review_questions([f"{found.query_id}:{target}"])
+        assert done.learned == "learned"
+        assert [q.text for q in iso.questions(chunk_id=target)
+                if q.origin == "user"] == [ASKED]
+        assert iso.pending_questions() == []
+
+        other = iso.search("when does the ferry leave", k=4)
+        ferry = _chunk_of(iso, "ferry")
+        iso.feedback(other.query_id or "", ferry)
+        [rejected] = iso.review_questions([f"{other.query_id}:{ferry}"], approve=False)
+        assert rejected.learned == "rejected"
+        assert not [q for q in iso.questions(chunk_id=ferry) if q.origin == "user"]
+
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True, learn="off") as iso:
+        found = iso.search("where are cardamom buns sold", k=4)
+        bakery = _chunk_of(iso, "bakery")
+        assert iso.feedback(found.query_id or "", bakery).learned is None
+        assert not [q for q in iso.questions(chunk_id=bakery) if q.origin == "user"]
+
+
+def test_a_not_useful_result_is_not_first_again_for_that_query(logged: Isotope) -> None:
+    iso = logged
+    query = "What did the lighthouse keeper do in 1987?"
+    found = iso.search(query, k=4, mode="hybrid")
+    first = found.results[0].chunk.id
+    iso.feedback(found.query_id or "", first, useful=False)
+    for asked in (query, "what did the lighthouse keeper do in 1987"):
+        again = iso.search(asked, k=4, mode="hybrid")
+        assert again.results[0].chunk.id != first
+        assert first in [r.chunk.id for r in again.results]  # moved down, not hidden
+        assert [r.rank for r in again.results] == list(range(1, len(again.results) + 1))
+    # someone else's ranking is theirs
+    other = iso.search(query, k=4, mode="hybrid", principal=Principal("carol"))
+    assert other.results[0].chunk.id == first
+    # an unrelated query is not touched
+    assert iso.search("cardamom buns", k=4).results[0].chunk.source.endswith("bakery.md")
+
+
+def test_feedback_is_refused_for_what_its_giver_did_not_search(logged: Isotope) -> None:
+    iso = logged
+    alice, mallory = Principal("alice", ("crew",)), Principal("mallory")
+    found = iso.search("When was the lighthouse automated?", k=2, principal=alice)
+    returned = [r.chunk.id for r in found.results]
+    with pytest.raises(SourceNotFound, match="no search"):
+        iso.feedback(found.query_id or "", returned[0], principal=mallory)
+    with pytest.raises(SourceNotFound, match="no search"):
+        iso.feedback("0" * 32, returned[0], principal=alice)
+    with pytest.raises(SourceNotFound, match="no search"):
+        iso.feedback(found.query_id or "", returned[0])  # the owner did not search it
+    not_returned = next(_chunk_of(iso, n) for n in FACTS
+                        if _chunk_of(iso, n) not in returned)
+    with pytest.raises(InvalidArgument, match="was not a result"):
+        iso.feedback(found.query_id or "", not_returned, principal=alice)
+    # the same user, whose groups changed since, may
+    assert iso.feedback(found.query_id or "", returned[0],
+                        principal=Principal("alice")).useful
+
+
+def test_the_log_says_what_was_asked_and_keeps_its_days(location: str, tmp_path: Path,
+                                                        embedder: Embedder) -> None:
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        for _ in range(3):
+            iso.search("When does the ferry leave?", k=2)
+        odd = iso.search("zebra quantum trombone", k=2, mode="questions-dense")
+        iso.feedback(odd.query_id or "", odd.results[0].chunk.id, useful=False)
+        said = iso.log_summary()
+        assert said.searches == 4
+        assert said.frequent[0] == ("when does the ferry leave", 3)
+        assert ("zebra quantum trombone", 1) in said.not_useful
+        assert said.latency_ms["p50"] > 0 and set(said.latency_ms) == {"p50", "p95", "p99"}
+        assert said.feedback_by_source[0]["not_useful"] == 1
+        if odd.suggested_action == "refine_query":
+            assert ("zebra quantum trombone", 1) in said.refine
+
+    # off by default for the library: no id, nothing logged
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False) as iso:
+        assert iso.search("When does the ferry leave?", k=2).query_id is None
+        assert len(iso.audit_log(100)) == 4
+
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True, audit_days=1e-6) as iso:
+        time.sleep(0.2)
+        iso.search("again", k=1)
+        assert [e.query for e in iso.audit_log(100)] == ["again"]
+        assert iso.store.feedback() == []  # gone with their searches
+
+
+def test_learning_through_the_real_local_model(tmp_path: Path, embedder: Embedder) -> None:
+
+    with Isotope.open(tmp_path / "index", embedder=embedder, cache=False,
+                      query_log=True) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        found = iso.search(ASKED, k=4, mode="questions-dense")
+        target = _chunk_of(iso, "lighthouse")
+        assert iso.feedback(found.query_id or "", target).learned == "learned"
+        assert iso.search(ASKED, k=1, mode="questions-dense").results[0].chunk.id == target
+
+
+def test_learned_questions_outlive_everything_that_keeps_their_chunk(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    """Re-ingest of an unchanged file, ingest --force, a changed chunk (carried to the
+    chunk that covers its text), copy; a chunk no new chunk covers keeps its questions
+    in the orphaned list."""
+    from isotope.stores.copying import copy_index
+
+    docs = _docs(tmp_path / "docs")
+    lighthouse = docs / "lighthouse.md"
+
+    def learned(iso: Isotope) -> list[str]:
+        return [q.text for q in iso.questions(lighthouse) if q.origin == "user"]
+
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True) as iso:
+        iso.ingest(docs)
+        found = iso.search(ASKED, k=4)
+        assert iso.feedback(found.query_id or "", _chunk_of(iso, "lighthouse")).learned \
+            == "learned"
+        iso.ingest(docs)
+        assert learned(iso) == [ASKED]
+        iso.ingest(docs, force=True)
+        assert learned(iso) == [ASKED]
+        lighthouse.write_text("# Lighthouse\n\nThe old lighthouse on Skerry Point was "
+                              "automated in 1987, and its last keeper moved to the "
+                              "mainland with his family.\n")
+        iso.ingest(docs)
+        assert learned(iso) == [ASKED]
+        assert iso.search(ASKED, k=1, mode="questions-dense").results[0].chunk.source \
+            .endswith("lighthouse.md")
+
+        copied = tmp_path / "copy"
+        copy_index(location, copied)
+        with Isotope.open(copied, embedder=embedder, llm=FakeLLM(), cache=False) as other:
+            assert [q.text for q in other.questions(str(lighthouse.resolve()))
+                    if q.origin == "user"] == [ASKED]
+
+        lighthouse.write_text("# Tides\n\nSpring tides reach four metres at the quay.\n")
+        iso.ingest(docs)
+        assert learned(iso) == []
+        [kept] = iso.store.orphaned_questions()
+        assert kept["text"] == ASKED and kept["origin"] == "user"
+        assert "Skerry Point" in kept["chunk_text"]
