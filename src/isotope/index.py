@@ -521,6 +521,12 @@ class Isotope:
         with self.store.writer(self.settings.lock_wait):
             return learning.review(self, marks, approve)
 
+    def orphaned_questions(self) -> list[dict[str, Any]]:
+        """Manual and learned questions whose chunk changed and no new chunk covers its
+        text: ``source``, ``chunk_text``, ``text``, ``origin``, ``at`` (kept, never
+        searched)."""
+        return self.store.orphaned_questions()
+
     def log_summary(self, days: float | None = None, top: int = 10) -> learning.LogSummary:
         """What the query log says: the most frequent queries, those probably not found
         (``refine_query``) or marked not useful, feedback per source, latency

@@ -10,8 +10,9 @@ from the queries users marked useful, and not-useful marks.
   nearest to it, unless the chunk already has that question (the same words, or an
   embedding within :data:`DUPLICATE`). With ``review`` it waits for
   :func:`review` (``isotope questions review``); with ``off`` nothing is learned. The
-  default is ``review`` where access control is on (a user's words would otherwise
-  become part of what everyone's search reads), else ``auto``.
+  default is ``review`` where access control is on (the setting, or a server's key that
+  names a user: a user's words would otherwise become part of what everyone's search
+  reads), else ``auto``.
 - A not-useful mark keeps the query's embedding: a later search by the same principal
   whose query is within :data:`CLOSE` of it does not rank that chunk first.
 - A learned question is never shown as a matched question (its words are someone's
@@ -150,8 +151,12 @@ def hide_learned(response: QueryResponse) -> QueryResponse:
     return response
 
 
-def learn_mode(iso: Isotope) -> str:
-    return iso.settings.learn or ("review" if iso.access_control else "auto")
+def learn_mode(iso: Isotope, principal: Principal | None = None) -> str:
+    """The ``learn`` setting, else ``review`` where access control is on (the setting,
+    or a user's key: its words would reach everyone's searches), else ``auto``."""
+    guarded = iso.access_control or (principal is not None and not principal.admin
+                                     and principal.strict)
+    return iso.settings.learn or ("review" if guarded else "auto")
 
 
 def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
@@ -168,10 +173,15 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
         raise InvalidArgument(f"chunk {chunk_id!r} was not a result of search {query_id!r}; "
                               f"its results: {', '.join(entry.chunk_ids) or 'none'}")
     iso._visible_chunk(chunk_id, iso._conditions(principal))
+    marked = next((m for m in store.feedback(query_id=query_id) if m.chunk_id == chunk_id),
+                  None)
+    if marked is not None and marked.useful == useful:  # (said again: nothing new)
+        return FeedbackResult(query_id=query_id, chunk_id=chunk_id, useful=useful,
+                              learned=marked.learn)
     chunk = store.get_chunks([chunk_id])[chunk_id]
     vector = np.asarray(iso.embedder.embed([entry.query]), dtype=np.float32)[0]
     learned = question_id = None
-    mode = learn_mode(iso)
+    mode = learn_mode(iso, principal)
     if useful and mode == "auto":
         learned, question_id = learn(iso, chunk, entry.query, vector)
     elif useful and mode == "review":

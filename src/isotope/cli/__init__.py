@@ -10,6 +10,7 @@ from isotope.cli import (  # noqa: F401 (commands)
     evaluating,
     ingesting,
     inspecting,
+    learning_commands,
     questions_view,
     searching,
     serving,
@@ -17,6 +18,7 @@ from isotope.cli import (  # noqa: F401 (commands)
 from isotope.cli.access_commands import access_app
 from isotope.cli.console import err, labelled, visible
 from isotope.cli.project_commands import project_app
+from isotope.cli.questions_view import questions_app
 from isotope.cli.shell import app, state
 
 
@@ -29,7 +31,7 @@ def paragraphs(doc: str) -> str:
 
 
 for _command in (*app.registered_commands, *project_app.registered_commands,
-                 *access_app.registered_commands):
+                 *access_app.registered_commands, *questions_app.registered_commands):
     if _command.help is None and _command.callback is not None and _command.callback.__doc__:
         _command.help = paragraphs(_command.callback.__doc__)
 

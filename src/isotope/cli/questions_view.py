@@ -1,18 +1,48 @@
-"""``isotope questions``: the questions generated for a source's chunks, kept and
-dropped (with why), or a random sample across the index."""
+"""``isotope questions``: the questions of a source's chunks (generated, kept and dropped
+with why, manual and learned ones with their origin), or a random sample across the
+index; ``isotope questions review`` and ``orphaned`` (see
+:mod:`isotope.cli.learning_commands`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
+from typer.core import TyperGroup
 
 from isotope.cli.console import display, errors, fail, out, print_json
 from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, app, open_index
+from isotope.models import GeneratedQuestion
 
 
-@app.command("questions")
+class _SourceByDefault(TyperGroup):
+    """``isotope questions SOURCE`` (or ``--sample N``) shows questions; a first word
+    that names a command (``review``, ``orphaned``) runs it (a source of that name:
+    ``./review``)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["show", *args]
+        result: list[str] = super().parse_args(ctx, args)
+        return result
+
+
+questions_app = typer.Typer(
+    cls=_SourceByDefault,
+    help="The questions of a source's chunks: `isotope questions SOURCE` (generated ones, "
+    "kept and dropped with why; manual and learned ones with their origin), `isotope "
+    "questions --sample N`, `isotope questions review` (learned questions waiting for "
+    "approval), `isotope questions orphaned` (questions whose chunk changed and no new "
+    "chunk covers it).")
+app.add_typer(questions_app, name="questions")
+
+
+def _shown(question: GeneratedQuestion) -> str:
+    return question.text + ("" if question.origin == "generated" else f"  ({question.origin})")
+
+
+@questions_app.command("show")
 def questions_command(
     source: Annotated[str | None, typer.Argument(
         help="The source's path or identifier (as `isotope list` shows it).")] = None,
@@ -56,7 +86,7 @@ def questions_command(
             out.print(Text(f"\n{display(q.source)} chunk {q.chunk_index}", "bold"))
             out.print(Text(f"  atom: {q.atom or '(removed)'}", "cyan"))
         if q.kept:
-            out.print(Text(f"    + {q.text}"))
+            out.print(Text(f"    + {_shown(q)}"))
         else:
             out.print(Text(f"    - {q.text}  ", "dim") + Text(f"dropped: {q.reason}", "yellow"))
     kept = sum(q.kept for q in found)

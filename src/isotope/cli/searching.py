@@ -47,6 +47,8 @@ def query(
     with errors():
         filters = parse_where(where or [])
         with open_index(index, project) as iso:
+            if iso.settings.query_log is None:
+                iso.query_log = True  # (for `isotope feedback QUERY_ID CHUNK_ID`)
             response = iso.search(text, k, mode=mode, transform=transform, filters=filters,
                                   for_answer=not raw, principal=as_principal)
             if not raw:
@@ -89,3 +91,7 @@ def query(
     if response.results:
         out.print(f"suggested action: {response.suggested_action} (top score "
                   f"{response.top_score:.3f}, lead {response.score_spread:.3f})")
+    if response.query_id and response.results:
+        out.print(f"query id {response.query_id}: isotope feedback {response.query_id} "
+                  f"{response.results[0].chunk.id} [--not-useful] marks the first result",
+                  style="dim")

@@ -109,7 +109,7 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
                     "location (without it, a location that holds no index is an error).")
                                   ] = False, as_principal: AsOpt = None) -> None:
     """Serve the index to an agent as an MCP server over stdio: the tools search, ask,
-    list_sources and ingest (the same tools are at /mcp of `isotope serve`). With --as,
+    feedback, list_sources and ingest (the same tools are at /mcp of `isotope serve`). With --as,
     the agent sees only what that principal may see, and cannot ingest."""
     try:
         from isotope.server.mcp import create_mcp
@@ -122,6 +122,7 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
 
         principal = principal_of(as_principal)
         iso = open_index(index, project, create=create)
+    iso.query_log = iso.settings.query_log is not False  # (feedback names logged searches)
     roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots] or None
     try:
         create_mcp(iso, roots=roots, principal=principal,

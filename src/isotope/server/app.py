@@ -81,6 +81,13 @@ class SearchRequest(BaseModel):
         return value
 
 
+class FeedbackRequest(BaseModel):
+    query_id: str = Field(max_length=64, description="The search's query_id (a /search "
+                          "or /ask response's)")
+    chunk_id: str = Field(max_length=256, description="One of the chunks it returned")
+    useful: bool = Field(True, strict=True, description="false: the result did not help")
+
+
 class AskRequest(SearchRequest):
     stream: bool = Field(False, description="Server-sent events: results, then the "
                          "answer's tokens as they come, then the answer, then done")
@@ -161,6 +168,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     # More searches at once than cores only adds contention: 8 threads searching in one
     # process made 68 searches/s on 2 cores, 2 threads 105 (each waits for the other's
     # hold on Python's lock, and the CPU caches are shared among more of them).
+    if iso.settings.query_log is None:  # a server logs its searches unless told not to
+        iso.query_log = True
     slots = asyncio.Semaphore(search_slots or os.cpu_count() or 1)
     local = iso.answer_llm().local  # (built, not loaded)
     answering = asyncio.Semaphore(answer_slots or (1 if local else
@@ -304,6 +313,27 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return [q.model_dump() for q in iso.questions(source, chunk=chunk, chunk_id=chunk_id,
                                                       sample=sample, seed=seed,
                                                       principal=asker(request))]
+
+    @app.post("/feedback")
+    async def feedback(body: FeedbackRequest, request: Request) -> dict[str, Any]:
+        """Mark a result of a search this key made useful or not (as ``isotope
+        feedback``): a useful mark teaches the chunk the query as a question (the
+        ``learn`` setting), a not-useful one keeps the chunk from ranking first again for
+        that query or a very close one. A query id of another key's user, or of another
+        project, answers 404; a chunk the search did not return, 400."""
+        who = asker(request)
+        done = await written(lambda: iso.feedback(body.query_id, body.chunk_id,
+                                                  body.useful, principal=who))
+        return dict(done.model_dump())
+
+    @app.get("/log")
+    def query_log(request: Request, days: Annotated[float | None, Query(gt=0)] = None,
+                  top: Annotated[int, Query(ge=1, le=1_000)] = 10) -> dict[str, Any]:
+        """What the query log says (as ``isotope log --json``): the most frequent
+        queries, those probably not found or marked not useful, feedback per source,
+        latency percentiles. Needs an administrator's key."""
+        administer(request, "reading the query log")
+        return dict(iso.log_summary(days, top).model_dump())
 
     @app.get("/sources")
     def sources(request: Request) -> list[dict[str, Any]]:
@@ -639,7 +669,6 @@ def _served(index: str, **options: Any) -> FastAPI:
     iso = Isotope.open(index if "://" in index else Path(index), create=False,
                        lock_wait=None if env_origin("lock_wait") else 300.0)
     settings = iso.settings
-    iso.query_log = settings.query_log is not False  # (on unless the setting says off)
     roots = [Path(r).expanduser().resolve() for r in settings.serve_roots]
     return create_app(iso, keys=Keys.from_settings(settings), roots=roots,
                       max_bytes=int(settings.max_upload_mb * 1_000_000),

@@ -43,7 +43,9 @@ INSTRUCTIONS = (
     "matched. `suggested_action` says whether to deliver the first result, read several "
     "(query_more) or rephrase (refine_query). `ask` returns a written answer citing the "
     "passages; it runs a language model and can take many seconds: prefer `search` and "
-    "read the passages yourself.")
+    "read the passages yourself. When the user confirms a passage answered the question, "
+    "or says it did not, call `feedback` with the search's `query_id` and the passage's "
+    "`chunk_id`: the index learns from it.")
 
 Mode = Literal["hybrid", "questions-dense", "questions-bm25", "atoms-dense", "atoms-bm25",
                "chunks-dense", "chunks-bm25"]
@@ -70,6 +72,8 @@ def agent_view(response: QueryResponse) -> dict[str, Any]:
     and the questions that matched; the confidence; the answer with its citations."""
     view: dict[str, Any] = {"suggested_action": response.suggested_action,
                             "top_score": round(response.top_score, 3)}
+    if response.query_id:
+        view["query_id"] = response.query_id
     if response.answer is not None:
         view.update(answer=response.answer, answer_kind=response.answer_kind,
                     citations=response.citations)
@@ -156,6 +160,24 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
                 cancel.set()
                 raise
         return _reply(agent_view(answered))
+
+    @server.tool()
+    async def feedback(ctx: Context,  # type: ignore[type-arg]
+                       query_id: Annotated[str, Field(
+                           max_length=64, description="The search's query_id")],
+                       chunk_id: Annotated[str, Field(
+                           max_length=256, description="The chunk_id of one of its results")],
+                       useful: Annotated[bool, Field(
+                           description="false: the passage did not help")] = True,
+                       ) -> CallToolResult:
+        """Tell the index whether a passage a search returned answered the user's
+        question: a useful passage learns the question (it is found first next time), a
+        passage that did not help is not ranked first again for that question. Use it
+        when the user confirms or rejects an answer."""
+        who = _asker(ctx, principal, remote)
+        done = await run_write(lambda: iso.feedback(query_id, chunk_id, useful,
+                                                    principal=who))
+        return _reply(done.model_dump())
 
     @server.tool()
     async def list_sources(ctx: Context) -> CallToolResult:  # type: ignore[type-arg]

@@ -1,0 +1,142 @@
+"""Learning from use: ``isotope feedback``, ``isotope log``, ``isotope questions review``
+and ``isotope questions orphaned`` (see :mod:`isotope.learning`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from isotope.cli.console import display, errors, fail, out, print_json
+from isotope.cli.questions_view import questions_app
+from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, WaitOpt, app, open_index
+
+
+@app.command("feedback")
+def feedback_command(
+    query_id: Annotated[str, typer.Argument(
+        help="The search's query_id (isotope query --json, /search).")],
+    chunk_id: Annotated[str, typer.Argument(help="One of the chunks that search returned.")],
+    not_useful: Annotated[bool, typer.Option(
+        "--not-useful", help="The result did not help: it is not ranked first again for "
+        "this query or a very close one.")] = False,
+    as_principal: AsOpt = None,
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Mark a result of a logged search useful (the default) or not. A useful mark teaches
+    the chunk the query as a question (the learn setting: auto, review, or off); only who
+    searched may mark it (--as)."""
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        done = iso.feedback(query_id, chunk_id, not not_useful, principal=as_principal)
+    if as_json:
+        print_json(done.model_dump())
+        return
+    said = {"learned": f"learned: the query is now a question of the chunk ({done.question_id})",
+            "pending": "the query waits for review (isotope questions review)",
+            "duplicate": "the chunk already has that question"}
+    out.print(("useful" if done.useful else "not useful") + (
+        f"; {said[done.learned]}" if done.learned in said else ""))
+
+
+@app.command("log")
+def log_command(
+    days: Annotated[float | None, typer.Option(
+        "--days", min=0, help="Only the last DAYS (default: all the log keeps).")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Queries per list.")] = 10,
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the query log says (the query_log setting; on under isotope serve): the most
+    frequent queries, those probably not found (suggested action refine_query) or marked
+    not useful, feedback per source, latency percentiles."""
+    with errors(), open_index(index, project) as iso:
+        said = iso.log_summary(days, top)
+    if as_json:
+        print_json(said.model_dump())
+        return
+    if not said.searches:
+        out.print("the query log is empty (searches are logged with the query_log setting, "
+                  "on under isotope serve and isotope query)")
+        return
+    out.print(Text(f"{said.searches} searches", "bold") + Text(
+        "; latency " + ", ".join(f"{k} {v:.1f} ms" for k, v in said.latency_ms.items())
+        if said.latency_ms else ""))
+    for title, rows in (("most frequent", said.frequent),
+                        ("probably not found (refine_query)", said.refine),
+                        ("marked not useful", said.not_useful)):
+        if rows:
+            out.print(Text(f"\n{title}", "bold"))
+            for text, count in rows:
+                out.print(f"  {count:>5}  {text}")
+    if said.feedback_by_source:
+        out.print(Text("\nfeedback by source", "bold"))
+        for row in said.feedback_by_source:
+            out.print(f"  {row['useful']:>4} useful {row['not_useful']:>4} not  "
+                      f"{display(row['source'])}")
+
+
+@questions_app.command("review")
+def review_command(
+    approve: Annotated[list[str] | None, typer.Option(
+        "--approve", metavar="QUERY_ID:CHUNK_ID", help="Learn this query as a question of "
+        "its chunk (repeatable).")] = None,
+    reject: Annotated[list[str] | None, typer.Option(
+        "--reject", metavar="QUERY_ID:CHUNK_ID", help="Do not learn it (repeatable).")] = None,
+    approve_all: Annotated[bool, typer.Option(
+        "--approve-all", help="Learn every query waiting.")] = False,
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Queries users marked useful for a chunk, waiting to be learned as its questions
+    (the learn setting review; the default with access control on): list them, or
+    --approve / --reject them."""
+    if approve_all and approve:
+        fail("give --approve-all or --approve, not both")
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        waiting = iso.pending_questions()
+        names = [f"{m.query_id}:{m.chunk_id}" for m in waiting] if approve_all else approve
+        done = [*iso.review_questions(names or [], approve=True),
+                *iso.review_questions(reject or [], approve=False)]
+        left = iso.pending_questions() if done else waiting
+    if as_json:
+        print_json({"done": [d.model_dump() for d in done],
+                    "waiting": [{"id": f"{m.query_id}:{m.chunk_id}", "query": m.query,
+                                 "chunk_id": m.chunk_id, "source": m.source,
+                                 "principal": m.principal, "at": m.at} for m in left]})
+        return
+    for d in done:
+        out.print(f"{d.query_id}:{d.chunk_id}: {d.learned}")
+    if not left:
+        out.print("no learned questions wait for review")
+    for m in left:
+        out.print(Text(f"{m.query_id}:{m.chunk_id}", "bold") + f"  {m.query}")
+        out.print(f"    for {display(m.source or '')}, marked by {m.principal} at {m.at}",
+                  style="dim")
+
+
+@questions_app.command("orphaned")
+def orphaned_command(
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Manual and learned questions whose chunk changed and no new chunk covers its text:
+    kept (never searched), with the chunk text they were for."""
+    with errors(), open_index(index, project) as iso:
+        found = iso.orphaned_questions()
+    if as_json:
+        print_json(found)
+        return
+    if not found:
+        out.print("no orphaned questions")
+    for q in found:
+        out.print(Text(q["text"], "bold") + f"  ({q['origin']}, {display(q['source'])})")
+        text = " ".join(q["chunk_text"].split())
+        out.print(f"    was for: {text[:200]}{'…' if len(text) > 200 else ''}", style="dim")

@@ -1,0 +1,108 @@
+"""Learning from use over the wire (issue 29): a real uvicorn server on loopback over a
+real index and embedder (the fake model at the provider boundary), with keys that name
+users: /search carries a query_id (a server logs its searches by default), POST /feedback
+with a user's own search, review (the default with access control on), /log for an
+administrator only, the MCP feedback tool."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from isotope import Isotope
+from isotope.embedders import Embedder
+from isotope.settings import Settings
+from test_learning import ASKED, _chunk_of, _docs
+
+from conftest import FakeLLM, served_on_loopback
+
+pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
+pytest.importorskip("mcp", reason="pip install 'isotopedb[server]'")
+import httpx
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from isotope.server.app import create_app
+from isotope.server.auth import Keys
+
+ADMIN_KEY, BOB_KEY, EVE_KEY = "a" * 24, "b" * 24, "e" * 24
+KEYS = f"{ADMIN_KEY}\n{BOB_KEY} read user=bob\n{EVE_KEY} read user=eve\n"
+
+
+@pytest.fixture
+def served(tmp_path: Path, embedder: Embedder) -> Iterator[tuple[str, Isotope]]:
+    iso = Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(), cache=False)
+    iso.ingest(_docs(tmp_path / "docs"), allow=["public"])
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(KEYS)
+    keys = Keys.from_settings(Settings(api_keys_file=keys_file))
+    with served_on_loopback(create_app(iso, keys=keys, roots=[], max_bytes=1_000_000,
+                                       uploads=tmp_path / "up")) as url:
+        yield url, iso
+    iso.close()
+
+
+def _as(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_feedback_over_http_is_the_searchers_own(served: Any) -> None:
+    url, iso = served
+    target = _chunk_of(iso, "lighthouse")
+    found = httpx.post(f"{url}/search", json={"query": ASKED, "k": 4}, headers=_as(BOB_KEY))
+    assert found.status_code == 200
+    query_id = found.json()["query_id"]
+    assert query_id and target in [r["chunk"]["id"] for r in found.json()["results"]]
+
+    mark = {"query_id": query_id, "chunk_id": target, "useful": True}
+    stolen = httpx.post(f"{url}/feedback", json=mark, headers=_as(EVE_KEY))
+    assert stolen.status_code == 404 and "no search" in stolen.json()["error"]
+    odd = httpx.post(f"{url}/feedback", json={**mark, "chunk_id": "f" * 16},
+                     headers=_as(BOB_KEY))
+    assert odd.status_code == 400 and "was not a result" in odd.json()["error"]
+    assert httpx.post(f"{url}/feedback", json={**mark, "useful": "yes"},
+                      headers=_as(BOB_KEY)).status_code == 422
+    done = httpx.post(f"{url}/feedback", json=mark, headers=_as(BOB_KEY))
+    assert done.status_code == 200, done.text
+    # keys that name users turn access control on: a learned question waits for review
+    assert done.json()["learned"] == "pending"
+    assert not [q for q in iso.questions(chunk_id=target) if q.origin == "user"]
+    iso.review_questions([f"{query_id}:{target}"])
+    again = httpx.post(f"{url}/search", json={"query": ASKED, "k": 1,
+                                              "mode": "questions-dense"},
+                       headers=_as(EVE_KEY)).json()
+    assert again["results"][0]["chunk"]["id"] == target
+    # another user's query is never shown as a matched question
+    assert ASKED not in json.dumps(again["results"][0]["matched_questions"])
+
+    assert httpx.get(f"{url}/log", headers=_as(BOB_KEY)).status_code == 403
+    said = httpx.get(f"{url}/log", headers=_as(ADMIN_KEY))
+    assert said.status_code == 200 and said.json()["searches"] == 2
+    assert said.json()["feedback_by_source"][0]["useful"] == 1
+
+
+def test_the_mcp_feedback_tool_marks_a_search(served: Any) -> None:
+    url, iso = served
+    target = _chunk_of(iso, "lighthouse")
+
+    async def agent() -> dict[str, Any]:
+        client = httpx.AsyncClient(headers=_as(BOB_KEY))
+        async with streamable_http_client(url + "/mcp/", http_client=client) as (
+                read, write, _), ClientSession(read, write) as session:
+            await session.initialize()
+            found = json.loads((await session.call_tool(
+                "search", {"query": ASKED, "k": 4})).content[0].text)
+            assert target in [r["chunk_id"] for r in found["results"]]
+            reply = await session.call_tool("feedback", {
+                "query_id": found["query_id"], "chunk_id": target, "useful": False})
+            return dict(json.loads(reply.content[0].text))
+
+    done = anyio.run(agent)
+    assert done["useful"] is False and done["learned"] is None
+    [mark] = iso.store.feedback(useful=False)
+    assert mark.principal == "user:bob" and mark.chunk_id == target
