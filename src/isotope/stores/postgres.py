@@ -73,6 +73,8 @@ EF_SEARCH = 200
 """HNSW candidates per search (pgvector's default is 40: too few for the hybrid pool)."""
 MAX_SCAN_TUPLES = 40_000
 """How far an iterative filtered scan goes before the exact fallback takes over."""
+EF_FILTERED = 1_000
+"""HNSW candidates per filtered search that more than ``EXACT_CHUNKS`` chunks meet."""
 EXACT_CHUNKS = 1_000
 """A filtered vector search whose conditions at most this many chunks meet scores their
 items exactly (at a million questions, a principal who sees 1% of the sources: 590
@@ -424,7 +426,11 @@ class PostgresStore(SQLStore):
                 # would read up to MAX_SCAN_TUPLES rows of other chunks, then give up)
                 few = self._rows(f"SELECT count(*) FROM ({meeting} LIMIT {EXACT_CHUNKS + 1}"
                                  ") f", params)[0][0] <= EXACT_CHUNKS
-            self._run(f"SET LOCAL hnsw.ef_search = {min(max(EF_SEARCH, k), 1000)}")
+            # a filtered scan keeps the candidates that meet the conditions among the
+            # nearest it visits: with many chunks meeting them (a principal who sees 10%
+            # of a million questions), 200 candidates found 0.88 of the exact top 10
+            wide = EF_FILTERED if filters else EF_SEARCH
+            self._run(f"SET LOCAL hnsw.ef_search = {min(max(wide, k), 1000)}")
             # rows deleted but not yet vacuumed, or filtered out, use up the candidates of
             # a plain scan: an iterative scan goes on, up to MAX_SCAN_TUPLES
             self._run("SET LOCAL hnsw.iterative_scan = relaxed_order")
