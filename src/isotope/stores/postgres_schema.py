@@ -102,7 +102,13 @@ STEPS: dict[int, list[str]] = {
         "CREATE INDEX audit_log_at ON audit_log(at)"],
     # 9: learning from use (the embedded store's step 9): the query log, feedback,
     # each question's origin, questions a changed chunk could not carry
-    9: ["ALTER TABLE audit_log RENAME TO query_log",
+    9: [  # (a schema made by a development build of step 8 may lack the audit log)
+        """CREATE TABLE IF NOT EXISTS audit_log (
+        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at text NOT NULL,
+        principal text NOT NULL, query text NOT NULL, mode text NOT NULL,
+        chunk_ids jsonb NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log(at)",
+        "ALTER TABLE audit_log RENAME TO query_log",
         "ALTER TABLE query_log ADD COLUMN query_id text, ADD COLUMN filters jsonb, "
         "ADD COLUMN scores jsonb, ADD COLUMN action text, "
         "ADD COLUMN latency_ms double precision",
