@@ -49,6 +49,33 @@ def prompt(question: str, avoid: list[str]) -> list[dict[str, str]]:
     ]
 
 
+def reworded(iso: Isotope, text_of: dict[str, str], sample: list[dict]
+             ) -> tuple[list[dict], list[dict], list[int], list[int]]:
+    """The questions of ``sample`` the index's model (through its cache) reworded with
+    fewer content words of their passage (``text_of`` by pid): (the originals kept, their
+    rewordings, content words shared before, after)."""
+    llm = iso.llm()
+    prompts = [prompt(q["question"], sorted(content(q["question"])
+                                            & content(text_of[str(q["gold_pid"])])))
+               for q in sample]
+    replies: list[str] = []
+    for start in range(0, len(prompts), 8):
+        replies += llm.complete_batch(prompts[start : start + 8], max_tokens=48)
+        print(f"{len(replies)}/{len(prompts)} rewritten", file=sys.stderr)
+    kept, originals, before, after = [], [], [], []
+    for q, reply in zip(sample, replies, strict=True):
+        line = reply.strip().splitlines()[0].strip().strip('"') if reply.strip() else ""
+        passage = content(text_of[str(q["gold_pid"])])
+        old, new = len(content(q["question"]) & passage), len(content(line) & passage)
+        if not line.endswith("?") or new >= old or len(line) < 12:
+            continue
+        kept.append({**q, "question": line})
+        originals.append(q)
+        before.append(old)
+        after.append(new)
+    return originals, kept, before, after
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passages", type=int, default=300)
@@ -63,25 +90,7 @@ def main() -> None:
     if not index.exists():
         sys.exit(f"no index at {index}: run benchmarks/enrichment.py first")
     with Isotope.open(index, cache_dir=CACHE, create=False) as iso:
-        llm = iso.llm()
-        prompts = [prompt(q["question"], sorted(content(q["question"])
-                                                & content(text_of[str(q["gold_pid"])])))
-                   for q in sample]
-        replies: list[str] = []
-        for start in range(0, len(prompts), 8):
-            replies += llm.complete_batch(prompts[start : start + 8], max_tokens=48)
-            print(f"{len(replies)}/{len(prompts)} rewritten", file=sys.stderr)
-        kept, originals, before, after = [], [], [], []
-        for q, reply in zip(sample, replies, strict=True):
-            line = reply.strip().splitlines()[0].strip().strip('"') if reply.strip() else ""
-            passage = content(text_of[str(q["gold_pid"])])
-            old, new = len(content(q["question"]) & passage), len(content(line) & passage)
-            if not line.endswith("?") or new >= old or len(line) < 12:
-                continue
-            kept.append({**q, "question": line})
-            originals.append(q)
-            before.append(old)
-            after.append(new)
+        originals, kept, before, after = reworded(iso, text_of, sample)
         search = evaluation.searcher(iso)
         modes = [*MODES, evaluation.WITHOUT_QUESTIONS]
         on_original = evaluation.evaluate(search, originals, modes)

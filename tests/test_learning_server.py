@@ -80,10 +80,17 @@ def test_feedback_over_http_is_the_searchers_own(served: Any) -> None:
     # another user's query is never shown as a matched question
     assert ASKED not in json.dumps(again["results"][0]["matched_questions"])
 
+    # the Client, as eve: her own search, marked not useful
+    from isotope import Client
+
+    eve = Client(url, api_key=EVE_KEY)
+    seen = eve.search(ASKED, k=2)
+    assert eve.feedback(seen.query_id or "", seen.results[1].chunk.id, useful=False
+                        ).useful is False
     assert httpx.get(f"{url}/log", headers=_as(BOB_KEY)).status_code == 403
     said = httpx.get(f"{url}/log", headers=_as(ADMIN_KEY))
-    assert said.status_code == 200 and said.json()["searches"] == 2
-    assert said.json()["feedback_by_source"][0]["useful"] == 1
+    assert said.status_code == 200 and said.json()["searches"] == 3
+    assert sum(row["useful"] for row in said.json()["feedback_by_source"]) == 1
 
 
 def test_the_mcp_feedback_tool_marks_a_search(served: Any) -> None:

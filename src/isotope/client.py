@@ -79,6 +79,14 @@ class Client:
         found = self._call("GET", "/questions?" + urlencode(query))
         return [GeneratedQuestion.model_validate(q) for q in found]
 
+    def feedback(self, query_id: str, chunk_id: str, useful: bool = True) -> Any:
+        """As :meth:`Isotope.feedback`, for a search this key made (an
+        :class:`isotope.learning.FeedbackResult`)."""
+        from isotope.learning import FeedbackResult
+
+        return FeedbackResult.model_validate(self._call("POST", "/feedback", {
+            "query_id": query_id, "chunk_id": chunk_id, "useful": bool(useful)}))
+
     def sources(self) -> list[SourceInfo]:
         """As :meth:`Isotope.sources`."""
         return [listed_source(item) for item in self._call("GET", "/sources")]
