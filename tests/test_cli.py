@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from isotope.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["ingest", "query", "list", "delete", "status", "config", "eval"]
+COMMANDS = ["ingest", "query", "list", "delete", "status", "config", "eval", "feedback", "log"]
 runner = CliRunner()
 
 

@@ -240,3 +240,58 @@ def test_learned_questions_outlive_everything_that_keeps_their_chunk(
         [kept] = iso.store.orphaned_questions()
         assert kept["text"] == ASKED and kept["origin"] == "user"
         assert "Skerry Point" in kept["chunk_text"]
+
+
+def test_the_command_line_logs_marks_learns_and_reviews(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`isotope query --json` has a query_id (the CLI logs by default), `isotope feedback`
+    learns, `isotope questions --json` shows the origin, `isotope log --json` counts,
+    `isotope questions review` lists and approves, `isotope questions orphaned`."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from isotope.cli import app
+
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    monkeypatch.setenv("ISOTOPE_ANSWER_MODEL", "fake/echo")
+    runner = CliRunner()
+    index = str(tmp_path / "index")
+    docs = _docs(tmp_path / "docs")
+    assert runner.invoke(app, ["ingest", str(docs), "-i", index, "--plain"]).exit_code == 0
+
+    def run(*args: str) -> object:
+        result = runner.invoke(app, [*args, "-i", index, "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    found = run("query", ASKED, "--raw", "-k", "4")
+    assert isinstance(found, dict) and len(found["query_id"]) == 32
+    lighthouse = next(r["chunk"]["id"] for r in found["results"]
+                      if r["chunk"]["source"].endswith("lighthouse.md"))
+    done = run("feedback", found["query_id"], lighthouse)
+    assert isinstance(done, dict) and done["learned"] == "learned"
+    shown = run("questions", str(docs / "lighthouse.md"))
+    assert isinstance(shown, list)
+    assert [q["text"] for q in shown if q["origin"] == "user"] == [ASKED]
+    assert {q["origin"] for q in shown} == {"generated", "user"}
+    said = run("log")
+    assert isinstance(said, dict) and said["searches"] == 1
+    assert said["feedback_by_source"][0]["useful"] == 1
+    bad = runner.invoke(app, ["feedback", found["query_id"], "nope", "-i", index])
+    assert bad.exit_code == 1 and "was not a result" in bad.output
+
+    monkeypatch.setenv("ISOTOPE_LEARN", "review")
+    other = run("query", "when does the boat to the island go", "--raw", "-k", "4")
+    assert isinstance(other, dict)
+    ferry = next(r["chunk"]["id"] for r in other["results"]
+                 if r["chunk"]["source"].endswith("ferry.md"))
+    assert run("feedback", other["query_id"], ferry)["learned"] == "pending"  # type: ignore[index]
+    waiting = run("questions", "review")
+    assert isinstance(waiting, dict)
+    [mark] = waiting["waiting"]
+    assert mark["query"] == "when does the boat to the island go"
+    approved = run("questions", "review", "--approve", mark["id"])
+    assert isinstance(approved, dict) and approved["done"][0]["learned"] == "learned"
+    assert approved["waiting"] == []
+    assert run("questions", "orphaned") == []
