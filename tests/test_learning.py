@@ -6,6 +6,7 @@ real local model)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -295,3 +296,60 @@ def test_the_command_line_logs_marks_learns_and_reviews(
     assert isinstance(approved, dict) and approved["done"][0]["learned"] == "learned"
     assert approved["waiting"] == []
     assert run("questions", "orphaned") == []
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
+def test_a_kill_while_changed_files_are_ingested_never_loses_a_learned_question(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """Each source learns a question of its own; its file changes (its first chunk's text
+    too) and an ingest in another process is killed at random moments: every learned
+    question is still there, exactly once, on the old chunk or carried to the new one."""
+    import random
+    import signal
+
+    from test_reliability import TOPICS, _corpus, _worker
+
+    corpus = _corpus(tmp_path / "corpus")
+    index = tmp_path / "index"
+    topics = TOPICS[:8]
+    for extra in TOPICS[8:]:
+        (corpus / f"{extra}.md").unlink()
+
+    def asked(topic: str) -> str:
+        return f"which crew looks after the {topic} machines at night"
+
+    def opened() -> Isotope:
+        return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False,
+                            chunk_size=48, chunk_overlap=0, query_log=True)
+
+    with opened() as iso:
+        iso.ingest(corpus)
+        for topic in topics:
+            found = iso.search(asked(topic), k=50, mode="hybrid")
+            first = next(r.chunk.id for r in found.results
+                         if r.chunk.source.endswith(f"{topic}.md") and r.chunk.index == 0)
+            assert iso.feedback(found.query_id or "", first).learned == "learned"
+    rng = random.Random(11)
+    for run in range(4):
+        for topic in topics:  # the first chunk's text changes a little
+            path = corpus / f"{topic}.md"
+            path.write_text(path.read_text().replace(" was started", f" (rev {run}) was started"))
+        worker = _worker(index, corpus, delay=0.02)
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "started", worker.stderr
+        time.sleep(rng.uniform(0.1, 1.5))
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        with opened() as iso:
+            assert iso.check() == [], f"run {run}"
+            assert iso.orphaned_questions() == []
+            for topic in topics:
+                kept = [q for q in iso.questions(str(corpus / f"{topic}.md"))
+                        if q.origin == "user"]
+                assert [q.text for q in kept] == [asked(topic)], f"run {run}: {topic}"
+    with opened() as iso:  # a run to the end carries every one to the new text
+        iso.ingest(corpus)
+        for topic in topics:
+            [kept] = [q for q in iso.questions(str(corpus / f"{topic}.md"))
+                      if q.origin == "user"]
+            assert kept.chunk_index == 0 and kept.text == asked(topic)
