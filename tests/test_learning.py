@@ -268,6 +268,10 @@ def test_the_command_line_logs_marks_learns_and_reviews(
 
     found = run("query", ASKED, "--raw", "-k", "4")
     assert isinstance(found, dict) and len(found["query_id"]) == 32
+    told = run("query", ASKED, "--raw", "-k", "2", "--explain", "--mode", "hybrid")
+    assert isinstance(told, dict) and told["results"][0]["explain"]["fused"] is not None
+    shown = runner.invoke(app, ["query", ASKED, "--raw", "--explain", "-i", index])
+    assert "standardised" in shown.output and "fused" in shown.output
     lighthouse = next(r["chunk"]["id"] for r in found["results"]
                       if r["chunk"]["source"].endswith("lighthouse.md"))
     done = run("feedback", found["query_id"], lighthouse)
@@ -277,7 +281,7 @@ def test_the_command_line_logs_marks_learns_and_reviews(
     assert [q["text"] for q in shown if q["origin"] == "user"] == [ASKED]
     assert {q["origin"] for q in shown} == {"generated", "user"}
     said = run("log")
-    assert isinstance(said, dict) and said["searches"] == 1
+    assert isinstance(said, dict) and said["searches"] == 3
     assert said["feedback_by_source"][0]["useful"] == 1
     bad = runner.invoke(app, ["feedback", found["query_id"], "nope", "-i", index])
     assert bad.exit_code == 1 and "was not a result" in bad.output
@@ -353,3 +357,36 @@ def test_a_kill_while_changed_files_are_ingested_never_loses_a_learned_question(
             [kept] = [q for q in iso.questions(str(corpus / f"{topic}.md"))
                       if q.origin == "user"]
             assert kept.chunk_index == 0 and kept.text == asked(topic)
+
+
+def test_explain_adds_up_to_each_results_score(logged: Isotope) -> None:
+    from isotope.search.retrieval import MODES, normalized, signal_weights
+
+    iso = logged
+    found = iso.search("When was the lighthouse automated?", k=4, mode="hybrid",
+                       explain=True)
+    total = sum(w for w in signal_weights(iso.settings.alpha).values())
+    for result in found.results:
+        told = result.explain
+        assert told is not None and told["score"] == pytest.approx(result.score, abs=1e-6)
+        parts = [row["contribution"] for row in told["signals"].values()
+                 if row["contribution"] is not None]
+        assert sum(parts) * told["scale"] == pytest.approx(told["fused"], abs=1e-5)
+        assert normalized("hybrid", told["fused"], total) == pytest.approx(result.score,
+                                                                           abs=1e-5)
+        for row in told["signals"].values():
+            assert row["contribution"] == pytest.approx(row["weight"] * row["standardized"],
+                                                        abs=1e-6)
+    first = found.results[0].explain
+    assert first is not None and first["matched_atoms"]
+    assert any("1987" in atom for atom in first["matched_atoms"])
+    assert found.results[1].explain["signals"]["chunks-dense"]["rank"] is not None  # type: ignore[index]
+    for mode in MODES:
+        if mode == "hybrid":
+            continue
+        one = iso.search("When was the lighthouse automated?", k=3, mode=mode, explain=True)
+        for result in one.results:
+            assert result.explain is not None
+            [(name, row)] = result.explain["signals"].items()
+            assert name == mode and row["rank"] == result.rank
+    assert iso.search("lighthouse", k=2).results[0].explain is None  # (only when asked)

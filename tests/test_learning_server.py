@@ -87,9 +87,12 @@ def test_feedback_over_http_is_the_searchers_own(served: Any) -> None:
     seen = eve.search(ASKED, k=2)
     assert eve.feedback(seen.query_id or "", seen.results[1].chunk.id, useful=False
                         ).useful is False
+    told = httpx.post(f"{url}/search", json={"query": ASKED, "k": 2, "explain": True},
+                      headers=_as(BOB_KEY)).json()["results"][0]["explain"]
+    assert told["signals"]["chunks-bm25"]["weight"] == 0.5 and told["fused"] is not None
     assert httpx.get(f"{url}/log", headers=_as(BOB_KEY)).status_code == 403
     said = httpx.get(f"{url}/log", headers=_as(ADMIN_KEY))
-    assert said.status_code == 200 and said.json()["searches"] == 3
+    assert said.status_code == 200 and said.json()["searches"] == 4
     assert sum(row["useful"] for row in said.json()["feedback_by_source"]) == 1
 
 

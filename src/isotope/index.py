@@ -432,7 +432,8 @@ class Isotope:
                transform: bool | None = None,
                filters: dict[str, Any] | None = None,
                weights: dict[str, float] | None = None,
-               for_answer: bool = False, principal: Asker = None) -> QueryResponse:
+               for_answer: bool = False, principal: Asker = None,
+               explain: bool = False) -> QueryResponse:
         """The ``k`` chunks whose generated questions best match ``query`` (``k``
         defaults to the ``top_k`` setting; with ``for_answer``, a search an answer will
         be made from, to ``answer_k``: the chunks the answer model is given).
@@ -442,6 +443,10 @@ class Isotope:
         questions; all are searched and the results fused. ``filters`` keeps only chunks
         whose source or metadata match (see :mod:`isotope.search.filters`). ``weights`` sets
         hybrid signals' weights for this search, over the ``weights`` setting.
+
+        ``explain``: each result says how its score was made (per signal its rank, raw
+        score, standardised score, weight and contribution to the fused score; the
+        questions and atoms that matched).
 
         ``principal``: who asks; only the sources it may see are searched (a condition of
         every signal's search, so it never gets fewer than ``k`` results where ``k`` are
@@ -454,7 +459,8 @@ class Isotope:
         k = _valid_k(k)
         asker = principal_of(principal)
         options = {**retrieval.fusion_options(self.settings, weights),
-                   "filters": parse_filters(filters) + self._conditions(asker)}
+                   "filters": parse_filters(filters) + self._conditions(asker),
+                   "explain": bool(explain)}
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         if not transform or query.rstrip().endswith("?"):

@@ -173,6 +173,11 @@ class SearchResult(_Record):
     source_metadata: dict[str, Any] = Field(default_factory=dict)
     """Its source's metadata (a title, front matter, an email's ``from`` and ``date``, a
     Word document's ``author``): what ``--where`` filters on besides the chunk's own."""
+    explain: dict[str, Any] | None = None
+    """With ``explain``: how the score was made: per signal its ``rank``, ``raw`` score,
+    ``standardized`` part, ``weight`` and ``contribution``; the ``fused`` sum (times
+    ``scale`` for a chunk waiting for its questions) and the ``score`` made of it; the
+    ``matched_questions`` and ``matched_atoms``."""
 
 
 Action = Literal["deliver", "query_more", "refine_query"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -15,6 +15,23 @@ from isotope.search.retrieval import MODES
 def _printing(piece: str) -> None:
     """Print a piece of the answer as it comes."""
     out.print(piece, end="", style="dim", markup=False, highlight=False)
+
+
+def _print_explain(told: dict[str, Any]) -> None:
+    """A result's explanation, one line per signal."""
+    for name, row in told["signals"].items():
+        found = (f"rank {row['rank']:>3}  raw {row['raw']:.3f}" if row["rank"]
+                 else "not found          ")
+        part = ("" if row["standardized"] is None else
+                f"  standardised {row['standardized']:+.3f} x weight {row['weight']:.2f} = "
+                f"{row['contribution']:+.3f}")
+        out.print(f"    {name:<16} {found}{part}", style="dim")
+    if told["fused"] is not None:
+        scale = f" x {told['scale']:.2f} (waiting for questions)" if told["scale"] != 1 else ""
+        out.print(f"    fused {told['fused']:+.3f}{scale} -> score {told['score']:.3f}",
+                  style="dim")
+    for atom in told["matched_atoms"][:3]:
+        out.print(f"    atom: {atom}", style="dim")
 
 
 @app.command()
@@ -34,6 +51,10 @@ def query(
     where: Annotated[list[str] | None, typer.Option(
         "--where", "-w", help="Only chunks whose metadata match: key=value, key!=value, "
         "key>=value, key<value...; source=GLOB, type=pdf (repeatable; all must hold).")] = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="Say how each result's score was made: each signal's rank, raw "
+        "and standardised score, weight and contribution; the questions and atoms that "
+        "matched (--json: an explain object per result).")] = False,
     as_principal: AsOpt = None,
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
@@ -50,7 +71,8 @@ def query(
             if iso.settings.query_log is None:
                 iso.query_log = True  # (for `isotope feedback QUERY_ID CHUNK_ID`)
             response = iso.search(text, k, mode=mode, transform=transform, filters=filters,
-                                  for_answer=not raw, principal=as_principal)
+                                  for_answer=not raw, principal=as_principal,
+                                  explain=explain)
             if not raw:
                 if live:
                     out.print(f"{len(response.results)} passages found; the answer:",
@@ -83,6 +105,8 @@ def query(
              "yellow")))
         if r.matched_questions:
             out.print(f"    matched: {r.matched_questions[0].text}")
+        if r.explain:
+            _print_explain(r.explain)
         if raw or response.answer is None:
             if r.chunk.context:
                 out.print(f"    context: {r.chunk.context}", style="dim")

@@ -150,10 +150,11 @@ to score -> each chunk's part, weighted and summed by :func:`fuse`."""
 
 
 def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
-         method: Fusion = "zscore", waiting: AbstractSet[str] = frozenset()
-         ) -> list[tuple[str, float]]:
+         method: Fusion = "zscore", waiting: AbstractSet[str] = frozenset(),
+         parts: dict[str, dict[str, float]] | None = None) -> list[tuple[str, float]]:
     """Fused chunk scores, best first: each signal's parts (:data:`FUSIONS`), weighted and
-    summed.
+    summed (``parts``, when given, gets each chunk's part of each signal, before its
+    weight, and ``"*"``: the factor a waiting chunk's sum was scaled by).
 
     Chunks ``waiting`` for their questions are scored by the other signals alone, scaled
     up to the whole weight (the question signals could not find them: they are neither
@@ -172,9 +173,13 @@ def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
         scored = chunks - waiting if asks_questions else chunks
         for chunk_id, part in part_of(found, scored).items():
             fused[chunk_id] += weight * part
+            if parts is not None:
+                parts.setdefault(chunk_id, {})[name] = part
     if waiting and applied:
         for chunk_id in waiting & chunks:
             fused[chunk_id] *= total / applied
+            if parts is not None:
+                parts.setdefault(chunk_id, {})["*"] = total / applied
     return sorted(fused.items(), key=lambda item: -item[1])
 
 
@@ -223,9 +228,10 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
            mode: str = "questions-dense", *, alpha: float = 0.5,
            weights: dict[str, float] | None = None, fusion: Fusion = "zscore",
            aggregate: Aggregate = "max", pool: int = 50,
-           filters: Sequence[Condition] = ()) -> QueryResponse:
+           filters: Sequence[Condition] = (), explain: bool = False) -> QueryResponse:
     """The ``k`` best chunks for ``query`` in a retrieval mode (see :data:`MODES`), among
-    the chunks that meet ``filters``. All reads see one committed state of the index."""
+    the chunks that meet ``filters``. All reads see one committed state of the index.
+    With ``explain``, each result says how its score was made (:func:`explained`)."""
     if mode not in MODES:
         from isotope.errors import IsotopeError
 
@@ -234,8 +240,9 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
     vector = embedder.embed_one(query)
     embedded = time.perf_counter()
     with store.snapshot():
+        told: dict[str, dict[str, Any]] | None = {} if explain else None
         scored, chunks = _ranked(store, query, vector, k, mode, alpha, weights, fusion,
-                                 aggregate, pool, filters)
+                                 aggregate, pool, filters, told)
         waiting = store.without_questions(list(chunks))
         described = {uri: store.get_source(uri)
                      for uri in {chunks[c].source for c, _, _ in scored if c in chunks}}
@@ -250,6 +257,7 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
                 for h in hits if h.kind == "questions"
             ],
             has_questions=chunk_id not in waiting,
+            explain=None if told is None else told.get(chunk_id),
             source_metadata=dict(getattr(described.get(chunks[chunk_id].source),
                                          "metadata", None) or {}),
         )
@@ -268,9 +276,10 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
 def _ranked(
     store: Store, query: str, vector: Vectors, k: int, mode: str, alpha: float,
     weights: dict[str, float] | None, fusion: Fusion, aggregate: Aggregate, pool: int,
-    filters: Sequence[Condition],
+    filters: Sequence[Condition], told: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[str, float, list[Hit]]], dict[str, Chunk]]:
-    """(chunk id, normalised score, hits) best first, and the chunks."""
+    """(chunk id, normalised score, hits) best first, and the chunks; ``told``, when
+    given, gets each result's explanation (:func:`explained`)."""
     scored: list[tuple[str, float, list[Hit]]]
     if mode == "hybrid":
         used = {m: w for m, w in signal_weights(alpha, weights).items() if w}
@@ -278,17 +287,61 @@ def _ranked(
                  for m in used}
         waiting = store.without_questions(
             list({c.chunk_id for candidates in found.values() for c in candidates}))
-        ranked = fuse(found, used, fusion, waiting)[:k]
+        parts: dict[str, dict[str, float]] | None = {} if told is not None else None
+        ranked = fuse(found, used, fusion, waiting, parts)[:k]
         hits_of: dict[str, list[Hit]] = {}
         for name in sorted(found, key=lambda m: not m.startswith("questions")):
             for candidate in found[name]:
                 hits_of.setdefault(candidate.chunk_id, candidate.hits)
         total = sum(used.values())
         scored = [(c, normalized(mode, s, total), hits_of[c]) for c, s in ranked]
+        if told is not None and parts is not None:
+            for chunk_id, fused in ranked:
+                told[chunk_id] = explained(chunk_id, found, used, parts.get(chunk_id, {}),
+                                           fused, normalized(mode, fused, total), fusion)
     else:
         found_one = signal(store, mode, query, vector, k, aggregate, filters)[:k]
         scored = [(c.chunk_id, normalized(mode, c.score), c.hits) for c in found_one]
+        if told is not None:
+            for chunk_id, score, _ in scored:
+                told[chunk_id] = explained(chunk_id, {mode: found_one}, {mode: 1.0},
+                                           {}, None, score, None)
     return scored, store.get_chunks([chunk_id for chunk_id, _, _ in scored])
+
+
+def explained(chunk_id: str, found: dict[str, list[Candidate]], weights: dict[str, float],
+              parts: dict[str, float], fused: float | None, score: float,
+              fusion: Fusion | None) -> dict[str, Any]:
+    """How one result's score was made: for each signal, the chunk's ``rank`` among its
+    candidates (None: not found), its ``raw`` score (cosine or BM25, None: not found),
+    its ``standardized`` part (the fusion's: a z-score over the signal's candidates, or
+    RRF's 1 / (60 + rank)), the signal's ``weight`` and its ``contribution`` (weight x
+    part). ``fused`` is the sum of the contributions (times ``scale`` for a chunk still
+    waiting for its questions), ``score`` the result's score; with the questions and
+    atoms that matched."""
+    signals: dict[str, dict[str, Any]] = {}
+    questions: list[str] = []
+    atoms: list[str] = []
+    for name, candidates in found.items():
+        rank = next((i for i, c in enumerate(candidates, start=1) if c.chunk_id == chunk_id),
+                    None)
+        candidate = candidates[rank - 1] if rank else None
+        part = parts.get(name, 0.0) if fused is not None else None
+        weight = weights.get(name, 0.0)
+        signals[name] = {
+            "rank": rank, "raw": None if candidate is None else round(candidate.score, 6),
+            "standardized": None if part is None else round(part, 6), "weight": weight,
+            "contribution": None if part is None else round(weight * part, 6)}
+        for hit in candidate.hits if candidate else []:
+            if hit.kind == "questions" and hit.origin != "user" and hit.text not in questions:
+                questions.append(hit.text)
+            if hit.kind == "atoms" and hit.text not in atoms:
+                atoms.append(hit.text)
+            if hit.kind == "questions" and hit.atom and hit.atom not in atoms:
+                atoms.append(hit.atom)
+    return {"fusion": fusion, "fused": None if fused is None else round(fused, 6),
+            "scale": parts.get("*", 1.0), "score": round(score, 6), "signals": signals,
+            "matched_questions": questions, "matched_atoms": atoms}
 
 
 CONFIDENCE: dict[str, tuple[float, float]] = {

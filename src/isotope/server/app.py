@@ -72,6 +72,9 @@ class SearchRequest(BaseModel):
     mode: str | None = Field(None, description="Retrieval mode (default: the mode setting)")
     filters: dict[str, Any] | None = Field(None, description="Conditions on the source "
                                            "and metadata (see the README's filters)")
+    explain: bool = Field(False, description="Each result says how its score was made "
+                          "(per signal: rank, raw and standardised score, weight, "
+                          "contribution; the questions and atoms that matched)")
 
     @field_validator("query")
     @classmethod
@@ -274,7 +277,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """The chunks that answer the query (as ``isotope query --raw --json``), of the
         sources the key may see."""
         found = await searching(body.query, body.k, mode=body.mode, filters=body.filters,
-                                principal=asker(request))
+                                principal=asker(request), explain=body.explain)
         return json_response(found)
 
     @app.post("/ask", response_model=QueryResponse,
