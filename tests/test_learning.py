@@ -300,6 +300,19 @@ def test_the_command_line_logs_marks_learns_and_reviews(
     assert isinstance(approved, dict) and approved["done"][0]["learned"] == "learned"
     assert approved["waiting"] == []
     assert run("questions", "orphaned") == []
+    museum = str(docs / "museum.md")
+    added = run("questions", "add", museum, "which boat is in the main hall", "--chunk", "0")
+    assert isinstance(added, dict) and added["done"] == "added"
+    assert run("questions", "disable", added["id"])["done"] == "disabled"  # type: ignore[index]
+    listed = run("questions", museum)
+    assert isinstance(listed, list)
+    assert [q["reason"] for q in listed if q["id"] == added["id"]] == [
+        "disabled by hand (manual)"]
+    assert run("questions", "enable", added["id"])["done"] == "enabled"  # type: ignore[index]
+    edited = run("questions", "edit", added["id"], "which boat stands in the hall")
+    assert isinstance(edited, dict) and edited["id"] != added["id"]
+    bad = runner.invoke(app, ["questions", "add", museum, "bad\x1btext", "-i", index])
+    assert bad.exit_code == 1 and "control characters" in bad.output
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
@@ -390,3 +403,41 @@ def test_explain_adds_up_to_each_results_score(logged: Isotope) -> None:
             [(name, row)] = result.explain["signals"].items()
             assert name == mode and row["rank"] == result.rank
     assert iso.search("lighthouse", k=2).results[0].explain is None  # (only when asked)
+
+
+def test_questions_by_hand_are_added_edited_disabled_and_kept(location: str, tmp_path: Path,
+                                                               embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    museum = docs / "museum.md"
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False) as iso:
+        iso.ingest(docs)
+        asked = "where can I see the old whaling vessel"
+        added = iso.add_question(museum, asked, chunk=0)
+        [mine] = [q for q in iso.questions(museum) if q.origin == "manual"]
+        assert mine.id == added and mine.text == asked and mine.kept
+        top = iso.search(asked, k=1, mode="questions-dense").results[0]
+        assert top.chunk.source.endswith("museum.md") and top.score > 0.99
+        for bad, why in (("", "empty"), ("ok\x1b[31m red", "control characters"),
+                         ("two\nlines", "control characters"), ("x" * 1001, "at most"),
+                         ("a\u202eevil", "control characters"), (asked, "already has")):
+            with pytest.raises(InvalidArgument, match=why):
+                iso.add_question(museum, bad, chunk=0)
+        with pytest.raises(SourceNotFound):
+            iso.add_question(museum, "which hall", chunk=7)
+
+        edited = iso.edit_question(added, "where is the whaling boat shown")
+        assert [q.text for q in iso.questions(museum) if q.origin == "manual"] == [
+            "where is the whaling boat shown"]
+        generated = next(q for q in iso.questions(museum) if q.origin == "generated" and q.kept)
+        iso.disable_question(generated.id)
+        gone = next(q for q in iso.questions(museum) if q.id == generated.id)
+        assert not gone.kept and gone.reason == "disabled by hand (generated)"
+        assert all(generated.text not in [m.text for m in r.matched_questions]
+                   for r in iso.search(generated.text, k=4, mode="questions-dense").results)
+        iso.enable_question(generated.id)
+        assert next(q for q in iso.questions(museum) if q.id == generated.id).kept
+        with pytest.raises(SourceNotFound):
+            iso.disable_question("0" * 16)
+
+        iso.ingest(docs, force=True)  # kept through everything that keeps the chunk
+        assert [q.id for q in iso.questions(museum) if q.origin == "manual"] == [edited]

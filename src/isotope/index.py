@@ -527,6 +527,53 @@ class Isotope:
         with self.store.writer(self.settings.lock_wait):
             return learning.review(self, marks, approve)
 
+    def add_question(self, source: str | Path, text: str, *, chunk: int | None = None,
+                     chunk_id: str | None = None) -> str:
+        """Add a question by hand (origin ``manual``) to a chunk of ``source`` (its
+        number ``chunk``, 0 the first) or to the chunk ``chunk_id``: embedded and
+        searchable at once, kept through re-ingest, enrich, copy and changes of its
+        chunk. Returns its id. A question the chunk has, an empty one, or one with
+        control characters is an :class:`InvalidArgument`."""
+        with self.store.writer(self.settings.lock_wait):
+            return learning.add_question(self, self._chunk_at(source, chunk, chunk_id), text)
+
+    def edit_question(self, question_id: str, text: str) -> str:
+        """Change a question's text (it becomes ``manual``); returns its new id."""
+        with self.store.writer(self.settings.lock_wait):
+            return learning.edit_question(self, question_id, text)
+
+    def disable_question(self, question_id: str) -> None:
+        """Take a question out of every search; it stays among the chunk's dropped
+        questions (``disabled by hand``) until :meth:`enable_question`."""
+        with self.store.writer(self.settings.lock_wait):
+            if not self.store.disable_question(question_id):
+                raise SourceNotFound(f"no question {question_id!r} in the index")
+
+    def enable_question(self, question_id: str) -> None:
+        """Search a question disabled by hand again."""
+        found = self.store.disabled_question(question_id)
+        if found is None:
+            raise SourceNotFound(f"no question {question_id!r} disabled by hand")
+        vector = self.embedder.embed([found[0].text])
+        with self.store.writer(self.settings.lock_wait):
+            self.store.enable_question(question_id, vector)
+
+    def _chunk_at(self, source: str | Path, chunk: int | None, chunk_id: str | None) -> Chunk:
+        """The chunk ``chunk_id``, or number ``chunk`` of ``source``."""
+        if chunk_id is None:
+            if chunk is None:
+                raise InvalidArgument("give the chunk's number (--chunk N) or its id")
+            uri = self._stored_uri(source, None)
+            chunk_id = next((q.chunk_id for q in self.store.generated_questions(source=uri)
+                             if q.chunk_index == chunk), None)
+            if chunk_id is None:
+                raise SourceNotFound(f"{uri} has no chunk {chunk} with statements (`isotope "
+                                     "questions SOURCE` shows its chunks)")
+        found = self.store.get_chunks([chunk_id]).get(chunk_id)
+        if found is None:
+            raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
+        return found
+
     def orphaned_questions(self) -> list[dict[str, Any]]:
         """Manual and learned questions whose chunk changed and no new chunk covers its
         text: ``source``, ``chunk_text``, ``text``, ``origin``, ``at`` (kept, never

@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from isotope.access import Principal
 from isotope.embedders import Vectors
 from isotope.errors import InvalidArgument, SourceNotFound
-from isotope.models import Chunk, QueryResponse, Question
+from isotope.models import Chunk, Origin, QueryResponse, Question
 from isotope.stores import Feedback, LoggedQuery, Store
 
 if TYPE_CHECKING:
@@ -194,11 +194,11 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
                           learned=learned, question_id=question_id)
 
 
-def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors
-          ) -> tuple[str, str | None]:
-    """Add ``text`` (embedded as ``vector``) as a user question of ``chunk``:
-    (``learned``, its id), (``duplicate``, None) or (``pending``, None) when the chunk
-    has no atoms yet (it waits for its questions)."""
+def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors,
+          origin: Origin = "user") -> tuple[str, str | None]:
+    """Add ``text`` (embedded as ``vector``) as a question of ``chunk`` (``origin``:
+    ``user`` or ``manual``): (``learned``, its id), (``duplicate``, None) or
+    (``pending``, None) when the chunk has no atoms yet (it waits for its questions)."""
     stored = next((c for c in iso.store.stored_chunks(chunk.source).values()
                    if c.atoms and c.atoms[0].chunk_id == chunk.id), None)
     if stored is None:
@@ -211,10 +211,64 @@ def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors
                                        ) >= DUPLICATE:
         return "duplicate", None
     atom = stored.atoms[int(np.argmax(np.asarray(stored.atom_vectors) @ unit))]
-    question = Question(text=text, atom_id=atom.id, chunk_id=chunk.id, origin="user")
+    question = Question(text=text, atom_id=atom.id, chunk_id=chunk.id, origin=origin)
     if not iso.store.add_kept_questions(chunk.id, [question], unit[None, :]):
         raise SourceNotFound(f"no chunk {chunk.id!r} in the index")
     return "learned", question.id
+
+
+# -- questions by hand -------------------------------------------------------------------
+MAX_QUESTION = 1_000
+"""The most characters a question added by hand may have."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def question_text(text: str) -> str:
+    """A question written by hand, checked: not empty, at most :data:`MAX_QUESTION`
+    characters, no control characters (line breaks, escapes, bidirectional overrides)."""
+    text = str(text).strip()
+    found = _CONTROL.search(text)
+    if found:
+        raise InvalidArgument(f"a question cannot hold control characters (found "
+                              f"{found.group()!r} at {found.start()}); write it on one line")
+    if not text:
+        raise InvalidArgument("the question is empty")
+    if len(text) > MAX_QUESTION:
+        raise InvalidArgument(f"the question has {len(text)} characters; at most "
+                              f"{MAX_QUESTION}")
+    return text
+
+
+def add_question(iso: Isotope, chunk: Chunk, text: str) -> str:
+    """Add ``text`` as a manual question of ``chunk``; its id."""
+    text = question_text(text)
+    vector = np.asarray(iso.embedder.embed([text]), dtype=np.float32)[0]
+    done, question_id = learn(iso, chunk, text, vector, "manual")
+    if done == "duplicate":
+        raise InvalidArgument(f"chunk {chunk.id} already has the question {text!r} (or one "
+                              f"within cosine {DUPLICATE})")
+    if question_id is None:
+        raise InvalidArgument(f"chunk {chunk.id} has no statements yet (it waits for its "
+                              "questions: isotope enrich); add the question after")
+    return question_id
+
+
+def edit_question(iso: Isotope, question_id: str, text: str) -> str:
+    """Replace a question's text; the new one is ``manual`` (a generated question edited
+    is kept like one added by hand). Its new id."""
+    found = iso.store.question(question_id)
+    if found is None:
+        raise SourceNotFound(f"no question {question_id!r} in the index (`isotope questions "
+                             "SOURCE --json` gives each one's id)")
+    question, _ = found
+    text = question_text(text)
+    chunk = iso.store.get_chunks([question.chunk_id])[question.chunk_id]
+    iso.store.disable_question(question_id)
+    try:
+        return add_question(iso, chunk, text)
+    except BaseException:
+        iso.enable_question(question_id)  # (as it was)
+        raise
 
 
 def pending(iso: Isotope) -> list[Feedback]:

@@ -146,6 +146,13 @@ class GeneratedQuestion(_Record):
     reason: str = ""
     origin: Origin = "generated"
     """``generated``, ``manual`` or ``user`` (see :class:`Question`)."""
+    id: str = ""
+    """The question's id (``isotope questions disable ID``; a dropped one's is the id it
+    would have)."""
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self.id:
+            self.id = stable_id("question", self.atom_id, self.text)
 
 
 class MatchedQuestion(_Record):

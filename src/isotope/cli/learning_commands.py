@@ -140,3 +140,72 @@ def orphaned_command(
         out.print(Text(q["text"], "bold") + f"  ({q['origin']}, {display(q['source'])})")
         text = " ".join(q["chunk_text"].split())
         out.print(f"    was for: {text[:200]}{'…' if len(text) > 200 else ''}", style="dim")
+
+
+@questions_app.command("add")
+def add_command(
+    source: Annotated[str, typer.Argument(help="The source's path or identifier.")],
+    text: Annotated[str, typer.Argument(help="The question, on one line.")],
+    chunk: Annotated[int, typer.Option("--chunk", min=0, help="The chunk's number (0 is "
+                                       "the first; isotope questions SOURCE shows them).")
+                     ] = 0,
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add a question by hand to a chunk: searchable at once, kept through re-ingest,
+    enrich, copy and changes of the chunk (origin manual)."""
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        question_id = iso.add_question(source, text, chunk=chunk)
+    _done(as_json, question_id, "added")
+
+
+@questions_app.command("edit")
+def edit_command(
+    question_id: Annotated[str, typer.Argument(help="The question's id (--json shows it).")],
+    text: Annotated[str, typer.Argument(help="Its new text, on one line.")],
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change a question's text; it becomes a manual question (kept like one added)."""
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        new_id = iso.edit_question(question_id, text)
+    _done(as_json, new_id, "edited")
+
+
+@questions_app.command("disable")
+def disable_command(
+    question_id: Annotated[str, typer.Argument(help="The question's id (--json shows it).")],
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Take a question out of every search (it stays listed, dropped: disabled by hand)."""
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        iso.disable_question(question_id)
+    _done(as_json, question_id, "disabled")
+
+
+@questions_app.command("enable")
+def enable_command(
+    question_id: Annotated[str, typer.Argument(help="A question disabled by hand.")],
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search a question disabled by hand again."""
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        iso.enable_question(question_id)
+    _done(as_json, question_id, "enabled")
+
+
+def _done(as_json: bool, question_id: str, what: str) -> None:
+    if as_json:
+        print_json({"id": question_id, "done": what})
+    else:
+        out.print(f"{what} question {question_id}")

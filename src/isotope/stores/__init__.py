@@ -309,6 +309,26 @@ class Store(ABC):
         not stored). Default: not supported."""
         raise InvalidArgument("this store cannot add questions by hand")
 
+    def question(self, question_id: str) -> tuple[Question, str] | None:
+        """A stored question by id, with its source's uri (None: no such question).
+        Default: not supported."""
+        return None
+
+    def disable_question(self, question_id: str) -> bool:
+        """Take a question out of every search, keeping it among the chunk's dropped
+        questions (reason ``disabled by hand``); False: no such question. Default: not
+        supported."""
+        raise InvalidArgument("this store cannot disable questions")
+
+    def disabled_question(self, question_id: str) -> tuple[Question, str] | None:
+        """A question disabled by hand, by its id, with its source's uri."""
+        return None
+
+    def enable_question(self, question_id: str, vector: Vectors) -> bool:
+        """Search a question disabled by hand again (its ``vector`` embedded anew); False:
+        no such disabled question. Default: not supported."""
+        raise InvalidArgument("this store cannot enable questions")
+
     def orphaned_questions(self) -> list[dict[str, Any]]:
         """Manual and user questions whose chunk changed and no new chunk covers its
         text (source, chunk_text, text, origin, at), kept, never searched. Default:

@@ -392,6 +392,76 @@ class SQLStore(SQLUsage, Store):
         self._after_write()
         return added
 
+    def question(self, question_id: str) -> tuple[Question, str] | None:
+        rows = self._rows("SELECT q.id, q.atom_id, q.chunk_id, q.text, q.origin, c.source FROM "
+                          "questions q JOIN chunks c ON c.id = q.chunk_id WHERE q.id = "
+                          f"{self.dialect.mark}", (question_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        return Question(id=r[0], atom_id=r[1], chunk_id=r[2], text=r[3], origin=r[4]), r[5]
+
+    def disable_question(self, question_id: str) -> bool:
+        d = self.dialect
+        found = self.question(question_id)
+        if found is None:
+            return False
+        question, uri = found
+
+        def write() -> bool:
+            with self._write(uri) as conn:
+                gone = conn.execute(f"DELETE FROM questions WHERE id = {d.mark}",
+                                    (question_id,)).rowcount
+                if gone:
+                    self._add_dropped(conn, [DroppedQuestion(
+                        text=question.text, atom_id=question.atom_id,
+                        chunk_id=question.chunk_id,
+                        reason=f"{DISABLED} ({question.origin})")])
+                    conn.execute(d.add_questions_count, (-gone, uri))
+                return bool(gone)
+
+        done: bool = self._retried(write)
+        self._after_write()
+        return done
+
+    def disabled_question(self, question_id: str) -> tuple[Question, str] | None:
+        d = self.dialect
+        for chunk_id, atom_id, text, reason, uri in self._rows(
+                "SELECT x.chunk_id, x.atom_id, x.text, x.reason, c.source FROM "
+                "dropped_questions x JOIN chunks c ON c.id = x.chunk_id WHERE x.reason LIKE "
+                f"{d.mark}", (DISABLED + " (%",)):
+            origin = reason[len(DISABLED) + 2 : -1]
+            question = Question(text=text, atom_id=atom_id, chunk_id=chunk_id,
+                                origin=origin if origin in ("manual", "user") else "generated")
+            if question.id == question_id:
+                return question, uri
+        return None
+
+    def enable_question(self, question_id: str, vector: Vectors) -> bool:
+        d = self.dialect
+        found = self.disabled_question(question_id)
+        if found is None:
+            return False
+        question, uri = found
+
+        def write() -> bool:
+            with self._write(uri) as conn:
+                row = conn.execute(f"SELECT {d.row} FROM chunks WHERE id = {d.mark}",
+                                   (question.chunk_id,)).fetchone()
+                if row is None:
+                    return False
+                conn.execute(f"DELETE FROM dropped_questions WHERE chunk_id = {d.mark} AND "
+                             f"atom_id = {d.mark} AND text = {d.mark} AND reason LIKE "
+                             f"{d.mark}", (question.chunk_id, question.atom_id, question.text,
+                                           DISABLED + " (%"))
+                added = self._add_questions(conn, [question], vector, [row[0]])
+                conn.execute(d.add_questions_count, (added, uri))
+                return True
+
+        done: bool = self._retried(write)
+        self._after_write()
+        return done
+
     def delete_source(self, uri: str) -> bool:
         def delete() -> bool:
             with self._write(uri) as conn:
@@ -703,6 +773,9 @@ class KeptQuestion:
     vector: Vectors | None
 
 
+DISABLED = "disabled by hand"
+"""The reason a question disabled by hand is kept under, among the dropped ones (with its
+origin in brackets)."""
 COVERS = 0.5
 """A new chunk covers an old one when it holds at least this share of the old one's
 words."""
