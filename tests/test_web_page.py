@@ -63,14 +63,25 @@ def test_the_page_searches_and_shows_the_answer_and_the_matched_question(
             assert matched and any("holiday" in m.lower() for m in matched)
             assert "vacation" in first.locator("mark").first.inner_text().lower()
             assert page.inner_text("#action") in ("deliver", "query_more", "refine_query")
-            first.locator("details summary").click()
-            page.wait_for_selector(".result details ul li", timeout=10_000)
+            first.locator("details.questions summary").click()
+            page.wait_for_selector(".result details.questions ul li", timeout=10_000)
             # kept and dropped questions, each dropped one with why
-            shown = first.locator("details li").all_inner_texts()
-            dropped = first.locator("details li.dropped").all_inner_texts()
+            shown = first.locator("details.questions li").all_inner_texts()
+            dropped = first.locator("details.questions li.dropped").all_inner_texts()
             assert dropped and len(dropped) < len(shown)
             assert any("What did it do?" in d and "dropped: pronoun only" in d for d in dropped)
+            # how it ranked: each signal's part of the score
+            first.locator("details.explain summary").click()
+            rows = first.locator("details.explain tr").all_inner_texts()
+            assert any("questions-dense" in r for r in rows) and len(rows) >= 3
+            assert "score" in first.locator("details.explain p").inner_text()
             page.screenshot(path=str(tmp_path / "page.png"), full_page=False)
+            # a thumb up: the query becomes a question of the passage (POST /feedback)
+            first.locator(".thumbs .up").click()
+            page.wait_for_function(
+                "document.querySelector('.result .said').textContent.length > 0",
+                timeout=10_000)
+            assert "learned" in first.locator(".said").inner_text()
             assert all(url.startswith(page_url) for url in requests)  # nothing from a CDN
         finally:
             browser.close()

@@ -287,7 +287,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         (``results``, then ``token`` for each piece of the model's reply, then
         ``answer``, then ``done``). The model is stopped when the client goes away."""
         found = await searching(body.query, body.k, mode=body.mode, filters=body.filters,
-                                for_answer=True, principal=asker(request))
+                                for_answer=True, principal=asker(request),
+                                explain=body.explain)
         if not body.stream:
             await _answer(iso, found, answering, request)
             return json_response(found)

@@ -1,4 +1,5 @@
-// isotope's search page: calls POST /search or /ask (streamed) and GET /chunks/{id}/questions.
+// isotope's search page: calls POST /search or /ask (streamed), GET /chunks/{id}/questions
+// and POST /feedback (the thumbs on each result).
 // Everything from the index is inserted as text (never as HTML).
 "use strict";
 
@@ -71,14 +72,48 @@ function highlighted(text, atoms) {
   return out;
 }
 
-function showResult(result) {
+// Thumbs on a result: POST /feedback for this search (its query_id) and this chunk.
+function thumbs(queryId, chunkId) {
+  const said = el("span", { className: "said" });
+  const mark = (useful) => async () => {
+    try {
+      const done = await call("POST", "/feedback", { query_id: queryId, chunk_id: chunkId, useful });
+      said.textContent = !useful ? "noted: not first again for this question"
+        : done.learned === "learned" ? "thanks: learned as a question of this passage"
+        : done.learned === "pending" ? "thanks: the question waits for review" : "thanks";
+    } catch (error) { said.textContent = error.message; }
+  };
+  return el("span", { className: "thumbs" },
+    el("button", { type: "button", className: "up", title: "this answered my question", textContent: "👍", onclick: mark(true) }),
+    el("button", { type: "button", className: "down", title: "this did not help", textContent: "👎", onclick: mark(false) }),
+    said);
+}
+
+// How a result's score was made (the response's explain object), as a small table.
+function explained(told) {
+  const rows = Object.entries(told.signals).map(([name, s]) => el("tr", {},
+    el("td", { textContent: name }),
+    el("td", { textContent: s.rank == null ? "—" : String(s.rank) }),
+    el("td", { textContent: s.raw == null ? "—" : s.raw.toFixed(3) }),
+    el("td", { textContent: s.standardized == null ? "—" : s.standardized.toFixed(3) }),
+    el("td", { textContent: s.weight.toFixed(2) }),
+    el("td", { textContent: s.contribution == null ? "—" : s.contribution.toFixed(3) })));
+  const head = el("tr", {}, ...["signal", "rank", "raw", "standardised", "weight", "contribution"]
+    .map((t) => el("th", { textContent: t })));
+  return el("details", { className: "explain" }, el("summary", { textContent: "how it ranked" }),
+    el("table", {}, head, ...rows),
+    el("p", { textContent: told.fused == null ? `score ${told.score.toFixed(3)}`
+      : `fused ${told.fused.toFixed(3)}${told.scale !== 1 ? ` × ${told.scale.toFixed(2)}` : ""} → score ${told.score.toFixed(3)}` }));
+}
+
+function showResult(result, queryId) {
   const chunk = result.chunk;
   const place = chunk.metadata.page ? ` (page ${chunk.metadata.page})`
     : (chunk.metadata.headings || []).length ? " > " + chunk.metadata.headings.join(" > ") : "";
   const matched = el("ul", { className: "matched" },
     ...result.matched_questions.map((q) =>
       el("li", {}, q.text, " ", el("span", { textContent: `(${q.score.toFixed(2)})` }))));
-  const questions = el("details", {}, el("summary", { textContent: "all generated questions" }));
+  const questions = el("details", { className: "questions" }, el("summary", { textContent: "all generated questions" }));
   questions.addEventListener("toggle", async () => {
     if (!questions.open || questions.dataset.loaded) return;
     questions.dataset.loaded = "1";
@@ -86,7 +121,7 @@ function showResult(result) {
       const data = await call("GET", `/chunks/${encodeURIComponent(chunk.id)}/questions`);
       questions.append(data.waiting ? el("p", { className: "waiting", textContent: "questions not generated yet" })
         : el("ul", {}, ...data.questions.map((q) => q.kept
-          ? el("li", {}, q.text, " ", el("span", { textContent: "— " + q.atom }))
+          ? el("li", {}, q.text, " ", el("span", { textContent: (q.origin !== "generated" ? `(${q.origin}) ` : "") + "— " + q.atom }))
           : el("li", { className: "dropped", title: q.reason }, el("s", { textContent: q.text }), " ",
             el("span", { textContent: "— dropped: " + q.reason })))));
     } catch (error) { questions.append(el("p", { textContent: error.message })); }
@@ -96,9 +131,11 @@ function showResult(result) {
       el("b", { textContent: `[${result.rank}]` }),
       el("span", { className: "source", textContent: chunk.source + place }),
       el("span", { textContent: "score " + result.score.toFixed(3) }),
-      result.has_questions ? "" : el("span", { className: "waiting", textContent: "waiting for questions" })),
+      result.has_questions ? "" : el("span", { className: "waiting", textContent: "waiting for questions" }),
+      queryId ? thumbs(queryId, chunk.id) : ""),
     highlighted(chunk.text, result.matched_questions.map((q) => q.atom)),
     result.matched_questions.length ? el("div", {}, el("b", { textContent: "Matched questions" }), matched) : "",
+    result.explain ? explained(result.explain) : "",
     questions);
 }
 
@@ -107,7 +144,7 @@ function showResults(data) {
     `${data.results.length} results · suggested action: `,
     el("span", { className: "action", id: "action", textContent: data.suggested_action }),
     ` · top score ${data.top_score.toFixed(3)}`);
-  $("results").replaceChildren(...data.results.map(showResult));
+  $("results").replaceChildren(...data.results.map((r) => showResult(r, data.query_id)));
 }
 
 const KIND = { generated: "", quoted: "quoted from the best match · ", declined: "" };
@@ -159,7 +196,7 @@ $("search").addEventListener("submit", async (event) => {
   if (!query) return;
   if (running) running.abort();
   const controller = running = new AbortController();
-  const body = { query };
+  const body = { query, explain: true };
   if ($("mode").value) body.mode = $("mode").value;
   $("status").textContent = "searching…";
   $("answer").style.display = "none";
