@@ -300,6 +300,14 @@ def test_the_command_line_logs_marks_learns_and_reviews(
     assert isinstance(approved, dict) and approved["done"][0]["learned"] == "learned"
     assert approved["waiting"] == []
     assert run("questions", "orphaned") == []
+    scored = run("eval", "--from-log", "--write", str(tmp_path / "set"), "-m", "hybrid",
+                 "-m", "questions-dense")
+    assert isinstance(scored, dict) and scored["queries"] == 2 and scored["passages"] == 2
+    dense = next(m for m in scored["modes"] if m["mode"] == "questions-dense")
+    assert dense["recall"]["1"] == 100.0  # (learned: each query is now its chunk's question)
+    written = (tmp_path / "set" / "queries.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["question"] for line in written) == sorted([
+        ASKED, "when does the boat to the island go"])
     museum = str(docs / "museum.md")
     added = run("questions", "add", museum, "which boat is in the main hall", "--chunk", "0")
     assert isinstance(added, dict) and added["done"] == "added"

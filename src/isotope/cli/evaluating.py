@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -16,10 +17,19 @@ from isotope.search.retrieval import MODES, thresholds
 
 @app.command("eval")
 def eval_(
-    passages: Annotated[Path, typer.Argument(help="Passages, JSON lines: pid, text.")],
-    queries: Annotated[Path, typer.Argument(
-        help="Questions, JSON lines: question, gold_pid.")],
+    passages: Annotated[Path | None, typer.Argument(
+        help="Passages, JSON lines: pid, text.")] = None,
+    queries: Annotated[Path | None, typer.Argument(
+        help="Questions, JSON lines: question, gold_pid.")] = None,
     index: IndexOpt = None,
+    from_log: Annotated[bool, typer.Option(
+        "--from-log", help="Score the index itself (--index) on its users' traffic: each "
+        "query marked useful for a chunk (isotope feedback) is a question whose gold "
+        "passage is that chunk. No PASSAGES or QUERIES.")] = False,
+    write: Annotated[Path | None, typer.Option(
+        "--write", metavar="DIR", help="With --from-log: also write the set as "
+        "DIR/passages.jsonl and DIR/queries.jsonl (for isotope eval on other settings).")
+    ] = None,
     limit_passages: Annotated[int | None, typer.Option(
         "--limit-passages", help="Only the first N passages and their questions.")] = None,
     mode: Annotated[list[str] | None, typer.Option(
@@ -60,6 +70,14 @@ def eval_(
             if name not in (*MODES, evaluation.WITHOUT_QUESTIONS):
                 fail(f"unknown mode {name!r}; choose from: {', '.join(MODES)}, "
                      f"{evaluation.WITHOUT_QUESTIONS}")
+        if from_log:
+            if passages is not None or queries is not None or answers:
+                fail("--from-log scores the index itself: give no PASSAGES, QUERIES or "
+                     "--answers")
+            _from_log(index, project, modes, write, as_json)
+            return
+        if passages is None or queries is None:
+            fail("give PASSAGES and QUERIES (JSON lines), or --from-log")
         pairs = evaluation.load(passages, queries, limit_passages)
         iso = open_index(None if project else index or Path(".isotope-eval"), project,
                     create=True, chunk_context=chunk_context)
@@ -135,3 +153,40 @@ def eval_(
             answered.declined_with_gold, answered.citation_is_gold, answered.wrong,
             answered.unanswerable_declined, answered.latency_p50_s)))
         out.print(table)
+
+
+def _from_log(index: str | None, project: str | None, modes: list[str], write: Path | None,
+              as_json: bool) -> None:
+    """``isotope eval --from-log``: the index scored on its users' useful marks."""
+    from dataclasses import asdict
+
+    from isotope.search import evaluation
+
+    with open_index(index, project) as iso:
+        found_passages, found_queries = evaluation.from_log(iso)
+        if not found_queries:
+            fail("no query in the log was marked useful (isotope feedback QUERY_ID "
+                 "CHUNK_ID); searches are logged with the query_log setting")
+        if write is not None:
+            write.mkdir(parents=True, exist_ok=True)
+            for name, rows in (("passages", found_passages), ("queries", found_queries)):
+                (write / f"{name}.jsonl").write_text(
+                    "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+                    encoding="utf-8")
+        result = evaluation.EvalResult(len(found_passages), len(found_queries))
+        result.modes = evaluation.evaluate(
+            evaluation.searcher(iso, lambda chunk: chunk.id), found_queries, modes,
+            thresholds=lambda m: thresholds(m, iso.settings.deliver_score,
+                                            iso.settings.refine_score))
+    if as_json:
+        print_json(asdict(result))
+        return
+    rows = result.table()
+    table = Table(*rows[0].keys(), title=f"the index on its users' traffic: {result.queries} "
+                  f"queries marked useful, {result.passages} chunks")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    out.print(table)
+    if write is not None:
+        out.print(f"written: {write / 'passages.jsonl'}, {write / 'queries.jsonl'}")
+

@@ -216,6 +216,19 @@ def chunks_of(passages: Sequence[dict[str, Any]], documents: str | None = None) 
             for p in passages]
 
 
+def from_log(iso: Isotope) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A question/passage set from the index's useful marks (``isotope feedback``): each
+    marked chunk a passage (``pid``: its id), each query marked useful for it a question
+    (``gold_pid``: the chunk), once per query and chunk; chunks no longer stored are left
+    out."""
+    marks = iso.store.feedback(useful=True)
+    pairs = sorted({(m.query, m.chunk_id) for m in marks})
+    chunks = iso.store.get_chunks(sorted({c for _, c in pairs}))
+    passages = [{"pid": c.id, "text": c.text, "source": c.source} for c in chunks.values()]
+    queries = [{"question": q, "gold_pid": c} for q, c in pairs if c in chunks]
+    return passages, queries
+
+
 def passage_id(chunk: Chunk) -> str:
     """The passage a chunk of :func:`chunks_of` is."""
     return str(chunk.metadata.get("pid", chunk.source))
