@@ -116,3 +116,30 @@ def test_the_mcp_feedback_tool_marks_a_search(served: Any) -> None:
     assert done["useful"] is False and done["learned"] is None
     [mark] = iso.store.feedback(useful=False)
     assert mark.principal == "user:bob" and mark.chunk_id == target
+
+
+def test_questions_by_hand_over_http_need_an_administrator(served: Any) -> None:
+    url, iso = served
+    target = _chunk_of(iso, "museum")
+    body = {"text": "which boat stands in the main hall"}
+    path = f"{url}/chunks/{target}/questions"
+    assert httpx.post(path, json=body, headers=_as(BOB_KEY)).status_code == 403
+    made = httpx.post(path, json=body, headers=_as(ADMIN_KEY))
+    assert made.status_code == 200, made.text
+    question_id = made.json()["id"]
+    shown = httpx.get(f"{url}/chunks/{target}/questions", headers=_as(EVE_KEY)).json()
+    assert [q["id"] for q in shown["questions"] if q["origin"] == "manual"] == [question_id]
+    bad = httpx.post(path, json={"text": "a\x1bb"}, headers=_as(ADMIN_KEY))
+    assert bad.status_code == 400 and "control characters" in bad.json()["error"]
+    assert httpx.delete(f"{url}/questions/{question_id}",
+                        headers=_as(BOB_KEY)).status_code == 403
+    assert httpx.delete(f"{url}/questions/{question_id}",
+                        headers=_as(ADMIN_KEY)).status_code == 204
+    assert httpx.post(f"{url}/questions/{question_id}/enable",
+                      headers=_as(ADMIN_KEY)).status_code == 204
+    edited = httpx.put(f"{url}/questions/{question_id}", json={"text": "which hall"},
+                       headers=_as(ADMIN_KEY))
+    assert edited.status_code == 200 and edited.json()["id"] != question_id
+    assert httpx.delete(f"{url}/questions/{'0' * 16}",
+                        headers=_as(ADMIN_KEY)).status_code == 404
+

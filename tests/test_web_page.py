@@ -70,6 +70,12 @@ def test_the_page_searches_and_shows_the_answer_and_the_matched_question(
             dropped = first.locator("details.questions li.dropped").all_inner_texts()
             assert dropped and len(dropped) < len(shown)
             assert any("What did it do?" in d and "dropped: pronoun only" in d for d in dropped)
+            # a question added by hand in the question view (no key: the owner)
+            first.locator("details.questions form.add input").fill("how long is the holiday")
+            first.locator("details.questions form.add button").click()
+            page.wait_for_function(
+                "[...document.querySelectorAll('.result details.questions li')]"
+                ".some((li) => li.textContent.includes('(manual)'))", timeout=10_000)
             # how it ranked: each signal's part of the score
             first.locator("details.explain summary").click()
             rows = first.locator("details.explain tr").all_inner_texts()

@@ -91,6 +91,10 @@ class FeedbackRequest(BaseModel):
     useful: bool = Field(True, strict=True, description="false: the result did not help")
 
 
+class QuestionText(BaseModel):
+    text: str = Field(max_length=1_000, description="The question, one line")
+
+
 class AskRequest(SearchRequest):
     stream: bool = Field(False, description="Server-sent events: results, then the "
                          "answer's tokens as they come, then the answer, then done")
@@ -148,7 +152,9 @@ def _writes(method: str, path: str) -> bool:
     is read); a project's routes (``/p/NAME/...``) as the default's."""
     path = unprefixed(path)
     return ((method == "POST" and path in ("/ingest", "/sync"))
-            or (method == "DELETE" and (path == "/sources" or path.startswith("/sources/"))))
+            or (method == "DELETE" and (path == "/sources" or path.startswith("/sources/")))
+            or (path.startswith("/questions/") and method in ("PUT", "DELETE", "POST"))
+            or (method == "POST" and path.startswith("/chunks/")))
 
 
 def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
@@ -398,6 +404,38 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         chunk the key may not see answers 404, as one that does not exist."""
         return iso.chunk_questions(chunk_id, principal=asker(request)).model_dump(
             mode="json")
+
+    @app.post("/chunks/{chunk_id}/questions")
+    async def add_question(chunk_id: str, body: QuestionText, request: Request
+                           ) -> dict[str, Any]:
+        """Add a question by hand to a chunk (origin ``manual``; as ``isotope questions
+        add``). Needs an administrator's key."""
+        administer(request, "adding a question")
+        made = await written(lambda: iso.add_question("", body.text, chunk_id=chunk_id))
+        return {"id": made}
+
+    @app.put("/questions/{question_id}")
+    async def edit_question(question_id: str, body: QuestionText, request: Request
+                            ) -> dict[str, Any]:
+        """Change a question's text (it becomes ``manual``); its new id. Needs an
+        administrator's key."""
+        administer(request, "editing a question")
+        return {"id": await written(lambda: iso.edit_question(question_id, body.text))}
+
+    @app.delete("/questions/{question_id}", status_code=204)
+    async def disable_question(question_id: str, request: Request) -> Response:
+        """Take a question out of every search (kept, dropped: ``disabled by hand``).
+        Needs an administrator's key."""
+        administer(request, "disabling a question")
+        await written(lambda: iso.disable_question(question_id))
+        return Response(status_code=204)
+
+    @app.post("/questions/{question_id}/enable", status_code=204)
+    async def enable_question(question_id: str, request: Request) -> Response:
+        """Search a question disabled by hand again. Needs an administrator's key."""
+        administer(request, "enabling a question")
+        await written(lambda: iso.enable_question(question_id))
+        return Response(status_code=204)
 
     @app.post("/ingest")
     async def ingest(request: Request, files: Annotated[list[UploadFile], FileParam()],

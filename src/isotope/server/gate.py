@@ -130,7 +130,7 @@ class Gate:
             send = _with_cors(send, origin)
             if method == "OPTIONS" and "access-control-request-method" in headers:
                 await send({"type": "http.response.start", "status": 204, "headers": [
-                    (b"access-control-allow-methods", b"GET, POST, DELETE"),
+                    (b"access-control-allow-methods", b"GET, POST, PUT, DELETE"),
                     (b"access-control-allow-headers",
                      b"authorization, content-type, accept, mcp-session-id, "
                      b"mcp-protocol-version, last-event-id"),

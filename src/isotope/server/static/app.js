@@ -114,17 +114,36 @@ function showResult(result, queryId) {
     ...result.matched_questions.map((q) =>
       el("li", {}, q.text, " ", el("span", { textContent: `(${q.score.toFixed(2)})` }))));
   const questions = el("details", { className: "questions" }, el("summary", { textContent: "all generated questions" }));
+  // the question view: every question of the chunk; with an administrator's key (or none),
+  // questions are added, disabled and enabled by hand here
+  const note = el("p", { className: "note" });
+  const edit = (method, path, body) => async () => {
+    try { await send(method, path, body); await load(); }
+    catch (error) { note.textContent = error.message; }
+  };
+  const load = async () => {
+    const data = await call("GET", `/chunks/${encodeURIComponent(chunk.id)}/questions`);
+    const field = el("input", { type: "text", placeholder: "add a question to this passage", maxLength: 1000 });
+    const add = el("form", { className: "add" }, field, el("button", { type: "submit", textContent: "add" }));
+    add.addEventListener("submit", (event) => {
+      event.preventDefault();
+      edit("POST", `/chunks/${encodeURIComponent(chunk.id)}/questions`, { text: field.value })();
+    });
+    const q = (path) => `/questions/${encodeURIComponent(path)}`;
+    questions.replaceChildren(questions.firstChild, data.waiting
+      ? el("p", { className: "waiting", textContent: "questions not generated yet" })
+      : el("ul", {}, ...data.questions.map((item) => item.kept
+        ? el("li", {}, item.text, " ", el("span", { textContent: (item.origin !== "generated" ? `(${item.origin}) ` : "") + "— " + item.atom }),
+          " ", el("button", { type: "button", className: "disable", textContent: "disable", onclick: edit("DELETE", q(item.id)) }))
+        : el("li", { className: "dropped", title: item.reason }, el("s", { textContent: item.text }), " ",
+          el("span", { textContent: "— dropped: " + item.reason }),
+          item.reason.startsWith("disabled by hand") ? el("button", { type: "button", className: "enable", textContent: "enable", onclick: edit("POST", q(item.id) + "/enable") }) : ""))),
+      add, note);
+  };
   questions.addEventListener("toggle", async () => {
     if (!questions.open || questions.dataset.loaded) return;
     questions.dataset.loaded = "1";
-    try {
-      const data = await call("GET", `/chunks/${encodeURIComponent(chunk.id)}/questions`);
-      questions.append(data.waiting ? el("p", { className: "waiting", textContent: "questions not generated yet" })
-        : el("ul", {}, ...data.questions.map((q) => q.kept
-          ? el("li", {}, q.text, " ", el("span", { textContent: (q.origin !== "generated" ? `(${q.origin}) ` : "") + "— " + q.atom }))
-          : el("li", { className: "dropped", title: q.reason }, el("s", { textContent: q.text }), " ",
-            el("span", { textContent: "— dropped: " + q.reason })))));
-    } catch (error) { questions.append(el("p", { textContent: error.message })); }
+    try { await load(); } catch (error) { questions.append(el("p", { textContent: error.message })); }
   });
   return el("div", { className: "result" },
     el("div", { className: "meta" },
