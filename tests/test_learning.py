@@ -449,3 +449,52 @@ def test_questions_by_hand_are_added_edited_disabled_and_kept(location: str, tmp
 
         iso.ingest(docs, force=True)  # kept through everything that keeps the chunk
         assert [q.id for q in iso.questions(museum) if q.origin == "manual"] == [edited]
+
+
+def test_what_review_found_stays_fixed(location: str, tmp_path: Path,
+                                       embedder: Embedder) -> None:
+    """A question by hand equal to a generated one never blocks the model's questions; a
+    failed edit leaves the question as it was; what is disabled stays disabled through
+    --force and a changed file; a learned query is not shown to other users; a mark
+    taken back takes back what it taught; a demoted response describes its new first."""
+    docs = _docs(tmp_path / "docs")
+    museum = docs / "museum.md"
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True) as iso:
+        iso.ingest(docs)
+        kept = [q for q in iso.questions(museum) if q.kept]
+        first, second = kept[0], kept[1]
+        assert iso.edit_question(first.id, first.text) == first.id  # (the same text)
+        iso.disable_question(first.id)
+        again = iso.add_question(museum, first.text, chunk=0)  # the same text by hand
+        with pytest.raises(InvalidArgument, match="already has"):
+            iso.edit_question(second.id, first.text)
+        assert next(q for q in iso.questions(museum) if q.id == second.id).kept
+        iso.disable_question(second.id)
+        iso.ingest(docs, force=True)  # the model makes every question again
+        shown = {q.id: q for q in iso.questions(museum)}
+        assert shown[again].origin == "manual" and shown[again].kept
+        assert not shown[second.id].kept and shown[second.id].reason.startswith(
+            "disabled by hand")
+        assert iso.counts()["chunks_waiting"] == 0
+        museum.write_text(museum.read_text().replace("main hall", "great hall"))
+        iso.ingest(docs)
+        after = [q for q in iso.questions(museum)]
+        assert [q.text for q in after if not q.kept and q.reason.startswith(
+            "disabled by hand")] == [second.text]
+        assert [q.text for q in after if q.origin == "manual"] == [first.text]
+
+        bob, eve = Principal("bob"), Principal("eve")
+        found = iso.search(ASKED, k=4, principal=bob)
+        target = _chunk_of(iso, "lighthouse")
+        assert iso.feedback(found.query_id or "", target, principal=bob).learned == "learned"
+        assert ASKED not in [q.text for q in iso.questions(chunk_id=target, principal=eve)]
+        assert ASKED not in [q.text for q in iso.chunk_questions(target,
+                                                                  principal=eve).questions]
+        assert ASKED in [q.text for q in iso.questions(chunk_id=target)]  # the owner's view
+        iso.feedback(found.query_id or "", target, useful=False, principal=bob)
+        assert ASKED not in [q.text for q in iso.questions(chunk_id=target) if q.kept]
+
+        demoted = iso.search(ASKED, k=4, principal=bob)
+        assert demoted.results[0].chunk.id != target
+        assert demoted.top_score == demoted.results[0].score

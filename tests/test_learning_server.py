@@ -30,8 +30,9 @@ from mcp.client.streamable_http import streamable_http_client
 from isotope.server.app import create_app
 from isotope.server.auth import Keys
 
-ADMIN_KEY, BOB_KEY, EVE_KEY = "a" * 24, "b" * 24, "e" * 24
-KEYS = f"{ADMIN_KEY}\n{BOB_KEY} read user=bob\n{EVE_KEY} read user=eve\n"
+ADMIN_KEY, BOB_KEY, EVE_KEY, READER_KEY = "a" * 24, "b" * 24, "e" * 24, "r" * 24
+KEYS = (f"{ADMIN_KEY}\n{BOB_KEY} read user=bob\n{EVE_KEY} read user=eve\n"
+        f"{READER_KEY} read\n")
 
 
 @pytest.fixture
@@ -142,4 +143,17 @@ def test_questions_by_hand_over_http_need_an_administrator(served: Any) -> None:
     assert edited.status_code == 200 and edited.json()["id"] != question_id
     assert httpx.delete(f"{url}/questions/{'0' * 16}",
                         headers=_as(ADMIN_KEY)).status_code == 404
+
+
+def test_a_key_that_may_only_read_teaches_through_review(served: Any) -> None:
+    """An administrator's read-only key sees everything but writes nothing by itself: what
+    its marks teach waits for review."""
+    url, iso = served
+    target = _chunk_of(iso, "lighthouse")
+    found = httpx.post(f"{url}/search", json={"query": ASKED, "k": 4},
+                       headers=_as(READER_KEY)).json()
+    done = httpx.post(f"{url}/feedback", json={"query_id": found["query_id"],
+                                               "chunk_id": target}, headers=_as(READER_KEY))
+    assert done.status_code == 200 and done.json()["learned"] == "pending"
+    assert not [q for q in iso.questions(chunk_id=target) if q.origin == "user"]
 

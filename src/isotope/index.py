@@ -485,10 +485,11 @@ class Isotope:
         not useful for this query moves down; learned questions are not shown), written
         to the query log (the ``query_log`` or ``audit_log`` setting): a search that
         cannot be logged fails rather than go unlogged."""
-        if response.results and self.store.feedback(useful=False,
-                                                    principal=learning.who(asker)):
-            learning.demote(response, learning.not_first(
-                self.store, asker, self.embedder.embed_one(response.query)))
+        marks = learning.marks_of(self.store, asker) if response.results else []
+        if marks and learning.demote(response, learning.not_first(
+                marks, self.embedder.embed_one(response.query))):
+            retrieval.assess(response, self.settings.deliver_score, self.settings.refine_score,
+                             chunks=self._chunk_count(asker))  # (of the new first result)
         if not self.settings.show_learned:
             learning.hide_learned(response)
         if self.query_log or self.settings.audit_log:
@@ -505,16 +506,18 @@ class Isotope:
     query_log_entries = audit_log
 
     def feedback(self, query_id: str, chunk_id: str, useful: bool = True, *,
-                 principal: Asker = None) -> learning.FeedbackResult:
+                 principal: Asker = None, read_only: bool = False
+                 ) -> learning.FeedbackResult:
         """Mark result ``chunk_id`` of the logged search ``query_id`` (its
         ``QueryResponse.query_id``) useful or not. A useful mark teaches the chunk the
         query as a question (the ``learn`` setting: ``auto``, ``review`` or ``off``); a
         not-useful one keeps the chunk from ranking first again for that query or a very
-        close one. Only whoever searched may mark it (``principal``). See
-        :mod:`isotope.learning`."""
+        close one. Only whoever searched may mark it (``principal``); ``read_only``: it
+        comes with a key that may only read (a server's), so what it teaches waits for
+        review unless the ``learn`` setting says otherwise. See :mod:`isotope.learning`."""
         with self.store.writer(self.settings.lock_wait):
             return learning.feedback(self, query_id, chunk_id, bool(useful),
-                                     principal_of(principal))
+                                     principal_of(principal), read_only=read_only)
 
     def pending_questions(self) -> list[Feedback]:
         """Useful marks whose queries wait for review (the ``learn`` setting
@@ -721,20 +724,30 @@ class Isotope:
         across the index (``seed`` repeats a draw); of what ``principal`` may see only
         (a source or chunk it may not see is not found)."""
         conditions = self._conditions(principal)
+        shown = self._shown_questions(principal)
         if sample is not None:
             if sample < 1:
                 raise InvalidArgument(f"sample must be at least 1, got {sample}")
-            return self.store.generated_questions(sample=sample, seed=seed,
-                                                  conditions=conditions)
+            return shown(self.store.generated_questions(sample=sample, seed=seed,
+                                                        conditions=conditions))
         if chunk_id is not None:
             self._visible_chunk(chunk_id, conditions)
-            return self.store.generated_questions(chunk_id=chunk_id)
+            return shown(self.store.generated_questions(chunk_id=chunk_id))
         if source is None:
             raise InvalidArgument("give a source, a chunk id or a sample size")
         found = self.store.generated_questions(source=self._stored_uri(source, principal))
         if chunk is not None:
             found = [q for q in found if q.chunk_index == chunk]
-        return found
+        return shown(found)
+
+    def _shown_questions(self, principal: Asker
+                         ) -> Callable[[list[GeneratedQuestion]], list[GeneratedQuestion]]:
+        """What of a chunk's questions ``principal`` is shown: learned ones (users'
+        queries) only to the owner and administrators, unless ``show_learned``."""
+        asker = principal_of(principal)
+        if asker is None or asker.admin or self.settings.show_learned:
+            return lambda found: found
+        return lambda found: [q for q in found if q.origin != "user"]
 
     def has_source(self, source: str | Path, *, principal: Asker = None) -> bool:
         """Whether ``source`` (its path or identifier) is stored (and ``principal`` may
@@ -764,7 +777,8 @@ class Isotope:
             raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
         return ChunkQuestions(chunk=chunk,
                               waiting=bool(self.store.without_questions([chunk_id])),
-                              questions=self.store.generated_questions(chunk_id=chunk_id))
+                              questions=self._shown_questions(principal)(
+                                  self.store.generated_questions(chunk_id=chunk_id)))
 
     def delete(self, source: str | Path, *, members: bool = True,
                principal: Asker = None) -> list[str]:

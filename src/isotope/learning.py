@@ -111,10 +111,16 @@ def log(iso: Isotope, response: QueryResponse, principal: Principal | None,
         iso.settings.audit_days)
 
 
-def not_first(store: Store, principal: Principal | None, vector: Vectors) -> set[str]:
-    """The chunks ``principal`` marked not useful for a query within :data:`CLOSE` of
+def marks_of(store: Store, principal: Principal | None) -> list[Feedback]:
+    """The not-useful marks of ``principal`` (a user's with any groups), with vectors."""
+    return [m for m in store.feedback(useful=False, principal=who(principal),
+                                      user=principal.user if principal else None)
+            if m.vector]
+
+
+def not_first(marks: list[Feedback], vector: Vectors) -> set[str]:
+    """The chunks of ``marks`` (not-useful marks) whose query is within :data:`CLOSE` of
     the one embedded as ``vector``."""
-    marks = [m for m in store.feedback(useful=False, principal=who(principal)) if m.vector]
     if not marks:
         return set()
     unit = np.asarray(vector, dtype=np.float32).ravel()
@@ -128,19 +134,19 @@ def not_first(store: Store, principal: Principal | None, vector: Vectors) -> set
     return found
 
 
-def demote(response: QueryResponse, marked: set[str]) -> QueryResponse:
-    """``response`` with its first result, if ``marked``, moved behind the best result
-    that is not (the rest keep their order; ranks renumbered)."""
+def demote(response: QueryResponse, marked: set[str]) -> bool:
+    """Move ``response``'s first result, if ``marked``, behind the best result that is
+    not (the rest keep their order; ranks renumbered); whether it moved."""
     results = response.results
     if not marked or not results or results[0].chunk.id not in marked:
-        return response
+        return False
     keep = next((i for i, r in enumerate(results) if r.chunk.id not in marked), None)
     if keep is None:
-        return response
+        return False
     results.insert(0, results.pop(keep))
     for rank, result in enumerate(results, start=1):
         result.rank = rank
-    return response
+    return True
 
 
 def hide_learned(response: QueryResponse) -> QueryResponse:
@@ -151,16 +157,19 @@ def hide_learned(response: QueryResponse) -> QueryResponse:
     return response
 
 
-def learn_mode(iso: Isotope, principal: Principal | None = None) -> str:
+def learn_mode(iso: Isotope, principal: Principal | None = None, *,
+               read_only: bool = False) -> str:
     """The ``learn`` setting, else ``review`` where access control is on (the setting,
-    or a user's key: its words would reach everyone's searches), else ``auto``."""
-    guarded = iso.access_control or (principal is not None and not principal.admin
-                                     and principal.strict)
+    or a user's key: its words would reach everyone's searches) or the mark comes with a
+    key that may only read (learning writes to the index), else ``auto``."""
+    guarded = read_only or iso.access_control or (principal is not None
+                                                  and not principal.admin
+                                                  and principal.strict)
     return iso.settings.learn or ("review" if guarded else "auto")
 
 
 def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
-             principal: Principal | None) -> FeedbackResult:
+             principal: Principal | None, *, read_only: bool = False) -> FeedbackResult:
     """Record a mark on result ``chunk_id`` of the logged search ``query_id`` (see the
     module's text)."""
     store = iso.store
@@ -179,9 +188,14 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
         return FeedbackResult(query_id=query_id, chunk_id=chunk_id, useful=useful,
                               learned=marked.learn)
     chunk = store.get_chunks([chunk_id])[chunk_id]
+    if marked is not None and marked.learn == "learned" and not useful:
+        # taken back: what the useful mark taught goes too
+        for q in store.generated_questions(chunk_id=chunk_id):
+            if q.kept and q.origin == "user" and q.text == entry.query:
+                store.disable_question(q.id)
     vector = np.asarray(iso.embedder.embed([entry.query]), dtype=np.float32)[0]
     learned = question_id = None
-    mode = learn_mode(iso, principal)
+    mode = learn_mode(iso, principal, read_only=read_only)
     if useful and mode == "auto":
         learned, question_id = learn(iso, chunk, entry.query, vector)
     elif useful and mode == "review":
@@ -262,13 +276,17 @@ def edit_question(iso: Isotope, question_id: str, text: str) -> str:
                              "SOURCE --json` gives each one's id)")
     question, _ = found
     text = question_text(text)
+    if text == question.text:
+        return question_id
     chunk = iso.store.get_chunks([question.chunk_id])[question.chunk_id]
     iso.store.disable_question(question_id)
     try:
-        return add_question(iso, chunk, text)
-    except BaseException:
-        iso.enable_question(question_id)  # (as it was)
+        made = add_question(iso, chunk, text)
+    except BaseException:  # (as it was; the caller holds the writer lock)
+        iso.store.enable_question(question_id, iso.embedder.embed([question.text]))
         raise
+    iso.store.forget_disabled(question_id)  # (replaced: its old text is not kept)
+    return made
 
 
 def pending(iso: Isotope) -> list[Feedback]:

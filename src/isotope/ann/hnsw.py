@@ -288,6 +288,8 @@ class HNSWIndex(VectorIndex):
 
     def _rows_agree(self, matrix: np.ndarray, rows: Ids) -> bool:
         """Whether the file's rows hold what the graph holds, for a sample of ids."""
+        if not len(self._ids):
+            return True
         sample = np.unique(np.linspace(0, len(self._ids) - 1, 64).astype(np.int64))
         held = np.asarray(self._graph.get(self._ids[sample].astype(np.uint64)),
                           dtype=np.int8).reshape(len(sample), -1)

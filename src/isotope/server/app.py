@@ -45,7 +45,7 @@ from isotope.index import Isotope
 from isotope.models import QueryResponse
 from isotope.reports import source_listing
 from isotope.server.auth import Keys
-from isotope.server.gate import Gate, own_hosts, principal_in, unprefixed
+from isotope.server.gate import Gate, own_hosts, principal_in, scope_in, unprefixed
 
 log = logging.getLogger(__name__)
 
@@ -331,9 +331,10 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         ``learn`` setting), a not-useful one keeps the chunk from ranking first again for
         that query or a very close one. A query id of another key's user, or of another
         project, answers 404; a chunk the search did not return, 400."""
-        who = asker(request)
+        who, reads = asker(request), scope_in(request.scope) == "read"
         done = await written(lambda: iso.feedback(body.query_id, body.chunk_id,
-                                                  body.useful, principal=who))
+                                                  body.useful, principal=who,
+                                                  read_only=reads))
         return dict(done.model_dump())
 
     @app.get("/log")

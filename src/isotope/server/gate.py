@@ -256,6 +256,12 @@ def principal_in(scope: Message) -> Principal | None:
     return found if isinstance(found, Principal) else None
 
 
+def scope_in(scope: Message) -> str:
+    """The scope (``read`` or ``write``) of a request's key; ``write`` on a server without
+    keys (its caller is the index's owner)."""
+    return str((scope.get("state") or {}).get("isotope.scope") or "write")
+
+
 def unprefixed(path: str) -> str:
     """A path with its project's prefix (``/p/NAME``) taken off."""
     if path.startswith("/p/"):

@@ -29,7 +29,7 @@ from pydantic import Field
 
 from isotope.access import Principal
 from isotope.reports import source_listing
-from isotope.server.gate import principal_in
+from isotope.server.gate import principal_in, scope_in
 
 if TYPE_CHECKING:
     from mcp.server.fastmcp import FastMCP
@@ -175,8 +175,9 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         passage that did not help is not ranked first again for that question. Use it
         when the user confirms or rejects an answer."""
         who = _asker(ctx, principal, remote)
+        reads = _scope(ctx) == "read"
         done = await run_write(lambda: iso.feedback(query_id, chunk_id, useful,
-                                                    principal=who))
+                                                    principal=who, read_only=reads))
         return _reply(done.model_dump())
 
     @server.tool()
@@ -232,6 +233,16 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
             return _reply(done)
 
     return server
+
+
+def _scope(ctx: Context) -> str:  # type: ignore[type-arg]
+    """The scope of a tool call's API key over HTTP (``write`` over stdio or without
+    keys)."""
+    try:
+        request = ctx.request_context.request
+    except (LookupError, ValueError, AttributeError):
+        return "write"
+    return scope_in(getattr(request, "scope", None) or {})
 
 
 def _asker(ctx: Context, default: Principal | None,  # type: ignore[type-arg]

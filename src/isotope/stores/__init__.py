@@ -280,9 +280,9 @@ class Store(ABC):
 
     def feedback(self, *, learn: str | None = None, useful: bool | None = None,
                  principal: str | None = None, query_id: str | None = None,
-                 since: str | None = None) -> list[Feedback]:
-        """Marks, newest first, of those that match every argument given. Default:
-        none."""
+                 since: str | None = None, user: str | None = None) -> list[Feedback]:
+        """Marks, newest first, of those that match every argument given (with ``user``,
+        ``principal`` or that user with any groups). Default: none."""
         return []
 
     def set_access(self, uris: Sequence[str], access: list[str] | None) -> int:
@@ -323,6 +323,11 @@ class Store(ABC):
     def disabled_question(self, question_id: str) -> tuple[Question, str] | None:
         """A question disabled by hand, by its id, with its source's uri."""
         return None
+
+    def forget_disabled(self, question_id: str) -> bool:
+        """Remove a question disabled by hand for good (an edited question's old text).
+        Default: not supported."""
+        raise InvalidArgument("this store cannot remove questions")
 
     def enable_question(self, question_id: str, vector: Vectors) -> bool:
         """Search a question disabled by hand again (its ``vector`` embedded anew); False:
@@ -478,7 +483,15 @@ def as_generated(rows: Sequence[Sequence[Any]], *, shuffle: bool = False,
     return [GeneratedQuestion(source=r[0], chunk_id=r[1], chunk_index=r[2],
                               atom_id=r[3] or "", atom=r[5] or "", text=r[6],
                               kept=bool(r[7]), reason=r[8],
-                              origin=r[10] if len(r) > 10 else "generated") for r in rows]
+                              origin=_origin(r)) for r in rows]
+
+
+def _origin(row: Sequence[Any]) -> Any:
+    """A question row's origin; a question disabled by hand says it in its reason."""
+    reason = row[8] or ""
+    if not row[7] and reason.startswith("disabled by hand ("):
+        return reason[len("disabled by hand (") : -1]
+    return row[10] if len(row) > 10 else "generated"
 
 
 def register(scheme: str, backend: StoreFactory | str, *, extra: str | None = None) -> None:

@@ -118,6 +118,7 @@ STEPS: dict[int, list[str]] = {
         principal text NOT NULL, at text NOT NULL, query text NOT NULL, source text,
         learn text, vector bytea, PRIMARY KEY (query_id, chunk_id))""",
         "CREATE INDEX feedback_at ON feedback(at)",
+        "CREATE INDEX feedback_marks ON feedback(useful, principal)",
         "ALTER TABLE questions ADD COLUMN origin text NOT NULL DEFAULT 'generated'",
         "CREATE INDEX questions_kept ON questions(chunk_id) WHERE origin <> 'generated'",
         """CREATE TABLE orphaned_questions (

@@ -248,6 +248,16 @@ class SQLStore(SQLUsage, Store):
             if kept:
                 self._carry(conn, kept, batch, hashes, row_of)
 
+    def _held(self, conn: Any, chunk_id: str) -> tuple[set[str], set[str]]:
+        """The ids of a chunk's questions, and the texts of those disabled by hand."""
+        d = self.dialect
+        held = {r[0] for r in conn.execute(
+            f"SELECT id FROM questions WHERE chunk_id = {d.mark}", (chunk_id,)).fetchall()}
+        disabled = {r[0] for r in conn.execute(
+            f"SELECT text FROM dropped_questions WHERE chunk_id = {d.mark} AND reason LIKE "
+            f"{d.mark}", (chunk_id, DISABLED + " (%")).fetchall()}
+        return held, disabled
+
     def _kept_questions(self, conn: Any, uris: Sequence[str]) -> list[KeptQuestion]:
         """The manual and user questions of the sources ``uris``, with their vectors and
         their chunks' texts (read before a source is replaced)."""
@@ -256,11 +266,18 @@ class SQLStore(SQLUsage, Store):
             f"SELECT q.{d.row}, q.text, q.origin, c.hash, c.text, c.source FROM questions q "
             f"JOIN chunks c ON c.id = q.chunk_id WHERE {d.any_of('c.source')} AND "
             f"q.origin <> 'generated'", (d.many(list(uris)),)).fetchall()
-        if not rows:
-            return []
-        vectors = self._vectors_of("questions", [int(r[0]) for r in rows])
-        return [KeptQuestion(r[1], r[2], r[3] or content_hash(r[4]), r[4], r[5],
+        vectors = self._vectors_of("questions", [int(r[0]) for r in rows]) if rows else {}
+        kept = [KeptQuestion(r[1], r[2], r[3] or content_hash(r[4]), r[4], r[5],
                              vectors.get(int(r[0]))) for r in rows]
+        # and those disabled by hand (kept disabled, whatever their origin)
+        for text, reason, digest, chunk_text, uri in conn.execute(
+                f"SELECT x.text, x.reason, c.hash, c.text, c.source FROM dropped_questions x "
+                f"JOIN chunks c ON c.id = x.chunk_id WHERE {d.any_of('c.source')} AND "
+                f"x.reason LIKE {d.mark}", (d.many(list(uris)), DISABLED + " (%")).fetchall():
+            kept.append(KeptQuestion(text, disabled_origin(reason), digest or
+                                     content_hash(chunk_text), chunk_text, uri, None,
+                                     disabled=True))
+        return kept
 
     def _carry(self, conn: Any, kept: list[KeptQuestion], batch: SourceBatch,
                hashes: Sequence[str], row_of: dict[str, int]) -> None:
@@ -279,13 +296,28 @@ class SQLStore(SQLUsage, Store):
         carried: list[Question] = []
         vectors: list[Vectors] = []
         orphans: list[KeptQuestion] = []
+        disabled: list[tuple[str, DroppedQuestion]] = []
+        dropped = {(x.chunk_id, x.text) for x in batch.dropped}
         for question in kept:
             chunk = chunk_of_hash.get(question.chunk_hash) or _covering(
                 question.chunk_text, batch.chunks)
+            if question.disabled:  # stays disabled on the chunk that covers its text
+                if chunk is not None and atoms_of.get(chunk.id):
+                    if (chunk.id, question.text) not in dropped:
+                        disabled.append((chunk.id, DroppedQuestion(
+                            text=question.text, atom_id=batch.atoms[atoms_of[chunk.id][0]].id,
+                            chunk_id=chunk.id, reason=f"{DISABLED} ({question.origin})")))
+                        dropped.add((chunk.id, question.text))
+                elif question.origin != "generated":
+                    orphans.append(question)
+                continue
             if chunk is None or not atoms_of.get(chunk.id) or question.vector is None:
                 orphans.append(question)
                 continue
-            if (chunk.id, question.text) in has:
+            if (chunk.id, question.text) in has:  # the model made it again: it stays theirs
+                conn.execute(f"UPDATE questions SET origin = {d.mark} WHERE chunk_id = "
+                             f"{d.mark} AND text = {d.mark} AND origin = 'generated'",
+                             (question.origin, chunk.id, question.text))
                 continue
             own = atoms_of[chunk.id]
             nearest = own[int(np.argmax(atom_vectors[own] @ np.asarray(question.vector)))]
@@ -297,6 +329,12 @@ class SQLStore(SQLUsage, Store):
             added = self._add_questions(conn, carried, _stack(vectors),
                                         [row_of.get(q.chunk_id) for q in carried])
             conn.execute(d.add_questions_count, (added, batch.source.uri))
+        for chunk_id, off in disabled:  # (made again by the model: taken out again)
+            gone = conn.execute(f"DELETE FROM questions WHERE chunk_id = {d.mark} AND text = "
+                                f"{d.mark}", (chunk_id, off.text)).rowcount
+            if gone:
+                conn.execute(d.add_questions_count, (-gone, batch.source.uri))
+            self._add_dropped(conn, [off])
         if orphans:
             at = datetime.now(UTC).isoformat()
             conn.cursor().executemany(
@@ -351,12 +389,18 @@ class SQLStore(SQLUsage, Store):
                     "DELETE FROM questions WHERE atom_id IN (SELECT id FROM atoms WHERE "
                     f"chunk_id = {d.mark}) AND chunk_id = {d.mark} AND origin = 'generated'",
                     (item.chunk_id, item.chunk_id)).rowcount
+                # (not one a manual or user question of the chunk already is, nor one
+                # disabled by hand: those stay as they are)
+                held, disabled = self._held(conn, item.chunk_id)
+                wanted = [i for i, q in enumerate(item.questions)
+                          if q.id not in held and q.text not in disabled]
+                fresh = [item.questions[i].model_copy(update={"chunk_id": item.chunk_id})
+                         for i in wanted]
                 added = self._add_questions(
-                    conn, [q.model_copy(update={"chunk_id": item.chunk_id})
-                           for q in item.questions], item.vectors,
-                    [chunk_row] * len(item.questions))
-                conn.execute(f"DELETE FROM dropped_questions WHERE chunk_id = {d.mark}",
-                             (item.chunk_id,))
+                    conn, fresh, np.asarray(item.vectors)[wanted] if len(wanted) else
+                    np.asarray(item.vectors)[:0], [chunk_row] * len(fresh))
+                conn.execute(f"DELETE FROM dropped_questions WHERE chunk_id = {d.mark} AND "
+                             f"reason NOT LIKE {d.mark}", (item.chunk_id, DISABLED + " (%"))
                 self._add_dropped(conn, [x.model_copy(update={"chunk_id": item.chunk_id})
                                          for x in item.dropped])
                 conn.execute(f"UPDATE chunks SET enriched = {d.mark} WHERE {d.row} = {d.mark}",
@@ -382,6 +426,10 @@ class SQLStore(SQLUsage, Store):
                                      f"{d.mark}", (chunk_id,)).fetchone()
                 if found is None:  # deleted meanwhile
                     return 0
+                for q in questions:  # (one disabled by hand, written again, is not)
+                    conn.execute(f"DELETE FROM dropped_questions WHERE chunk_id = {d.mark} AND "
+                                 f"text = {d.mark} AND reason LIKE {d.mark}",
+                                 (chunk_id, q.text, DISABLED + " (%"))
                 added = self._add_questions(
                     conn, [q.model_copy(update={"chunk_id": chunk_id}) for q in questions],
                     vectors, [found[0]] * len(questions))
@@ -430,12 +478,29 @@ class SQLStore(SQLUsage, Store):
                 "SELECT x.chunk_id, x.atom_id, x.text, x.reason, c.source FROM "
                 "dropped_questions x JOIN chunks c ON c.id = x.chunk_id WHERE x.reason LIKE "
                 f"{d.mark}", (DISABLED + " (%",)):
-            origin = reason[len(DISABLED) + 2 : -1]
             question = Question(text=text, atom_id=atom_id, chunk_id=chunk_id,
-                                origin=origin if origin in ("manual", "user") else "generated")
+                                origin=disabled_origin(reason))
             if question.id == question_id:
                 return question, uri
         return None
+
+    def forget_disabled(self, question_id: str) -> bool:
+        d = self.dialect
+        found = self.disabled_question(question_id)
+        if found is None:
+            return False
+        question, uri = found
+
+        def write() -> bool:
+            with self._write(uri) as conn:
+                return bool(conn.execute(
+                    f"DELETE FROM dropped_questions WHERE chunk_id = {d.mark} AND atom_id = "
+                    f"{d.mark} AND text = {d.mark} AND reason LIKE {d.mark}",
+                    (question.chunk_id, question.atom_id, question.text,
+                     DISABLED + " (%")).rowcount)
+
+        done: bool = self._retried(write)
+        return done
 
     def enable_question(self, question_id: str, vector: Vectors) -> bool:
         d = self.dialect
@@ -454,6 +519,9 @@ class SQLStore(SQLUsage, Store):
                              f"atom_id = {d.mark} AND text = {d.mark} AND reason LIKE "
                              f"{d.mark}", (question.chunk_id, question.atom_id, question.text,
                                            DISABLED + " (%"))
+                if conn.execute(f"SELECT 1 FROM questions WHERE id = {d.mark}",
+                                (question.id,)).fetchone():
+                    return True  # (searched already: added again by hand meanwhile)
                 added = self._add_questions(conn, [question], vector, [row[0]])
                 conn.execute(d.add_questions_count, (added, uri))
                 return True
@@ -771,11 +839,18 @@ class KeptQuestion:
     chunk_text: str
     source: str
     vector: Vectors | None
+    disabled: bool = False
 
 
 DISABLED = "disabled by hand"
 """The reason a question disabled by hand is kept under, among the dropped ones (with its
 origin in brackets)."""
+def disabled_origin(reason: str) -> Origin:
+    """The origin a question disabled by hand had (its reason says it in brackets)."""
+    origin = reason[len(DISABLED) + 2 : -1] if reason.startswith(DISABLED + " (") else ""
+    return "manual" if origin == "manual" else "user" if origin == "user" else "generated"
+
+
 COVERS = 0.5
 """A new chunk covers an old one when it holds at least this share of the old one's
 words."""

@@ -88,13 +88,19 @@ class SQLUsage:
 
     def feedback(self, *, learn: str | None = None, useful: bool | None = None,
                  principal: str | None = None, query_id: str | None = None,
-                 since: str | None = None) -> list[Feedback]:
+                 since: str | None = None, user: str | None = None) -> list[Feedback]:
         d = self.dialect
-        wanted = {"learn": learn, "useful": useful, "principal": principal,
-                  "query_id": query_id}
+        wanted = {"learn": learn, "useful": useful, "query_id": query_id}
         where = [f"{column} = {d.mark}" for column, value in wanted.items()
                  if value is not None]
         params: list[Any] = [v for v in wanted.values() if v is not None]
+        if principal is not None and user:  # that principal, or the user with any groups
+            where.append(f"(principal = {d.mark} OR substr(principal, 1, {d.mark}) = "
+                         f"{d.mark})")
+            params += [principal, len(f"user:{user},"), f"user:{user},"]
+        elif principal is not None:
+            where.append(f"principal = {d.mark}")
+            params.append(principal)
         if since:
             where.append(f"at >= {d.mark}")
             params.append(since)

@@ -136,6 +136,7 @@ STEPS: dict[int, list[str]] = {
         principal TEXT NOT NULL, at TEXT NOT NULL, query TEXT NOT NULL, source TEXT,
         learn TEXT, vector BLOB, PRIMARY KEY (query_id, chunk_id))""",
         "CREATE INDEX IF NOT EXISTS feedback_at ON feedback(at)",
+        "CREATE INDEX IF NOT EXISTS feedback_marks ON feedback(useful, principal)",
         "ALTER TABLE questions ADD COLUMN origin TEXT NOT NULL DEFAULT 'generated'",
         "CREATE INDEX IF NOT EXISTS questions_kept ON questions(chunk_id) "
         "WHERE origin <> 'generated'",
