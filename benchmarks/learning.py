@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from isotope import Isotope
-from isotope.search import evaluation
+from isotope.search import evaluation, retrieval
 from isotope.search.retrieval import MODES
 from paraphrase import reworded
 
@@ -87,9 +87,14 @@ def teach(iso: Isotope, queries: list[dict[str, Any]], marked: list[dict[str, An
     return counts
 
 
+SCORED = list(MODES)
+"""The modes scored (``--modes``); chunks-bm25 is always among them (it splits easy and
+hard)."""
+
+
 def scores(iso: Isotope, queries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {s.mode: {"R@1": s.recall[1], "R@5": s.recall[5], "split": s.split}
-            for s in evaluation.evaluate(evaluation.searcher(iso), queries, MODES)}
+            for s in evaluation.evaluate(evaluation.searcher(iso), queries, SCORED)}
 
 
 def held_out(index: Path, queries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -108,7 +113,7 @@ def held_out(index: Path, queries: list[dict[str, Any]]) -> dict[str, Any]:
             after = scores(iso, halves[asked])
         runs.append((before, after, taught))
     out: dict[str, Any] = {"taught": [r[2] for r in runs], "modes": {}}
-    for mode in MODES:
+    for mode in SCORED:
         row: dict[str, float] = {}
         for key in ("R@1", "R@5"):
             row[f"{key} before"] = statistics.mean(r[0][mode][key] for r in runs)
@@ -135,7 +140,7 @@ def reworded_set(index: Path, passages: list[dict[str, Any]], queries: list[dict
         again = scores(iso, marked)
     return {"pairs": len(rewordings), "taught": taught,
             "modes": {m: {"R@1 before": round(before[m]["R@1"], 1),
-                          "R@1 after": round(after[m]["R@1"], 1)} for m in MODES},
+                          "R@1 after": round(after[m]["R@1"], 1)} for m in SCORED},
             "repeated_first": round(again["hybrid"]["R@1"], 1)}
 
 
@@ -163,7 +168,13 @@ def main() -> None:
     parser.add_argument("--passages", type=int, default=300)
     parser.add_argument("--sample", type=int, default=300)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), help="modes to score")
+    parser.add_argument("--confirmed", type=float, default=retrieval.CONFIRMED_MATCH,
+                        help="retrieval.CONFIRMED_MATCH for this run")
+    parser.add_argument("--skip-log", action="store_true", help="leave out the log's cost")
     args = parser.parse_args()
+    SCORED[:] = sorted({*args.modes, "chunks-bm25", "hybrid"}, key=list(MODES).index)
+    retrieval.CONFIRMED_MATCH = args.confirmed
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                         args.passages)
     OUT.mkdir(exist_ok=True)
@@ -171,7 +182,8 @@ def main() -> None:
     result = {"passages": len(passages), "queries": len(queries),
               "held_out": held_out(index, queries),
               "reworded": reworded_set(index, passages, queries, args.sample),
-              "log": log_cost(index, queries)}
+              "confirmed_match": args.confirmed,
+              "log": {} if args.skip_log else log_cost(index, queries)}
     if args.json:
         print(json.dumps(result, indent=1))
         return

@@ -73,6 +73,8 @@ def test_a_useful_mark_teaches_the_chunk_the_query(logged: Isotope) -> None:
 
     again = iso.search(ASKED, k=4, mode="questions-dense")
     assert again.results[0].chunk.id == target
+    fused = iso.search(ASKED + "?", k=4, mode="hybrid", explain=True)
+    assert fused.results[0].chunk.id == target  # a confirmed question's chunk comes first
     assert again.results[0].score > 0.99  # the learned question itself matched
     # a learned question is someone's query: never shown as a matched question
     assert all(m.origin != "user" and m.text != ASKED
@@ -392,7 +394,8 @@ def test_explain_adds_up_to_each_results_score(logged: Isotope) -> None:
         assert told is not None and told["score"] == pytest.approx(result.score, abs=1e-6)
         parts = [row["contribution"] for row in told["signals"].values()
                  if row["contribution"] is not None]
-        assert sum(parts) * told["scale"] == pytest.approx(told["fused"], abs=1e-5)
+        assert sum(parts) * told["scale"] + told["confirmed"] == pytest.approx(
+            told["fused"], abs=1e-5)
         assert normalized("hybrid", told["fused"], total) == pytest.approx(result.score,
                                                                            abs=1e-5)
         for row in told["signals"].values():

@@ -219,10 +219,14 @@ def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors,
         return "pending", None
     unit = np.asarray(vector, dtype=np.float32).ravel()
     said = normalized(text)
-    if any(normalized(q.text) == said for q in stored.questions):
-        return "duplicate", None
-    if len(stored.questions) and float(np.max(np.asarray(stored.question_vectors) @ unit)
-                                       ) >= DUPLICATE:
+    same = next((q for q in stored.questions if normalized(q.text) == said), None)
+    if same is None and len(stored.questions):
+        near = np.asarray(stored.question_vectors) @ unit
+        if float(np.max(near)) >= DUPLICATE:
+            same = stored.questions[int(np.argmax(near))]
+    if same is not None:  # the chunk has it: confirmed by use (ranked as a learned one)
+        if origin == "user":
+            iso.store.confirm_question(same.id)
         return "duplicate", None
     atom = stored.atoms[int(np.argmax(np.asarray(stored.atom_vectors) @ unit))]
     question = Question(text=text, atom_id=atom.id, chunk_id=chunk.id, origin=origin)

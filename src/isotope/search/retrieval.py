@@ -288,7 +288,7 @@ def _ranked(
         waiting = store.without_questions(
             list({c.chunk_id for candidates in found.values() for c in candidates}))
         parts: dict[str, dict[str, float]] | None = {} if told is not None else None
-        ranked = fuse(found, used, fusion, waiting, parts)[:k]
+        ranked = confirmed_first(found, fuse(found, used, fusion, waiting, parts), parts)[:k]
         hits_of: dict[str, list[Hit]] = {}
         for name in sorted(found, key=lambda m: not m.startswith("questions")):
             for candidate in found[name]:
@@ -309,6 +309,36 @@ def _ranked(
     return scored, store.get_chunks([chunk_id for chunk_id, _, _ in scored])
 
 
+CONFIRMED_MATCH = 0.85
+"""A query whose nearest question is one users confirmed (a learned question: a past
+query marked useful for its chunk; or one written by hand) at this cosine or more gets
+that chunk first in ``hybrid``: the fusion of signals would otherwise let the atoms and
+chunks outvote a match people have confirmed."""
+
+
+def confirmed_first(found: dict[str, list[Candidate]], fused: list[tuple[str, float]],
+                    parts: dict[str, dict[str, float]] | None = None
+                    ) -> list[tuple[str, float]]:
+    """``fused`` (best first) with the chunk of a confirmed question that is the query's
+    nearest question (at :data:`CONFIRMED_MATCH` or more) moved first, its fused score
+    raised just above the best (``parts[chunk]["confirmed"]``: by how much)."""
+    best: tuple[float, str, bool] | None = None  # (cosine, chunk, confirmed)
+    for candidate in found.get("questions-dense", []):
+        for hit in candidate.hits:
+            if best is None or hit.score > best[0]:
+                best = (hit.score, candidate.chunk_id, hit.origin in ("user", "manual"))
+    if best is None or not best[2] or best[0] < CONFIRMED_MATCH or not fused:
+        return fused
+    at = next((i for i, (c, _) in enumerate(fused) if c == best[1]), None)
+    if at is None or at == 0:
+        return fused
+    top = fused[0][1]
+    raised = top + 1e-3 - fused[at][1]
+    if parts is not None:
+        parts.setdefault(best[1], {})["confirmed"] = raised
+    return [(best[1], top + 1e-3), *fused[:at], *fused[at + 1 :]]
+
+
 def explained(chunk_id: str, found: dict[str, list[Candidate]], weights: dict[str, float],
               parts: dict[str, float], fused: float | None, score: float,
               fusion: Fusion | None) -> dict[str, Any]:
@@ -317,8 +347,9 @@ def explained(chunk_id: str, found: dict[str, list[Candidate]], weights: dict[st
     its ``standardized`` part (the fusion's: a z-score over the signal's candidates, or
     RRF's 1 / (60 + rank)), the signal's ``weight`` and its ``contribution`` (weight x
     part). ``fused`` is the sum of the contributions (times ``scale`` for a chunk still
-    waiting for its questions), ``score`` the result's score; with the questions and
-    atoms that matched."""
+    waiting for its questions) plus ``confirmed`` (what raised it first: its nearest
+    question is one users confirmed, see :func:`confirmed_first`), ``score`` the
+    result's score; with the questions and atoms that matched."""
     signals: dict[str, dict[str, Any]] = {}
     questions: list[str] = []
     atoms: list[str] = []
@@ -340,7 +371,8 @@ def explained(chunk_id: str, found: dict[str, list[Candidate]], weights: dict[st
             if hit.kind == "questions" and hit.atom and hit.atom not in atoms:
                 atoms.append(hit.atom)
     return {"fusion": fusion, "fused": None if fused is None else round(fused, 6),
-            "scale": parts.get("*", 1.0), "score": round(score, 6), "signals": signals,
+            "scale": parts.get("*", 1.0), "confirmed": round(parts.get("confirmed", 0.0), 6),
+            "score": round(score, 6), "signals": signals,
             "matched_questions": questions, "matched_atoms": atoms}
 
 

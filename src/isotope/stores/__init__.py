@@ -324,6 +324,12 @@ class Store(ABC):
         """A question disabled by hand, by its id, with its source's uri."""
         return None
 
+    def confirm_question(self, question_id: str) -> bool:
+        """Make a generated question a ``user`` one: a query users marked useful is the
+        same question (kept through everything, ranked as confirmed). Default: not
+        supported."""
+        raise InvalidArgument("this store cannot change questions")
+
     def forget_disabled(self, question_id: str) -> bool:
         """Remove a question disabled by hand for good (an edited question's old text).
         Default: not supported."""

@@ -484,6 +484,21 @@ class SQLStore(SQLUsage, Store):
                 return question, uri
         return None
 
+    def confirm_question(self, question_id: str) -> bool:
+        d = self.dialect
+        found = self.question(question_id)
+        if found is None or found[0].origin != "generated":
+            return False
+
+        def write() -> bool:
+            with self._write(found[1]) as conn:
+                return bool(conn.execute(
+                    f"UPDATE questions SET origin = 'user' WHERE id = {d.mark} AND origin = "
+                    "'generated'", (question_id,)).rowcount)
+
+        done: bool = self._retried(write)
+        return done
+
     def forget_disabled(self, question_id: str) -> bool:
         d = self.dialect
         found = self.disabled_question(question_id)
