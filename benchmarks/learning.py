@@ -97,6 +97,21 @@ def scores(iso: Isotope, queries: list[dict[str, Any]]) -> dict[str, dict[str, A
             for s in evaluation.evaluate(evaluation.searcher(iso), queries, SCORED)}
 
 
+SWEEP: list[tuple[float, float]] = []
+"""(CONFIRMED_MATCH, CONFIRMED_LEAD) pairs also scored (hybrid) after learning
+(``--sweep``)."""
+
+
+def confirming(match: float, lead: float, run: Any) -> Any:
+    """``run()`` with the confirmed-question rule at ``match`` and ``lead``."""
+    saved = retrieval.CONFIRMED_MATCH, retrieval.CONFIRMED_LEAD
+    retrieval.CONFIRMED_MATCH, retrieval.CONFIRMED_LEAD = match, lead
+    try:
+        return run()
+    finally:
+        retrieval.CONFIRMED_MATCH, retrieval.CONFIRMED_LEAD = saved
+
+
 def held_out(index: Path, queries: list[dict[str, Any]]) -> dict[str, Any]:
     by_passage: dict[str, list[dict[str, Any]]] = {}
     for q in queries:
@@ -110,9 +125,14 @@ def held_out(index: Path, queries: list[dict[str, Any]]) -> dict[str, Any]:
         with Isotope.open(fresh(index, "half"), cache_dir=CACHE, query_log=True) as iso:
             before = scores(iso, halves[asked])
             taught = teach(iso, halves[learned])
+            wanted = halves[asked]
+            swept = {f"{m}:{lead}": confirming(m, lead, lambda: scores(iso, wanted))  # noqa: B023
+                     for m, lead in SWEEP}
             after = scores(iso, halves[asked])
-        runs.append((before, after, taught))
-    out: dict[str, Any] = {"taught": [r[2] for r in runs], "modes": {}}
+        runs.append((before, after, taught, swept))
+    out: dict[str, Any] = {"taught": [r[2] for r in runs], "modes": {}, "sweep": {
+        key: round(statistics.mean(r[3][key]["hybrid"]["R@1"] for r in runs), 1)
+        for key in runs[0][3]}}
     for mode in SCORED:
         row: dict[str, float] = {}
         for key in ("R@1", "R@5"):
@@ -136,12 +156,15 @@ def reworded_set(index: Path, passages: list[dict[str, Any]], queries: list[dict
         before = scores(iso, rewordings)
         marked: list[dict[str, Any]] = []
         taught = teach(iso, originals, marked)
+        swept = {f"{m}:{lead}": round(confirming(
+            m, lead, lambda: scores(iso, rewordings))["hybrid"]["R@1"], 1)
+            for m, lead in SWEEP}
         after = scores(iso, rewordings)
         again = scores(iso, marked)
     return {"pairs": len(rewordings), "taught": taught,
             "modes": {m: {"R@1 before": round(before[m]["R@1"], 1),
                           "R@1 after": round(after[m]["R@1"], 1)} for m in SCORED},
-            "repeated_first": round(again["hybrid"]["R@1"], 1)}
+            "repeated_first": round(again["hybrid"]["R@1"], 1), "sweep": swept}
 
 
 def log_cost(index: Path, queries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -172,9 +195,12 @@ def main() -> None:
     parser.add_argument("--confirmed", type=float, default=retrieval.CONFIRMED_MATCH,
                         help="retrieval.CONFIRMED_MATCH for this run")
     parser.add_argument("--skip-log", action="store_true", help="leave out the log's cost")
+    parser.add_argument("--sweep", nargs="*", default=[], metavar="MATCH:LEAD",
+                        help="also score hybrid after learning with these rule settings")
     args = parser.parse_args()
     SCORED[:] = sorted({*args.modes, "chunks-bm25", "hybrid"}, key=list(MODES).index)
     retrieval.CONFIRMED_MATCH = args.confirmed
+    SWEEP[:] = [(float(x.split(":")[0]), float(x.split(":")[1])) for x in args.sweep]
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                         args.passages)
     OUT.mkdir(exist_ok=True)
