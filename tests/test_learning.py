@@ -501,3 +501,27 @@ def test_what_review_found_stays_fixed(location: str, tmp_path: Path,
         demoted = iso.search(ASKED, k=4, principal=bob)
         assert demoted.results[0].chunk.id != target
         assert demoted.top_score == demoted.results[0].score
+
+
+def test_repair_keeps_a_learned_question(tmp_path: Path, embedder: Embedder) -> None:
+    """A source whose rows were lost is ingested again by `check --repair`: its learned
+    question comes with it."""
+    import support
+
+    docs = _docs(tmp_path / "docs")
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True) as iso:
+        iso.ingest(docs)
+        target = _chunk_of(iso, "lighthouse")
+        found = iso.search(ASKED, k=4)
+        done = iso.feedback(found.query_id or "", target)
+        assert done.learned == "learned"
+        conn = support.connection(iso)
+        with conn:  # generated questions lost behind the store's back
+            conn.execute("DELETE FROM questions WHERE chunk_id = ? AND origin = 'generated'",
+                         (target,))
+        assert iso.check()
+        iso.repair()
+        assert iso.check() == []
+        assert [q.text for q in iso.questions(docs / "lighthouse.md")
+                if q.origin == "user"] == [ASKED]

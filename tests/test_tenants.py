@@ -80,3 +80,15 @@ def test_each_project_is_its_own_index_and_a_key_sees_only_its_projects(
     # writes follow each project's own scope: a read key of alpha cannot write anywhere
     with pytest.raises(Exception, match="only read"):
         Client(url + "/p/alpha", api_key=ALPHA_KEY).delete("alpha.md")
+
+
+def test_a_query_id_of_one_project_is_not_found_in_another(two_projects: str) -> None:
+    """Each project keeps its own query log: the administrator's search in alpha marked
+    in beta is 'no search' (404), in alpha it is taken."""
+    url = two_projects
+    alpha, beta = Client(url, api_key=ADMIN_KEY), Client(url + "/p/beta", api_key=ADMIN_KEY)
+    found = alpha.search("What does the alpha team brew?")
+    assert found.query_id and found.results
+    with pytest.raises(SourceNotFound, match="no search"):
+        beta.feedback(found.query_id, found.results[0].chunk.id)
+    assert alpha.feedback(found.query_id, found.results[0].chunk.id).useful
