@@ -81,8 +81,8 @@ class Client:
 
     def feedback(self, query_id: str, chunk_id: str, useful: bool = True) -> Any:
         """As :meth:`Isotope.feedback`, for a search this key made (an
-        :class:`isotope.learning.FeedbackResult`)."""
-        from isotope.learning import FeedbackResult
+        :class:`isotope.search.learning.FeedbackResult`)."""
+        from isotope.search.learning import FeedbackResult
 
         return FeedbackResult.model_validate(self._call("POST", "/feedback", {
             "query_id": query_id, "chunk_id": chunk_id, "useful": bool(useful)}))

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from isotope import embedders, learning, projects, providers, stores
+from isotope import embedders, projects, providers, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
 from isotope.access import Assigner, Principal, access_list, principal_of, rules_for
@@ -41,7 +41,7 @@ from isotope.models import (
 )
 from isotope.providers import LLM
 from isotope.providers.cache import Cache, CachedEmbedder, CachedLLM
-from isotope.search import retrieval
+from isotope.search import learning, retrieval
 from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
 from isotope.search.filters import parse as parse_filters
 from isotope.settings import Settings, index_settings, resolve, shown
@@ -514,7 +514,7 @@ class Isotope:
         not-useful one keeps the chunk from ranking first again for that query or a very
         close one. Only whoever searched may mark it (``principal``); ``read_only``: it
         comes with a key that may only read (a server's), so what it teaches waits for
-        review unless the ``learn`` setting says otherwise. See :mod:`isotope.learning`."""
+        review unless the ``learn`` setting says otherwise. See :mod:`isotope.search.learning`."""
         with self.store.writer(self.settings.lock_wait):
             return learning.feedback(self, query_id, chunk_id, bool(useful),
                                      principal_of(principal), read_only=read_only)

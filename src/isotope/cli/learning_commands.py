@@ -1,5 +1,5 @@
 """Learning from use: ``isotope feedback``, ``isotope log``, ``isotope questions review``
-and ``isotope questions orphaned`` (see :mod:`isotope.learning`)."""
+and ``isotope questions orphaned`` (see :mod:`isotope.search.learning`)."""
 
 from __future__ import annotations
 
