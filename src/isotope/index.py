@@ -496,6 +496,12 @@ class Isotope:
             learning.log(self, response, asker, filters, started, time.perf_counter())
         return response
 
+    def log_by_default(self) -> None:
+        """Log searches unless the ``query_log`` setting says otherwise (what a server,
+        ``isotope mcp`` and ``isotope query`` do) and the index can be written."""
+        if self.settings.query_log is None and not self.store.read_only:
+            self.query_log = True
+
     def audit_log(self, limit: int = 100) -> list[LoggedQuery]:
         """The last ``limit`` searches of the query log (the ``query_log`` or
         ``audit_log`` setting), newest first: the id, when, who, the query, the mode, the

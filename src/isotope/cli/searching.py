@@ -68,8 +68,7 @@ def query(
     with errors():
         filters = parse_where(where or [])
         with open_index(index, project) as iso:
-            if iso.settings.query_log is None:
-                iso.query_log = True  # (for `isotope feedback QUERY_ID CHUNK_ID`)
+            iso.log_by_default()  # (for `isotope feedback QUERY_ID CHUNK_ID`)
             response = iso.search(text, k, mode=mode, transform=transform, filters=filters,
                                   for_answer=not raw, principal=as_principal,
                                   explain=explain)

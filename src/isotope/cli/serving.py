@@ -122,7 +122,7 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
 
         principal = principal_of(as_principal)
         iso = open_index(index, project, create=create)
-    iso.query_log = iso.settings.query_log is not False  # (feedback names logged searches)
+    iso.log_by_default()  # (feedback names logged searches)
     roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots] or None
     try:
         create_mcp(iso, roots=roots, principal=principal,

@@ -177,8 +177,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     # More searches at once than cores only adds contention: 8 threads searching in one
     # process made 68 searches/s on 2 cores, 2 threads 105 (each waits for the other's
     # hold on Python's lock, and the CPU caches are shared among more of them).
-    if iso.settings.query_log is None:  # a server logs its searches unless told not to
-        iso.query_log = True
+    iso.log_by_default()  # a server logs its searches unless told not to
     slots = asyncio.Semaphore(search_slots or os.cpu_count() or 1)
     local = iso.answer_llm().local  # (built, not loaded)
     answering = asyncio.Semaphore(answer_slots or (1 if local else

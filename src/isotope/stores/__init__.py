@@ -386,6 +386,9 @@ class Store(ABC):
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections and files."""
 
+    read_only: bool = False
+    """The index can be read but not written (a read-only folder or mount)."""
+
     # Optional abilities, with defaults that are correct but do less.
     def snapshot(self) -> AbstractContextManager[None]:
         """Reads inside see one committed state of the index (a search never sees a
