@@ -50,7 +50,7 @@ def test_stdio_tools_search_and_list(iso: Isotope, examples: Path, tmp_path: Pat
         async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
             await s.initialize()
             names = {t.name for t in (await s.list_tools()).tools}
-            assert names == {"search", "ask", "list_sources", "ingest"}
+            assert names == {"search", "ask", "feedback", "list_sources", "ingest"}
             found = _payload(await s.call_tool("search", {"query": QUERY, "k": 3}))
             assert Path(found["results"][0]["source"]).name == "handbook.md"
             assert found["results"][0]["matched_questions"]

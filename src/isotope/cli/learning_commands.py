@@ -45,7 +45,8 @@ def feedback_command(
 @app.command("log")
 def log_command(
     days: Annotated[float | None, typer.Option(
-        "--days", min=0, help="Only the last DAYS (default: all the log keeps).")] = None,
+        "--days", min=0, max=36_500, help="Only the last DAYS (default: all the log "
+        "keeps).")] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="Queries per list.")] = 10,
     index: IndexOpt = None,
     project: ProjectOpt = None,

@@ -325,6 +325,8 @@ def review(iso: Isotope, marks: Sequence[str], approve: bool) -> list[FeedbackRe
 
 def summary(store: Store, days: float | None = None, top: int = 10) -> LogSummary:
     """What the query log says about the last ``days`` (all it keeps by default)."""
+    if days is not None and not (0 < days <= 36_500):  # (also refuses NaN)
+        raise InvalidArgument(f"days must be above 0 and at most 36,500, not {days}")
     since = None if days is None else (datetime.now(UTC) - timedelta(days=days)).isoformat()
     entries = store.logged_queries(10_000_000, since=since)
     marks = store.feedback(since=since)

@@ -337,7 +337,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return dict(done.model_dump())
 
     @app.get("/log")
-    def query_log(request: Request, days: Annotated[float | None, Query(gt=0)] = None,
+    def query_log(request: Request, days: Annotated[float | None, Query(
+                      gt=0, le=36_500, allow_inf_nan=False)] = None,
                   top: Annotated[int, Query(ge=1, le=1_000)] = 10) -> dict[str, Any]:
         """What the query log says (as ``isotope log --json``): the most frequent
         queries, those probably not found or marked not useful, feedback per source,
