@@ -177,32 +177,31 @@ def edit_command(
     _done(as_json, new_id, "edited")
 
 
-@questions_app.command("disable")
-def disable_command(
-    question_id: Annotated[str, typer.Argument(help="The question's id (--json shows it).")],
-    index: IndexOpt = None,
-    project: ProjectOpt = None,
-    wait: WaitOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Take a question out of every search (it stays listed, dropped: disabled by hand)."""
-    with errors(), open_index(index, project, lock_wait=wait) as iso:
-        iso.disable_question(question_id)
-    _done(as_json, question_id, "disabled")
+QuestionIdArg = Annotated[str, typer.Argument(
+    metavar="QUESTION_ID", help="The question's id (isotope questions SOURCE --json shows it).")]
 
 
-@questions_app.command("enable")
-def enable_command(
-    question_id: Annotated[str, typer.Argument(help="A question disabled by hand.")],
-    index: IndexOpt = None,
-    project: ProjectOpt = None,
-    wait: WaitOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Search a question disabled by hand again."""
-    with errors(), open_index(index, project, lock_wait=wait) as iso:
-        iso.enable_question(question_id)
-    _done(as_json, question_id, "enabled")
+def _switch(name: str, doc: str) -> None:
+    """``isotope questions disable|enable QUESTION_ID``: the same options, one call."""
+
+    def command(
+        question_id: QuestionIdArg,
+        index: IndexOpt = None,
+        project: ProjectOpt = None,
+        wait: WaitOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        with errors(), open_index(index, project, lock_wait=wait) as iso:
+            getattr(iso, f"{name}_question")(question_id)
+        _done(as_json, question_id, f"{name}d")
+
+    command.__doc__ = doc
+    questions_app.command(name)(command)
+
+
+_switch("disable", "Take a question out of every search (it stays listed, dropped: "
+        "disabled by hand).")
+_switch("enable", "Search a question disabled by hand again.")
 
 
 def _done(as_json: bool, question_id: str, what: str) -> None:
