@@ -525,3 +525,60 @@ def test_repair_keeps_a_learned_question(tmp_path: Path, embedder: Embedder) -> 
         assert iso.check() == []
         assert [q.text for q in iso.questions(docs / "lighthouse.md")
                 if q.origin == "user"] == [ASKED]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
+def test_a_copy_killed_and_resumed_keeps_every_learned_question(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """`isotope copy` killed at random moments, then resumed: every source arrives with
+    its learned question, once, still a user question."""
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    from test_reliability import TOPICS, _corpus
+
+    corpus = _corpus(tmp_path / "corpus")
+    source = tmp_path / "index"
+
+    def asked(topic: str) -> str:
+        return f"which crew looks after the {topic} machines at night"
+
+    with Isotope.open(source, embedder=embedder, llm=FakeLLM(), cache=False,
+                      chunk_size=48, chunk_overlap=0, query_log=True) as iso:
+        iso.ingest(corpus)
+        for topic in TOPICS:
+            found = iso.search(asked(topic), k=50, mode="hybrid")
+            first = next(r.chunk.id for r in found.results
+                         if r.chunk.source.endswith(f"{topic}.md") and r.chunk.index == 0)
+            assert iso.feedback(found.query_id or "", first).learned == "learned"
+    rng = random.Random(3)
+    # a copy that says each source it stored (and waits a little after each), so that the
+    # kill lands between sources, mid-copy
+    slow = ("import sys, time; from isotope.stores.copying import copy_index; "
+            "copy_index(sys.argv[1], sys.argv[2], progress=lambda n, total, uri: "
+            "(print(n, flush=True), time.sleep(0.02)))")
+    for run in range(3):
+        target = tmp_path / f"copy-{run}"
+        worker = subprocess.Popen([sys.executable, "-c", slow, str(source), str(target)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True)
+        assert worker.stdout is not None
+        stop = rng.randint(1, len(TOPICS) - 2)
+        while int(worker.stdout.readline() or stop) < stop:
+            pass
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        with Isotope.open(target, embedder=embedder, llm=FakeLLM(), cache=False) as copy:
+            assert 0 < len(copy.sources()) < len(TOPICS), f"run {run}: not mid-copy"
+        done = subprocess.run([sys.executable, "-m", "isotope", "copy", str(source),
+                               str(target), "--resume"], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        with Isotope.open(target, embedder=embedder, llm=FakeLLM(), cache=False) as copy:
+            assert copy.check() == [], f"run {run}"
+            for topic in TOPICS:
+                kept = [q.text for q in copy.questions(str(corpus / f"{topic}.md"))
+                        if q.origin == "user"]
+                assert kept == [asked(topic)], f"run {run}: {topic}"
