@@ -106,11 +106,11 @@ class Isotope:
         self._llms: dict[str, CachedLLM] = {}
         self._chunks: dict[Principal | None, tuple[float, int]] = {}
         self.access_control = settings.access_control
+        """Sources without an access list are seen by administrators only (the
+        ``access_control`` setting; a server whose keys name users turns it on)."""
         self.query_log = bool(settings.query_log)
         """Searches are written to the query log (the ``query_log`` setting; a server
         turns it on unless the setting says otherwise)."""
-        """Sources without an access list are seen by administrators only (the
-        ``access_control`` setting; a server whose keys name users turns it on)."""
         if llm is not None:
             self._llms[settings.question_model] = self._wrap(llm)
             self._llms.setdefault(settings.atomizer_model, self._llms[settings.question_model])
@@ -508,8 +508,6 @@ class Isotope:
         chunks returned with their scores, the filters, the suggested action and the
         latency."""
         return self.store.logged_queries(_valid_k(limit))
-
-    query_log_entries = audit_log
 
     def feedback(self, query_id: str, chunk_id: str, useful: bool = True, *,
                  principal: Asker = None, read_only: bool = False

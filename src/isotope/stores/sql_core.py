@@ -57,7 +57,7 @@ from isotope.stores import (
     draw_questions,
     dropped_by_chunk,
 )
-from isotope.stores.sql_questions import DISABLED, SQLQuestions
+from isotope.stores.sql_questions import DISABLED, SQLQuestions, of_chunk
 from isotope.stores.sql_usage import SQLUsage
 
 _T = TypeVar("_T")
@@ -284,13 +284,10 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
                 if found is None:  # replaced or deleted meanwhile
                     continue
                 chunk_row, uri = found
-                # (through its atoms, indexed in both engines: SQLite has no index on
-                # questions.chunk_id, and scanned every question for each chunk here)
                 # (the generated ones: manual and user questions stay)
                 had = conn.execute(
-                    "DELETE FROM questions WHERE atom_id IN (SELECT id FROM atoms WHERE "
-                    f"chunk_id = {d.mark}) AND chunk_id = {d.mark} AND origin = 'generated'",
-                    (item.chunk_id, item.chunk_id)).rowcount
+                    f"DELETE FROM questions WHERE {of_chunk(d.mark)} AND origin = "
+                    "'generated'", (item.chunk_id, item.chunk_id)).rowcount
                 # (not one a manual or user question of the chunk already is, nor one
                 # disabled by hand: those stay as they are)
                 held, disabled = self._held(conn, item.chunk_id)

@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
+def of_chunk(mark: str) -> str:
+    """The condition on ``questions`` of one chunk's rows, found through its atoms (indexed
+    in both engines; SQLite has no index on ``questions.chunk_id``, and would read every
+    question): two parameters, the chunk's id twice."""
+    return f"atom_id IN (SELECT id FROM atoms WHERE chunk_id = {mark}) AND chunk_id = {mark}"
+
+
 @dataclass
 class KeptQuestion:
     """A manual or user question read before its source is replaced."""
@@ -90,10 +97,12 @@ class SQLQuestions:
         return done
 
     def _held(self, conn: Any, chunk_id: str) -> tuple[set[str], set[str]]:
-        """The ids of a chunk's questions, and the texts of those disabled by hand."""
+        """The ids of a chunk's manual and user questions, and the texts of its questions
+        disabled by hand."""
         d = self.dialect
         held = {r[0] for r in conn.execute(
-            f"SELECT id FROM questions WHERE chunk_id = {d.mark}", (chunk_id,)).fetchall()}
+            f"SELECT id FROM questions WHERE {of_chunk(d.mark)} AND origin <> 'generated'",
+            (chunk_id, chunk_id)).fetchall()}
         disabled = {r[0] for r in conn.execute(
             f"SELECT text FROM dropped_questions WHERE chunk_id = {d.mark} AND reason LIKE "
             f"{d.mark}", (chunk_id, DISABLED + " (%")).fetchall()}
@@ -156,9 +165,10 @@ class SQLQuestions:
                 orphans.append(question)
                 continue
             if (chunk.id, question.text) in has:  # the model made it again: it stays theirs
-                conn.execute(f"UPDATE questions SET origin = {d.mark} WHERE chunk_id = "
-                             f"{d.mark} AND text = {d.mark} AND origin = 'generated'",
-                             (question.origin, chunk.id, question.text))
+                conn.execute(f"UPDATE questions SET origin = {d.mark} WHERE "
+                             f"{of_chunk(d.mark)} AND text = {d.mark} AND origin = "
+                             "'generated'", (question.origin, chunk.id, chunk.id,
+                                             question.text))
                 continue
             own = atoms_of[chunk.id]
             nearest = own[int(np.argmax(atom_vectors[own] @ np.asarray(question.vector)))]
@@ -171,8 +181,8 @@ class SQLQuestions:
                                         [row_of.get(q.chunk_id) for q in carried])
             conn.execute(d.add_questions_count, (added, batch.source.uri))
         for chunk_id, off in disabled:  # (made again by the model: taken out again)
-            gone = conn.execute(f"DELETE FROM questions WHERE chunk_id = {d.mark} AND text = "
-                                f"{d.mark}", (chunk_id, off.text)).rowcount
+            gone = conn.execute(f"DELETE FROM questions WHERE {of_chunk(d.mark)} AND text = "
+                                f"{d.mark}", (chunk_id, chunk_id, off.text)).rowcount
             if gone:
                 conn.execute(d.add_questions_count, (-gone, batch.source.uri))
             self._add_dropped(conn, [off])
