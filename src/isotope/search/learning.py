@@ -193,17 +193,19 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
         for q in store.generated_questions(chunk_id=chunk_id):
             if q.kept and q.origin == "user" and q.text == entry.query:
                 store.disable_question(q.id)
-    vector = np.asarray(iso.embedder.embed([entry.query]), dtype=np.float32)[0]
     learned = question_id = None
     mode = learn_mode(iso, principal, read_only=read_only)
-    if useful and mode == "auto":
+    # (the query's embedding: what a not-useful mark keeps, what auto learning adds)
+    vector = (np.asarray(iso.embedder.embed([entry.query]), dtype=np.float32)[0]
+              if not useful or mode == "auto" else None)
+    if useful and vector is not None:
         learned, question_id = learn(iso, chunk, entry.query, vector)
     elif useful and mode == "review":
         learned = "pending"
     store.add_feedback(Feedback(
         query_id=query_id, chunk_id=chunk_id, useful=useful, principal=entry.principal,
         at=datetime.now(UTC).isoformat(), query=entry.query, source=chunk.source,
-        learn=learned, vector=None if useful else vector.tobytes()))
+        learn=learned, vector=None if useful or vector is None else vector.tobytes()))
     return FeedbackResult(query_id=query_id, chunk_id=chunk_id, useful=useful,
                           learned=learned, question_id=question_id)
 

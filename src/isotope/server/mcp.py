@@ -235,14 +235,19 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
     return server
 
 
-def _scope(ctx: Context) -> str:  # type: ignore[type-arg]
-    """The scope of a tool call's API key over HTTP (``write`` over stdio or without
-    keys)."""
+def _http_scope(ctx: Context) -> Any:  # type: ignore[type-arg]
+    """The ASGI scope of a tool call's HTTP request (None: over stdio, or not found)."""
     try:
         request = ctx.request_context.request
     except (LookupError, ValueError, AttributeError):
-        return "write"
-    return scope_in(getattr(request, "scope", None) or {})
+        return None
+    return None if request is None else (getattr(request, "scope", None) or {})
+
+
+def _scope(ctx: Context) -> str:  # type: ignore[type-arg]
+    """The scope of a tool call's API key over HTTP (``write`` over stdio or without
+    keys)."""
+    return scope_in(_http_scope(ctx) or {})
 
 
 def _asker(ctx: Context, default: Principal | None,  # type: ignore[type-arg]
@@ -251,15 +256,12 @@ def _asker(ctx: Context, default: Principal | None,  # type: ignore[type-arg]
     (the gate put it in the request's state; a call whose request cannot be found is
     refused, never answered as the owner); over stdio, ``default`` (None: the user who
     runs it)."""
-    try:
-        request = ctx.request_context.request
-    except (LookupError, ValueError, AttributeError):
-        request = None
-    if request is None:
+    found = _http_scope(ctx)
+    if found is None:
         if remote:
             raise ValueError("this call's request (and so its API key) is unknown")
         return default
-    return principal_in(getattr(request, "scope", None) or {})
+    return principal_in(found)
 
 
 def _quiet_closed_streams() -> None:
