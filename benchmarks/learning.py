@@ -67,10 +67,11 @@ def fresh(index: Path, name: str) -> Path:
 
 
 def teach(iso: Isotope, queries: list[dict[str, Any]], marked: list[dict[str, Any]] | None
-          = None) -> dict[str, int]:
+          = None) -> dict[str, Any]:
     """Each query searched (hybrid, query log on) and its gold passage marked useful
-    (those marked added to ``marked``)."""
-    counts = {"marked": 0, "learned": 0, "duplicate": 0, "not_seen": 0}
+    (those marked added to ``marked``); then, unless ``--no-fit``, the signal weights
+    fitted on the marks (``fit``: what the fit found)."""
+    counts: dict[str, Any] = {"marked": 0, "learned": 0, "duplicate": 0, "not_seen": 0}
     for q in queries:
         found = iso.search(q["question"], SEEN, mode="hybrid")
         gold = next((r.chunk.id for r in found.results
@@ -84,6 +85,11 @@ def teach(iso: Isotope, queries: list[dict[str, Any]], marked: list[dict[str, An
             marked.append(q)
         if done.learned in counts:
             counts[done.learned] += 1
+    if FIT:
+        fit = iso.fit_weights(min_marks=1)
+        counts["fit"] = {"weights": fit.weights, "adopted": fit.adopted,
+                         "first_before": fit.first_before, "first_after": fit.first_after,
+                         "seconds": fit.seconds}
     return counts
 
 
@@ -98,18 +104,20 @@ def scores(iso: Isotope, queries: list[dict[str, Any]]) -> dict[str, dict[str, A
 
 
 SWEEP: list[tuple[float, float]] = []
-"""(CONFIRMED_MATCH, CONFIRMED_LEAD) pairs also scored (hybrid) after learning
+"""(CONFIRMED_MATCH, CONFIRMED_GAIN) pairs also scored (hybrid) after learning
 (``--sweep``)."""
+FIT = [True]
+"""Fit the signal weights on the marks after teaching (``--no-fit``: not)."""
 
 
-def confirming(match: float, lead: float, run: Any) -> Any:
-    """``run()`` with the confirmed-question rule at ``match`` and ``lead``."""
-    saved = retrieval.CONFIRMED_MATCH, retrieval.CONFIRMED_LEAD
-    retrieval.CONFIRMED_MATCH, retrieval.CONFIRMED_LEAD = match, lead
+def confirming(match: float, gain: float, run: Any) -> Any:
+    """``run()`` with the confirmed-question raise at ``match`` and ``gain``."""
+    saved = retrieval.CONFIRMED_MATCH, retrieval.CONFIRMED_GAIN
+    retrieval.CONFIRMED_MATCH, retrieval.CONFIRMED_GAIN = match, gain
     try:
         return run()
     finally:
-        retrieval.CONFIRMED_MATCH, retrieval.CONFIRMED_LEAD = saved
+        retrieval.CONFIRMED_MATCH, retrieval.CONFIRMED_GAIN = saved
 
 
 def held_out(index: Path, queries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -195,12 +203,18 @@ def main() -> None:
     parser.add_argument("--confirmed", type=float, default=retrieval.CONFIRMED_MATCH,
                         help="retrieval.CONFIRMED_MATCH for this run")
     parser.add_argument("--skip-log", action="store_true", help="leave out the log's cost")
-    parser.add_argument("--sweep", nargs="*", default=[], metavar="MATCH:LEAD",
-                        help="also score hybrid after learning with these rule settings")
+    parser.add_argument("--sweep", nargs="*", default=[], metavar="MATCH:GAIN",
+                        help="also score hybrid after learning with these raise settings")
+    parser.add_argument("--no-fit", action="store_true",
+                        help="do not fit the signal weights on the marks")
+    parser.add_argument("--unseen", type=int, default=0, metavar="N",
+                        help="also the held-out half on passages 600..600+N (never tuned "
+                        "on; the index benchmarks/answers.py builds)")
     args = parser.parse_args()
     SCORED[:] = sorted({*args.modes, "chunks-bm25", "hybrid"}, key=list(MODES).index)
     retrieval.CONFIRMED_MATCH = args.confirmed
     SWEEP[:] = [(float(x.split(":")[0]), float(x.split(":")[1])) for x in args.sweep]
+    FIT[0] = not args.no_fit
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                         args.passages)
     OUT.mkdir(exist_ok=True)
@@ -209,7 +223,13 @@ def main() -> None:
               "held_out": held_out(index, queries),
               "reworded": reworded_set(index, passages, queries, args.sample),
               "confirmed_match": args.confirmed,
+              "fit": FIT[0],
               "log": {} if args.skip_log else log_cost(index, queries)}
+    if args.unseen:
+        from answers import unseen_index
+
+        index, unseen_queries = unseen_index(args.unseen)
+        result["unseen"] = held_out(index, unseen_queries)
     if args.json:
         print(json.dumps(result, indent=1))
         return

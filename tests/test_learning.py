@@ -582,3 +582,82 @@ def test_a_copy_killed_and_resumed_keeps_every_learned_question(
                 kept = [q.text for q in copy.questions(str(corpus / f"{topic}.md"))
                         if q.origin == "user"]
                 assert kept == [asked(topic)], f"run {run}: {topic}"
+
+
+# queries whose keyword and meaning signals disagree on this corpus; users who mark the
+# chunk the meaning points to teach the fit to weigh the dense signals more
+LEANING = ["Which boat leaves the pier in 1850?", "when does the ferry museum open in the "
+           "morning", "whaling boat summer pier", "keeper of the buns", "mainland bakery point",
+           "lighthouse hall boat", "morning ferry cardamom", "island museum summer",
+           "the keeper's boat", "a hall from six in the morning", "boat automated",
+           "harbour point ferry"]
+
+
+def test_signal_weights_are_fitted_on_the_marks_used_and_reset(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from isotope.cli import app
+
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True, learn="off") as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        with pytest.raises(InvalidArgument, match=r"0 useful mark.*isotope feedback"):
+            iso.fit_weights()
+        wanted = {}
+        for query in LEANING:
+            found = iso.search(query, 4, mode="hybrid")
+            wanted[query] = iso.search(query, 1, mode="chunks-dense").results[0].chunk.id
+            assert found.query_id is not None
+            iso.feedback(found.query_id, wanted[query])
+        before = sum(iso.search(q, 1, mode="hybrid").results[0].chunk.id == c
+                     for q, c in wanted.items())
+        assert before < len(LEANING)  # (the defaults follow the keywords here)
+        with pytest.raises(InvalidArgument, match="12 useful mark"):
+            iso.fit_weights()  # fewer than 50 by default
+        fit = iso.fit_weights(min_marks=10)
+        assert fit.adopted and fit.marks == len(LEANING)
+        assert fit.first_before == pytest.approx(before / len(LEANING), abs=1e-3)
+        assert fit.first_after > fit.first_before
+        after = sum(iso.search(q, 1, mode="hybrid").results[0].chunk.id == c
+                    for q, c in wanted.items())
+        assert after == round(fit.first_after * len(LEANING)) > before
+        told = iso.search(LEANING[4], 2, mode="hybrid", explain=True).results[0].explain
+        assert told is not None
+        used = {name: row["weight"] for name, row in told["signals"].items()}
+        assert used == {n: w for n, w in fit.weights.items() if w}
+        # the weights setting still wins, signal by signal; a search's own weights too
+        told = iso.search(LEANING[4], 2, mode="hybrid", explain=True,
+                          weights={"chunks-bm25": 2.0}).results[0].explain
+        assert told is not None and told["signals"]["chunks-bm25"]["weight"] == 2.0
+        assert told["signals"]["atoms-dense"]["weight"] == fit.weights["atoms-dense"]
+        kept = iso.fitted_weights()
+        assert kept is not None and kept.weights == fit.weights
+        if "://" in location:
+            assert iso.reset_weights() and not iso.reset_weights()
+            assert sum(iso.search(q, 1, mode="hybrid").results[0].chunk.id == c
+                       for q, c in wanted.items()) == before
+            return
+
+    runner = CliRunner()
+
+    def run(*args: str) -> dict:  # type: ignore[type-arg]
+        result = runner.invoke(app, [*args, "-i", location, "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+    shown = run("weights")
+    assert shown["weights"] == fit.weights and set(shown["from"].values()) == {"fitted"}
+    assert run("weights", "fit", "--min-marks", "10")["adopted"] is False  # nothing to gain
+    refused = runner.invoke(app, ["weights", "fit", "-i", location])
+    assert refused.exit_code != 0 and "at least 50" in refused.output
+    assert run("weights", "reset") == {"reset": True}
+    shown = run("weights")
+    assert shown["fit"] is None and "fitted" not in shown["from"].values()
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False) as iso:
+        assert sum(iso.search(q, 1, mode="hybrid").results[0].chunk.id == c
+                   for q, c in wanted.items()) == before
+    helped = runner.invoke(app, ["weights", "--help"])
+    assert helped.exit_code == 0 and "fit" in helped.output

@@ -42,6 +42,7 @@ from isotope.models import (
 from isotope.providers import LLM
 from isotope.providers.cache import Cache, CachedEmbedder, CachedLLM
 from isotope.search import learning, retrieval
+from isotope.search import weights as weight_fit
 from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
 from isotope.search.filters import parse as parse_filters
 from isotope.settings import Settings, index_settings, resolve, shown
@@ -76,6 +77,9 @@ class IndexStatus(BaseModel):
     settings: dict[str, Any]
 
 
+FITTED_FOR = 10.0
+"""Seconds an open index keeps the fitted signal weights before reading them again."""
+
 class Isotope:
     """A question-indexed store of documents.
 
@@ -105,6 +109,7 @@ class Isotope:
         self.cache = Cache(settings.cache_dir / "cache.db") if settings.cache else None
         self._llms: dict[str, CachedLLM] = {}
         self._chunks: dict[Principal | None, tuple[float, int]] = {}
+        self._fitted: tuple[float, dict[str, float] | None] = (-FITTED_FOR, None)
         self.access_control = settings.access_control
         """Sources without an access list are seen by administrators only (the
         ``access_control`` setting; a server whose keys name users turns it on)."""
@@ -458,7 +463,7 @@ class Isotope:
             k = self.settings.answer_k if for_answer else self.settings.top_k
         k = _valid_k(k)
         asker = principal_of(principal)
-        options = {**retrieval.fusion_options(self.settings, weights),
+        options = {**retrieval.fusion_options(self.settings, weights, self._fitted_weights()),
                    "filters": parse_filters(filters) + self._conditions(asker),
                    "explain": bool(explain)}
         mode = mode or self.settings.mode
@@ -586,6 +591,42 @@ class Isotope:
         text: ``source``, ``chunk_text``, ``text``, ``origin``, ``at`` (kept, never
         searched)."""
         return self.store.orphaned_questions()
+
+    def fit_weights(self, *, min_marks: int = weight_fit.MIN_MARKS,
+                    progress: Callable[[int, int], None] | None = None
+                    ) -> weight_fit.WeightFit:
+        """Fit ``hybrid``'s signal weights on the useful marks (at least ``min_marks``)
+        so that the marked chunks come first for their queries, and keep them when they
+        place at least 1% of the marks better than the weights in use (``adopted``).
+        The ``weights`` setting still wins, signal by signal. See
+        :mod:`isotope.search.weights`."""
+        done = weight_fit.fit(self, min_marks=min_marks, progress=progress)
+        if done.adopted:
+            with self.store.writer(self.settings.lock_wait):
+                weight_fit.keep(self.store, done)
+            self._fitted = (time.monotonic(), done.weights)
+        return done
+
+    def fitted_weights(self) -> weight_fit.WeightFit | None:
+        """The last adopted fit of the signal weights (:meth:`fit_weights`), if any."""
+        return weight_fit.fitted(self.store)
+
+    def reset_weights(self) -> bool:
+        """Forget the fitted weights: ``hybrid`` goes back to the defaults and the
+        ``weights`` setting. False: there were none."""
+        with self.store.writer(self.settings.lock_wait):
+            done = weight_fit.reset(self.store)
+        self._fitted = (time.monotonic(), None)
+        return done
+
+    def _fitted_weights(self) -> dict[str, float] | None:
+        """The fitted weights, read again at most every :data:`FITTED_FOR` seconds (a
+        fit by another process reaches a running server within that)."""
+        at, known = self._fitted
+        if time.monotonic() - at >= FITTED_FOR:
+            known = weight_fit.fitted_weights(self.store)
+            self._fitted = (time.monotonic(), known)
+        return known
 
     def log_summary(self, days: float | None = None, top: int = 10) -> learning.LogSummary:
         """What the query log says: the most frequent queries, those probably not found

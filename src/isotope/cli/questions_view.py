@@ -5,31 +5,17 @@ index; ``isotope questions review`` and ``orphaned`` (see
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.text import Text
-from typer.core import TyperGroup
 
 from isotope.cli.console import display, errors, fail, out, print_json
-from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, app, open_index
+from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, ShowByDefault, app, open_index
 from isotope.models import GeneratedQuestion
 
-
-class _SourceByDefault(TyperGroup):
-    """``isotope questions SOURCE`` (or ``--sample N``) shows questions; a first word
-    that names a command (``review``, ``orphaned``) runs it (a source of that name:
-    ``./review``)."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
-            args = ["show", *args]
-        result: list[str] = super().parse_args(ctx, args)
-        return result
-
-
 questions_app = typer.Typer(
-    cls=_SourceByDefault,
+    cls=ShowByDefault,
     help="The questions of a source's chunks: `isotope questions SOURCE` (generated ones, "
     "kept and dropped with why; manual and learned ones with their origin), `isotope "
     "questions --sample N`, `isotope questions review` (learned questions waiting for "

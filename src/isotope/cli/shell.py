@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from isotope._version import __version__
 from isotope.cli.console import VisibleFormatter, fail, out
@@ -19,6 +20,18 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+class ShowByDefault(TyperGroup):
+    """A group whose ``show`` command runs when the first word names none of its commands
+    (``isotope questions SOURCE``, ``isotope weights``); a source named like a command:
+    ``./review``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["show", *args]
+        result: list[str] = super().parse_args(ctx, args)
+        return result
 
 
 IndexOpt = Annotated[

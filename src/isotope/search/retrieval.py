@@ -93,7 +93,7 @@ def keyword_query(query: str) -> str:
     return " ".join(kept or terms)
 
 
-def _aggregate(scores: list[float], how: Aggregate) -> float:
+def aggregated(scores: list[float], how: Aggregate) -> float:
     if how == "max" or len(scores) == 1:
         return scores[0]
     # A soft maximum: several good matches lift a chunk a little above its best one.
@@ -120,7 +120,7 @@ def signal(store: Store, mode: str, query: str, vector: Vectors, pool: int,
             if len(group) < MATCHES_PER_CHUNK:
                 group.append(hit)
         grouped = list(by_chunk.items())[:pool]
-    found = [Candidate(c, _aggregate([h.score for h in hits], aggregate), hits)
+    found = [Candidate(c, aggregated([h.score for h in hits], aggregate), hits)
              for c, hits in grouped]
     found.sort(key=lambda c: -c.score)
     return found
@@ -215,12 +215,12 @@ def normalized(mode: str, score: float, total_weight: float = 1.0) -> float:
     return score / (score + 5) if score > 0 else 0.0
 
 
-def fusion_options(settings: RetrievalSettings, weights: dict[str, float] | None = None
-                   ) -> dict[str, Any]:
+def fusion_options(settings: RetrievalSettings, weights: dict[str, float] | None = None,
+                   fitted: dict[str, float] | None = None) -> dict[str, Any]:
     """How :func:`search` fuses, from the ``retrieval`` settings (``weights`` over the
-    setting's)."""
+    setting's, over the weights ``fitted`` from users' marks)."""
     return {"alpha": settings.alpha, "fusion": settings.fusion,
-            "weights": {**settings.weights, **(weights or {})},
+            "weights": {**(fitted or {}), **settings.weights, **(weights or {})},
             "aggregate": settings.aggregate}
 
 
@@ -288,12 +288,13 @@ def _ranked(
         waiting = store.without_questions(
             list({c.chunk_id for candidates in found.values() for c in candidates}))
         parts: dict[str, dict[str, float]] | None = {} if told is not None else None
-        ranked = confirmed_first(found, fuse(found, used, fusion, waiting, parts), parts)[:k]
+        total = sum(used.values())
+        ranked = confirmed_raise(found, fuse(found, used, fusion, waiting, parts), total,
+                                 parts)[:k]
         hits_of: dict[str, list[Hit]] = {}
         for name in sorted(found, key=lambda m: not m.startswith("questions")):
             for candidate in found[name]:
                 hits_of.setdefault(candidate.chunk_id, candidate.hits)
-        total = sum(used.values())
         scored = [(c, normalized(mode, s, total), hits_of[c]) for c, s in ranked]
         if told is not None and parts is not None:
             for chunk_id, fused in ranked:
@@ -309,45 +310,43 @@ def _ranked(
     return scored, store.get_chunks([chunk_id for chunk_id, _, _ in scored])
 
 
-CONFIRMED_MATCH = 0.8
-"""A query whose nearest question is one users confirmed (a learned question: a past
-query marked useful for its chunk; or one written by hand) at this cosine or more, ahead
-of every other chunk's questions by :data:`CONFIRMED_LEAD`, gets that chunk first in
-``hybrid``: the fusion of signals would otherwise let the atoms and chunks outvote a
-match people have confirmed."""
-CONFIRMED_LEAD = 0.03
-"""How far the confirmed question must lead the nearest question of any other chunk.
-Chosen on benchmarks/learning.py (RESULTS.md, "Learning from use"): at 0.8 and 0.03 the
-reworded questions reach R@1 90.8 after their originals were learned (67.0 before), a
-learned query asked again is first every time, and the held-out half gains 1.3 points
-(0.85 and 0.06: 2.0 points, but reworded 87.2; no setting gave both)."""
+CONFIRMED_MATCH = 0.7
+"""A chunk with a question users confirmed (a learned question: a past query marked
+useful for the chunk; or one written by hand) that is closer to the query than this
+cosine is raised in ``hybrid`` by :data:`CONFIRMED_GAIN` for each unit of cosine above it:
+the fusion of signals would otherwise let the atoms and chunks outvote a match people
+have confirmed."""
+CONFIRMED_GAIN = 4.8
+"""The raise, per unit of cosine above :data:`CONFIRMED_MATCH`, per unit of the signals'
+total weight (so it keeps its strength whatever the weights). Chosen on
+benchmarks/learning.py with :data:`CONFIRMED_MATCH` (RESULTS.md, "Learning from use"):
+reworded questions reach R@1 >= 90 after their originals were learned (67.0 before), a
+learned query asked again is first every time, and the held-out half gains 2 points or
+more with the weights fitted from the marks (:mod:`isotope.search.weights`)."""
 
 
-def confirmed_first(found: dict[str, list[Candidate]], fused: list[tuple[str, float]],
-                    parts: dict[str, dict[str, float]] | None = None
+def confirmed_raise(found: dict[str, list[Candidate]], fused: list[tuple[str, float]],
+                    total: float, parts: dict[str, dict[str, float]] | None = None
                     ) -> list[tuple[str, float]]:
-    """``fused`` (best first) with the chunk of a confirmed question that is the query's
-    nearest question (at :data:`CONFIRMED_MATCH` or more) moved first, its fused score
-    raised just above the best (``parts[chunk]["confirmed"]``: by how much)."""
-    best: tuple[float, str, bool] | None = None  # (cosine, chunk, confirmed)
+    """``fused`` (best first) with each chunk whose confirmed question (origin ``user``
+    or ``manual``) is within :data:`CONFIRMED_MATCH` of the query raised (see
+    :data:`CONFIRMED_GAIN`; ``parts[chunk]["confirmed"]``: by how much), best first."""
+    nearest: dict[str, float] = {}
     for candidate in found.get("questions-dense", []):
         for hit in candidate.hits:
-            if best is None or hit.score > best[0]:
-                best = (hit.score, candidate.chunk_id, hit.origin in ("user", "manual"))
-    if best is None or not best[2] or best[0] < CONFIRMED_MATCH or not fused:
+            if hit.origin in ("user", "manual") and hit.score > CONFIRMED_MATCH:
+                nearest[candidate.chunk_id] = max(nearest.get(candidate.chunk_id, -1.0),
+                                                  hit.score)
+    if not nearest:
         return fused
-    other = max((h.score for c in found.get("questions-dense", []) if c.chunk_id != best[1]
-                 for h in c.hits), default=-1.0)
-    if best[0] - other < CONFIRMED_LEAD:
-        return fused
-    at = next((i for i, (c, _) in enumerate(fused) if c == best[1]), None)
-    if at is None or at == 0:
-        return fused
-    top = fused[0][1]
-    raised = top + 1e-3 - fused[at][1]
-    if parts is not None:
-        parts.setdefault(best[1], {})["confirmed"] = raised
-    return [(best[1], top + 1e-3), *fused[:at], *fused[at + 1 :]]
+    raised = []
+    for chunk_id, score in fused:
+        extra = CONFIRMED_GAIN * total * (nearest.get(chunk_id, CONFIRMED_MATCH)
+                                          - CONFIRMED_MATCH)
+        if extra > 0 and parts is not None:
+            parts.setdefault(chunk_id, {})["confirmed"] = extra
+        raised.append((chunk_id, score + extra))
+    return sorted(raised, key=lambda item: -item[1])
 
 
 def explained(chunk_id: str, found: dict[str, list[Candidate]], weights: dict[str, float],
@@ -358,8 +357,8 @@ def explained(chunk_id: str, found: dict[str, list[Candidate]], weights: dict[st
     its ``standardized`` part (the fusion's: a z-score over the signal's candidates, or
     RRF's 1 / (60 + rank)), the signal's ``weight`` and its ``contribution`` (weight x
     part). ``fused`` is the sum of the contributions (times ``scale`` for a chunk still
-    waiting for its questions) plus ``confirmed`` (what raised it first: its nearest
-    question is one users confirmed, see :func:`confirmed_first`), ``score`` the
+    waiting for its questions) plus ``confirmed`` (the raise of a chunk with a question
+    users confirmed near the query, see :func:`confirmed_raise`), ``score`` the
     result's score; with the questions and atoms that matched."""
     signals: dict[str, dict[str, Any]] = {}
     questions: list[str] = []

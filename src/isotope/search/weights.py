@@ -1,0 +1,181 @@
+"""Signal weights fitted from the marks users left: the weights ``hybrid`` fuses its
+signals with, chosen so that the chunks marked useful come first for their queries.
+
+Each useful mark is a query and the chunk that answered it. The fit searches every signal
+once per marked query, leaving out the question the mark itself taught (else the
+question signals would find every marked chunk by its own words and take all the weight),
+then walks each signal's weight over :data:`STEPS`, one signal at a time, keeping a step
+only where more marked chunks come first (R@1 on the marks), until no step helps. The
+weights are adopted only when they place at least :data:`MIN_GAIN` of the marks better
+than the weights in use; they are kept in the index (``isotope weights``), read by every
+``hybrid`` search under the ``weights`` setting (which still wins, signal by signal) and
+a search's own ``weights``.
+
+On the first 300 passages of SQuAD dev (benchmarks/learning.py), the weights fitted from
+half of each passage's questions raise the other half's hybrid R@1 beyond what the learned
+questions alone give (RESULTS.md, "Learning from use")."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from isotope.errors import InvalidArgument
+from isotope.search import retrieval
+from isotope.search.retrieval import SIGNALS, Candidate
+
+if TYPE_CHECKING:
+    from isotope.index import Isotope
+    from isotope.stores import Store
+
+META_KEY = "fitted_weights"
+MIN_MARKS = 50
+"""Fewer useful marks than this are too few to fit on (:func:`fit` refuses)."""
+MIN_GAIN = 0.01
+"""The share of the marks the fitted weights must place first beyond those in use."""
+MOST_MARKS = 5_000
+"""The newest marks a fit reads (one search per mark)."""
+STEPS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
+"""The weights each signal may take."""
+ROUNDS = 4
+
+
+class WeightFit(BaseModel):
+    """What :func:`fit` found."""
+
+    weights: dict[str, float]
+    """The fitted weight of each signal (in use when ``adopted``)."""
+    before: dict[str, float]
+    """The weights in use before the fit."""
+    marks: int
+    """The useful marks fitted on (one per query and chunk)."""
+    first_before: float
+    """The share of the marks whose chunk came first with the weights before (0..1)."""
+    first_after: float
+    """... and with the fitted weights."""
+    adopted: bool
+    at: str
+    seconds: float = 0.0
+
+
+Marked = tuple[dict[str, list[Candidate]], set[str], str]
+"""A marked query's candidates per signal, the chunks among them waiting for their
+questions, and the marked chunk."""
+
+
+def fitted(store: Store) -> WeightFit | None:
+    """The fit kept in the index, if any."""
+    saved = store.get_meta(META_KEY)
+    return WeightFit.model_validate(saved) if saved else None
+
+
+def reset(store: Store) -> bool:
+    """Forget the fitted weights (``hybrid`` goes back to the defaults); False: none."""
+    if not store.get_meta(META_KEY):
+        return False
+    store.set_meta(META_KEY, None)
+    return True
+
+
+def fit(iso: Isotope, *, min_marks: int = MIN_MARKS,
+        progress: Callable[[int, int], None] | None = None) -> WeightFit:
+    """Fit ``hybrid``'s signal weights on the useful marks of the index (see the module's
+    text); ``adopted``: they help enough to be kept (:func:`keep`)."""
+    started = time.perf_counter()
+    store = iso.store
+    marks: dict[tuple[str, str], str] = {}
+    for mark in store.feedback(useful=True):  # newest first
+        key = (" ".join(mark.query.lower().split()), mark.chunk_id)
+        if mark.query and key not in marks and len(marks) < MOST_MARKS:
+            marks[key] = mark.query
+    if len(marks) < min_marks:
+        raise InvalidArgument(f"{len(marks)} useful mark(s) in the index; fitting the "
+                              f"weights needs at least {min_marks} (isotope feedback "
+                              "QUERY_ID CHUNK_ID marks a result useful)")
+    fixed = dict(iso.settings.weights)  # the setting's weights win: not fitted
+    before = retrieval.signal_weights(iso.settings.alpha, {
+        **(fitted_weights(store) or {}), **fixed})
+    pool, aggregate = max(50, iso.settings.top_k), iso.settings.aggregate
+    queries = list(marks.values())
+    vectors = np.asarray(iso.embedder.embed(queries), dtype=np.float32)
+    cases: list[Marked] = []
+    with store.snapshot():
+        for i, ((said, chunk_id), query) in enumerate(marks.items()):
+            found = {m: retrieval.signal(store, m, query, vectors[i], pool, aggregate)
+                     for m in SIGNALS}
+            for m in ("questions-dense", "questions-bm25"):
+                found[m] = _without_own(found[m], said, aggregate)
+            waiting = store.without_questions(
+                list({c.chunk_id for candidates in found.values() for c in candidates}))
+            cases.append((found, waiting, chunk_id))
+            if progress is not None:
+                progress(i + 1, len(marks))
+    first_before = _first(cases, before, iso.settings.fusion)
+    weights, first_after = dict(before), first_before
+    for _ in range(ROUNDS):
+        moved = False
+        for name in SIGNALS:
+            if name in fixed:
+                continue
+            for step in STEPS:
+                trial = {**weights, name: step}
+                if step == weights[name] or not trial.get("questions-dense"):
+                    continue  # (the confirmed raise reads the questions-dense signal)
+                scored = _first(cases, trial, iso.settings.fusion)
+                if scored > first_after:
+                    weights, first_after, moved = trial, scored, True
+        if not moved:
+            break
+    adopted = first_after - first_before >= max(1.0, MIN_GAIN * len(cases))
+    done = WeightFit(weights=weights, before=before, marks=len(cases),
+                     first_before=round(first_before / len(cases), 4),
+                     first_after=round(first_after / len(cases), 4), adopted=adopted,
+                     at=datetime.now(UTC).isoformat(timespec="seconds"),
+                     seconds=round(time.perf_counter() - started, 2))
+    return done
+
+
+def keep(store: Store, done: WeightFit) -> None:
+    """Keep an adopted fit in the index: ``hybrid`` searches use its weights."""
+    if done.adopted:
+        store.set_meta(META_KEY, done.model_dump())
+
+
+def fitted_weights(store: Store) -> dict[str, float] | None:
+    """The adopted fitted weights, if any."""
+    done = fitted(store)
+    return done.weights if done is not None and done.adopted else None
+
+
+def _without_own(found: list[Candidate], said: str, aggregate: Any) -> list[Candidate]:
+    """A question signal's candidates without the learned question that is the marked
+    query itself (best first)."""
+    kept = []
+    for candidate in found:
+        hits = [h for h in candidate.hits
+                if not (h.origin == "user" and " ".join(h.text.lower().split()) == said)]
+        if len(hits) == len(candidate.hits):
+            kept.append(candidate)
+        elif hits:
+            kept.append(Candidate(candidate.chunk_id,
+                                  retrieval.aggregated([h.score for h in hits], aggregate),
+                                  hits))
+    return sorted(kept, key=lambda c: -c.score)
+
+
+def _first(cases: list[Marked], weights: dict[str, float], fusion: Any) -> int:
+    """How many marked chunks ``hybrid`` ranks first with ``weights``."""
+    used = {m: w for m, w in weights.items() if w}
+    total = sum(used.values())
+    first = 0
+    for found, waiting, chunk_id in cases:
+        signals = {m: found[m] for m in used}
+        ranked = retrieval.confirmed_raise(
+            signals, retrieval.fuse(signals, used, fusion, waiting), total)
+        first += bool(ranked) and ranked[0][0] == chunk_id
+    return first
