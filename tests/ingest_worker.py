@@ -1,6 +1,6 @@
 """A separate process that ingests a folder with the fake model (for the crash and
-concurrency tests): ``python ingest_worker.py INDEX FOLDER [SECONDS_PER_CALL] [hnsw]``
-(INDEX: a directory or a store URL).
+concurrency tests): ``python ingest_worker.py INDEX FOLDER [SECONDS_PER_CALL] [hnsw]
+[force]`` (INDEX: a directory or a store URL; ``force``: ``ingest --force``).
 With ``hnsw``, the vectors go to HNSW indexes, compacted after every few writes (so that
 a kill lands in compactions too)."""
 
@@ -39,7 +39,7 @@ def main() -> None:
     with Isotope.open(location, llm=SlowLLM(delay), cache=False, chunk_size=48,
                       chunk_overlap=0, threads=1, vector_index=vector_index) as iso:
         print("started", flush=True)
-        report = iso.ingest(folder)
+        report = iso.ingest(folder, force=sys.argv[5:6] == ["force"])
     import resource
 
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

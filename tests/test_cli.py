@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from isotope.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["ingest", "query", "list", "delete", "status", "config", "eval", "feedback", "log"]
+COMMANDS = ["ingest", "query", "list", "delete", "status", "config", "eval", "feedback", "log",
+            "weights fit", "weights reset"]
 runner = CliRunner()
 
 
@@ -35,7 +36,7 @@ def index(tmp_path: Path, examples: Path, fake_models: None) -> Path:
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help_and_is_documented_in_the_readme(command: str) -> None:
-    result = runner.invoke(app, [command, "--help"])
+    result = runner.invoke(app, [*command.split(), "--help"])
     assert result.exit_code == 0
     assert "--index" in result.output
     readme = (ROOT / "README.md").read_text()

@@ -326,11 +326,13 @@ def test_the_command_line_logs_marks_learns_and_reviews(
 
 
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
-def test_a_kill_while_changed_files_are_ingested_never_loses_a_learned_question(
-        tmp_path: Path, embedder: Embedder) -> None:
+@pytest.mark.parametrize("how", ["changed", "force"])
+def test_a_kill_while_files_are_ingested_again_never_loses_a_learned_question(
+        tmp_path: Path, embedder: Embedder, how: str) -> None:
     """Each source learns a question of its own; its file changes (its first chunk's text
-    too) and an ingest in another process is killed at random moments: every learned
-    question is still there, exactly once, on the old chunk or carried to the new one."""
+    too), or ``ingest --force`` rebuilds it unchanged, and an ingest in another process
+    is killed at random moments: every learned question is still there, exactly once, on
+    the old chunk or carried to the new one."""
     import random
     import signal
 
@@ -358,10 +360,10 @@ def test_a_kill_while_changed_files_are_ingested_never_loses_a_learned_question(
             assert iso.feedback(found.query_id or "", first).learned == "learned"
     rng = random.Random(11)
     for run in range(4):
-        for topic in topics:  # the first chunk's text changes a little
+        for topic in topics if how == "changed" else []:  # the first chunk's text changes
             path = corpus / f"{topic}.md"
             path.write_text(path.read_text().replace(" was started", f" (rev {run}) was started"))
-        worker = _worker(index, corpus, delay=0.02)
+        worker = _worker(index, corpus, delay=0.02, force=how == "force")
         assert worker.stdout is not None
         assert worker.stdout.readline().strip() == "started", worker.stderr
         time.sleep(rng.uniform(0.1, 1.5))
@@ -600,6 +602,7 @@ def test_signal_weights_are_fitted_on_the_marks_used_and_reset(
     from typer.testing import CliRunner
 
     from isotope.cli import app
+    from isotope.stores.copying import copy_index
 
     with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
                       query_log=True, learn="off") as iso:
@@ -635,6 +638,11 @@ def test_signal_weights_are_fitted_on_the_marks_used_and_reset(
         assert told["signals"]["atoms-dense"]["weight"] == fit.weights["atoms-dense"]
         kept = iso.fitted_weights()
         assert kept is not None and kept.weights == fit.weights
+        copy_index(location, tmp_path / "copy")  # the fit goes with a copy
+        with Isotope.open(tmp_path / "copy", embedder=embedder, llm=FakeLLM(),
+                          cache=False) as copy:
+            copied = copy.fitted_weights()
+            assert copied is not None and copied.weights == fit.weights
         if "://" in location:
             assert iso.reset_weights() and not iso.reset_weights()
             assert sum(iso.search(q, 1, mode="hybrid").results[0].chunk.id == c

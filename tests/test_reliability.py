@@ -62,9 +62,9 @@ def _content(iso: Isotope) -> Content:
 
 
 def _worker(index: Path, folder: Path, delay: float = 0.0,
-            vector_index: str = "auto") -> subprocess.Popen[str]:
+            vector_index: str = "auto", force: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(WORKER), str(index), str(folder), str(delay),
-                             vector_index],
+                             vector_index, *(["force"] if force else [])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

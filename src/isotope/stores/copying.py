@@ -14,9 +14,10 @@ from isotope.errors import IsotopeError
 
 log = logging.getLogger(__name__)
 
-COPIED_META = ("settings", "embedding", "created_at", "isotope_version")
-"""What describes an index (the rest of its meta is each store's own bookkeeping; the
-project an index belongs to stays with the original)."""
+COPIED_META = ("settings", "embedding", "created_at", "isotope_version", "fitted_weights")
+"""What describes an index, and the signal weights fitted on its users' marks (the rest
+of its meta is each store's own bookkeeping; the project an index belongs to stays with
+the original)."""
 
 
 @dataclass
