@@ -85,7 +85,7 @@ def teach(iso: Isotope, queries: list[dict[str, Any]], marked: list[dict[str, An
             marked.append(q)
         if done.learned in counts:
             counts[done.learned] += 1
-    if FIT:
+    if FIT[0]:
         fit = iso.fit_weights(min_marks=1)
         counts["fit"] = {"weights": fit.weights, "adopted": fit.adopted,
                          "first_before": fit.first_before, "first_after": fit.first_after,

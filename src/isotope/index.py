@@ -8,6 +8,7 @@ API's documentation."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -24,7 +25,7 @@ from isotope._version import __version__
 from isotope.access import Assigner, Principal, access_list, principal_of, rules_for
 from isotope.access import condition as access_condition
 from isotope.embedders import Embedder
-from isotope.errors import InvalidArgument, ModelMismatch, SourceNotFound
+from isotope.errors import InvalidArgument, ModelMismatch, SourceNotFound, StoreError
 from isotope.files import source_path
 from isotope.ingest import maintenance, references
 from isotope.ingest.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
@@ -75,8 +76,12 @@ class IndexStatus(BaseModel):
     models: dict[str, str]
     prompt_versions: dict[str, str]
     settings: dict[str, Any]
+    replicas: list[dict[str, Any]] = []
+    """Each read replica's ``url`` (password masked), ``healthy``, ``lag_s`` (seconds
+    behind the primary) and ``error`` (why it is not healthy)."""
 
 
+log = logging.getLogger(__name__)
 FITTED_FOR = 10.0
 """Seconds an open index keeps the fitted signal weights before reading them again."""
 
@@ -102,6 +107,8 @@ class Isotope:
         self.settings = settings
         self.embedder = embedder
         store.set_vector_index(settings.vector_index)
+        store.set_read_replicas(settings.read_replicas, settings.replica_max_lag,
+                                settings.replica_wait)
         store.set_keyword_index(settings.keyword_index)
         self.origins = origins or {}
         self.prompts = prompt_specs.load(settings.prompts_dir)
@@ -468,21 +475,26 @@ class Isotope:
                    "explain": bool(explain)}
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
+        # (each made again elsewhere if the read replica it read from stops answering)
         if not transform or query.rstrip().endswith("?"):
-            return self._finished(self._assess(
+            return self.store.reading(lambda: self._finished(self._assess(
                 retrieval.search(self.store, self.embedder, query, k, mode, **options), asker),
-                asker, filters, started)
+                asker, filters, started))
         rewriting = time.perf_counter()
         reply = self.answer_llm().complete(
             retrieval.transform_prompt(query, self.prompts["transform"]), max_tokens=120,
             temperature=0.0
         )
         rewrites = parse_questions(reply, 3)
-        response = retrieval.search_many(self.store, self.embedder, query, rewrites, k, mode,
-                                         **options)
-        response.timings["transform"] = time.perf_counter() - rewriting - sum(
-            response.timings.values())
-        return self._finished(self._assess(response, asker), asker, filters, started)
+
+        def rewritten() -> QueryResponse:
+            response = retrieval.search_many(self.store, self.embedder, query, rewrites, k,
+                                             mode, **options)
+            response.timings["transform"] = time.perf_counter() - rewriting - sum(
+                response.timings.values())
+            return self._finished(self._assess(response, asker), asker, filters, started)
+
+        return self.store.reading(rewritten)
 
     def _finished(self, response: QueryResponse, asker: Principal | None,
                   filters: dict[str, Any] | None, started: float) -> QueryResponse:
@@ -624,7 +636,10 @@ class Isotope:
         fit by another process reaches a running server within that)."""
         at, known = self._fitted
         if time.monotonic() - at >= FITTED_FOR:
-            known = weight_fit.fitted_weights(self.store)
+            try:
+                known = weight_fit.fitted_weights(self.store)
+            except StoreError:  # (a PostgreSQL primary away: searches go on on replicas)
+                log.warning("the fitted weights could not be read; the last known are used")
             self._fitted = (time.monotonic(), known)
         return known
 
@@ -992,6 +1007,7 @@ class Isotope:
             },
             prompt_versions=prompt_specs.versions(self.prompts),
             settings=shown(self.settings),
+            replicas=self.store.replicas(),
         )
 
 

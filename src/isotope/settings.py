@@ -243,11 +243,26 @@ class StorageSettings(BaseModel):
         default_factory=lambda: data_dir() / "projects",
         description="Where named indexes (projects) live")
     project: str | None = Field(None, description="Project used when no index is given")
+    read_replicas: Globs = Field(
+        default_factory=list, description="Read replicas (streaming standbys) of the "
+        "index's PostgreSQL server, as postgresql:// URLs in a JSON list or separated by "
+        "commas: searches are spread across the healthy ones, writes go to the primary")
+    replica_max_lag: float = Field(
+        5.0, gt=0, le=86_400, description="Seconds a read replica may lag behind the "
+        "primary before searches skip it")
+    replica_wait: float = Field(
+        1.0, ge=0, le=60, description="Seconds a search waits for a read replica to replay "
+        "this process's last write (read your writes) before it reads the primary")
 
     @field_validator("index", mode="before")
     @classmethod
     def _location(cls, value: Any) -> Any:
         return str(value) if isinstance(value, Path) else value
+
+    @field_validator("read_replicas", mode="before")
+    @classmethod
+    def _replica_urls(cls, value: Any) -> Any:
+        return _globs(value)
 
 
 class ModelSettings(BaseModel):

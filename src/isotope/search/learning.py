@@ -112,10 +112,12 @@ def log(iso: Isotope, response: QueryResponse, principal: Principal | None,
 
 
 def marks_of(store: Store, principal: Principal | None) -> list[Feedback]:
-    """The not-useful marks of ``principal`` (a user's with any groups), with vectors."""
-    return [m for m in store.feedback(useful=False, principal=who(principal),
-                                      user=principal.user if principal else None)
-            if m.vector]
+    """The not-useful marks of ``principal`` (a user's with any groups), with vectors
+    (a read of the search: on a read replica where there are some)."""
+    with store.snapshot():
+        return [m for m in store.feedback(useful=False, principal=who(principal),
+                                          user=principal.user if principal else None)
+                if m.vector]
 
 
 def not_first(marks: list[Feedback], vector: Vectors) -> set[str]:

@@ -239,13 +239,22 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
     started = time.perf_counter()
     vector = embedder.embed_one(query)
     embedded = time.perf_counter()
-    with store.snapshot():
-        told: dict[str, dict[str, Any]] | None = {} if explain else None
-        scored, chunks = _ranked(store, query, vector, k, mode, alpha, weights, fusion,
-                                 aggregate, pool, filters, told)
-        waiting = store.without_questions(list(chunks))
-        described = {uri: store.get_source(uri)
-                     for uri in {chunks[c].source for c, _, _ in scored if c in chunks}}
+    told: dict[str, dict[str, Any]] | None = {} if explain else None
+
+    def read() -> tuple[list[tuple[str, float, list[Hit]]], dict[str, Chunk], set[str],
+                        dict[str, Any]]:
+        with store.snapshot():
+            if told is not None:
+                told.clear()
+            scored, chunks = _ranked(store, query, vector, k, mode, alpha, weights, fusion,
+                                     aggregate, pool, filters, told)
+            waiting = store.without_questions(list(chunks))
+            described = {uri: store.get_source(uri)
+                         for uri in {chunks[c].source for c, _, _ in scored if c in chunks}}
+        return scored, chunks, waiting, described
+
+    # (made again on another replica, or the primary, if its replica stops answering)
+    scored, chunks, waiting, described = store.reading(read)
     results = [
         SearchResult(
             rank=rank,

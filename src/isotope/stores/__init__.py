@@ -27,13 +27,14 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from isotope.embedders import Vectors
 from isotope.errors import InvalidArgument, InvalidIndex, MissingDependency
 from isotope.models import Atom, Chunk, DroppedQuestion, GeneratedQuestion, Question, Source
 from isotope.search.filters import Condition
 
+T = TypeVar("T")
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
 SCHEMA_VERSION = 9
@@ -452,6 +453,26 @@ class Store(ABC):
     def set_keyword_index(self, policy: str) -> None:  # noqa: B027 - optional
         """What keyword search reads: ``auto`` (by size), ``fts5`` or ``postings``
         (saved BM25 postings). Default: the store has one kind only."""
+
+    def set_read_replicas(self, urls: Sequence[str], max_lag: float = 5.0,
+                          wait: float = 1.0) -> None:
+        """Spread reads across these read replicas of the store's server (see
+        :mod:`isotope.stores.postgres_replicas`). Default: a store with no server has
+        none to spread them over."""
+        if urls:
+            raise InvalidArgument("read_replicas are for an index in PostgreSQL; this index "
+                                  f"is at {getattr(self, 'where', 'no server')}: leave the "
+                                  "setting empty")
+
+    def replicas(self) -> list[dict[str, Any]]:
+        """Each read replica's ``url`` (password masked), ``healthy`` and ``lag_s``, read
+        now. Default: none."""
+        return []
+
+    def reading(self, call: Callable[[], T]) -> T:
+        """``call()``, a read made of one or more snapshots, made again elsewhere if the
+        replica it read from stopped answering. Default: made once."""
+        return call()
 
 
 StoreFactory = Callable[..., Store]

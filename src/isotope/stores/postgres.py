@@ -50,8 +50,10 @@ from isotope.stores import (
     describe,
 )
 from isotope.stores.keywords import Tokenizer, query_terms, query_words
+from isotope.stores.postgres_replicas import ReplicaFailed, Replicas
 from isotope.stores.postgres_schema import (
     connect,
+    replicas_in,
     schema_version,
     split_location,
     store_error,
@@ -87,6 +89,9 @@ builds several times faster)."""
 WRITE_RETRIES = 6
 """Times a write the server aborted to break a deadlock is made (then its error stands)."""
 T = TypeVar("T")
+_WRITTEN: dict[tuple[str, str], list[Any]] = {}
+"""Per server and schema: [the primary's WAL position after this process's last write,
+whether a write since has not been placed yet] (read your writes)."""
 
 
 class PostgresStore(SQLStore):
@@ -114,6 +119,8 @@ class PostgresStore(SQLStore):
         self._bulk = False
         self._conns: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._conns_lock = threading.Lock()
+        self._replicas: Replicas | None = None
+        self.set_read_replicas([])  # (those the location names)
         conn = self._conn()
         version = self._guard(lambda: schema_version(conn, self.schema))
         if version is None and not create:
@@ -133,6 +140,9 @@ class PostgresStore(SQLStore):
 
     # -- connections -------------------------------------------------------------------
     def _conn(self) -> psycopg.Connection[Any]:
+        reading = getattr(self._local, "reading", None)
+        if reading is not None:  # inside a snapshot read from a replica
+            return reading[1]  # type: ignore[no-any-return]
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed:
             conn = connect(self._url, self.schema, self.location)
@@ -155,7 +165,19 @@ class PostgresStore(SQLStore):
         try:
             return self._conn().execute(sql, params).fetchall()
         except psycopg.Error as exc:
-            raise store_error(self.location, exc, writing=False) from exc
+            raise self._read_error(exc) from exc
+
+    def _read_error(self, exc: Exception) -> Exception:
+        """The error of a failed read: :class:`ReplicaFailed` when a replica's connection
+        broke (the read is made again elsewhere), else the store's."""
+        import psycopg
+
+        reading = getattr(self._local, "reading", None)
+        if reading is not None and self._replicas is not None and (
+                reading[1].broken or reading[1].closed
+                or isinstance(exc, psycopg.OperationalError)):
+            return self._replicas.lost(reading[0], exc)
+        return store_error(self.location, exc, writing=False)
 
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         if not rows:
@@ -169,7 +191,7 @@ class PostgresStore(SQLStore):
         try:
             self._conn().execute(sql, params)
         except psycopg.Error as exc:
-            raise store_error(self.location, exc, writing=False) from exc
+            raise self._read_error(exc) from exc
 
     @contextmanager
     def _write(self, *sources: str, lock: str | None = None
@@ -195,21 +217,82 @@ class PostgresStore(SQLStore):
                 yield conn
         except psycopg.Error as exc:
             raise store_error(self.location, exc) from exc
+        self._wrote()
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
+        """One REPEATABLE READ transaction; on a read replica when there are healthy ones
+        that have replayed this process's writes (see
+        :mod:`isotope.stores.postgres_replicas`)."""
         import psycopg
 
-        conn = self._conn()
-        if conn.info.transaction_status != 0:
-            yield
+        held = getattr(self._local, "reading", None) or (None, getattr(self._local, "conn",
+                                                                        None))
+        if held[1] is not None and not held[1].closed and held[1].info.transaction_status:
+            yield  # (inside a read already)
             return
+        picked = self._replicas.pick(self._written()) if self._replicas else None
+        if picked is not None:
+            self._local.reading = picked
+            conn = picked[1]
+        else:
+            conn = self._conn()
         try:
             with conn.transaction():
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 yield
         except psycopg.Error as exc:
-            raise store_error(self.location, exc, writing=False) from exc
+            raise self._read_error(exc) from exc
+        finally:
+            self._local.reading = None
+
+    # -- read replicas -----------------------------------------------------------------
+    def set_read_replicas(self, urls: Sequence[str], max_lag: float = 5.0,
+                          wait: float = 1.0) -> None:
+        if self._replicas is not None:
+            self._replicas.close()
+        self._replicas = None
+        urls = [*replicas_in(self.location), *urls]
+        if urls:
+            bad = [describe(u) for u in urls if not str(u).startswith(("postgresql://",
+                                                                        "postgres://"))]
+            if bad:
+                raise InvalidIndex(f"read replicas must be postgresql:// URLs: {', '.join(bad)}")
+            self._replicas = Replicas([split_location(str(u))[0] for u in urls],
+                                      self.schema, max_lag, wait)
+
+    def replicas(self) -> list[dict[str, Any]]:
+        return self._replicas.status() if self._replicas is not None else []
+
+    def reading(self, call: Callable[[], T]) -> T:
+        tries = len(self._replicas.replicas) if self._replicas is not None else 0
+        for _ in range(tries):
+            try:
+                return call()
+            except ReplicaFailed:
+                continue  # (left out now: the next pick is another replica or the primary)
+        return call()
+
+    def _wrote(self) -> None:
+        """A write committed: reads wait for a replica that has replayed it."""
+        if self._replicas is not None:
+            _WRITTEN.setdefault((self._url, self.schema), [-1, True])[1] = True
+
+    def _written(self) -> int:
+        """The primary's WAL position after this process's last write (-1: none)."""
+        known = _WRITTEN.get((self._url, self.schema))
+        if known is None:
+            return -1
+        if known[1]:
+            try:
+                row = self._rows("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")
+            except StoreError:  # the primary is away: the replicas still serve reads
+                log.warning("%s: the primary did not say where its last write is; reads "
+                            "may miss it", self.where)
+                return int(known[0])
+            known[1] = False
+            known[0] = max(known[0], int(row[0][0]))
+        return int(known[0])
 
     @contextmanager
     def writer(self, wait: float = 0.0) -> Iterator[None]:
@@ -234,6 +317,8 @@ class PostgresStore(SQLStore):
             self._rows(f"SELECT pg_advisory_unlock{how}(hashtext(%s))", (key,))
 
     def close(self) -> None:
+        if self._replicas is not None:
+            self._replicas.close()
         with self._conns_lock:
             for conn in list(self._conns):
                 try:
@@ -250,6 +335,7 @@ class PostgresStore(SQLStore):
 
         self._rows("INSERT INTO meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO "
                    "UPDATE SET value = excluded.value RETURNING key", (key, Jsonb(value)))
+        self._wrote()
 
     # -- writes ------------------------------------------------------------------------
     def _ensure_dim(self, dim: int) -> None:

@@ -151,18 +151,38 @@ def split_location(location: str) -> tuple[str, str]:
                            "use lowercase letters, digits and _ (at most 63, "
                            "not starting with pg_), e.g. ?schema=handbook")
     scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    rest = urlencode([(k, v) for k, v in query if k not in ("schema", "replica")])
     return urlunsplit((scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
 
 
-def connect(url: str, schema: str, location: str) -> psycopg.Connection[Any]:
+def replicas_in(location: str) -> list[str]:
+    """The read replicas a location names (``?replica=HOST:PORT``, repeatable, or
+    ``?replica=`` a whole URL-encoded ``postgresql://`` URL): a HOST:PORT replica is
+    reached with the primary's user, password, database and parameters."""
+    url, _ = split_location(location)
+    parts = urlsplit(url)
+    found = []
+    for key, value in parse_qsl(urlsplit(location).query, keep_blank_values=True):
+        if key != "replica" or not value.strip():
+            continue
+        if value.startswith(("postgresql://", "postgres://")):
+            found.append(value)
+            continue
+        user = parts.netloc.rpartition("@")[0]
+        found.append(urlunsplit((parts.scheme, f"{user}@{value}" if user else value,
+                                 parts.path, parts.query, parts.fragment)))
+    return found
+
+
+def connect(url: str, schema: str, location: str, timeout: int = 10
+            ) -> psycopg.Connection[Any]:
     """A connection (autocommit; transactions are explicit) whose search path is the
     index's schema (then pgvector's own schema, wherever it was installed), with
-    pgvector's types registered."""
+    pgvector's types registered; ``timeout``: seconds to wait for the server."""
     import psycopg
 
     try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=10,
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=timeout,
                                application_name="isotope")
     except psycopg.OperationalError as exc:
         raise InvalidIndex(_connect_error(location, exc)) from None
@@ -201,7 +221,7 @@ def _register(conn: psycopg.Connection[Any]) -> None:
 
 
 def _connect_error(location: str, exc: Exception) -> str:
-    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    text = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
     where = describe(location)
     lowered = str(exc).lower()
     if "password authentication failed" in lowered or "no password supplied" in lowered:

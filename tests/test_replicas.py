@@ -1,0 +1,272 @@
+"""Read replicas (issue 30): a real primary and two streaming standbys made with
+pg_basebackup (tests/replication.py). Searches are spread over the replicas, a standby
+stopped under 8 searching clients fails no search, a search after a write sees it (read
+your writes), a lagging standby is skipped, and `isotope status --json` shows each
+replica's lag. The bundled embedder and the fake model's replies."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from isotope import Isotope
+from isotope.embedders import Embedder
+from isotope.errors import InvalidArgument
+from replication import Cluster, Standby
+
+from conftest import FakeLLM
+
+FACTS = {
+    "lighthouse": "The old lighthouse on Skerry Point was automated in 1987.",
+    "bakery": "The harbour bakery sells cardamom buns from six in the morning.",
+    "ferry": "The island ferry leaves the pier every ninety minutes in summer.",
+}
+_SCHEMAS = iter(range(1, 10_000))
+
+
+@pytest.fixture
+def index(replicated: Cluster, tmp_path: Path) -> str:
+    """A fresh index on the primary, its location naming both standbys, with three
+    documents, replayed by both."""
+    schema = f"r{next(_SCHEMAS)}"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in FACTS.items():
+        (docs / f"{name}.md").write_text(f"# {name.title()}\n\n{text}\n")
+    with Isotope.open(f"{replicated.primary_url}&schema={schema}", llm=FakeLLM(),
+                      cache=False) as iso:
+        iso.ingest(docs)
+    location = replicated.location(schema)
+    replicated.caught_up()
+    return location
+
+
+def _opened(location: str, embedder: Embedder, **settings: Any) -> Isotope:
+    return Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False, **settings)
+
+
+def _transactions(cluster: Cluster, standby: Standby) -> int:
+    return int(cluster.sql(standby, "SELECT xact_commit + xact_rollback FROM "
+                                    "pg_stat_database WHERE datname = 'postgres'")[0][0])
+
+
+@pytest.fixture
+def paused(replicated: Cluster) -> Iterator[list[Standby]]:
+    """Standbys whose replay a test pauses (resumed after it)."""
+    held: list[Standby] = []
+    yield held
+    for standby in held:
+        replicated.sql(standby, "SELECT pg_wal_replay_resume()")
+    replicated.caught_up()
+
+
+def test_searches_are_spread_over_the_replicas(replicated: Cluster, index: str,
+                                               embedder: Embedder) -> None:
+    before = [_transactions(replicated, s) for s in replicated.standbys]
+    with _opened(index, embedder) as iso:
+        for _ in range(40):
+            found = iso.search("When was the lighthouse automated?", k=2, mode="hybrid")
+            assert found.results[0].chunk.source.endswith("lighthouse.md")
+    time.sleep(0.5)  # (a server process counts its transactions when it ends)
+    after = [_transactions(replicated, s) for s in replicated.standbys]
+    served = [b - a for a, b in zip(before, after, strict=True)]
+    assert all(n >= 15 for n in served), served  # each took about half of the 40
+    with _opened(index, embedder) as iso:
+        shown = iso.status().replicas
+        assert [r["healthy"] for r in shown] == [True, True]
+        assert all(r["lag_s"] is not None and r["lag_s"] < 5 for r in shown)
+        assert all("socket" in r["url"] for r in shown)
+
+
+def test_a_standby_stopped_under_8_searching_clients_fails_no_search(
+        replicated: Cluster, index: str, embedder: Embedder) -> None:
+    with _opened(index, embedder) as iso:
+        failures: list[BaseException] = []
+        done = [0] * 8
+        stop = threading.Event()
+
+        def client(n: int) -> None:
+            while not stop.is_set():
+                try:
+                    found = iso.search("Which bakery sells buns?", k=2, mode="hybrid")
+                    assert found.results[0].chunk.source.endswith("bakery.md")
+                    done[n] += 1
+                except BaseException as exc:
+                    failures.append(exc)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        stopped_at = sum(done)
+        replicated.stop(replicated.standbys[0])
+        try:
+            time.sleep(2.0)
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=60)
+            assert failures == []
+            assert sum(done) > stopped_at + 8  # searches went on without it
+            shown = iso.status().replicas
+            assert [r["healthy"] for r in shown] == [False, True]
+            assert shown[0]["error"] and shown[0]["lag_s"] is None
+        finally:
+            replicated.start(replicated.standbys[0])
+    replicated.caught_up()
+
+
+def test_a_search_after_a_write_sees_it(replicated: Cluster, index: str, tmp_path: Path,
+                                        embedder: Embedder, paused: list[Standby]) -> None:
+    """Read your writes: with one standby's replay paused, a search right after an ingest
+    finds the new document every time (the other standby once it has replayed the write,
+    or the primary); with both paused, the primary after ``replica_wait``."""
+    new = tmp_path / "more"
+    new.mkdir()
+    with _opened(index, embedder, replica_wait=0.5) as iso:
+        for standby in replicated.standbys[:1]:
+            replicated.sql(standby, "SELECT pg_wal_replay_pause()")
+            paused.append(standby)
+        for n in range(3):
+            (new / f"museum{n}.md").write_text(
+                f"# Museum {n}\n\nThe maritime museum number {n} shows a whaling boat.\n")
+            iso.ingest(new)
+            for _ in range(4):  # each on another replica in turn
+                found = iso.search(f"Which museum number {n} shows a whaling boat?", k=1,
+                                   mode="chunks-bm25")
+                assert found.results[0].chunk.source.endswith(f"museum{n}.md")
+        replicated.sql(replicated.standbys[1], "SELECT pg_wal_replay_pause()")
+        paused.append(replicated.standbys[1])
+        (new / "museum9.md").write_text("# Museum 9\n\nThe ninth museum shows a kayak.\n")
+        iso.ingest(new)
+        started = time.monotonic()
+        found = iso.search("Which museum shows a kayak?", k=1, mode="chunks-bm25")
+        assert found.results[0].chunk.source.endswith("museum9.md")
+        assert time.monotonic() - started < 5  # the wait is bounded
+
+
+def test_a_lagging_standby_is_skipped(replicated: Cluster, index: str, tmp_path: Path,
+                                      embedder: Embedder, paused: list[Standby]) -> None:
+    """A standby whose replay is paused while the primary writes falls behind; past
+    ``replica_max_lag`` no search reads it, even one that did not write (another
+    process: it does not wait for any write of its own)."""
+    lagging = replicated.standbys[0]
+    replicated.sql(lagging, "SELECT pg_wal_replay_pause()")
+    paused.append(lagging)
+    new = tmp_path / "more"
+    new.mkdir()
+    (new / "museum.md").write_text("# Museum\n\nThe maritime museum shows a kayak.\n")
+    with _opened(index, embedder) as writer:
+        writer.ingest(new)
+    time.sleep(1.2)
+    import isotope.stores.postgres as postgres
+
+    postgres._WRITTEN.clear()  # (as another process: no write of its own to wait for)
+    with _opened(index, embedder, replica_max_lag=1.0) as iso:
+        for _ in range(10):
+            found = iso.search("Which museum shows a kayak?", k=1, mode="chunks-bm25")
+            assert found.results[0].chunk.source.endswith("museum.md")
+        shown = iso.status().replicas
+        assert [r["healthy"] for r in shown] == [False, True]
+        assert shown[0]["lag_s"] > 1.0 and shown[0]["error"] is None
+
+
+def test_replicas_from_the_setting_and_status_json(replicated: Cluster, index: str,
+                                                    tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read_replicas setting (ISOTOPE_READ_REPLICAS, a JSON list or comma-separated),
+    `isotope status --json` with each replica's url, healthy and lag_s; an SQLite index
+    refuses the setting."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from isotope.cli import app
+
+    primary = index.split("&replica=")[0]
+    monkeypatch.setenv("ISOTOPE_READ_REPLICAS", ",".join(
+        s.url for s in replicated.standbys))
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    result = CliRunner().invoke(app, ["status", "-i", primary, "--json"])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)["replicas"]
+    assert [r["healthy"] for r in shown] == [True, True]
+    assert [r["url"].split("socket")[1] for r in shown] == ["1", "2"]
+    assert all(isinstance(r["lag_s"], float | int) for r in shown)
+    monkeypatch.setenv("ISOTOPE_READ_REPLICAS", json.dumps([replicated.standbys[0].url]))
+    result = CliRunner().invoke(app, ["status", "-i", primary, "--json"])
+    assert len(json.loads(result.stdout)["replicas"]) == 1
+    with pytest.raises(InvalidArgument, match="read_replicas are for an index in PostgreSQL"):
+        Isotope.open(tmp_path / "embedded", llm=FakeLLM(), cache=False,
+                     read_replicas=[replicated.standbys[0].url])
+
+
+class _SlowLLM(FakeLLM):
+    def complete_batch(self, prompts, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(0.05 * len(prompts))
+        return super().complete_batch(prompts, **kwargs)
+
+
+def test_the_primary_restarted_during_an_ingest(replicated: Cluster, index: str,
+                                                tmp_path: Path, embedder: Embedder) -> None:
+    """The ingest in flight fails with one clear line and leaves no source half written;
+    searches on the replicas go on while the primary is away; the next ingest finishes
+    the folder."""
+    import subprocess
+
+    from isotope.errors import IsotopeError
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for n in range(12):
+        (folder / f"harbour{n}.md").write_text(
+            f"# Harbour {n}\n\nBerth {n} of the harbour takes boats of {n + 3} metres. "
+            f"Its crane lifts {n + 1} tonnes.\n")
+    reader = _opened(index, embedder)
+    reader.search("Which bakery sells buns?", k=1)
+    failed: list[BaseException] = []
+
+    def ingest() -> None:
+        try:
+            with Isotope.open(index, embedder=embedder, llm=_SlowLLM(), cache=False) as iso:
+                iso.ingest(folder)
+        except BaseException as exc:  # what the user sees
+            failed.append(exc)
+
+    writer = threading.Thread(target=ingest)
+    writer.start()
+    time.sleep(1.0)
+    data = str(replicated.primary_socket)  # (pgserver keeps its data where its socket is)
+    import shlex
+
+    started_with = shlex.split((Path(data) / "postmaster.opts").read_text())[1:]
+    at = started_with.index("-D")
+    options = shlex.join(started_with[:at] + started_with[at + 2:])
+    subprocess.run(replicated._as_server(replicated.bin / "pg_ctl", "-D", data, "-m", "fast",
+                                         "-w", "stop"), check=True, capture_output=True,
+                   timeout=120)
+    try:
+        writer.join(timeout=120)
+        for _ in range(5):  # the primary is away: searches go on
+            found = reader.search("Which bakery sells buns?", k=1, mode="hybrid")
+            assert found.results[0].chunk.source.endswith("bakery.md")
+    finally:
+        log = replicated.base / "primary-restarted.log"
+        replicated._owned(log, folder=False)
+        subprocess.run(replicated._as_server(replicated.bin / "pg_ctl", "-D", data, "-o",
+                                             options, "-l", log, "-w", "start"),
+                       check=True, capture_output=True, timeout=120)
+        reader.close()
+    assert len(failed) == 1 and isinstance(failed[0], IsotopeError), failed
+    said = str(failed[0])
+    assert "\n" not in said and "Traceback" not in said, said
+    assert "is the server running" in said or "try again" in said, said
+    with _opened(index, embedder) as iso:
+        assert iso.check() == []  # no source half written
+        done = iso.ingest(folder)
+        assert not done.errors
+        assert iso.status().counts["sources"] == len(FACTS) + 12
