@@ -2,6 +2,7 @@
 public API, then searched.
 
     .venv/bin/python benchmarks/scale.py --questions 100000 [--json] [--rebuild]
+    .venv/bin/python benchmarks/scale.py --questions 1000000 --learned 5000
 
 The index has the usual proportions (about 4.25 questions per atom and 4 atoms per chunk,
 as isotope keeps for SQuAD passages), built with ``Isotope.ingest_chunks`` by a model
@@ -577,6 +578,57 @@ def table(result: dict[str, Any]) -> None:
               f"{result['exact_questions_dense_p50_ms'] / result['questions_dense_p50_ms']:.1f}x")
 
 
+def learned_cost(path: Path, synthesis: Synthesis, learned: int, n_queries: int
+                 ) -> dict[str, Any]:
+    """On a copy of the index: questions-dense and hybrid latency before and after
+    ``learned`` queries were searched (the query log on) and one of their results marked
+    useful (``learn = auto``: each becomes a question of its chunk), and how often a
+    learned query asked again has its marked chunk first (issue 29)."""
+    import shutil
+
+    copy = path.parent / f"{path.name}-learned"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(path, copy)
+    with open_index(copy, synthesis) as iso:
+        synthesis.atoms = iso.store.counts()["atoms"]
+    queries = [synthesis.query_text(i) for i in range(n_queries)]
+    taught = [synthesis.query_text(n_queries + i) for i in range(learned)]
+    modes = ("questions-dense", "hybrid")
+    try:
+        with open_index(copy, synthesis, learn="auto") as iso:
+            for q in queries:
+                iso.search(q, k=10)
+            before = {m: timed(lambda q, m=m: iso.search(q, k=10, mode=m), queries)
+                      for m in modes}
+            iso.query_log = True
+            marked: dict[str, str] = {}
+            started = time.perf_counter()
+            for i, q in enumerate(taught):  # the 4th result (or the last) marked useful
+                found = iso.search(q, k=10, mode="hybrid")
+                chunk = found.results[min(3, len(found.results) - 1)].chunk.id
+                assert found.query_id is not None
+                if iso.feedback(found.query_id, chunk).learned in ("learned", "duplicate"):
+                    marked[q] = chunk
+                if (i + 1) % 500 == 0:
+                    print(f"{i + 1}/{learned} learned", file=sys.stderr)
+            teaching = time.perf_counter() - started
+            iso.query_log = False
+            after = {m: timed(lambda q, m=m: iso.search(q, k=10, mode=m), queries)
+                     for m in modes}
+            first = sum(iso.search(q, k=1, mode="hybrid").results[0].chunk.id == c
+                        for q, c in list(marked.items())[:n_queries])
+            return {"learned": len(marked), "teach_per_mark_ms": round(
+                        1000 * teaching / max(1, learned), 1),
+                    "repeated_first_pct": round(100 * first / max(1, min(n_queries,
+                                                                        len(marked))), 1),
+                    **{f"{m}_p50_ms": {"before": ms(before[m], 50), "after": ms(after[m], 50)}
+                       for m in modes},
+                    **{f"{m}_p99_ms": {"before": ms(before[m], 99), "after": ms(after[m], 99)}
+                       for m in modes}}
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
 def _version() -> str:
     """isotope's version and the commit of this checkout, if it is one."""
     import isotope
@@ -592,6 +644,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--rebuild", action="store_true", help="build the index again")
+    parser.add_argument("--learned", type=int, default=0, metavar="N",
+                        help="only: the latency before and after N learned questions (a "
+                        "copy of the index; issue 29)")
     args = parser.parse_args()
     if not DATA.is_dir():
         sys.exit(f"benchmark data not found at {DATA}")
@@ -609,6 +664,9 @@ def main() -> None:
         built["now"] = True
     else:
         built = json.loads(marker.read_text())
+    if args.learned:
+        print(json.dumps(learned_cost(path, synthesis, args.learned, args.queries), indent=2))
+        return
     result = measure(path, synthesis, built, args.queries)
     if args.json:
         print(json.dumps(result, indent=2))

@@ -334,12 +334,19 @@ learned query asked again is first every time, and the held-out half gains 2 poi
 more with the weights fitted from the marks (:mod:`isotope.search.weights`)."""
 
 
+CONFIRMED_SAME = 0.97
+"""A query this close to a confirmed question is that question asked again: its chunk
+comes first, whatever the other signals say."""
+
+
 def confirmed_raise(found: dict[str, list[Candidate]], fused: list[tuple[str, float]],
                     total: float, parts: dict[str, dict[str, float]] | None = None
                     ) -> list[tuple[str, float]]:
     """``fused`` (best first) with each chunk whose confirmed question (origin ``user``
     or ``manual``) is within :data:`CONFIRMED_MATCH` of the query raised (see
-    :data:`CONFIRMED_GAIN`; ``parts[chunk]["confirmed"]``: by how much), best first."""
+    :data:`CONFIRMED_GAIN`), and the chunk of one the query repeats
+    (:data:`CONFIRMED_SAME`) first; best first (``parts[chunk]["confirmed"]``: by how
+    much each was raised)."""
     nearest: dict[str, float] = {}
     for candidate in found.get("questions-dense", []):
         for hit in candidate.hits:
@@ -352,10 +359,19 @@ def confirmed_raise(found: dict[str, list[Candidate]], fused: list[tuple[str, fl
     for chunk_id, score in fused:
         extra = CONFIRMED_GAIN * total * (nearest.get(chunk_id, CONFIRMED_MATCH)
                                           - CONFIRMED_MATCH)
-        if extra > 0 and parts is not None:
-            parts.setdefault(chunk_id, {})["confirmed"] = extra
-        raised.append((chunk_id, score + extra))
-    return sorted(raised, key=lambda item: -item[1])
+        raised.append((chunk_id, score + extra, extra))
+    raised.sort(key=lambda item: -item[1])
+    same = max(nearest, key=lambda c: nearest[c])
+    at = next((i for i, (c, _, _) in enumerate(raised) if c == same), None)
+    if nearest[same] >= CONFIRMED_SAME and at:  # the query asked again: its chunk first
+        chunk_id, score, extra = raised.pop(at)
+        lift = raised[0][1] + 1e-3 - score
+        raised.insert(0, (chunk_id, score + lift, extra + lift))
+    if parts is not None:
+        for chunk_id, _, extra in raised:
+            if extra > 0:
+                parts.setdefault(chunk_id, {})["confirmed"] = extra
+    return [(chunk_id, score) for chunk_id, score, _ in raised]
 
 
 def explained(chunk_id: str, found: dict[str, list[Candidate]], weights: dict[str, float],
