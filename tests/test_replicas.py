@@ -270,3 +270,23 @@ def test_the_primary_restarted_during_an_ingest(replicated: Cluster, index: str,
         done = iso.ingest(folder)
         assert not done.errors
         assert iso.status().counts["sources"] == len(FACTS) + 12
+
+
+def test_a_replicas_password_is_never_shown() -> None:
+    """In the index URL (`?replica=` a URL-encoded URL) or the setting: masked wherever
+    the location is shown, and taken out of any message that quotes it."""
+    from urllib.parse import quote
+
+    from isotope.redaction import redact
+    from isotope.stores import describe
+    from isotope.stores.postgres_schema import replicas_in
+
+    location = ("postgresql://me:first-secret@db/knowledge?schema=h&replica="
+                + quote("postgresql://me:second-secret@r1:5433/knowledge", safe="")
+                + "&replica=r2:5434")
+    shown = describe(location)
+    assert "secret" not in shown and "r1:5433" in shown and "r2:5434" in shown
+    said = redact(f"failed at {location}: second-secret", location)
+    assert "secret" not in said
+    assert replicas_in(location) == ["postgresql://me:second-secret@r1:5433/knowledge",
+                                     "postgresql://me:first-secret@r2:5434/knowledge"]

@@ -7,7 +7,7 @@ project files."""
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, quote, unquote
 
 MASK = "***"
 SECRET_PARAMETERS = frozenset({"password", "sslpassword", "passfile_password"})
@@ -34,11 +34,17 @@ def mask_location(location: str) -> str:
     else:
         address, mark, query = rest.partition("?")
     if mark:
-        query = "&".join(
-            f"{part.split('=', 1)[0]}={MASK}"
-            if unquote(part.split("=", 1)[0]).lower() in SECRET_PARAMETERS else part
-            for part in query.split("&"))
+        query = "&".join(_masked_parameter(part) for part in query.split("&"))
     return f"{head}://{address}{mark}{query}"
+
+
+def _masked_parameter(part: str) -> str:
+    name, _, value = part.partition("=")
+    if unquote(name).lower() in SECRET_PARAMETERS:
+        return f"{name}={MASK}"
+    if "://" in unquote(value):  # a URL inside (a read replica's): its password too
+        return f"{name}={mask_location(unquote(value))}"
+    return part
 
 
 def secrets_of(location: str) -> list[str]:
@@ -59,6 +65,9 @@ def secrets_of(location: str) -> list[str]:
         name, _, value = part.partition("=")
         if unquote(name).lower() in SECRET_PARAMETERS and value:
             found.update({value, unquote(value)})
+        elif "://" in unquote(value):  # a URL inside (a read replica's)
+            for secret in secrets_of(unquote(value)):
+                found.update({secret, quote(secret, safe="")})
     return sorted((s for s in found if s), key=len, reverse=True)
 
 
