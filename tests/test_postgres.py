@@ -332,6 +332,54 @@ def test_check_finds_drifted_keyword_statistics_and_repair_recounts_them(
     assert [(r.chunk.id, r.score) for r in pg.search("vacation days", k=3,
                                                       mode="chunks-bm25").results] == [
         (r.chunk.id, r.score) for r in before]
+    # a term's document frequency (kept per term by triggers) drifted too
+    conn.execute("UPDATE chunks_df SET n = n + 7 WHERE term = (SELECT min(term) FROM chunks_df)")
+    assert any("document frequencies of 1 terms of chunks drifted" in p for p in pg.check())
+    pg.repair()
+    assert pg.check() == []
+    assert [(r.chunk.id, r.score) for r in pg.search("vacation days", k=3,
+                                                      mode="chunks-bm25").results] == [
+        (r.chunk.id, r.score) for r in before]
+
+
+def test_keyword_search_reads_the_rare_terms_first_and_ranks_exactly(
+        pg: Isotope, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BM25 with the query's common terms pruned (MaxScore) ranks and scores exactly as
+    with every term read, and as the embedded store (FTS5) ranks, after writes and
+    deletes kept each term's document frequency."""
+    import isotope.stores.postgres as postgres
+
+    docs = tmp_path / "notes"
+    docs.mkdir()
+    for n in range(60):  # "harbour" and "boat" everywhere; a few rarer words
+        rare = ["kayak", "lighthouse", "cardamom", "ferry"][n % 4] if n % 5 == 0 else "dock"
+        (docs / f"note{n:02d}.md").write_text(
+            f"# Note {n}\n\nThe harbour boat {n} waits by the harbour {rare} and the boat "
+            f"shed{' boat' * (n % 3)}.\n")
+    pg.ingest(docs)
+    for name in ("note05.md", "note17.md"):  # deletes move document frequencies too
+        (docs / name).unlink()
+    pg.sync(docs)
+    queries = ["harbour boat kayak", "boat shed", "harbour", "lighthouse boat dock",
+               "ferry harbour harbour boat", "cardamom"]
+    for mode in ("chunks-bm25", "atoms-bm25", "questions-bm25"):
+        for query in queries:
+            monkeypatch.setattr(postgres, "RARE_POSTINGS", 0)  # rarest term first
+            pruned = [(r.chunk.id, r.score) for r in pg.search(query, k=5, mode=mode).results]
+            monkeypatch.setattr(postgres, "RARE_POSTINGS", 10**12)  # every term at once
+            whole = [(r.chunk.id, r.score) for r in pg.search(query, k=5, mode=mode).results]
+            assert [c for c, _ in pruned] == [c for c, _ in whole], (mode, query)
+            assert [s for _, s in pruned] == pytest.approx([s for _, s in whole])
+    embedded = Isotope.open(tmp_path / "embedded", embedder=pg.embedder, llm=FakeLLM(),
+                            cache=False)
+    with embedded:
+        embedded.ingest(docs)
+        for query in queries:
+            theirs = [r.chunk.source.rsplit("/", 1)[1] for r in embedded.search(
+                query, k=5, mode="chunks-bm25").results]
+            ours = [r.chunk.source.rsplit("/", 1)[1] for r in pg.search(
+                query, k=5, mode="chunks-bm25").results]
+            assert ours == theirs, query
 
 
 def test_a_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,7 +37,7 @@ from isotope.search.filters import Condition
 T = TypeVar("T")
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 LOG_ONLY = "isotope\x1flog-only"
 """Named among a write's sources: it changes nothing a search reads (the audit log), so
 the index keeps its state id (and what is kept by it, such as a principal's rows)."""

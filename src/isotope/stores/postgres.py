@@ -49,7 +49,7 @@ from isotope.stores import (
     Kind,
     describe,
 )
-from isotope.stores.keywords import Tokenizer, query_terms, query_words
+from isotope.stores.keywords import K1, Tokenizer, query_terms, query_words
 from isotope.stores.postgres_replicas import ReplicaFailed, Replicas
 from isotope.stores.postgres_schema import (
     connect,
@@ -61,7 +61,9 @@ from isotope.stores.postgres_schema import (
 )
 from isotope.stores.postgres_sql import (
     ITEM_CHUNK,
-    bm25,
+    bm25_pruned,
+    idf,
+    term_stats,
     where,
 )
 from isotope.stores.sql_core import POSTGRES, SQLStore
@@ -75,6 +77,9 @@ EF_SEARCH = 200
 """HNSW candidates per search (pgvector's default is 40: too few for the hybrid pool)."""
 MAX_SCAN_TUPLES = 40_000
 """How far an iterative filtered scan goes before the exact fallback takes over."""
+RARE_POSTINGS = 5_000
+"""A keyword search first scores the items holding its rarest terms, up to this many
+postings of them (at least one term): see :mod:`isotope.stores.postgres_sql`."""
 EF_FILTERED = 1_000
 """HNSW candidates per filtered search that more than ``EXACT_CHUNKS`` chunks meet."""
 EXACT_CHUNKS = 1_000
@@ -541,16 +546,33 @@ class PostgresStore(SQLStore):
         counted = query_terms(words, self._tokenizer)
         if not counted:
             return []
-        terms = sorted(counted)
-        params: dict[str, Any] = {"terms": terms, "mult": [counted[t] for t in terms],
-                                  "k": k}
+        params: dict[str, Any] = {"terms": sorted(counted), "k": k}
         restrict = ""
         if filters:
             clause, values = where(filters)
             restrict = (f"{ITEM_CHUNK[kind]} IN (SELECT c.id FROM chunks c JOIN sources s ON "
                         f"s.uri = c.source WHERE {_named(clause, values, params)})")
         with self.snapshot():
-            found = self._rows(bm25(kind, restrict), params)
+            stats = self._rows(term_stats(kind), params)
+            n_items, total = next((int(r[1]), int(r[2])) for r in stats if r[0] is None)
+            held = {str(r[0]): int(r[1]) for r in stats if r[0] is not None}
+            if not held:
+                return []
+            weight = {t: idf(n_items, n, counted[t]) for t, n in held.items()}
+            rarest = sorted(held, key=lambda t: (held[t], t))
+            params.update(terms=rarest, idf=[weight[t] for t in rarest],
+                          avgdl=max(total / max(n_items, 1), 1e-9))
+            rare, postings = 1, held[rarest[0]]
+            while rare < len(rarest) and postings + held[rarest[rare]] <= RARE_POSTINGS:
+                postings += held[rarest[rare]]
+                rare += 1
+            while True:  # MaxScore (postgres_sql): exact once the k-th beats the rest
+                found = self._rows(bm25_pruned(kind, restrict), {**params,
+                                                                  "rare": rarest[:rare]})
+                rest = sum(weight[t] for t in rarest[rare:]) * (K1 + 1)
+                if rare == len(rarest) or (len(found) >= k and float(found[k - 1][1]) > rest):
+                    break
+                rare = min(len(rarest), rare * 2)
             return self._hits(kind, [(int(r[0]), float(r[1])) for r in found])
 
     # -- integrity ---------------------------------------------------------------------
@@ -569,6 +591,14 @@ class PostgresStore(SQLStore):
                 if (int(n), int(total)) != (int(stats[0]), int(stats[1])):
                     found.problems.append(f"keyword statistics of {kind} drifted ({stats[0]} "
                                           f"rows counted, {n} held); run check --repair")
+                drifted = self._rows(
+                    f"SELECT count(*) FROM (SELECT term, sum(n) AS n FROM {kind}_df GROUP BY "
+                    f"term HAVING sum(n) <> 0) d FULL JOIN (SELECT term, count(*) AS n FROM "
+                    f"{kind}_terms GROUP BY term) t USING (term) WHERE d.n IS DISTINCT FROM "
+                    f"t.n")[0][0]
+                if drifted:
+                    found.problems.append(f"the document frequencies of {drifted} terms of "
+                                          f"{kind} drifted; run check --repair")
             if self._stored_dim() is not None:
                 for kind in self.missing_hnsw():
                     found.problems.append(
@@ -586,6 +616,9 @@ class PostgresStore(SQLStore):
                 for kind in KINDS:
                     conn.execute(f"INSERT INTO kw_stats SELECT %s, 0, count(*), "
                                  f"coalesce(sum(ntok), 0) FROM {kind}", (kind,))
+                    conn.execute(f"DELETE FROM {kind}_df")
+                    conn.execute(f"INSERT INTO {kind}_df SELECT term, 0, count(*) FROM "
+                                 f"{kind}_terms GROUP BY term")
             self._build_hnsw()  # those a bulk load cut short did not make
 
     def disk_size(self) -> int | None:

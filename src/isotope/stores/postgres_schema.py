@@ -125,6 +125,27 @@ STEPS: dict[int, list[str]] = {
         row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, source text NOT NULL,
         chunk_text text NOT NULL, text text NOT NULL, origin text NOT NULL,
         at text NOT NULL)"""],
+    # 10: each term's document frequency per kind, kept by triggers on the postings in
+    # 16 slots (as kw_stats), so BM25 reads a query term's n instead of counting its
+    # postings (a common term has hundreds of thousands at a million questions)
+    10: [s for k in KW_KINDS for s in (
+        f"CREATE TABLE {k}_df (term text NOT NULL, slot integer NOT NULL, n bigint NOT "
+        f"NULL, PRIMARY KEY (term, slot))",
+        f"INSERT INTO {k}_df SELECT term, 0, count(*) FROM {k}_terms GROUP BY term",
+        # (each statement's terms in order: two writers lock a slot's rows alike)
+        f"""CREATE FUNCTION {k}_df_add() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN INSERT INTO {k}_df AS d SELECT term, pg_backend_pid() % 16, count(*)
+          FROM added GROUP BY term ORDER BY term
+          ON CONFLICT (term, slot) DO UPDATE SET n = d.n + excluded.n; RETURN NULL; END $$""",
+        f"""CREATE FUNCTION {k}_df_remove() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN INSERT INTO {k}_df AS d SELECT term, pg_backend_pid() % 16, -count(*)
+          FROM removed GROUP BY term ORDER BY term
+          ON CONFLICT (term, slot) DO UPDATE SET n = d.n + excluded.n; RETURN NULL; END $$""",
+        f"CREATE TRIGGER {k}_terms_ai AFTER INSERT ON {k}_terms REFERENCING NEW TABLE AS "
+        f"added FOR EACH STATEMENT EXECUTE FUNCTION {k}_df_add()",
+        f"CREATE TRIGGER {k}_terms_ad AFTER DELETE ON {k}_terms REFERENCING OLD TABLE AS "
+        f"removed FOR EACH STATEMENT EXECUTE FUNCTION {k}_df_remove()",
+    )],
 }
 """Numbered steps. The first PostgreSQL schema is the embedded store's schema 6, so it is
 numbered 6; a later change is a new step (7, ...) and is never edited once released."""

@@ -4,12 +4,19 @@
 BM25 is computed the way the embedded store's FTS5 computes it, from the same terms
 (FTS5's own tokenizer, :class:`isotope.stores.keywords.Tokenizer`), so both engines
 rank alike: k1 = 1.2, b = 0.75, idf ``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6,
-N and the average length from ``kw_stats``, n counted from the postings of the query's
-terms. PostgreSQL's own ``ts_rank`` is not BM25 (RESEARCH.md measured a top-10 overlap of
-0.08 with it)."""
+N and the average length from ``kw_stats``, n from each term's ``{kind}_df`` (kept by
+triggers on the postings). PostgreSQL's own ``ts_rank`` is not BM25 (RESEARCH.md measured
+a top-10 overlap of 0.08 with it).
+
+A query's common terms are not read whole (:func:`bm25_pruned`, MaxScore): the items
+holding one of its rarest terms are scored with every term; an item holding none of them
+scores at most the sum of the other terms' upper bounds (idf x (k1 + 1)), so when the
+k-th score found is above that sum the top k is exact, and otherwise the next rarest term
+joins the rare ones and the query is made again (at worst, with every term)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -126,22 +133,32 @@ ITEM_CHUNK = {"questions": "t.chunk_id", "atoms": "t.chunk_id", "chunks": "t.id"
 """SQL for the chunk id of an item ``t`` of each kind."""
 
 
-def bm25(kind: str, restrict: str = "") -> str:
-    """BM25 of the items of ``kind`` holding any of the terms ``%(terms)s`` (a text
-    array; each counted ``%(mult)s`` times), best first, at most ``%(k)s``; ``restrict``
-    is an SQL condition on ``t``."""
+def term_stats(kind: str) -> str:
+    """(NULL, N, total length) of ``kind``, then (term, n) of each query term in
+    ``%(terms)s`` that some item holds."""
     return f"""
-        WITH st AS (SELECT sum(n) AS n, greatest(sum(total)::float8 / greatest(sum(n), 1),
-                                                 1e-9) AS avgdl
-                    FROM kw_stats WHERE kind = '{kind}'),
-        qt AS (SELECT * FROM unnest(%(terms)s::text[], %(mult)s::int[]) AS qt(term, m)),
-        df AS (SELECT p.term, count(*) AS n FROM {kind}_terms p
-               WHERE p.term = ANY(%(terms)s) GROUP BY p.term),
-        w AS (SELECT df.term, qt.m * greatest(ln((st.n - df.n + 0.5) / (df.n + 0.5)),
-                                              {MIN_IDF}) AS idf
-              FROM df JOIN qt ON qt.term = df.term CROSS JOIN st)
+        SELECT NULL, coalesce(sum(n), 0), coalesce(sum(total), 0) FROM kw_stats
+        WHERE kind = '{kind}'
+        UNION ALL
+        SELECT term, sum(n), NULL FROM {kind}_df WHERE term = ANY(%(terms)s) GROUP BY term
+        HAVING sum(n) > 0"""
+
+
+def idf(n_items: int, n_holding: int, times: int = 1) -> float:
+    """A term's weight as FTS5 makes it (``times``: how often the query says it)."""
+    return times * max(math.log((n_items - n_holding + 0.5) / (n_holding + 0.5)), MIN_IDF)
+
+
+def bm25_pruned(kind: str, restrict: str = "") -> str:
+    """BM25 of the items of ``kind`` that hold any of ``%(rare)s``, scored with every
+    term ``%(terms)s`` (weights ``%(idf)s``; average length ``%(avgdl)s``), best first, at
+    most ``%(k)s``; ``restrict`` is an SQL condition on ``t``."""
+    within = f" AND c.item IN (SELECT t.row FROM {kind} t WHERE {restrict})" if restrict else ""
+    return f"""
+        WITH w AS (SELECT * FROM unnest(%(terms)s::text[], %(idf)s::float8[]) AS w(term, idf)),
+        c AS (SELECT DISTINCT c.item FROM {kind}_terms c WHERE c.term = ANY(%(rare)s){within})
         SELECT p.item, sum(w.idf * p.tf * {K1 + 1} /
-                           (p.tf + {K1} * ({1 - B} + {B} * p.ntok / st.avgdl))) AS score
-        FROM {kind}_terms p JOIN w ON w.term = p.term CROSS JOIN st
-        {f"WHERE p.item IN (SELECT t.row FROM {kind} t WHERE {restrict})" if restrict else ""}
+                           (p.tf + {K1} * ({1 - B} + {B} * p.ntok / %(avgdl)s))) AS score
+        FROM c JOIN {kind}_terms p ON p.item = c.item JOIN w ON w.term = p.term
         GROUP BY p.item ORDER BY score DESC, p.item LIMIT %(k)s"""
+

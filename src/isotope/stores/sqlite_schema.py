@@ -143,6 +143,8 @@ STEPS: dict[int, list[str]] = {
         """CREATE TABLE IF NOT EXISTS orphaned_questions (rowid INTEGER PRIMARY KEY,
         source TEXT NOT NULL, chunk_text TEXT NOT NULL, text TEXT NOT NULL,
         origin TEXT NOT NULL, at TEXT NOT NULL)"""],
+    # 10: the PostgreSQL store's per-term document frequencies; nothing changes here
+    10: [],
 }
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 
