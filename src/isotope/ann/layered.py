@@ -39,6 +39,8 @@ class LayeredIndex(VectorIndex):
         self._hidden: set[int] = set()
         """Base ids removed or replaced since the base was saved."""
         self._hidden_array: Ids | None = None
+        self._base_top: int | None = None
+        """The base's largest id (an id above it is new: nothing of the base to hide)."""
 
     @property
     def exact(self) -> bool:  # type: ignore[override]
@@ -51,6 +53,7 @@ class LayeredIndex(VectorIndex):
         made.delta = ExactIndex(self.delta.item_ids, self.delta.item_groups,
                                 self.delta.vectors)
         made._hidden = set(self._hidden)
+        made._base_top = self._base_top
         return made
 
     def __len__(self) -> int:
@@ -71,16 +74,28 @@ class LayeredIndex(VectorIndex):
     def add(self, ids: Ids, groups: Ids, vectors: Vectors) -> None:
         if not len(ids):
             return
-        self.delta.add(np.asarray(ids, np.int64), np.asarray(groups, np.int64), vectors)
+        ids = np.asarray(ids, np.int64)
+        self.delta.add(ids, np.asarray(groups, np.int64), vectors)
         self._hide(ids)
+
+    def _top(self) -> int:
+        if self._base_top is None:
+            ids = self.base.ids()[0] if self.base is not None else np.empty(0, np.int64)
+            self._base_top = int(ids.max()) if len(ids) else -1
+        return self._base_top
 
     def remove(self, ids: Ids) -> None:
         self.delta.remove(np.asarray(ids, np.int64))
         self._hide(ids)
 
     def _hide(self, ids: Ids) -> None:
+        """Hide the base's items among ``ids``: an id above the base's largest is new,
+        nothing of the base (a hidden id makes every search ask the base for more: items
+        added one by one, learned questions, would slow every search until the next
+        compaction)."""
         if self.base is not None:
-            self._hidden.update(int(i) for i in ids)
+            ids = np.asarray(ids, np.int64)
+            self._hidden.update(int(i) for i in ids[ids <= self._top()])
             self._hidden_array = None
 
     def search(self, query: Vectors, k: int, allowed: Ids | None = None
