@@ -147,6 +147,26 @@ class _Stand(scale.Embedder):
         return np.array([self.vectors[t] for t in texts], dtype=np.float32)
 
 
+def disk_by_relation(target: str, questions: int) -> dict[str, float]:
+    """Bytes per question of each table (its heap), its TOAST and each index of the
+    index's schema, largest first (where the disk goes)."""
+    store = stores.open(target)
+    try:
+        rows = store.connection().execute(
+            "SELECT c.relname, c.relkind, pg_relation_size(c.oid), "
+            "coalesce(pg_total_relation_size(c.reltoastrelid), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+            "AND c.relkind IN ('r', 'i')").fetchall()
+    finally:
+        store.close()
+    sizes: dict[str, float] = {}
+    for name, kind, heap, toast in rows:
+        sizes[f"{name} ({'table' if kind == 'r' else 'index'})"] = heap / questions
+        if toast:
+            sizes[f"{name} (toast)"] = toast / questions
+    return {k: round(v, 1) for k, v in sorted(sizes.items(), key=lambda kv: -kv[1]) if v >= 1}
+
+
 def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries: int,
               as_json: bool = False) -> None:
     synthesis = scale.Synthesis(scale.real_bank())
@@ -204,6 +224,8 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
     rows["postgres"][f"{clients} clients p50/p99 ms"] = (
         f"{scale.ms(times, 50)} / {scale.ms(times, 99)}")
     rows["postgres"][f"{clients} clients failures"] = sum(d["failures"] for d in done)
+    rows["postgres"]["disk by relation B/question"] = disk_by_relation(
+        target, rows["postgres"]["questions"])
     if as_json:  # the names scripts read (issue 30)
         pg, emb = rows["postgres"], rows["embedded"]
 
@@ -228,6 +250,7 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
             "bytes_per_question": pg["disk B/question"],
             "embedded_bytes_per_question": emb["disk B/question"],
             "load_questions_per_s": pg.get("copy questions/s"),
+            "disk_by_relation": pg["disk by relation B/question"],
         }, indent=1))
         return
     print(f"\n{questions:,} questions (benchmarks/scale.py's corpus), {n_queries} queries\n")
