@@ -19,6 +19,7 @@ from isotope.stores.sqlite_keywords import KeywordLayer
 def connection(where: Isotope | Store) -> Any:
     """The store's own connection of this thread (``sqlite3`` or ``psycopg``)."""
     store = where.store if isinstance(where, Isotope) else where
+    store = getattr(store, "_store", store)  # (a store seen as searches read it)
     assert isinstance(store, SQLStore), store
     return store.connection()
 

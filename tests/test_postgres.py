@@ -360,6 +360,7 @@ def test_keyword_search_reads_the_rare_terms_first_and_ranks_exactly(
     for name in ("note05.md", "note17.md"):  # deletes move document frequencies too
         (docs / name).unlink()
     pg.sync(docs)
+    assert pg.check() == []  # each term's document frequency follows the postings
     queries = ["harbour boat kayak", "boat shed", "harbour", "lighthouse boat dock",
                "ferry harbour harbour boat", "cardamom"]
     for mode in ("chunks-bm25", "atoms-bm25", "questions-bm25"):

@@ -226,8 +226,13 @@ def test_the_primary_restarted_during_an_ingest(replicated: Cluster, index: str,
         (folder / f"harbour{n}.md").write_text(
             f"# Harbour {n}\n\nBerth {n} of the harbour takes boats of {n + 3} metres. "
             f"Its crane lifts {n + 1} tonnes.\n")
+    import isotope.index
+
     reader = _opened(index, embedder)
     reader.search("Which bakery sells buns?", k=1)
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "kiosk.md").write_text("# Kiosk\n\nThe kiosk sells maps.\n")
+    reader.ingest(tmp_path / "own")  # (a write of the reader's own: it reads its writes)
     failed: list[BaseException] = []
 
     def ingest() -> None:
@@ -251,10 +256,12 @@ def test_the_primary_restarted_during_an_ingest(replicated: Cluster, index: str,
                    timeout=120)
     try:
         writer.join(timeout=120)
+        isotope.index.FITTED_FOR = 0.0  # (the fitted weights are read at every search)
         for _ in range(5):  # the primary is away: searches go on
             found = reader.search("Which bakery sells buns?", k=1, mode="hybrid")
             assert found.results[0].chunk.source.endswith("bakery.md")
     finally:
+        isotope.index.FITTED_FOR = 10.0
         log = replicated.base / "primary-restarted.log"
         replicated._owned(log, folder=False)
         subprocess.run(replicated._as_server(replicated.bin / "pg_ctl", "-D", data, "-o",
@@ -269,7 +276,7 @@ def test_the_primary_restarted_during_an_ingest(replicated: Cluster, index: str,
         assert iso.check() == []  # no source half written
         done = iso.ingest(folder)
         assert not done.errors
-        assert iso.status().counts["sources"] == len(FACTS) + 12
+        assert iso.status().counts["sources"] == len(FACTS) + 13
 
 
 def test_a_replicas_password_is_never_shown() -> None:
@@ -288,5 +295,10 @@ def test_a_replicas_password_is_never_shown() -> None:
     assert "secret" not in shown and "r1:5433" in shown and "r2:5434" in shown
     said = redact(f"failed at {location}: second-secret", location)
     assert "secret" not in said
+    written = ("postgresql://me:first-secret@db/knowledge?schema=h&replica="
+               "postgresql://me:second-secret@r1:5433/knowledge")  # (not URL-encoded)
+    shown = describe(written)
+    assert "secret" not in shown and shown.startswith("postgresql://me:***@db/")
+    assert "secret" not in redact(f"at {written}: first-secret, second-secret", written)
     assert replicas_in(location) == ["postgresql://me:second-secret@r1:5433/knowledge",
                                      "postgresql://me:first-secret@r2:5434/knowledge"]

@@ -25,7 +25,13 @@ from isotope._version import __version__
 from isotope.access import Assigner, Principal, access_list, principal_of, rules_for
 from isotope.access import condition as access_condition
 from isotope.embedders import Embedder
-from isotope.errors import InvalidArgument, ModelMismatch, SourceNotFound, StoreError
+from isotope.errors import (
+    InvalidArgument,
+    InvalidIndex,
+    ModelMismatch,
+    SourceNotFound,
+    StoreError,
+)
 from isotope.files import source_path
 from isotope.ingest import maintenance, references
 from isotope.ingest.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
@@ -638,7 +644,8 @@ class Isotope:
         if time.monotonic() - at >= FITTED_FOR:
             try:
                 known = weight_fit.fitted_weights(self.store)
-            except StoreError:  # (a PostgreSQL primary away: searches go on on replicas)
+            except (StoreError, InvalidIndex):  # (a PostgreSQL primary away: searches go
+                # on on its read replicas)
                 log.warning("the fitted weights could not be read; the last known are used")
             self._fitted = (time.monotonic(), known)
         return known

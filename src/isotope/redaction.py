@@ -16,6 +16,11 @@ _URL_CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s/@:]*):[^\s@/]*
 _PARAMETER = re.compile(r"(?i)\b(password|sslpassword)\s*=\s*('[^']*'|\"[^\"]*\"|[^\s&;,]+)")
 
 
+_NESTED = re.compile(r"[?&][^=&?]*=[a-zA-Z][a-zA-Z0-9+.-]*://")
+"""A parameter whose value is a URL written as it is (not URL-encoded): a read replica's."""
+_NESTED_PASSWORD = re.compile(r"://[^\s/@:?&]*:([^\s@/]*)@")
+
+
 def mask_location(location: str) -> str:
     """A URL with its password and secret parameters replaced by ``***``; anything else
     as it is."""
@@ -23,6 +28,11 @@ def mask_location(location: str) -> str:
     if "://" not in text:
         return text
     head, rest = text.split("://", 1)
+    nested = _NESTED.search(rest)
+    if nested:  # the location up to it, then each URL inside with its password masked
+        inner = rest[nested.start():]
+        return (mask_location(f"{head}://{rest[:nested.start()]}")
+                + _URL_CREDENTIALS.sub(rf"\1:{MASK}@", inner))
     credentials, at, after = rest.rpartition("@")
     if at and ":" in credentials.split("/", 1)[0]:
         # the last @ ends the user information (a password may hold ?, / or @ that
@@ -55,6 +65,12 @@ def secrets_of(location: str) -> list[str]:
         return []
     rest = text.split("://", 1)[1]
     found: set[str] = set()
+    nested = _NESTED.search(rest)
+    if nested:  # each URL inside (a read replica's) has its own password
+        for secret in _NESTED_PASSWORD.findall(rest[nested.start():]):
+            found.update({secret, unquote(secret)})
+        found.update(secrets_of(text[: len(text) - len(rest) + nested.start()]))
+        return sorted((s for s in found if s), key=len, reverse=True)
     credentials, at, after = rest.rpartition("@")
     if at and ":" in credentials.split("/", 1)[0]:
         raw = credentials.split(":", 1)[1]

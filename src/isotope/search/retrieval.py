@@ -299,7 +299,7 @@ def _ranked(
         parts: dict[str, dict[str, float]] | None = {} if told is not None else None
         total = sum(used.values())
         ranked = confirmed_raise(found, fuse(found, used, fusion, waiting, parts), total,
-                                 parts)[:k]
+                                 parts, fusion)[:k]
         hits_of: dict[str, list[Hit]] = {}
         for name in sorted(found, key=lambda m: not m.startswith("questions")):
             for candidate in found[name]:
@@ -334,14 +334,17 @@ learned query asked again is first every time, and the held-out half gains 2 poi
 more with the weights fitted from the marks (:mod:`isotope.search.weights`)."""
 
 
+RRF_SCALE = 1 / 200
+"""The raise under ``fusion = "rrf"``, whose fused scores span about 1/200 of z-scores'
+(a best of about 1/61 per unit of weight)."""
 CONFIRMED_SAME = 0.97
 """A query this close to a confirmed question is that question asked again: its chunk
 comes first, whatever the other signals say."""
 
 
 def confirmed_raise(found: dict[str, list[Candidate]], fused: list[tuple[str, float]],
-                    total: float, parts: dict[str, dict[str, float]] | None = None
-                    ) -> list[tuple[str, float]]:
+                    total: float, parts: dict[str, dict[str, float]] | None = None,
+                    fusion: Fusion = "zscore") -> list[tuple[str, float]]:
     """``fused`` (best first) with each chunk whose confirmed question (origin ``user``
     or ``manual``) is within :data:`CONFIRMED_MATCH` of the query raised (see
     :data:`CONFIRMED_GAIN`), and the chunk of one the query repeats
@@ -355,10 +358,11 @@ def confirmed_raise(found: dict[str, list[Candidate]], fused: list[tuple[str, fl
                                                   hit.score)
     if not nearest:
         return fused
+    # (RRF's parts are 1 / (60 + rank), about 1/100 of a z-score's spread of ~3)
+    gain = CONFIRMED_GAIN * total * (RRF_SCALE if fusion == "rrf" else 1.0)
     raised = []
     for chunk_id, score in fused:
-        extra = CONFIRMED_GAIN * total * (nearest.get(chunk_id, CONFIRMED_MATCH)
-                                          - CONFIRMED_MATCH)
+        extra = gain * (nearest.get(chunk_id, CONFIRMED_MATCH) - CONFIRMED_MATCH)
         raised.append((chunk_id, score + extra, extra))
     raised.sort(key=lambda item: -item[1])
     same = max(nearest, key=lambda c: nearest[c])

@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from isotope.errors import InvalidArgument
-from isotope.search import retrieval
+from isotope.search import learning, retrieval
 from isotope.search.retrieval import SIGNALS, Candidate
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS,
     store = iso.store
     marks: dict[tuple[str, str], str] = {}
     for mark in store.feedback(useful=True):  # newest first
-        key = (" ".join(mark.query.lower().split()), mark.chunk_id)
+        key = (learning.normalized(mark.query), mark.chunk_id)
         if mark.query and key not in marks and len(marks) < MOST_MARKS:
             marks[key] = mark.query
     if len(marks) < min_marks:
@@ -104,17 +104,17 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS,
     queries = list(marks.values())
     vectors = np.asarray(iso.embedder.embed(queries), dtype=np.float32)
     cases: list[Marked] = []
-    with store.snapshot():
-        for i, ((said, chunk_id), query) in enumerate(marks.items()):
+    for i, ((said, chunk_id), query) in enumerate(marks.items()):
+        with store.snapshot():  # (one per mark: no snapshot held for the whole fit)
             found = {m: retrieval.signal(store, m, query, vectors[i], pool, aggregate)
                      for m in SIGNALS}
-            for m in ("questions-dense", "questions-bm25"):
-                found[m] = _without_own(found[m], said, aggregate)
             waiting = store.without_questions(
                 list({c.chunk_id for candidates in found.values() for c in candidates}))
-            cases.append((found, waiting, chunk_id))
-            if progress is not None:
-                progress(i + 1, len(marks))
+        for m in ("questions-dense", "questions-bm25"):
+            found[m] = _without_own(found[m], said, aggregate, dense=m == "questions-dense")
+        cases.append((found, waiting, chunk_id))
+        if progress is not None:
+            progress(i + 1, len(marks))
     first_before = _first(cases, before, iso.settings.fusion)
     weights, first_after = dict(before), first_before
     for _ in range(ROUNDS):
@@ -152,13 +152,15 @@ def fitted_weights(store: Store) -> dict[str, float] | None:
     return done.weights if done is not None and done.adopted else None
 
 
-def _without_own(found: list[Candidate], said: str, aggregate: Any) -> list[Candidate]:
-    """A question signal's candidates without the learned question that is the marked
-    query itself (best first)."""
+def _without_own(found: list[Candidate], said: str, aggregate: Any, *, dense: bool
+                 ) -> list[Candidate]:
+    """A question signal's candidates without what the mark itself taught: a learned
+    question that is the marked query (the same words), or one the mark confirmed (its
+    own words, or, ``dense``, a cosine within :data:`learning.DUPLICATE`); best first."""
     kept = []
     for candidate in found:
-        hits = [h for h in candidate.hits
-                if not (h.origin == "user" and " ".join(h.text.lower().split()) == said)]
+        hits = [h for h in candidate.hits if not (h.origin in ("user", "manual") and (
+            learning.normalized(h.text) == said or (dense and h.score >= learning.DUPLICATE)))]
         if len(hits) == len(candidate.hits):
             kept.append(candidate)
         elif hits:
@@ -176,6 +178,6 @@ def _first(cases: list[Marked], weights: dict[str, float], fusion: Any) -> int:
     for found, waiting, chunk_id in cases:
         signals = {m: found[m] for m in used}
         ranked = retrieval.confirmed_raise(
-            signals, retrieval.fuse(signals, used, fusion, waiting), total)
+            signals, retrieval.fuse(signals, used, fusion, waiting), total, None, fusion)
         first += bool(ranked) and ranked[0][0] == chunk_id
     return first

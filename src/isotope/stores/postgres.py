@@ -94,9 +94,10 @@ builds several times faster)."""
 WRITE_RETRIES = 6
 """Times a write the server aborted to break a deadlock is made (then its error stands)."""
 T = TypeVar("T")
-_WRITTEN: dict[tuple[str, str], list[Any]] = {}
-"""Per server and schema: [the primary's WAL position after this process's last write,
-whether a write since has not been placed yet] (read your writes)."""
+_WRITTEN: dict[tuple[str, str], int] = {}
+"""Per server and schema: the primary's WAL position after this process's last write
+(read your writes)."""
+_WRITTEN_LOCK = threading.Lock()
 
 
 class PostgresStore(SQLStore):
@@ -134,6 +135,7 @@ class PostgresStore(SQLStore):
                                "another ?schema=")
         if (version or 0) < SCHEMA_VERSION:
             upgrade(conn, self.schema, location)
+            self._wrote(conn, always=True)  # (a replica read waits for the new tables)
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(f"{self.where} has index schema {version}; this isotope reads "
                                f"schema {SCHEMA_VERSION}. Upgrade isotope")
@@ -222,7 +224,8 @@ class PostgresStore(SQLStore):
                 yield conn
         except psycopg.Error as exc:
             raise store_error(self.location, exc) from exc
-        self._wrote()
+        if not getattr(self._local, "log_only", False):
+            self._wrote(conn)
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -236,7 +239,7 @@ class PostgresStore(SQLStore):
         if held[1] is not None and not held[1].closed and held[1].info.transaction_status:
             yield  # (inside a read already)
             return
-        picked = self._replicas.pick(self._written()) if self._replicas else None
+        picked = getattr(self._local, "replica", None)  # (reading() chose it)
         if picked is not None:
             self._local.reading = picked
             conn = picked[1]
@@ -270,34 +273,47 @@ class PostgresStore(SQLStore):
         return self._replicas.status() if self._replicas is not None else []
 
     def reading(self, call: Callable[[], T]) -> T:
-        tries = len(self._replicas.replicas) if self._replicas is not None else 0
-        for _ in range(tries):
+        """``call()`` (a search: its snapshots) on one read replica, chosen once, made
+        again on another (or the primary) if that one stops answering. Reads outside
+        it (an ingest's, a copy's, learning's) read the primary."""
+        if self._replicas is None or getattr(self._local, "replica", None) is not None:
+            return call()  # (no replicas, or inside a read already)
+        for _ in range(len(self._replicas.replicas) + 1):
+            self._local.replica = self._replicas.pick(_WRITTEN.get((self._url, self.schema),
+                                                                    -1))
             try:
                 return call()
             except ReplicaFailed:
                 continue  # (left out now: the next pick is another replica or the primary)
+            finally:
+                self._local.replica = None
         return call()
 
-    def _wrote(self) -> None:
-        """A write committed: reads wait for a replica that has replayed it."""
-        if self._replicas is not None:
-            _WRITTEN.setdefault((self._url, self.schema), [-1, True])[1] = True
+    def log_query(self, entry: Any, keep_days: float) -> None:
+        """The query log's row is no write a later search must wait for (read your
+        writes): searches would each wait for the last one's log row."""
+        self._local.log_only = True
+        try:
+            super().log_query(entry, keep_days)
+        finally:
+            self._local.log_only = False
 
-    def _written(self) -> int:
-        """The primary's WAL position after this process's last write (-1: none)."""
-        known = _WRITTEN.get((self._url, self.schema))
-        if known is None:
-            return -1
-        if known[1]:
-            try:
-                row = self._rows("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")
-            except StoreError:  # the primary is away: the replicas still serve reads
-                log.warning("%s: the primary did not say where its last write is; reads "
-                            "may miss it", self.where)
-                return int(known[0])
-            known[1] = False
-            known[0] = max(known[0], int(row[0][0]))
-        return int(known[0])
+    def _wrote(self, conn: psycopg.Connection[Any], *, always: bool = False) -> None:
+        """A write committed on ``conn``: later reads of this process wait for a replica
+        that has replayed it (its WAL position, read now; only with replicas, unless
+        ``always``)."""
+        if self._replicas is None and not always:
+            return
+        try:
+            row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+                               ).fetchone()
+        except Exception:  # (the write is committed; a replica may not show it at once)
+            log.warning("%s: the primary did not say where its last write is; a search on "
+                        "a replica may miss it for a moment", self.where, exc_info=True)
+            return
+        with _WRITTEN_LOCK:
+            key = (self._url, self.schema)
+            _WRITTEN[key] = max(_WRITTEN.get(key, -1), int(row[0]) if row else -1)
 
     @contextmanager
     def writer(self, wait: float = 0.0) -> Iterator[None]:
@@ -340,7 +356,7 @@ class PostgresStore(SQLStore):
 
         self._rows("INSERT INTO meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO "
                    "UPDATE SET value = excluded.value RETURNING key", (key, Jsonb(value)))
-        self._wrote()
+        self._wrote(self._conn())
 
     # -- writes ------------------------------------------------------------------------
     def _ensure_dim(self, dim: int) -> None:

@@ -11,14 +11,17 @@ are spread across, while every write goes to the primary.
   search fails for it. With no healthy replica, reads go to the primary.
 - **Read your writes.** After a write by this process, a read goes to a replica only once
   the replica has replayed the primary's WAL up to that write (its position is read from
-  the primary after the write). A replica behind it is waited for, polling, up to
-  ``wait`` seconds, then the read goes to the primary."""
+  the primary when the write commits). A replica that has is taken at once; else the
+  first of them to replay it, polling, up to ``wait`` seconds; then the read goes to the
+  primary. The query log's rows are not such writes (each search would wait for the
+  last one's)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +83,7 @@ class Replicas:
     _turn: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _local: threading.local = field(default_factory=threading.local)
-    _conns: list[Any] = field(default_factory=list)
+    _conns: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
 
     def __post_init__(self) -> None:
         from isotope.redaction import mask_location
@@ -97,12 +100,12 @@ class Replicas:
             conn = connect(replica.url, self.schema, replica.url, timeout=CONNECT_TIMEOUT)
             conns[replica.url] = conn
             with self._lock:
-                self._conns.append(conn)
+                self._conns.add(conn)
         return conn
 
     def close(self) -> None:
         with self._lock:
-            for conn in self._conns:
+            for conn in list(self._conns):
                 try:
                     conn.close()
                 except Exception:
@@ -152,23 +155,27 @@ class Replicas:
             self._turn = (self._turn + 1) % max(1, len(self.replicas))
         order = self.replicas[start:] + self.replicas[:start]
         deadline = time.monotonic() + self.wait
-        for replica in order:
-            if time.monotonic() < replica.down_until:
-                continue
-            if time.monotonic() - replica.checked_at >= PROBE_EVERY:
-                self.probe(replica)
-            while (replica.healthy and replica.replayed < written
-                   and time.monotonic() < deadline):
-                time.sleep(POLL)  # read your writes: wait for the replica to replay them
-                self.probe(replica)
-            if (not replica.healthy or replica.replayed < written
-                    or (replica.lag_s or 0.0) > self.max_lag):
-                continue
-            try:
-                return replica, self.connection(replica)
-            except Exception as exc:
-                self.lost(replica, exc)
-        return None
+        looked = False
+        while True:
+            behind = []
+            for replica in order:
+                if time.monotonic() < replica.down_until:
+                    continue
+                if looked or time.monotonic() - replica.checked_at >= PROBE_EVERY:
+                    self.probe(replica)
+                if not replica.healthy or (replica.lag_s or 0.0) > self.max_lag:
+                    continue
+                if replica.replayed < written:  # read your writes: not yet replayed
+                    behind.append(replica)
+                    continue
+                try:
+                    return replica, self.connection(replica)
+                except Exception as exc:
+                    self.lost(replica, exc)
+            if not behind or time.monotonic() >= deadline:
+                return None
+            order, looked = behind, True  # the first of them to replay the write
+            time.sleep(POLL)
 
     def status(self) -> list[dict[str, Any]]:
         """Each replica's ``url`` (password masked), ``healthy`` and ``lag_s``, read now."""

@@ -131,6 +131,8 @@ STEPS: dict[int, list[str]] = {
     10: [s for k in KW_KINDS for s in (
         f"CREATE TABLE {k}_df (term text NOT NULL, slot integer NOT NULL, n bigint NOT "
         f"NULL, PRIMARY KEY (term, slot))",
+        # (writers of an older isotope wait: no posting goes uncounted before the trigger)
+        f"LOCK TABLE {k}_terms IN SHARE ROW EXCLUSIVE MODE",
         f"INSERT INTO {k}_df SELECT term, 0, count(*) FROM {k}_terms GROUP BY term",
         # (each statement's terms in order: two writers lock a slot's rows alike)
         f"""CREATE FUNCTION {k}_df_add() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -190,8 +192,10 @@ def replicas_in(location: str) -> list[str]:
             found.append(value)
             continue
         user = parts.netloc.rpartition("@")[0]
+        kept = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                          if k not in ("host", "hostaddr", "port")])  # (the primary's)
         found.append(urlunsplit((parts.scheme, f"{user}@{value}" if user else value,
-                                 parts.path, parts.query, parts.fragment)))
+                                 parts.path, kept, parts.fragment)))
     return found
 
 
@@ -249,6 +253,8 @@ def _connect_error(location: str, exc: Exception) -> str:
         fix = "check the user and password in the URL (or PGPASSWORD / ~/.pgpass)"
     elif "does not exist" in lowered and "database" in lowered:
         fix = "create the database first (createdb NAME) or name an existing one"
+    elif "shutting down" in lowered or "starting up" in lowered or "recovery mode" in lowered:
+        fix = "the server is stopping or starting; try again when it is up"
     elif "connection refused" in lowered or "could not connect" in lowered or \
             "no such file" in lowered or "timeout" in lowered:
         fix = "is the server running and reachable at that host and port?"
