@@ -669,3 +669,61 @@ def test_signal_weights_are_fitted_on_the_marks_used_and_reset(
                    for q, c in wanted.items()) == before
     helped = runner.invoke(app, ["weights", "--help"])
     assert helped.exit_code == 0 and "fit" in helped.output
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
+def test_a_repair_killed_midway_keeps_every_learned_and_manual_question(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """`isotope check --repair` (keyword indexes and every kind's vectors rebuilt) in
+    another process, killed at random moments: each learned and manual question is still
+    there exactly once, and a repair run to the end finds them by their words."""
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    from test_reliability import TOPICS, _corpus
+
+    corpus = _corpus(tmp_path / "corpus")
+    index = tmp_path / "index"
+
+    def asked(topic: str) -> str:
+        return f"which crew looks after the {topic} machines at night"
+
+    def opened() -> Isotope:
+        return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False,
+                            chunk_size=48, chunk_overlap=0, query_log=True)
+
+    with opened() as iso:
+        iso.ingest(corpus)
+        for topic in TOPICS:
+            found = iso.search(asked(topic), k=50, mode="hybrid")
+            first = next(r.chunk.id for r in found.results
+                         if r.chunk.source.endswith(f"{topic}.md") and r.chunk.index == 0)
+            assert iso.feedback(found.query_id or "", first).learned == "learned"
+        iso.add_question(str(corpus / f"{TOPICS[0]}.md"), "who signs the night crew's rota",
+                         chunk=0)
+
+    def kept(iso: Isotope) -> dict[str, list[str]]:
+        return {topic: sorted(q.text for q in iso.questions(str(corpus / f"{topic}.md"))
+                              if q.origin != "generated") for topic in TOPICS}
+
+    expected = {topic: [asked(topic)] for topic in TOPICS}
+    expected[TOPICS[0]] = sorted([asked(TOPICS[0]), "who signs the night crew's rota"])
+    rng = random.Random(5)
+    for run in range(4):
+        worker = subprocess.Popen([sys.executable, "-m", "isotope", "check", "--repair",
+                                   "-i", str(index)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 3.0))  # (the command starts in about a second)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        with opened() as iso:
+            assert kept(iso) == expected, f"run {run}"
+    with opened() as iso:
+        iso.repair()
+        assert iso.check() == []
+        assert kept(iso) == expected
+        for topic in TOPICS:
+            found = iso.search(asked(topic), k=1, mode="questions-dense")
+            assert found.results[0].chunk.source.endswith(f"{topic}.md"), topic
