@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -52,6 +52,21 @@ def _chunk_of(iso: Isotope, name: str) -> str:
         if info.source.uri.endswith(f"{name}.md"):
             return iso.questions(info.source.uri)[0].chunk_id
     raise AssertionError(name)
+
+
+def _asked(topic: str) -> str:
+    """A query of the kill tests' corpus (tests/test_reliability.py) that no generated
+    question says: only learning makes it a question of the topic's first chunk."""
+    return f"which crew looks after the {topic} machines at night"
+
+
+def _learn_first_chunks(iso: Isotope, topics: Sequence[str]) -> None:
+    """Each topic's query searched and its source's first chunk marked useful (learned)."""
+    for topic in topics:
+        found = iso.search(_asked(topic), k=50, mode="hybrid")
+        first = next(r.chunk.id for r in found.results
+                     if r.chunk.source.endswith(f"{topic}.md") and r.chunk.index == 0)
+        assert iso.feedback(found.query_id or "", first).learned == "learned"
 
 
 def test_a_useful_mark_teaches_the_chunk_the_query(logged: Isotope) -> None:
@@ -344,20 +359,13 @@ def test_a_kill_while_files_are_ingested_again_never_loses_a_learned_question(
     for extra in TOPICS[8:]:
         (corpus / f"{extra}.md").unlink()
 
-    def asked(topic: str) -> str:
-        return f"which crew looks after the {topic} machines at night"
-
     def opened() -> Isotope:
         return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False,
                             chunk_size=48, chunk_overlap=0, query_log=True)
 
     with opened() as iso:
         iso.ingest(corpus)
-        for topic in topics:
-            found = iso.search(asked(topic), k=50, mode="hybrid")
-            first = next(r.chunk.id for r in found.results
-                         if r.chunk.source.endswith(f"{topic}.md") and r.chunk.index == 0)
-            assert iso.feedback(found.query_id or "", first).learned == "learned"
+        _learn_first_chunks(iso, topics)
     rng = random.Random(11)
     for run in range(4):
         for topic in topics if how == "changed" else []:  # the first chunk's text changes
@@ -375,13 +383,13 @@ def test_a_kill_while_files_are_ingested_again_never_loses_a_learned_question(
             for topic in topics:
                 kept = [q for q in iso.questions(str(corpus / f"{topic}.md"))
                         if q.origin == "user"]
-                assert [q.text for q in kept] == [asked(topic)], f"run {run}: {topic}"
+                assert [q.text for q in kept] == [_asked(topic)], f"run {run}: {topic}"
     with opened() as iso:  # a run to the end carries every one to the new text
         iso.ingest(corpus)
         for topic in topics:
             [kept] = [q for q in iso.questions(str(corpus / f"{topic}.md"))
                       if q.origin == "user"]
-            assert kept.chunk_index == 0 and kept.text == asked(topic)
+            assert kept.chunk_index == 0 and kept.text == _asked(topic)
 
 
 def test_explain_adds_up_to_each_results_score(logged: Isotope) -> None:
@@ -544,17 +552,10 @@ def test_a_copy_killed_and_resumed_keeps_every_learned_question(
     corpus = _corpus(tmp_path / "corpus")
     source = tmp_path / "index"
 
-    def asked(topic: str) -> str:
-        return f"which crew looks after the {topic} machines at night"
-
     with Isotope.open(source, embedder=embedder, llm=FakeLLM(), cache=False,
                       chunk_size=48, chunk_overlap=0, query_log=True) as iso:
         iso.ingest(corpus)
-        for topic in TOPICS:
-            found = iso.search(asked(topic), k=50, mode="hybrid")
-            first = next(r.chunk.id for r in found.results
-                         if r.chunk.source.endswith(f"{topic}.md") and r.chunk.index == 0)
-            assert iso.feedback(found.query_id or "", first).learned == "learned"
+        _learn_first_chunks(iso, TOPICS)
     rng = random.Random(3)
     # a copy that says each source it stored (and waits a little after each), so that the
     # kill lands between sources, mid-copy
@@ -583,7 +584,7 @@ def test_a_copy_killed_and_resumed_keeps_every_learned_question(
             for topic in TOPICS:
                 kept = [q.text for q in copy.questions(str(corpus / f"{topic}.md"))
                         if q.origin == "user"]
-                assert kept == [asked(topic)], f"run {run}: {topic}"
+                assert kept == [_asked(topic)], f"run {run}: {topic}"
 
 
 # queries whose keyword and meaning signals disagree on this corpus; users who mark the
@@ -687,20 +688,13 @@ def test_a_repair_killed_midway_keeps_every_learned_and_manual_question(
     corpus = _corpus(tmp_path / "corpus")
     index = tmp_path / "index"
 
-    def asked(topic: str) -> str:
-        return f"which crew looks after the {topic} machines at night"
-
     def opened() -> Isotope:
         return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False,
                             chunk_size=48, chunk_overlap=0, query_log=True)
 
     with opened() as iso:
         iso.ingest(corpus)
-        for topic in TOPICS:
-            found = iso.search(asked(topic), k=50, mode="hybrid")
-            first = next(r.chunk.id for r in found.results
-                         if r.chunk.source.endswith(f"{topic}.md") and r.chunk.index == 0)
-            assert iso.feedback(found.query_id or "", first).learned == "learned"
+        _learn_first_chunks(iso, TOPICS)
         iso.add_question(str(corpus / f"{TOPICS[0]}.md"), "who signs the night crew's rota",
                          chunk=0)
 
@@ -708,8 +702,8 @@ def test_a_repair_killed_midway_keeps_every_learned_and_manual_question(
         return {topic: sorted(q.text for q in iso.questions(str(corpus / f"{topic}.md"))
                               if q.origin != "generated") for topic in TOPICS}
 
-    expected = {topic: [asked(topic)] for topic in TOPICS}
-    expected[TOPICS[0]] = sorted([asked(TOPICS[0]), "who signs the night crew's rota"])
+    expected = {topic: [_asked(topic)] for topic in TOPICS}
+    expected[TOPICS[0]] = sorted([_asked(TOPICS[0]), "who signs the night crew's rota"])
     rng = random.Random(5)
     for run in range(4):
         worker = subprocess.Popen([sys.executable, "-m", "isotope", "check", "--repair",
@@ -725,5 +719,5 @@ def test_a_repair_killed_midway_keeps_every_learned_and_manual_question(
         assert iso.check() == []
         assert kept(iso) == expected
         for topic in TOPICS:
-            found = iso.search(asked(topic), k=1, mode="questions-dense")
+            found = iso.search(_asked(topic), k=1, mode="questions-dense")
             assert found.results[0].chunk.source.endswith(f"{topic}.md"), topic
