@@ -250,8 +250,7 @@ def weights_show_command(
     with errors(), open_index(index, project) as iso:
         done = iso.fitted_weights()
         fitted = done.weights if done is not None and done.adopted else {}
-        used = retrieval.signal_weights(iso.settings.alpha,
-                                        {**fitted, **iso.settings.weights})
+        used = retrieval.weights_in_use(iso.settings, fitted)
         origin = {name: "setting" if name in iso.settings.weights else
                   "fitted" if name in fitted else "default" for name in used}
     if as_json:

@@ -224,6 +224,13 @@ def fusion_options(settings: RetrievalSettings, weights: dict[str, float] | None
             "aggregate": settings.aggregate}
 
 
+def weights_in_use(settings: RetrievalSettings, fitted: dict[str, float] | None = None
+                   ) -> dict[str, float]:
+    """Each hybrid signal's weight as :func:`search` fuses with it: the ``weights``
+    setting over the weights ``fitted`` from users' marks, over the defaults."""
+    return signal_weights(settings.alpha, fusion_options(settings, None, fitted)["weights"])
+
+
 def search(store: Store, embedder: Embedder, query: str, k: int,
            mode: str = "questions-dense", *, alpha: float = 0.5,
            weights: dict[str, float] | None = None, fusion: Fusion = "zscore",

@@ -98,8 +98,7 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS,
                               f"weights needs at least {min_marks} (isotope feedback "
                               "QUERY_ID CHUNK_ID marks a result useful)")
     fixed = dict(iso.settings.weights)  # the setting's weights win: not fitted
-    before = retrieval.signal_weights(iso.settings.alpha, {
-        **(fitted_weights(store) or {}), **fixed})
+    before = retrieval.weights_in_use(iso.settings, fitted_weights(store))
     pool, aggregate = max(50, iso.settings.top_k), iso.settings.aggregate
     queries = list(marks.values())
     vectors = np.asarray(iso.embedder.embed(queries), dtype=np.float32)

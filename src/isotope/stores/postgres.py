@@ -276,18 +276,23 @@ class PostgresStore(SQLStore):
         """``call()`` (a search: its snapshots) on one read replica, chosen once, made
         again on another (or the primary) if that one stops answering. Reads outside
         it (an ingest's, a copy's, learning's) read the primary."""
-        if self._replicas is None or getattr(self._local, "replica", None) is not None:
-            return call()  # (no replicas, or inside a read already)
-        for _ in range(len(self._replicas.replicas) + 1):
-            self._local.replica = self._replicas.pick(_WRITTEN.get((self._url, self.schema),
-                                                                    -1))
-            try:
-                return call()
-            except ReplicaFailed:
-                continue  # (left out now: the next pick is another replica or the primary)
-            finally:
-                self._local.replica = None
-        return call()
+        if self._replicas is None or getattr(self._local, "in_reading", False):
+            return call()  # (no replicas, or inside a read already: its pick holds, even
+            # the primary when no replica was healthy)
+        self._local.in_reading = True
+        try:
+            for _ in range(len(self._replicas.replicas) + 1):
+                self._local.replica = self._replicas.pick(
+                    _WRITTEN.get((self._url, self.schema), -1))
+                try:
+                    return call()
+                except ReplicaFailed:
+                    continue  # (left out now: the next pick is another replica or primary)
+                finally:
+                    self._local.replica = None
+            return call()
+        finally:
+            self._local.in_reading = False
 
     def log_query(self, entry: Any, keep_days: float) -> None:
         """The query log's row is no write a later search must wait for (read your
