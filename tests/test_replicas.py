@@ -120,6 +120,115 @@ def test_a_standby_stopped_under_8_searching_clients_fails_no_search(
     replicated.caught_up()
 
 
+def _processes(cluster: Cluster, standby: Standby) -> list[int]:
+    """The standby's postmaster and every process it started."""
+    postmaster = int((standby.data / "postmaster.pid").read_text().split()[0])
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster:
+            children.append(int(stat.parent.name))
+    return [postmaster, *children]
+
+
+def test_a_hung_standby_under_8_searching_clients_fails_no_search(
+        replicated: Cluster, index: str, embedder: Embedder,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A standby that answers nothing (its processes stopped with SIGSTOP: the kernel
+    still takes connections and acknowledges what is sent) is cut off after
+    ``ANSWER_WITHIN`` seconds and each search caught on it is made again elsewhere."""
+    import os
+    import signal
+
+    import isotope.stores.postgres_replicas as replicas
+
+    monkeypatch.setattr(replicas, "ANSWER_WITHIN", 1.0)
+    with _opened(index, embedder) as iso:
+        failures: list[BaseException] = []
+        done = [0] * 8
+        stop = threading.Event()
+
+        def client(n: int) -> None:
+            while not stop.is_set():
+                try:
+                    found = iso.search("Which bakery sells buns?", k=2, mode="hybrid")
+                    assert found.results[0].chunk.source.endswith("bakery.md")
+                    done[n] += 1
+                except BaseException as exc:
+                    failures.append(exc)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        hung = _processes(replicated, replicated.standbys[0])
+        for pid in hung:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(2.5)
+            stopped_at = sum(done)
+            time.sleep(2.0)
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=60)
+            assert not any(t.is_alive() for t in threads)
+            assert failures == []
+            assert sum(done) > stopped_at + 8  # searches went on without it
+            shown = iso.status().replicas
+            assert [r["healthy"] for r in shown] == [False, True]
+            assert shown[0]["error"]
+        finally:
+            for pid in hung:
+                os.kill(pid, signal.SIGCONT)
+    replicated.caught_up()
+
+
+def test_a_standby_cut_off_from_the_primary_is_skipped(
+        replicated: Cluster, index: str, embedder: Embedder) -> None:
+    """A standby whose WAL receiver stops (a network split) has replayed all it received,
+    so its replay says lag 0; while the primary answers, its lag counts from when it
+    was seen cut off, and past ``replica_max_lag`` no search reads it."""
+    cut = replicated.standbys[0]
+    conninfo = replicated.sql(cut, "SHOW primary_conninfo")[0][0]
+    assert conninfo
+
+    def receiving() -> bool:
+        return bool(replicated.sql(cut, "SELECT count(*) FROM pg_stat_wal_receiver "
+                                        "WHERE status = 'streaming'")[0][0])
+
+    replicated.sql(cut, "ALTER SYSTEM SET primary_conninfo = ''")
+    replicated.sql(cut, "SELECT pg_reload_conf()")
+    try:
+        deadline = time.monotonic() + 30
+        while receiving():
+            assert time.monotonic() < deadline, "the WAL receiver did not stop"
+            time.sleep(0.1)
+        with _opened(index, embedder, replica_max_lag=0.5) as iso:
+            first = iso.status().replicas
+            assert first[0]["healthy"] and "not receiving WAL" in first[0]["error"]
+            time.sleep(1.0)
+            shown = iso.status().replicas
+            assert [r["healthy"] for r in shown] == [False, True]
+            assert shown[0]["lag_s"] > 0.5
+            assert "not receiving WAL from the primary" in shown[0]["error"]
+            before = [_transactions(replicated, s) for s in replicated.standbys]
+            for _ in range(20):
+                found = iso.search("Which bakery sells buns?", k=2, mode="hybrid")
+                assert found.results[0].chunk.source.endswith("bakery.md")
+        time.sleep(1.5)
+        served = [_transactions(replicated, s) - b
+                  for s, b in zip(replicated.standbys, before, strict=True)]
+        assert served[0] <= 6 and served[1] >= 15, served  # (probes are transactions too)
+    finally:
+        escaped = conninfo.replace("'", "''")
+        replicated.sql(cut, f"ALTER SYSTEM SET primary_conninfo = '{escaped}'")
+        replicated.sql(cut, "SELECT pg_reload_conf()")
+    replicated.caught_up()
+
+
 def test_a_search_after_a_write_sees_it(replicated: Cluster, index: str, tmp_path: Path,
                                         embedder: Embedder, paused: list[Standby]) -> None:
     """Read your writes: with one standby's replay paused, a search right after an ingest

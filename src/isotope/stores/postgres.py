@@ -50,7 +50,12 @@ from isotope.stores import (
     describe,
 )
 from isotope.stores.keywords import K1, Tokenizer, query_terms, query_words
-from isotope.stores.postgres_replicas import ReplicaFailed, Replicas
+from isotope.stores.postgres_replicas import (
+    CONNECT_TIMEOUT,
+    PROBE_EVERY,
+    ReplicaFailed,
+    Replicas,
+)
 from isotope.stores.postgres_schema import (
     connect,
     replicas_in,
@@ -126,6 +131,7 @@ class PostgresStore(SQLStore):
         self._conns: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._conns_lock = threading.Lock()
         self._replicas: Replicas | None = None
+        self._primary_seen = (float("-inf"), True)
         self.set_read_replicas([])  # (those the location names)
         conn = self._conn()
         version = self._guard(lambda: schema_version(conn, self.schema))
@@ -267,7 +273,19 @@ class PostgresStore(SQLStore):
             if bad:
                 raise InvalidIndex(f"read replicas must be postgresql:// URLs: {', '.join(bad)}")
             self._replicas = Replicas([split_location(str(u))[0] for u in urls],
-                                      self.schema, max_lag, wait)
+                                      self.schema, max_lag, wait, self._primary_answers)
+
+    def _primary_answers(self) -> bool:
+        """Whether the primary takes a connection now (asked on a connection of its own,
+        at most once per :data:`PROBE_EVERY` seconds)."""
+        now = time.monotonic()
+        if now - self._primary_seen[0] >= PROBE_EVERY:
+            try:
+                connect(self._url, self.schema, self.location, timeout=CONNECT_TIMEOUT).close()
+                self._primary_seen = (now, True)
+            except Exception:
+                self._primary_seen = (now, False)
+        return self._primary_seen[1]
 
     def replicas(self) -> list[dict[str, Any]]:
         return self._replicas.status() if self._replicas is not None else []
@@ -282,10 +300,13 @@ class PostgresStore(SQLStore):
         self._local.in_reading = True
         try:
             for _ in range(len(self._replicas.replicas) + 1):
-                self._local.replica = self._replicas.pick(
+                picked = self._local.replica = self._replicas.pick(
                     _WRITTEN.get((self._url, self.schema), -1))
                 try:
-                    return call()
+                    if picked is None:
+                        return call()
+                    with self._replicas.watched(*picked):
+                        return call()
                 except ReplicaFailed:
                     continue  # (left out now: the next pick is another replica or primary)
                 finally:

@@ -14,14 +14,25 @@ are spread across, while every write goes to the primary.
   the primary when the write commits). A replica that has is taken at once; else the
   first of them to replay it, polling, up to ``wait`` seconds; then the read goes to the
   primary. The query log's rows are not such writes (each search would wait for the
-  last one's)."""
+  last one's).
+- **A replica that hangs** (answers no statement: a stopped process, a full disk) is cut
+  off after :data:`ANSWER_WITHIN` seconds of one search or probe: its socket is shut so
+  the read fails and is made again elsewhere.
+- **A replica cut off from the primary** (its WAL receiver not streaming) has replayed
+  all it received, so its replay position says nothing of its lag: while the primary
+  answers, its lag is counted from when it was first seen cut off. While the primary does
+  not answer either, the replicas are what there is: they go on serving."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +51,39 @@ CONNECT_TIMEOUT = 2
 """Seconds to wait for a replica's connection (the primary waits longer)."""
 POLL = 0.02
 """Seconds between two looks at a replica's replay position (read your writes)."""
+ANSWER_WITHIN = 5.0
+"""Seconds a search (all its reads) or a probe may wait on a replica before the replica
+is cut off and the search made again elsewhere."""
 _PROBE = ("SELECT pg_is_in_recovery(), pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN "
           "pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, '0/0')::bigint, CASE WHEN "
           "NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() "
-          "THEN 0 ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END")
+          "THEN 0 ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END, "
+          "NOT pg_is_in_recovery() OR EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE "
+          "status = 'streaming')")
+
+
+@contextlib.contextmanager
+def answering(conn: psycopg.Connection[Any], within: float,
+              hung: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Shut ``conn``'s socket when what runs inside takes more than ``within`` seconds
+    (``hung()`` is called first): a server that answers nothing (a stopped process) would
+    otherwise hold the read for ever, and neither keepalives nor a server-side timeout see
+    it (the kernel still acknowledges)."""
+    def cut() -> None:
+        hung()
+        try:
+            with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # (closed already)
+            pass
+
+    timer = threading.Timer(within, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 class ReplicaFailed(StoreError):
@@ -64,6 +104,10 @@ class Replica:
     replayed: int = -1
     """Its replay position (WAL bytes) when last checked."""
     error: str | None = None
+    hung: bool = False
+    """It did not answer within :data:`ANSWER_WITHIN` (its connection was cut)."""
+    cut_since: float | None = None
+    """When it was first seen not streaming WAL from the primary (None: streaming)."""
 
     @property
     def healthy(self) -> bool:
@@ -79,6 +123,9 @@ class Replicas:
     schema: str
     max_lag: float = 5.0
     wait: float = 1.0
+    primary_answers: Callable[[], bool] = lambda: True
+    """Whether the primary answers now (a replica cut off from it lags only while it
+    does)."""
     replicas: list[Replica] = field(default_factory=list)
     _turn: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -118,14 +165,30 @@ class Replicas:
         """Read the replica's state now (healthy or not, its lag and replay position)."""
         try:
             conn = self.connection(replica)
-            _, replayed, lag = conn.execute(_PROBE).fetchone()  # type: ignore[misc]
+            with self.watched(replica, conn):
+                _, replayed, lag, streaming = conn.execute(_PROBE).fetchone()  # type: ignore[misc]
         except Exception as exc:  # (a connection refused, a server gone, a timeout)
             self.lost(replica, exc)
             return
-        replica.checked_at = time.monotonic()
+        now = replica.checked_at = time.monotonic()
         replica.replayed = int(replayed or 0)
-        replica.lag_s = round(float(lag or 0.0), 3)
+        lag = float(lag or 0.0)
+        if streaming:
+            replica.cut_since = None
+        else:  # (everything it received is replayed: its own lag reads 0)
+            replica.cut_since = replica.cut_since or now
+            if now - replica.cut_since > self.max_lag and self.primary_answers():
+                lag = max(lag, now - replica.cut_since)
+        replica.lag_s = round(lag, 3)
         replica.error = None
+
+    def watched(self, replica: Replica, conn: psycopg.Connection[Any]
+                ) -> contextlib.AbstractContextManager[None]:
+        """Cut ``conn`` off if it does not answer within :data:`ANSWER_WITHIN`."""
+        def hung() -> None:
+            replica.hung = True
+
+        return answering(conn, ANSWER_WITHIN, hung)
 
     def lost(self, replica: Replica, exc: BaseException) -> ReplicaFailed:
         """Leave ``replica`` out for :data:`DOWN_FOR` seconds; the error to raise."""
@@ -133,6 +196,9 @@ class Replicas:
 
         said = str(exc).strip()
         first = redact(said.splitlines()[0] if said else type(exc).__name__, replica.url)
+        if replica.hung:
+            replica.hung = False
+            first = f"did not answer within {ANSWER_WITHIN:g} s"
         replica.error = first
         replica.down_until = time.monotonic() + DOWN_FOR
         replica.lag_s = None
@@ -183,7 +249,11 @@ class Replicas:
         for replica in self.replicas:
             replica.down_until = 0.0  # (asked now: tried again now)
             self.probe(replica)
+            error = replica.error
+            if error is None and replica.cut_since is not None:
+                error = (f"not receiving WAL from the primary for "
+                         f"{time.monotonic() - replica.cut_since:.0f} s")
             shown.append({"url": replica.shown, "healthy": replica.healthy
                           and (replica.lag_s or 0.0) <= self.max_lag, "lag_s": replica.lag_s,
-                          "error": replica.error})
+                          "error": error})
         return shown
