@@ -621,6 +621,10 @@ def test_signal_weights_are_fitted_on_the_marks_used_and_reset(
         assert before < len(LEANING)  # (the defaults follow the keywords here)
         with pytest.raises(InvalidArgument, match="12 useful mark"):
             iso.fit_weights()  # fewer than 50 by default
+        iso.settings.weights = {"questions-dense": 0.0}  # (a fit could never be kept)
+        with pytest.raises(InvalidArgument, match="sets questions-dense to 0"):
+            iso.fit_weights(min_marks=10)
+        iso.settings.weights = {}
         fit = iso.fit_weights(min_marks=10)
         assert fit.adopted and fit.marks == len(LEANING)
         assert fit.first_before == pytest.approx(before / len(LEANING), abs=1e-3)

@@ -98,6 +98,14 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS,
                               f"weights needs at least {min_marks} (isotope feedback "
                               "QUERY_ID CHUNK_ID marks a result useful)")
     fixed = dict(iso.settings.weights)  # the setting's weights win: not fitted
+    if set(SIGNALS) <= set(fixed):
+        raise InvalidArgument("the weights setting (ISOTOPE_WEIGHTS) gives every signal its "
+                              "weight, and it wins over fitted weights: nothing to fit. "
+                              "Leave out the signals the fit may weigh")
+    if fixed.get("questions-dense") == 0:
+        raise InvalidArgument("the weights setting (ISOTOPE_WEIGHTS) sets questions-dense to "
+                              "0; fitted weights keep it above 0 (what users confirmed is "
+                              "read through it): leave it out of the setting to fit")
     before = retrieval.weights_in_use(iso.settings, fitted_weights(store))
     pool, aggregate = max(50, iso.settings.top_k), iso.settings.aggregate
     queries = list(marks.values())
