@@ -44,13 +44,25 @@ DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
 OUT = ROOT / "benchmarks" / "out"
 
 
-def server(url: str | None) -> tuple[str, Any]:
+def server(url: str | None, shared_buffers: str = "4GB") -> tuple[str, Any]:
+    """The server to measure: ``url``, or a pgserver one (restarted once with
+    ``shared_buffers``: PostgreSQL's default 128MB holds none of a million questions'
+    HNSW graph, and every scan then copies its pages from the OS cache)."""
     if url:
         return url, None
     import pgserver
+    import psycopg
 
     scale.WORK.mkdir(parents=True, exist_ok=True)
     started = pgserver.get_server(scale.WORK / "pg", cleanup_mode="stop")
+    with psycopg.connect(started.get_uri(), autocommit=True) as conn:
+        wanted = conn.execute("SELECT pg_size_bytes(%s) <> pg_size_bytes(current_setting("
+                              "'shared_buffers'))", (shared_buffers,)).fetchone()
+        if wanted and wanted[0]:
+            conn.execute(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'")
+    if wanted and wanted[0]:
+        started.cleanup()
+        started = pgserver.get_server(scale.WORK / "pg", cleanup_mode="stop")
     return started.get_uri(), started
 
 
@@ -271,12 +283,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--json", action="store_true",
                         help="scale: print one JSON object (hybrid_p50_ms, ...)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="scale: drop the PostgreSQL copy first (the load is measured)")
+    parser.add_argument("--shared-buffers", default="4GB",
+                        help="the pgserver server's shared_buffers (default 4GB)")
     args = parser.parse_args()
-    url, started = server(args.url)
+    url, started = server(args.url, args.shared_buffers)
     try:
         if args.what == "quality":
             quality(url, args.passages)
         else:
+            if args.fresh:
+                dropped = stores.open(at_schema(url, f"scale_{args.questions}"))
+                dropped.drop()  # type: ignore[attr-defined]
+                dropped.close()
             scale_run(url, args.questions, args.clients, args.seconds, args.queries, args.json)
     finally:
         if started is not None:

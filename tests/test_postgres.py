@@ -814,6 +814,36 @@ def test_a_copy_cut_short_before_its_vector_indexes_is_found_and_finished(
     target.close()
 
 
+def test_the_hnsw_build_of_a_bulk_load_takes_its_memory_and_workers_settings(
+        postgres_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`isotope copy` builds the HNSW indexes at the end with the hnsw_build_* settings:
+    a graph larger than the memory given is built on disk, and the user is told which
+    setting to raise; `auto` sizes the memory from the rows."""
+    import logging
+
+    from isotope.stores.postgres import build_memory
+
+    assert build_memory("auto", 10, 384) == "64MB"
+    assert build_memory("auto", 1_000_000, 384) == "1430MB"
+    assert build_memory("auto", 100_000_000, 384) == "8192MB"
+    assert build_memory("2GB", 10, 384) == "2GB"
+    embedded = tmp_path / "embedded"
+    store = stores.open(embedded)
+    store.add(_random_batch("/many.txt", 3_000))
+    store.set_meta("embedding", {"model_id": "m", "dim": 384})
+    store.close()
+    with caplog.at_level(logging.WARNING, logger="isotope.stores.postgres"):
+        copy_index(embedded, postgres_url, hnsw_build=("1MB", 1))
+    said = [r.getMessage() for r in caplog.records if "hnsw_build_memory" in r.getMessage()]
+    assert said and "1MB" in said[0] and "built on disk" in said[0], caplog.text
+    target = stores.open(postgres_url)
+    assert target.check() == [] and target.missing_hnsw() == []  # type: ignore[attr-defined]
+    target.close()
+    refused = runner.invoke(app, ["copy", str(embedded), postgres_url + "x", "--json"],
+                            env={"ISOTOPE_HNSW_BUILD_MEMORY": "lots"})
+    assert refused.exit_code != 0 and "hnsw_build_memory" in refused.output
+
+
 def test_resume_refuses_an_index_that_is_not_the_same_copy(postgres_url: str,
                                                           tmp_path: Path) -> None:
     one, other = tmp_path / "one", tmp_path / "other"

@@ -116,6 +116,7 @@ class Isotope:
         store.set_read_replicas(settings.read_replicas, settings.replica_max_lag,
                                 settings.replica_wait)
         store.set_keyword_index(settings.keyword_index)
+        store.set_hnsw_build(settings.hnsw_build_memory, settings.hnsw_build_workers)
         self.origins = origins or {}
         self.prompts = prompt_specs.load(settings.prompts_dir)
         """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""

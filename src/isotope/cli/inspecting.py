@@ -240,7 +240,11 @@ def copy_command(
         if stores.scheme(where[0]) is None and not stores.exists(where[0]):
             raise IsotopeError(f"no index at {stores.describe(where[0])}; give the index "
                                "directory or URL to copy")
-        report = copy_index(where[0], where[1], resume=resume, progress=progress)
+        from isotope.settings import resolve
+
+        chosen = resolve(None)[0]
+        report = copy_index(where[0], where[1], resume=resume, progress=progress,
+                            hnsw_build=(chosen.hnsw_build_memory, chosen.hnsw_build_workers))
     if as_json:
         print_json({"from": report.source, "to": report.target, "sources": len(report.sources),
                     "skipped": len(report.skipped), "chunks": report.chunks,

@@ -464,6 +464,11 @@ class Store(ABC):
                                   f"is at {getattr(self, 'where', 'no server')}: leave the "
                                   "setting empty")
 
+    def set_hnsw_build(self, memory: str = "auto", workers: int = 0) -> None:  # noqa: B027
+        """How a bulk load's vector indexes are built at its end: ``memory`` (``auto`` or
+        a size such as ``4GB``) and parallel ``workers`` (0: the server's setting).
+        Default: the store builds no index at the end of a bulk load."""
+
     def replicas(self) -> list[dict[str, Any]]:
         """Each read replica's ``url`` (password masked), ``healthy`` and ``lag_s``, read
         now. Default: none."""

@@ -93,9 +93,12 @@ items exactly (at a million questions, a principal who sees 1% of the sources: 5
 chunks)."""
 PARAMETERS = 30_000
 """Bound values per INSERT statement (under PostgreSQL's limit of 65,535)."""
-BULK_MEMORY = "1GB"
-"""maintenance_work_mem for building the HNSW indexes after a bulk load (a graph that fits
-builds several times faster)."""
+BUILD_BYTES_PER_VECTOR = 1_200
+"""About what one 384-dimension halfvec takes in an HNSW graph being built in memory
+(its vector, its neighbour lists, pgvector's element); scaled by the dimension."""
+BUILD_MEMORY = (64 << 20, 8 << 30)
+"""The least and the most memory an ``auto`` HNSW build asks for (a graph that fits
+builds several times faster than one pgvector has to spill to disk)."""
 WRITE_RETRIES = 6
 """Times a write the server aborted to break a deadlock is made (then its error stands)."""
 T = TypeVar("T")
@@ -132,6 +135,7 @@ class PostgresStore(SQLStore):
         self._conns_lock = threading.Lock()
         self._replicas: Replicas | None = None
         self._primary_seen = (float("-inf"), True)
+        self._build: tuple[str, int] = ("auto", 0)
         self.set_read_replicas([])  # (those the location names)
         conn = self._conn()
         version = self._guard(lambda: schema_version(conn, self.schema))
@@ -197,14 +201,6 @@ class PostgresStore(SQLStore):
             return {}
         return {int(row): vector.to_numpy() for row, vector in self._rows(
             f"SELECT row, vector FROM {kind} WHERE row = ANY(%s)", (rows,))}
-
-    def _run(self, sql: str, params: Any = None) -> None:
-        import psycopg
-
-        try:
-            self._conn().execute(sql, params)
-        except psycopg.Error as exc:
-            raise self._read_error(exc) from exc
 
     @contextmanager
     def _write(self, *sources: str, lock: str | None = None
@@ -435,10 +431,28 @@ class PostgresStore(SQLStore):
         if dim is None:
             return
         with self._write(lock=f"isotope-dim:{self.schema}") as conn:
-            missing = self.missing_hnsw(conn)
-            if missing:
-                conn.execute(f"SET LOCAL maintenance_work_mem = '{BULK_MEMORY}'")
-                self._hnsw(conn, dim, missing)
+            for kind in self.missing_hnsw(conn):  # (each with the memory its graph wants)
+                found = conn.execute(f"SELECT count(*) FROM {kind}").fetchone()
+                memory = build_memory(self._build[0], int(found[0]) if found else 0, dim)
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (memory,))
+                if self._build[1]:
+                    conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, "
+                                 "true)", (str(self._build[1]),))
+
+                def spilled(notice: Any, kind: str = kind, memory: str = memory) -> None:
+                    if "maintenance_work_mem" in (notice.message_primary or ""):
+                        log.warning("%s: the %s HNSW graph outgrew %s of memory and is built "
+                                    "on disk, several times slower: raise the "
+                                    "hnsw_build_memory setting", self.where, kind, memory)
+
+                conn.add_notice_handler(spilled)
+                try:
+                    self._hnsw(conn, dim, [kind])
+                finally:
+                    conn.remove_notice_handler(spilled)
+
+    def set_hnsw_build(self, memory: str = "auto", workers: int = 0) -> None:
+        self._build = (memory, workers)
 
     @contextmanager
     def bulk(self) -> Iterator[None]:
@@ -563,11 +577,13 @@ class PostgresStore(SQLStore):
             # nearest it visits: with many chunks meeting them (a principal who sees 10%
             # of a million questions), 200 candidates found 0.88 of the exact top 10
             wide = EF_FILTERED if filters else EF_SEARCH
-            self._run(f"SET LOCAL hnsw.ef_search = {min(max(wide, k), 1000)}")
             # rows deleted but not yet vacuumed, or filtered out, use up the candidates of
-            # a plain scan: an iterative scan goes on, up to MAX_SCAN_TUPLES
-            self._run("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            self._run(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
+            # a plain scan: an iterative scan goes on, up to MAX_SCAN_TUPLES (the three
+            # settings in one round trip, for this transaction only)
+            self._rows("SELECT set_config('hnsw.ef_search', %s, true), set_config("
+                       "'hnsw.iterative_scan', 'relaxed_order', true), set_config("
+                       "'hnsw.max_scan_tuples', %s, true)",
+                       (str(min(max(wide, k), 1000)), str(MAX_SCAN_TUPLES)))
             found = [] if few else self._rows(sql.replace("ORDER_BY", distance), params)
             if len(found) < k:  # the index scan gave up: scan the rows exactly
                 found = self._rows(sql.replace("ORDER_BY", f"0 + ({distance})"), params)
@@ -680,6 +696,17 @@ class PostgresStore(SQLStore):
                                "with it")
         with self._write() as conn:
             conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+
+
+def build_memory(setting: str, rows: int, dim: int) -> str:
+    """The ``maintenance_work_mem`` of an HNSW build over ``rows`` vectors: the
+    ``hnsw_build_memory`` setting, or for ``auto`` the graph's estimated size with a
+    quarter more (a graph that outgrows it is built on disk, many times slower), within
+    :data:`BUILD_MEMORY`."""
+    if setting != "auto":
+        return setting
+    wanted = rows * BUILD_BYTES_PER_VECTOR * max(dim, 1) / 384 * 1.25
+    return f"{int(min(max(wanted, BUILD_MEMORY[0]), BUILD_MEMORY[1])) >> 20}MB"
 
 
 def _named(clause: str, values: list[Any], params: dict[str, Any]) -> str:
