@@ -1,6 +1,6 @@
 """A corpus of hostile files, built on demand, with the outcome each must have.
 
-    python tests/hostile.py    # print the README's table of cases and outcomes
+    python tests/hostile.py    # print the cases table of docs/operations/reliability.md
 
 Outcomes: ``ingested`` (stored, searchable), ``error`` (a per-file error whose message
 contains ``match``), ``skipped`` (left out of a folder walk, with a notice), ``walked``
@@ -28,7 +28,7 @@ BIG_MB = 100
 @dataclass
 class Case:
     name: str
-    """What the case is (the README's first column)."""
+    """What the case is (the first column of the table in docs/operations/reliability.md)."""
     path: str
     """The file's path relative to the corpus folder."""
     outcome: str
@@ -256,8 +256,9 @@ def _big_file(path: Path, megabytes: int) -> None:
 
 
 def table(cases: list[Case], messages: dict[str, str]) -> str:
-    """The README's table: each case with its outcome and, for errors, the message (as
-    an ingest reported it; ``messages`` by file path relative to the corpus)."""
+    """The table of docs/operations/reliability.md: each case with its outcome and, for
+    errors, the message (as an ingest reported it; ``messages`` by file path relative to
+    the corpus)."""
     rows = ["| case | outcome |", "|---|---|"]
     for case in cases:
         outcome = {"error": "error", "ingested": "ingested", "skipped": "skipped",

@@ -489,8 +489,9 @@ def test_mcp_with_a_read_key_answers_odd_bodies_without_a_server_error(
 
 def test_another_writer_is_409_and_a_read_only_index_503(iso: Isotope, examples: Path,
                                                          tmp_path: Path) -> None:
-    """The statuses the README promises for a locked index (another process writes,
-    past lock_wait) and for storage that refuses writes (a read-only mount)."""
+    """The statuses the docs (guides/serving.md) promise for a locked index (another
+    process writes, past lock_wait) and for storage that refuses writes (a read-only
+    mount)."""
     import os
     import shutil
     import subprocess

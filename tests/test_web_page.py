@@ -2,7 +2,7 @@
 .ci/run) driven by Playwright through its executable path, so no browser is downloaded.
 Loads the page from a real uvicorn server on loopback, searches, and checks that the
 answer, the matched question and its highlighted atom appear; the screenshot is the
-README's (docs/web-page.png)."""
+docs' (docs/web-page.png, in guides/serving.md)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_the_page_searches_and_shows_the_answer_and_the_matched_question(
     shot = tmp_path / "page.png"
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     target = ROOT / "docs" / "web-page.png"
-    if not target.exists() or os.environ.get("UPDATE_SCREENSHOT"):  # the README's picture
+    if not target.exists() or os.environ.get("UPDATE_SCREENSHOT"):  # the docs' picture
         shutil.copy(shot, target)
 
 

@@ -170,7 +170,7 @@ class SearchResult(_Record):
 
     rank: int
     score: float
-    """The chunk's score in 0..1 (see the README's retrieval modes): for dense modes the
+    """The chunk's score in 0..1 (see the docs: guides/retrieval.md): for dense modes the
     cosine similarity of its best match, clipped at 0."""
     chunk: Chunk
     matched_questions: list[MatchedQuestion] = Field(default_factory=list)

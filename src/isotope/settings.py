@@ -13,7 +13,7 @@ list or globs separated by commas; ``weights`` takes a JSON object.
 
 Longer than the other modules on purpose: it is the one table of settings (each a field
 with its default, bounds and documentation) with the code that reads them in order;
-``isotope config``, the README and the error messages are built from it.
+``isotope config``, the docs' settings page and the error messages are built from it.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ def project_list(as_json: JsonOpt = False) -> None:
 
 
 @project_app.command("show")
-def project_show(name: Annotated[str, typer.Argument()], as_json: JsonOpt = False) -> None:
+def project_show(name: Annotated[str, typer.Argument(help="The project to show.")],
+                 as_json: JsonOpt = False) -> None:
     """A project's path, counts and saved settings."""
     from dataclasses import asdict
 
@@ -99,7 +100,8 @@ def project_show(name: Annotated[str, typer.Argument()], as_json: JsonOpt = Fals
 
 
 @project_app.command("use")
-def project_use(name: Annotated[str, typer.Argument()]) -> None:
+def project_use(name: Annotated[str, typer.Argument(
+        help="The project used when no --index or --project is given.")]) -> None:
     """Make a project the default: commands given no --index or --project use it."""
     from isotope import projects
 
@@ -110,7 +112,7 @@ def project_use(name: Annotated[str, typer.Argument()]) -> None:
 
 @project_app.command("delete")
 def project_delete(
-    name: Annotated[str, typer.Argument()],
+    name: Annotated[str, typer.Argument(help="The project to delete, with its index.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete a project and its index (asks first)."""

@@ -42,7 +42,7 @@ class IsotopeRetriever(BaseRetriever):
     mode: str | None = None
     """A retrieval mode (default: the index's)."""
     filters: dict[str, Any] | None = None
-    """Filters for every query (see the README's Filters); ``invoke(q, filters=...)``
+    """Filters for every query (see the docs: guides/filters.md); ``invoke(q, filters=...)``
     replaces them for one query (they only ever narrow what ``principal`` sees)."""
     principal: Any = None
     """Who searches (an ``Isotope`` index only: ``user:NAME[,group:NAME...]`` or an

@@ -32,7 +32,7 @@ _HIDDEN = ["matched_questions", "source_metadata", "cites", "chunk_id", "score",
 
 class IsotopeRetriever(BaseRetriever):
     """Retrieves chunks from an :class:`isotope.Isotope` or :class:`isotope.Client`;
-    ``filters`` (see the README's Filters) apply to every query; ``principal`` (an
+    ``filters`` (see the docs: guides/filters.md) apply to every query; ``principal`` (an
     ``Isotope`` only: ``user:NAME[,group:NAME...]``) is who searches (a ``Client``
     searches as its API key)."""
 

@@ -71,7 +71,7 @@ class SearchRequest(BaseModel):
                           "(default: the top_k setting)")
     mode: str | None = Field(None, description="Retrieval mode (default: the mode setting)")
     filters: dict[str, Any] | None = Field(None, description="Conditions on the source "
-                                           "and metadata (see the README's filters)")
+                                           "and metadata (see the docs: guides/filters.md)")
     explain: bool = Field(False, description="Each result says how its score was made "
                           "(per signal: rank, raw and standardised score, weight, "
                           "contribution; the questions and atoms that matched)")
