@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,33 +84,44 @@ def test_searches_are_spread_over_the_replicas(replicated: Cluster, index: str,
         assert all("socket" in r["url"] for r in shown)
 
 
+@contextmanager
+def _searching(iso: Isotope) -> Iterator[tuple[list[int], list[BaseException]]]:
+    """8 threads searching until the block ends (then joined): the searches each has
+    done, and every failure."""
+    failures: list[BaseException] = []
+    done = [0] * 8
+    stop = threading.Event()
+
+    def client(n: int) -> None:
+        while not stop.is_set():
+            try:
+                found = iso.search("Which bakery sells buns?", k=2, mode="hybrid")
+                assert found.results[0].chunk.source.endswith("bakery.md")
+                done[n] += 1
+            except BaseException as exc:
+                failures.append(exc)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    try:
+        yield done, failures
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+
+
 def test_a_standby_stopped_under_8_searching_clients_fails_no_search(
         replicated: Cluster, index: str, embedder: Embedder) -> None:
     with _opened(index, embedder) as iso:
-        failures: list[BaseException] = []
-        done = [0] * 8
-        stop = threading.Event()
-
-        def client(n: int) -> None:
-            while not stop.is_set():
-                try:
-                    found = iso.search("Which bakery sells buns?", k=2, mode="hybrid")
-                    assert found.results[0].chunk.source.endswith("bakery.md")
-                    done[n] += 1
-                except BaseException as exc:
-                    failures.append(exc)
-
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        time.sleep(1.0)
-        stopped_at = sum(done)
-        replicated.stop(replicated.standbys[0])
         try:
-            time.sleep(2.0)
-            stop.set()
-            for thread in threads:
-                thread.join(timeout=60)
+            with _searching(iso) as (done, failures):
+                stopped_at = sum(done)
+                replicated.stop(replicated.standbys[0])
+                time.sleep(2.0)
             assert failures == []
             assert sum(done) > stopped_at + 8  # searches went on without it
             shown = iso.status().replicas
@@ -146,35 +158,16 @@ def test_a_hung_standby_under_8_searching_clients_fails_no_search(
     import isotope.stores.postgres_replicas as replicas
 
     monkeypatch.setattr(replicas, "ANSWER_WITHIN", 1.0)
+    hung: list[int] = []
     with _opened(index, embedder) as iso:
-        failures: list[BaseException] = []
-        done = [0] * 8
-        stop = threading.Event()
-
-        def client(n: int) -> None:
-            while not stop.is_set():
-                try:
-                    found = iso.search("Which bakery sells buns?", k=2, mode="hybrid")
-                    assert found.results[0].chunk.source.endswith("bakery.md")
-                    done[n] += 1
-                except BaseException as exc:
-                    failures.append(exc)
-
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        time.sleep(1.0)
-        hung = _processes(replicated, replicated.standbys[0])
-        for pid in hung:
-            os.kill(pid, signal.SIGSTOP)
         try:
-            time.sleep(2.5)
-            stopped_at = sum(done)
-            time.sleep(2.0)
-            stop.set()
-            for thread in threads:
-                thread.join(timeout=60)
-            assert not any(t.is_alive() for t in threads)
+            with _searching(iso) as (done, failures):
+                hung += _processes(replicated, replicated.standbys[0])  # (its searches')
+                for pid in hung:
+                    os.kill(pid, signal.SIGSTOP)
+                time.sleep(2.5)
+                stopped_at = sum(done)
+                time.sleep(2.0)
             assert failures == []
             assert sum(done) > stopped_at + 8  # searches went on without it
             shown = iso.status().replicas
