@@ -48,8 +48,13 @@ def _default(param: Any) -> str:
 
 def cli_markdown() -> str:
     """Each command, its help, its arguments and options, as Markdown."""
-    lines = []
-    for path, command in _commands(_root()):
+    root = _root()
+    lines = ["## isotope", "", "Options before any command:", "",
+             "| option | what it does |", "|---|---|"]
+    lines += [f"| {', '.join(f'`{o}`' for o in [*p.opts, *p.secondary_opts])} | "
+              f"{_cell(getattr(p, 'help', ''))} |" for p in root.params]
+    lines.append("")
+    for path, command in _commands(root):
         lines += [f"## isotope {' '.join(path)}", ""]
         if command.help:
             lines += [command.help.strip().split("\f")[0].strip(), ""]
@@ -72,9 +77,19 @@ def cli_markdown() -> str:
 
 
 # -- settings --------------------------------------------------------------------------
-def _bounds(field: Any) -> str:
-    from typing import get_args, get_origin
+def _choices(annotation: Any) -> list[Any]:
+    """The values a ``Literal`` (or ``Literal | None``, or an alias of one) allows."""
+    from typing import Literal, get_args, get_origin
 
+    if hasattr(annotation, "__value__"):  # (a type alias)
+        annotation = annotation.__value__
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    return [c for arg in get_args(annotation) if arg is not type(None)
+            for c in _choices(arg)]
+
+
+def _bounds(field: Any) -> str:
     said = []
     for meta in field.metadata:
         for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
@@ -83,30 +98,27 @@ def _bounds(field: Any) -> str:
                 said.append(f"{sign} {value}")
         if getattr(meta, "pattern", None):
             said.append(f"matches `{meta.pattern}`")
-    annotation = field.annotation
-    if get_origin(annotation) is not None and str(get_origin(annotation)).endswith("Literal"):
-        said.append("one of " + ", ".join(f"`{a}`" for a in get_args(annotation)))
-    elif hasattr(annotation, "__value__"):  # (a type alias of a Literal)
-        inner = annotation.__value__
-        if str(get_origin(inner)).endswith("Literal"):
-            said.append("one of " + ", ".join(f"`{a}`" for a in get_args(inner)))
+    choices = _choices(field.annotation)
+    if choices:
+        said.append("one of " + ", ".join(f"`{c}`" for c in choices))
     return ", ".join(said)
 
 
-def _setting_default(field: Any) -> str:
+def _setting_default(name: str, field: Any) -> str:
+    """The default as a user reads it: a folder's value is the path on this machine's
+    layout (the builder's home replaced by ``~``); a secret or an unset value shows
+    nothing."""
+    from pydantic import SecretStr
     from pydantic_core import PydanticUndefined
 
-    if field.default_factory is not None:
-        try:
-            value = field.default_factory()
-        except TypeError:
-            return ""
-        if isinstance(value, Path):
-            return "(a folder under the user's data folder)"
-        return f"`{json.dumps(value)}`" if value not in ([], {}) else ""
-    if field.default is PydanticUndefined or field.default is None:
+    value = field.default_factory() if field.default_factory is not None else field.default
+    if value is PydanticUndefined or value is None or isinstance(value, SecretStr):
         return ""
-    return f"`{field.default}`"
+    if isinstance(value, Path):
+        return f"`{str(value).replace(str(Path.home()), '~')}`"
+    if isinstance(value, list | dict | tuple):
+        return f"`{json.dumps(value)}`" if value else ""
+    return f"`{value}`"
 
 
 def settings_markdown() -> str:
@@ -117,7 +129,7 @@ def settings_markdown() -> str:
     lines = ["| setting | environment variable | default | bounds | what it does |",
              "|---|---|---|---|---|"]
     for name, field in Settings.model_fields.items():
-        lines.append(f"| `{name}` | `{prefix}{name.upper()}` | {_setting_default(field)} | "
+        lines.append(f"| `{name}` | `{prefix}{name.upper()}` | {_setting_default(name, field)} | "
                      f"{_cell(_bounds(field))} | {_cell(field.description)} |")
     return "\n".join(lines) + "\n"
 
@@ -180,10 +192,17 @@ def undescribed(schema: dict[str, Any] | None = None) -> list[str]:
                     if not (getattr(p, "help", None) or "").strip()]
     missing += [f"setting {name}" for name, field in Settings.model_fields.items()
                 if not (field.description or "").strip()]
+    root = _root()
+    missing += [f"isotope {getattr(p, 'name', '?')}" for p in root.params
+                if not (getattr(p, "help", None) or "").strip()]
     schema = schema or openapi()
     for path, methods in schema.get("paths", {}).items():
-        missing += [f"{method.upper()} {path}" for method, op in methods.items()
-                    if not (op.get("description") or op.get("summary") or "").strip()]
+        for method, op in methods.items():  # (FastAPI's summary is the function's name)
+            route = f"{method.upper()} {path}"
+            if not (op.get("description") or "").strip():
+                missing.append(route)
+            missing += [f"{route} {p['name']}" for p in op.get("parameters", [])
+                        if not (p.get("description") or "").strip()]
     return missing
 
 

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,10 @@ DOCS = ROOT / "docs"
 GUIDES = ("getting-started", "guides", "operations")
 """The folders whose examples run (the reference is generated; development and
 architecture describe this repository)."""
-_FENCE = re.compile(r"^```(\w*)\s*$")
+_FENCE = re.compile(r"^\s*```(\S*)")
+LANGUAGES = {"bash", "python", "text", "console", "json", "sql", "yaml", "toml"}
+"""The languages a fence may name: ``bash`` and ``python`` run, the others are data or
+output (a command in one of them is an error)."""
 _NOT_RUN = re.compile(r"^<!-- not run: (.*?) -->$")
 
 sys.path.insert(0, str(DOCS))
@@ -47,28 +51,33 @@ class Example:
     """Why it is not run (None: it runs)."""
 
 
-def examples_of(page: Path) -> list[Example]:
-    """The page's fenced ``bash`` and ``python`` blocks, in order."""
+def fences_of(page: Path) -> list[Example]:
+    """Every fenced block of the page, in order (``not_run``: the reason given before
+    it, if any)."""
     found, lines = [], page.read_text().splitlines()
     i = 0
     while i < len(lines):
         opened = _FENCE.match(lines[i])
-        if not opened or not opened.group(1):
+        if not opened:
             i += 1
             continue
-        start, language = i, opened.group(1)
+        start, language, indent = i, opened.group(1), len(lines[i]) - len(lines[i].lstrip())
         i += 1
         body = []
-        while i < len(lines) and not lines[i].startswith("```"):
-            body.append(lines[i])
+        while i < len(lines) and not lines[i].lstrip().startswith("```"):
+            body.append(lines[i][indent:])
             i += 1
         i += 1
         before = next((x for x in reversed(lines[:start]) if x.strip()), "")
         marker = _NOT_RUN.match(before.strip())
-        if language in ("bash", "python"):
-            found.append(Example(page, start + 1, language, "\n".join(body),
-                                 marker.group(1) if marker else None))
+        found.append(Example(page, start + 1, language, "\n".join(body),
+                             marker.group(1) if marker else None))
     return found
+
+
+def examples_of(page: Path) -> list[Example]:
+    """The page's ``bash`` and ``python`` blocks, in order."""
+    return [e for e in fences_of(page) if e.language in ("bash", "python")]
 
 
 def _pages() -> list[Path]:
@@ -91,9 +100,17 @@ def test_the_readme_is_short_and_its_links_resolve() -> None:
 def test_what_the_readme_held_was_moved_not_lost() -> None:
     """The hostile-input table, the reliability promises and the measured figures with
     their commands live in the docs now."""
+    import hostile
+
     reliability = (DOCS / "operations" / "reliability.md").read_text()
     assert "hostile files" in reliability and "SIGKILL" in reliability
-    assert reliability.count("\n|") > 40  # (the table of hostile cases)
+    folder = Path(tempfile.mkdtemp())
+    try:
+        cases = hostile.build(folder / "corpus")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    missing = [c.name for c in cases if f"| {c.name} |" not in reliability]
+    assert len(cases) >= 40 and missing == [], missing
     assert "PostgreSQL at a million questions" in (ROOT / "benchmarks" / "RESULTS.md"
                                                    ).read_text()
     assert '--8<-- "benchmarks/RESULTS.md"' in (DOCS / "benchmarks.md").read_text()
@@ -123,6 +140,17 @@ def test_the_reference_pages_are_made_from_the_code() -> None:
         assert f"<!-- reference:{marker} -->" in (DOCS / "reference" / f"{page}.md").read_text()
 
 
+def test_the_python_api_page_shows_every_export_with_its_docstring() -> None:
+    import isotope
+
+    page = (DOCS / "reference" / "python-api.md").read_text()
+    for name in isotope.__all__:
+        if name == "__version__":
+            continue
+        assert f"::: isotope.{name}\n" in page, f"{name} is not on the Python API page"
+        assert (getattr(isotope, name).__doc__ or "").strip(), f"{name} has no docstring"
+
+
 def test_the_site_builds_strictly_and_fetches_nothing(tmp_path: Path) -> None:
     """``mkdocs build --strict`` (a broken link, a page missing from the nav, a bad
     reference fails it); the built pages load no script, style or font from the network,
@@ -137,13 +165,39 @@ def test_the_site_builds_strictly_and_fetches_nothing(tmp_path: Path) -> None:
     assert len(pages) >= 25
     for page in pages:
         text = page.read_text()
-        fetched = re.findall(r'<(?:script|link|img)[^>]+(?:src|href)="(https?://[^"]+)"', text)
+        fetched = re.findall(r'<(?:script|link|img|iframe|source)[^>]+(?:src|href)='
+                             r'"((?:https?:)?//[^"]+)"', text)
         assert fetched == [], f"{page.name} loads {fetched}"
+    for sheet in site.rglob("*.css"):
+        imported = re.findall(r"(?:url\(|@import\s+)['\"]?((?:https?:)?//[^'\")]+)",
+                              sheet.read_text())
+        assert imported == [], f"{sheet.name} loads {imported}"
     assert "isotope weights fit" in (site / "reference" / "cli.html").read_text()
     assert "ISOTOPE_READ_REPLICAS" in (site / "reference" / "settings.html").read_text()
 
 
 # -- the examples ------------------------------------------------------------------------
+def test_every_fence_names_its_language_and_commands_are_examples() -> None:
+    """No command hides in a block that does not run: a fence names a known language,
+    and a ``text`` or ``console`` block holds data or output, not a command to type
+    (``console`` shows what a command printed, after a ``$ ``)."""
+    for page in [*_pages(), DOCS / "index.md"]:
+        for fence in fences_of(page):
+            where = f"{page.relative_to(DOCS)}:{fence.line}"
+            assert fence.language in LANGUAGES, f"{where}: fence language {fence.language!r}"
+            if fence.language == "text":
+                commands = [x for x in fence.code.splitlines() if re.match(
+                    r"\s*(isotope|pip|export|python|\.venv/|curl|make) ", x)]
+                assert not commands, f"{where}: a command in a text block: {commands}"
+
+
+def test_the_readme_example_is_the_first_page_example() -> None:
+    readme = ROOT / "README.md"
+    first = DOCS / "getting-started" / "first-index.md"
+    python = [e.code for e in fences_of(readme) if e.language == "python"]
+    assert python and python[0] in [e.code for e in examples_of(first)]
+
+
 def test_every_example_that_is_not_run_says_why() -> None:
     every = [e for page in _pages() for e in examples_of(page)]
     assert len(every) >= 15
@@ -211,17 +265,25 @@ def run(example: Example, work: Path, env: dict[str, str]) -> subprocess.Complet
                           timeout=600)
 
 
-@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(DOCS)))
+_RUNNING = [p for p in _pages() if any(e.not_run is None for e in examples_of(p))]
+
+
+def test_most_guides_have_examples_that_run() -> None:
+    assert len(_RUNNING) >= 10, [str(p.relative_to(DOCS)) for p in _RUNNING]
+
+
+@pytest.mark.parametrize("page", _RUNNING, ids=lambda p: str(p.relative_to(DOCS)))
 def test_the_examples_of_each_page_run_as_written(page: Path, tmp_path: Path,
                                                   made_index: Path) -> None:
-    runnable = [e for e in examples_of(page) if e.not_run is None]
-    if not runnable:
-        return
     work, env = _workspace(tmp_path, made_index)
-    for example in runnable:
+    said = ""
+    for example in (e for e in examples_of(page) if e.not_run is None):
         done = run(example, work, env)
         assert done.returncode == 0, (f"{page.relative_to(DOCS)}:{example.line} failed:\n"
                                       f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        said += done.stdout
+    if page.name == "first-index.md":  # (what the user reads first does what it says)
+        assert "handbook.md" in said and "25" in said, said[-2000:]
 
 
 @pytest.mark.llm

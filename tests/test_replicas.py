@@ -299,6 +299,8 @@ def test_replicas_from_the_setting_and_status_json(replicated: Cluster, index: s
     assert [r["healthy"] for r in shown] == [True, True]
     assert [r["url"].split("socket")[1] for r in shown] == ["1", "2"]
     assert all(isinstance(r["lag_s"], float | int) for r in shown)
+    shown = CliRunner().invoke(app, ["status", "-i", primary]).stdout
+    assert shown.count("read replica") == 2 and shown.count("healthy, lag") == 2, shown
     monkeypatch.setenv("ISOTOPE_READ_REPLICAS", json.dumps([replicated.standbys[0].url]))
     result = CliRunner().invoke(app, ["status", "-i", primary, "--json"])
     assert len(json.loads(result.stdout)["replicas"]) == 1

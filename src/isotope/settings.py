@@ -226,7 +226,8 @@ class StorageSettings(BaseModel):
     query_log: bool | None = Field(
         None, description="Log every search with an id (query_id) for feedback: who, the "
         "query, mode, filters, results with scores, suggested action, latency (isotope "
-        "log). Default: on under isotope serve, off for the library and other commands")
+        "log). Default: on under isotope serve, isotope mcp and isotope query (when the index "
+        "can be written), off for the library and other commands")
     learn: Literal["auto", "review", "off"] | None = Field(
         None, description="What a result marked useful teaches: auto (the query becomes a "
         "question of the chunk at once), review (held for isotope questions review), off. "

@@ -55,8 +55,11 @@ def eval_(
     project: ProjectOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Score every retrieval mode on question/passage pairs: Recall@1/2/5 and MRR@10;
-    with --answers, the answers of `ask` too.
+    """Score every retrieval mode on question/passage pairs: Recall@1/2/5, MRR@10 and
+    latency; with --answers, the answers of `ask` too. `hybrid-no-questions` (hybrid
+    without the question signals) is scored beside them, with the ingest time the
+    questions took: what generating them buys on your data. R@1 is split into the
+    questions chunk BM25 alone answers first (easy) and the others (hard).
 
     Each passage is ingested as one chunk (into --index, default .isotope-eval; an index
     built before is reused, and the cache makes regeneration free)."""

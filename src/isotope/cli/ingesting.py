@@ -53,7 +53,10 @@ def ingest(
 ) -> None:
     """Ingest files and directories: chunk, atomize, embed and store each (searchable at
     once), then generate questions as enrichment (--questions later: `isotope enrich`).
-    Unchanged files are skipped; a changed file is replaced, keeping its unchanged chunks."""
+    Unchanged files are skipped; a changed file is replaced, keeping its unchanged chunks.
+    Ends with a summary: model calls, cache hits and tokens, and where the time went
+    (`time: the model 17.3 s, embedding 23.9 s, storing 0.1 s`; with a remote model, its
+    part is the wait for it). Exit code 1 if any file failed."""
     from dataclasses import asdict
 
     with errors():

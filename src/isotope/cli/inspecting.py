@@ -19,7 +19,9 @@ from isotope.errors import IsotopeError
 def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
                  as_principal: AsOpt = None, as_json: JsonOpt = False) -> None:
     """List the ingested sources: status (current, changed on disk, missing, incomplete),
-    chunk, atom and question counts, and who may see each (its access list)."""
+    chunk, atom and question counts, chunks waiting for questions, and who may see each
+    (its access list), then how many sources have no list. --json adds atoms,
+    `chunks_waiting` and `access`."""
     with errors(), open_index(index, project) as iso:
         infos = iso.sources(principal=as_principal)
         control = iso.access_control
@@ -80,8 +82,9 @@ def delete(
 @app.command()
 def status(index: IndexOpt = None, project: ProjectOpt = None,
            as_principal: AsOpt = None, as_json: JsonOpt = False) -> None:
-    """Counts, disk size, models and settings of an index (--as: the counts of what a
-    principal may see)."""
+    """Counts, disk size, models, every prompt's version (and its file when overridden),
+    the read replicas of a PostgreSQL index with their lag, and the settings of an index
+    (--as: the counts of what a principal may see)."""
     with errors(), open_index(index, project) as iso:
         info = iso.status(principal=as_principal)
     if as_json:
@@ -104,6 +107,11 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
                                        for name, version in info.prompt_versions.items()))
     for name in ("chunk_size", "chunk_overlap", "questions_per_atom", "dedup_threshold"):
         table.add_row(name, str(info.settings[name]))
+    for replica in info.replicas:
+        lag = f"lag {replica['lag_s']} s"
+        said = (f"healthy, {lag}" if replica["healthy"] else
+                f"skipped: {replica.get('error') or lag}")
+        table.add_row("read replica", f"{replica['url']} ({said})")
     out.print(table)
 
 

@@ -20,7 +20,8 @@ questions_app = typer.Typer(
     "kept and dropped with why; manual and learned ones with their origin), `isotope "
     "questions --sample N`, `isotope questions review` (learned questions waiting for "
     "approval), `isotope questions orphaned` (questions whose chunk changed and no new "
-    "chunk covers it).")
+    "chunk covers it). Learned questions are marked (user); --json gives each one's "
+    "origin. A source named like a subcommand: `./review`.")
 app.add_typer(questions_app, name="questions")
 
 

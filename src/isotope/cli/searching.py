@@ -61,7 +61,8 @@ def query(
 ) -> None:
     """Answer a question from the index, citing the chunks it used. On a terminal the
     answer is printed as the model writes it, then as checked against the passages
-    (generated, quoted from the best match, or declined)."""
+    (generated, quoted from the best match, or declined). --json has the search's
+    `query_id`, for `isotope feedback QUERY_ID CHUNK_ID`."""
     from isotope.search.filters import parse_where
 
     live = out.is_terminal and not as_json and not raw

@@ -69,7 +69,8 @@ AsOpt = Annotated[str | None, typer.Option(
     help="See what this principal would see (only the sources its access lists let it "
     "see).", show_default=False)]
 PlainOpt = Annotated[bool, typer.Option(
-    "--plain", help="Print one line per file instead of a progress bar.")]
+    "--plain", help="Print one line per file instead of a progress bar (and, every 10 s "
+    "of waiting for a remote model server, a line saying so).")]
 
 
 def open_index(index: str | Path | None, project: str | None = None, *, create: bool = False,

@@ -33,6 +33,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Form, HTTPException, Query, Request, UploadFile
 from fastapi import File as FileParam
+from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -105,6 +106,11 @@ class SyncRequest(BaseModel):
     allow: list[str] | None = Field(None, max_length=1_000, description="Who may see these "
                                     "sources: public, user:NAME, group:NAME (default: the "
                                     ".isotope-access rules file, else the list each had)")
+
+
+ChunkId = Annotated[str, PathParam(description="The chunk's id (as search results give it)")]
+QuestionId = Annotated[str, PathParam(
+    description="The question's id (as GET /questions gives it)")]
 
 
 def administer(request: Request, what: str) -> Principal | None:
@@ -312,10 +318,20 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return json_response(body)
 
     @app.get("/questions")
-    def questions(request: Request, source: str | None = None, chunk: int | None = None,
-                  chunk_id: str | None = None,
-                  sample: Annotated[int | None, Query(ge=1, le=10_000)] = None,
-                  seed: int | None = None) -> list[dict[str, Any]]:
+    def questions(request: Request,
+                  source: Annotated[str | None, Query(
+                      description="A source's name, as GET /sources lists it")] = None,
+                  chunk: Annotated[int | None, Query(
+                      description="Only this chunk of the source (its number, from 0)")
+                  ] = None,
+                  chunk_id: Annotated[str | None, Query(
+                      description="One chunk, by its id (as search results give it)")] = None,
+                  sample: Annotated[int | None, Query(
+                      ge=1, le=10_000, description="This many drawn at random across the "
+                      "index")] = None,
+                  seed: Annotated[int | None, Query(
+                      description="The seed of the draw (the same seed, the same sample)")
+                  ] = None) -> list[dict[str, Any]]:
         """The generated questions, kept and dropped (as ``isotope questions``): of a
         ``source`` (only its chunk number ``chunk`` if given), of one chunk by
         ``chunk_id``, or ``sample`` drawn across the index (of what the key may see)."""
@@ -338,8 +354,11 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     @app.get("/log")
     def query_log(request: Request, days: Annotated[float | None, Query(
-                      gt=0, le=36_500, allow_inf_nan=False)] = None,
-                  top: Annotated[int, Query(ge=1, le=1_000)] = 10) -> dict[str, Any]:
+                      gt=0, le=36_500, allow_inf_nan=False,
+                      description="Only the last this many days (default: all it keeps)")
+                  ] = None,
+                  top: Annotated[int, Query(ge=1, le=1_000, description="Rows per list")
+                                 ] = 10) -> dict[str, Any]:
         """What the query log says (as ``isotope log --json``): the most frequent
         queries, those probably not found or marked not useful, feedback per source,
         latency percentiles. Needs an administrator's key."""
@@ -361,13 +380,21 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     @app.delete("/sources", status_code=204)
     async def delete_named(source: Annotated[str, Query(description="The source's name, "
                                                         "as GET /sources lists it")],
-                           request: Request, members: bool = False) -> Response:
+                           request: Request,
+                           members: Annotated[bool, Query(
+                               description="A container's members too (a mailbox's messages)")
+                           ] = False) -> Response:
         """Remove a source; a container (a mailbox) only with ``members=true``. Needs an
         administrator's key."""
         return await _delete(source, members, administer(request, "deleting a source"))
 
     @app.delete("/sources/{source:path}", status_code=204)
-    async def delete_source(source: str, request: Request, members: bool = False) -> Response:
+    async def delete_source(source: Annotated[str, PathParam(
+                                description="The source's name, as GET /sources lists it")],
+                            request: Request,
+                            members: Annotated[bool, Query(
+                                description="A container's members too (a mailbox's "
+                                "messages)")] = False) -> Response:
         """Remove a source named in the path (``#`` sent as ``%23``); a container (a
         mailbox) only with ``?members=true``. ``DELETE /sources?source=NAME`` is the
         unambiguous form. Needs an administrator's key."""
@@ -399,7 +426,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return shown
 
     @app.get("/chunks/{chunk_id}/questions")
-    def chunk_questions(chunk_id: str, request: Request) -> dict[str, Any]:
+    def chunk_questions(chunk_id: ChunkId,
+                        request: Request) -> dict[str, Any]:
         """Every generated question of a chunk with the atom it was written for: kept
         (searched) and dropped, each dropped one with why (as ``isotope questions``). A
         chunk the key may not see answers 404, as one that does not exist."""
@@ -407,8 +435,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
             mode="json")
 
     @app.post("/chunks/{chunk_id}/questions")
-    async def add_question(chunk_id: str, body: QuestionText, request: Request
-                           ) -> dict[str, Any]:
+    async def add_question(chunk_id: ChunkId,
+                           body: QuestionText, request: Request) -> dict[str, Any]:
         """Add a question by hand to a chunk (origin ``manual``; as ``isotope questions
         add``). Needs an administrator's key."""
         administer(request, "adding a question")
@@ -416,15 +444,16 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return {"id": made}
 
     @app.put("/questions/{question_id}")
-    async def edit_question(question_id: str, body: QuestionText, request: Request
-                            ) -> dict[str, Any]:
+    async def edit_question(question_id: QuestionId,
+                            body: QuestionText, request: Request) -> dict[str, Any]:
         """Change a question's text (it becomes ``manual``); its new id. Needs an
         administrator's key."""
         administer(request, "editing a question")
         return {"id": await written(lambda: iso.edit_question(question_id, body.text))}
 
     @app.delete("/questions/{question_id}", status_code=204)
-    async def disable_question(question_id: str, request: Request) -> Response:
+    async def disable_question(question_id: QuestionId,
+                               request: Request) -> Response:
         """Take a question out of every search (kept, dropped: ``disabled by hand``).
         Needs an administrator's key."""
         administer(request, "disabling a question")
@@ -432,7 +461,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return Response(status_code=204)
 
     @app.post("/questions/{question_id}/enable", status_code=204)
-    async def enable_question(question_id: str, request: Request) -> Response:
+    async def enable_question(question_id: QuestionId,
+                              request: Request) -> Response:
         """Search a question disabled by hand again. Needs an administrator's key."""
         administer(request, "enabling a question")
         await written(lambda: iso.enable_question(question_id))
