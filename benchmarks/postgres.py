@@ -23,11 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import shutil
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
@@ -179,8 +183,54 @@ def disk_by_relation(target: str, questions: int) -> dict[str, float]:
     return {k: round(v, 1) for k, v in sorted(sizes.items(), key=lambda kv: -kv[1]) if v >= 1}
 
 
+def _clients_run(target: str, queries: list[str], vectors: dict[str, Any], clients: int,
+                 seconds: float) -> dict[str, Any]:
+    """``clients`` processes searching (hybrid) for ``seconds``: searches per second, p50
+    and p99, failures."""
+    with multiprocessing.get_context("spawn").Pool(clients) as pool:
+        started = time.perf_counter()
+        done = pool.map(_client, [(target, queries, seconds,
+                                   {q: v.tolist() for q, v in vectors.items()})] * clients)
+        wall = time.perf_counter() - started
+    times = [t for d in done for t in d["times"]]
+    return {f"{clients} clients searches/s": round(len(times) / wall, 1),
+            f"{clients} clients p50/p99 ms": f"{scale.ms(times, 50)} / {scale.ms(times, 99)}",
+            f"{clients} clients failures": sum(d["failures"] for d in done)}
+
+
+@contextmanager
+def standbys(primary: Any, n: int, shared_buffers: str = "2GB") -> Iterator[list[str]]:
+    """``n`` streaming standbys of the pgserver ``primary`` made with pg_basebackup
+    (tests/replication.py), on this box, caught up; removed after."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from replication import Cluster
+
+    base = scale.WORK / "standbys"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    base.chmod(0o755)
+    made = Cluster(base, Path(pgserver_bin()), primary)
+    started = time.perf_counter()
+    try:
+        for _ in range(n):
+            made.add_standby(options=f"-c shared_buffers={shared_buffers}")
+        made.caught_up(timeout=600)
+        print(f"{n} standbys made in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        yield [s.url for s in made.standbys]
+    finally:
+        for standby in made.standbys:
+            made.stop(standby)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def pgserver_bin() -> str:
+    import pgserver
+
+    return str(Path(pgserver.__file__).parent / "pginstall" / "bin")
+
+
 def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries: int,
-              as_json: bool = False) -> None:
+              as_json: bool = False, replicas: int = 0, server_handle: Any = None) -> None:
     synthesis = scale.Synthesis(scale.real_bank())
     path = scale.WORK / f"scale-{questions}"
     if not (path / "built.json").exists():
@@ -226,16 +276,13 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
             rows[name] = row
     if copy_s:
         rows["postgres"]["copy questions/s"] = round(rows["postgres"]["questions"] / copy_s)
-    with multiprocessing.get_context("spawn").Pool(clients) as pool:
-        started = time.perf_counter()
-        done = pool.map(_client, [(target, queries, seconds,
-                                   {q: v.tolist() for q, v in vectors.items()})] * clients)
-        wall = time.perf_counter() - started
-    times = [t for d in done for t in d["times"]]
-    rows["postgres"][f"{clients} clients searches/s"] = round(len(times) / wall, 1)
-    rows["postgres"][f"{clients} clients p50/p99 ms"] = (
-        f"{scale.ms(times, 50)} / {scale.ms(times, 99)}")
-    rows["postgres"][f"{clients} clients failures"] = sum(d["failures"] for d in done)
+    rows["postgres"].update(_clients_run(target, queries, vectors, clients, seconds))
+    if replicas and server_handle is not None:
+        with standbys(server_handle, replicas) as urls:
+            located = target + "".join(f"&replica={quote(u, safe='')}" for u in urls)
+            with_replicas = _clients_run(located, queries, vectors, clients, seconds)
+        rows["postgres"].update({f"{k} ({replicas} replicas on this box)": v
+                                 for k, v in with_replicas.items()})
     rows["postgres"]["disk by relation B/question"] = disk_by_relation(
         target, rows["postgres"]["questions"])
     if as_json:  # the names scripts read (issue 30)
@@ -259,6 +306,14 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
             "clients_searches_per_s": pg[f"{clients} clients searches/s"],
             "clients_p99_ms": p(pg, f"{clients} clients p50/p99 ms", 1),
             "clients_failures": pg[f"{clients} clients failures"],
+            **({"replicas": replicas,
+                "replicas_clients_searches_per_s":
+                    pg[f"{clients} clients searches/s ({replicas} replicas on this box)"],
+                "replicas_clients_p99_ms": p(pg, f"{clients} clients p50/p99 ms "
+                                                 f"({replicas} replicas on this box)", 1),
+                "replicas_clients_failures":
+                    pg[f"{clients} clients failures ({replicas} replicas on this box)"]}
+               if replicas else {}),
             "bytes_per_question": pg["disk B/question"],
             "embedded_bytes_per_question": emb["disk B/question"],
             "load_questions_per_s": pg.get("copy questions/s"),
@@ -285,6 +340,9 @@ def main() -> None:
                         help="scale: print one JSON object (hybrid_p50_ms, ...)")
     parser.add_argument("--fresh", action="store_true",
                         help="scale: drop the PostgreSQL copy first (the load is measured)")
+    parser.add_argument("--replicas", type=int, default=0,
+                        help="scale: run the clients again with this many streaming "
+                        "standbys on this box as read replicas")
     parser.add_argument("--shared-buffers", default="4GB",
                         help="the pgserver server's shared_buffers (default 4GB)")
     args = parser.parse_args()
@@ -297,7 +355,8 @@ def main() -> None:
                 dropped = stores.open(at_schema(url, f"scale_{args.questions}"))
                 dropped.drop()  # type: ignore[attr-defined]
                 dropped.close()
-            scale_run(url, args.questions, args.clients, args.seconds, args.queries, args.json)
+            scale_run(url, args.questions, args.clients, args.seconds, args.queries, args.json,
+                      args.replicas, started)
     finally:
         if started is not None:
             started.cleanup()

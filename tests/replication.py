@@ -20,6 +20,8 @@ class Standby:
     data: Path
     socket: Path
     log: Path
+    options: str = ""
+    """More server options it is started with."""
 
     @property
     def url(self) -> str:
@@ -57,7 +59,9 @@ class Cluster:
         if os.geteuid() == 0:
             shutil.chown(path, "pgserver", "pgserver")
 
-    def add_standby(self) -> Standby:
+    def add_standby(self, options: str = "") -> Standby:
+        """A new standby, started (``options``: more server options, e.g. ``-c
+        shared_buffers=2GB``)."""
         n = len(self.standbys) + 1
         standby = Standby(self.base / f"standby{n}", self.base / f"socket{n}",
                           self.base / f"standby{n}.log")
@@ -66,8 +70,9 @@ class Cluster:
         self._owned(standby.log, folder=False)
         subprocess.run(self._as_server(
             self.bin / "pg_basebackup", "-h", self.primary_socket, "-U", "postgres", "-D",
-            standby.data, "-R", "-X", "stream"), check=True, capture_output=True, timeout=120)
+            standby.data, "-R", "-X", "stream"), check=True, capture_output=True, timeout=1800)
         self.standbys.append(standby)
+        standby.options = options
         self.start(standby)
         return standby
 
@@ -78,8 +83,8 @@ class Cluster:
     def start(self, standby: Standby) -> None:
         subprocess.run(self._as_server(
             self.bin / "pg_ctl", "-D", standby.data, "-o",
-            f"-p 5432 -k {standby.socket} -c listen_addresses=''", "-l", standby.log, "-w",
-            "start"), check=True, capture_output=True, timeout=120)
+            f"-p 5432 -k {standby.socket} -c listen_addresses='' {standby.options}", "-l",
+            standby.log, "-w", "start"), check=True, capture_output=True, timeout=600)
         self.sql(standby, "SELECT 1")
 
     def stop(self, standby: Standby) -> None:
