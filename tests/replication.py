@@ -99,7 +99,12 @@ class Cluster:
             cursor = conn.execute(statement)
             return cursor.fetchall() if cursor.description else []
 
-    def caught_up(self, timeout: float = 30.0) -> None:
+    def caught_up_but(self, *left: Standby, timeout: float = 30.0) -> None:
+        """Wait until the standbys but ``left`` have replayed all the primary wrote."""
+        self.caught_up(timeout, [s for s in self.standbys if s not in left])
+
+    def caught_up(self, timeout: float = 30.0, standbys: list[Standby] | None = None
+                  ) -> None:
         """Wait until every running standby has replayed all the primary has written."""
         import psycopg
 
@@ -107,7 +112,7 @@ class Cluster:
             row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         assert row is not None
         deadline = time.monotonic() + timeout
-        for standby in self.standbys:
+        for standby in self.standbys if standbys is None else standbys:
             while not self.sql(standby, f"SELECT pg_last_wal_replay_lsn() >= '{row[0]}'"
                                )[0][0]:
                 assert time.monotonic() < deadline, f"{standby.data} did not catch up"

@@ -624,6 +624,11 @@ def test_signal_weights_are_fitted_on_the_marks_used_and_reset(
         iso.settings.weights = {"questions-dense": 0.0}  # (a fit could never be kept)
         with pytest.raises(InvalidArgument, match="sets questions-dense to 0"):
             iso.fit_weights(min_marks=10)
+        from isotope.search.retrieval import SIGNALS
+
+        iso.settings.weights = dict.fromkeys(SIGNALS, 0.5)  # (nothing left to fit)
+        with pytest.raises(InvalidArgument, match="gives every signal its weight"):
+            iso.fit_weights(min_marks=10)
         iso.settings.weights = {}
         fit = iso.fit_weights(min_marks=10)
         assert fit.adopted and fit.marks == len(LEANING)

@@ -839,9 +839,15 @@ def test_the_hnsw_build_of_a_bulk_load_takes_its_memory_and_workers_settings(
     target = stores.open(postgres_url)
     assert target.check() == [] and target.missing_hnsw() == []  # type: ignore[attr-defined]
     target.close()
-    refused = runner.invoke(app, ["copy", str(embedded), postgres_url + "x", "--json"],
-                            env={"ISOTOPE_HNSW_BUILD_MEMORY": "lots"})
-    assert refused.exit_code != 0 and "hnsw_build_memory" in refused.output
+    for bad in ("lots", "512kB", "3TB"):  # (what PostgreSQL would refuse after the copy)
+        refused = runner.invoke(app, ["copy", str(embedded), postgres_url + "x", "--json"],
+                                env={"ISOTOPE_HNSW_BUILD_MEMORY": bad})
+        assert refused.exit_code != 0 and "hnsw_build_memory" in refused.output
+    # a bad value of a setting the copy does not read is warned of, not fatal
+    done = runner.invoke(app, ["copy", str(embedded), postgres_url + "y", "--json"],
+                         env={"ISOTOPE_CHUNK_SIZE": "abc", "ISOTOPE_HNSW_BUILD_WORKERS": "1"})
+    assert done.exit_code == 0, done.output
+    assert "chunk_size" in done.stderr and json.loads(done.stdout)["sources"] == 1
 
 
 def test_resume_refuses_an_index_that_is_not_the_same_copy(postgres_url: str,

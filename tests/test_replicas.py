@@ -157,7 +157,7 @@ def test_a_hung_standby_under_8_searching_clients_fails_no_search(
 
     import isotope.stores.postgres_replicas as replicas
 
-    monkeypatch.setattr(replicas, "ANSWER_WITHIN", 1.0)
+    monkeypatch.setattr(replicas, "ANSWER_WITHIN", 2.0)
     hung: list[int] = []
     with _opened(index, embedder) as iso:
         try:
@@ -180,17 +180,21 @@ def test_a_hung_standby_under_8_searching_clients_fails_no_search(
 
 
 def test_a_standby_cut_off_from_the_primary_is_skipped(
-        replicated: Cluster, index: str, embedder: Embedder) -> None:
+        replicated: Cluster, index: str, embedder: Embedder, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A standby whose WAL receiver stops (a network split) has replayed all it received,
-    so its replay says lag 0; while the primary answers, its lag counts from when it
-    was seen cut off, and past ``replica_max_lag`` no search reads it."""
+    so its replay says lag 0; once the primary (which answers) has written past it, its
+    lag counts from when it was seen so, and past ``replica_max_lag`` no search reads it:
+    a search finds what only the primary and the other standby hold."""
+    import isotope.stores.postgres as postgres
+    import isotope.stores.postgres_replicas as replicas
+
     cut = replicated.standbys[0]
     conninfo = replicated.sql(cut, "SHOW primary_conninfo")[0][0]
     assert conninfo
 
     def receiving() -> bool:
-        return bool(replicated.sql(cut, "SELECT count(*) FROM pg_stat_wal_receiver "
-                                        "WHERE status = 'streaming'")[0][0])
+        return bool(replicated.sql(cut, "SELECT count(*) FROM pg_stat_wal_receiver")[0][0])
 
     replicated.sql(cut, "ALTER SYSTEM SET primary_conninfo = ''")
     replicated.sql(cut, "SELECT pg_reload_conf()")
@@ -200,21 +204,36 @@ def test_a_standby_cut_off_from_the_primary_is_skipped(
             assert time.monotonic() < deadline, "the WAL receiver did not stop"
             time.sleep(0.1)
         with _opened(index, embedder, replica_max_lag=0.5) as iso:
-            first = iso.status().replicas
-            assert first[0]["healthy"] and "not receiving WAL" in first[0]["error"]
-            time.sleep(1.0)
-            shown = iso.status().replicas
+            shown = iso.status().replicas  # (not behind the primary: as good as any)
+            assert [r["healthy"] for r in shown] == [True, True]
+            assert "not receiving WAL" in shown[0]["error"] and shown[1]["error"] is None
+            new = tmp_path / "more"
+            new.mkdir()
+            (new / "museum.md").write_text("# Museum\n\nThe maritime museum shows a kayak.\n")
+            with _opened(index, embedder) as writer:
+                writer.ingest(new)
+            postgres._WRITTEN.clear()  # (as another process: no write of its own to wait for)
+            replicated.caught_up_but(cut)
+            deadline = time.monotonic() + 20
+            while (shown := iso.status().replicas)[0]["healthy"]:
+                assert "not receiving WAL" in shown[0]["error"]  # (said while it is fine)
+                assert time.monotonic() < deadline, shown
+                time.sleep(0.2)
             assert [r["healthy"] for r in shown] == [False, True]
             assert shown[0]["lag_s"] > 0.5
             assert "not receiving WAL from the primary" in shown[0]["error"]
+            monkeypatch.setattr(replicas, "PROBE_EVERY", 600.0)  # (as status said)
             before = [_transactions(replicated, s) for s in replicated.standbys]
             for _ in range(20):
-                found = iso.search("Which bakery sells buns?", k=2, mode="hybrid")
-                assert found.results[0].chunk.source.endswith("bakery.md")
+                found = iso.search("Which museum shows a kayak?", k=1, mode="chunks-bm25")
+                assert found.results[0].chunk.source.endswith("museum.md")
         time.sleep(1.5)
         served = [_transactions(replicated, s) - b
                   for s, b in zip(replicated.standbys, before, strict=True)]
-        assert served[0] <= 6 and served[1] >= 15, served  # (probes are transactions too)
+        # the searches all found what the cut-off standby does not hold, and read the
+        # other standby (the first one's count holds the probes of the status calls
+        # above: a server process may count its transactions when it ends)
+        assert served[1] >= 15, served
     finally:
         escaped = conninfo.replace("'", "''")
         replicated.sql(cut, f"ALTER SYSTEM SET primary_conninfo = '{escaped}'")

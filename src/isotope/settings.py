@@ -255,10 +255,11 @@ class StorageSettings(BaseModel):
         1.0, ge=0, le=60, description="Seconds a search waits for a read replica to replay "
         "this process's last write (read your writes) before it reads the primary")
     hnsw_build_memory: str = Field(
-        "auto", pattern=r"^(auto|[1-9][0-9]*(kB|MB|GB|TB))$", description="PostgreSQL: "
-        "memory for building an HNSW index at the end of a bulk load (isotope copy), as "
-        "maintenance_work_mem, e.g. 4GB; auto: the graph's size estimated from the rows "
-        "(about 1.2 KB per 384-dimension vector), from 64MB up to 8GB")
+        "auto", pattern=r"^(auto|[1-9][0-9]{0,5}MB|[1-9][0-9]{0,2}GB)$",
+        description="PostgreSQL: memory for building an HNSW index at the end of a bulk "
+        "load (isotope copy), as maintenance_work_mem, in MB or GB, e.g. 4GB; auto: the "
+        "graph's size estimated from the rows (about 1.2 KB per 384-dimension vector), "
+        "from 64MB up to 8GB")
     hnsw_build_workers: int = Field(
         0, ge=0, le=64, description="PostgreSQL: parallel workers for that HNSW build "
         "(max_parallel_maintenance_workers; the server's max_worker_processes bounds "

@@ -248,11 +248,8 @@ def copy_command(
         if stores.scheme(where[0]) is None and not stores.exists(where[0]):
             raise IsotopeError(f"no index at {stores.describe(where[0])}; give the index "
                                "directory or URL to copy")
-        from isotope.settings import resolve
-
-        chosen = resolve(None)[0]
         report = copy_index(where[0], where[1], resume=resume, progress=progress,
-                            hnsw_build=(chosen.hnsw_build_memory, chosen.hnsw_build_workers))
+                            hnsw_build=_hnsw_build())
     if as_json:
         print_json({"from": report.source, "to": report.target, "sources": len(report.sources),
                     "skipped": len(report.skipped), "chunks": report.chunks,
@@ -260,3 +257,20 @@ def copy_command(
         return
     out.print(f"copied {len(report.sources)} sources ({report.chunks} chunks, {report.atoms} "
               f"atoms, {report.questions} questions) from {report.source} to {report.target}")
+
+
+def _hnsw_build() -> tuple[str, int]:
+    """The hnsw_build_* settings a copy builds with (from .env and the environment): a bad
+    value of another setting does not stop a copy, which reads none of them (it is
+    warned of); a bad value of these does."""
+    from isotope.errors import SettingsError
+    from isotope.settings import resolve
+
+    try:
+        chosen = resolve(None)[0]
+    except SettingsError as exc:
+        if "hnsw_build" in str(exc):
+            raise
+        err.print(f"warning: {exc}; the copy builds its HNSW indexes with the defaults")
+        return ("auto", 0)
+    return (chosen.hnsw_build_memory, chosen.hnsw_build_workers)

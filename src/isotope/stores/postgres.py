@@ -25,6 +25,7 @@ check/repair. The writes and reads both engines share are in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -52,6 +53,7 @@ from isotope.stores import (
 from isotope.stores.keywords import K1, Tokenizer, query_terms, query_words
 from isotope.stores.postgres_replicas import (
     CONNECT_TIMEOUT,
+    DOWN_FOR,
     PROBE_EVERY,
     ReplicaFailed,
     Replicas,
@@ -134,7 +136,8 @@ class PostgresStore(SQLStore):
         self._conns: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._conns_lock = threading.Lock()
         self._replicas: Replicas | None = None
-        self._primary_seen = (float("-inf"), True)
+        self._primary_seen: tuple[float, int | None] = (float("-inf"), None)
+        self._primary_lock = threading.Lock()
         self._build: tuple[str, int] = ("auto", 0)
         self.set_read_replicas([])  # (those the location names)
         conn = self._conn()
@@ -180,9 +183,18 @@ class PostgresStore(SQLStore):
         import psycopg
 
         try:
-            return self._conn().execute(sql, params).fetchall()
+            with self._watched():
+                return self._conn().execute(sql, params).fetchall()
         except psycopg.Error as exc:
             raise self._read_error(exc) from exc
+
+    def _watched(self) -> contextlib.AbstractContextManager[None]:
+        """A statement on a read replica is cut off if it has not answered within
+        ``ANSWER_WITHIN`` (the search is then made again elsewhere)."""
+        reading = getattr(self._local, "reading", None)
+        if reading is None or self._replicas is None:
+            return contextlib.nullcontext()
+        return self._replicas.watched(reading[1])
 
     def _read_error(self, exc: Exception) -> Exception:
         """The error of a failed read: :class:`ReplicaFailed` when a replica's connection
@@ -248,9 +260,16 @@ class PostgresStore(SQLStore):
         else:
             conn = self._conn()
         try:
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            with self._watched():
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            try:
                 yield
+            except BaseException:
+                if not conn.closed and not conn.broken:
+                    conn.execute("ROLLBACK")
+                raise
+            with self._watched():
+                conn.execute("COMMIT")
         except psycopg.Error as exc:
             raise self._read_error(exc) from exc
         finally:
@@ -269,19 +288,33 @@ class PostgresStore(SQLStore):
             if bad:
                 raise InvalidIndex(f"read replicas must be postgresql:// URLs: {', '.join(bad)}")
             self._replicas = Replicas([split_location(str(u))[0] for u in urls],
-                                      self.schema, max_lag, wait, self._primary_answers)
+                                      self.schema, max_lag, wait, self._primary_position)
 
-    def _primary_answers(self) -> bool:
-        """Whether the primary takes a connection now (asked on a connection of its own,
-        at most once per :data:`PROBE_EVERY` seconds)."""
-        now = time.monotonic()
-        if now - self._primary_seen[0] >= PROBE_EVERY:
+    def _primary_position(self) -> int | None:
+        """The primary's WAL position (bytes; None: it does not answer), read on a
+        connection of its own by one thread at a time, at most once per
+        :data:`PROBE_EVERY` seconds (once per :data:`DOWN_FOR` while it does not answer);
+        the other threads take the last answer meanwhile."""
+        if not self._primary_lock.acquire(blocking=False):
+            return self._primary_seen[1]
+        try:
+            seen, position = self._primary_seen
+            if time.monotonic() - seen < (PROBE_EVERY if position is not None else DOWN_FOR):
+                return position
             try:
-                connect(self._url, self.schema, self.location, timeout=CONNECT_TIMEOUT).close()
-                self._primary_seen = (now, True)
+                conn = connect(self._url, self.schema, self.location, timeout=CONNECT_TIMEOUT)
+                try:
+                    found = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), "
+                                         "'0/0')::bigint").fetchone()
+                finally:
+                    conn.close()
+                position = int(found[0]) if found else None
             except Exception:
-                self._primary_seen = (now, False)
-        return self._primary_seen[1]
+                position = None
+            self._primary_seen = (time.monotonic(), position)
+            return position
+        finally:
+            self._primary_lock.release()
 
     def replicas(self) -> list[dict[str, Any]]:
         return self._replicas.status() if self._replicas is not None else []
@@ -296,13 +329,10 @@ class PostgresStore(SQLStore):
         self._local.in_reading = True
         try:
             for _ in range(len(self._replicas.replicas) + 1):
-                picked = self._local.replica = self._replicas.pick(
+                self._local.replica = self._replicas.pick(
                     _WRITTEN.get((self._url, self.schema), -1))
                 try:
-                    if picked is None:
-                        return call()
-                    with self._replicas.watched(*picked):
-                        return call()
+                    return call()
                 except ReplicaFailed:
                     continue  # (left out now: the next pick is another replica or primary)
                 finally:
@@ -426,30 +456,51 @@ class PostgresStore(SQLStore):
                          f"((vector::halfvec({dim})) halfvec_cosine_ops)")
 
     def _build_hnsw(self) -> None:
-        """Make the missing HNSW indexes (with the memory a bulk build wants)."""
+        """Make the missing HNSW indexes, each in a transaction of its own with the memory
+        its graph wants. A parallel build that the server cannot give its shared memory
+        (a small /dev/shm) is made again by one process."""
+        from isotope.errors import StoreError
+
         dim = self._stored_dim()
         if dim is None:
             return
         with self._write(lock=f"isotope-dim:{self.schema}") as conn:
-            for kind in self.missing_hnsw(conn):  # (each with the memory its graph wants)
-                found = conn.execute(f"SELECT count(*) FROM {kind}").fetchone()
-                memory = build_memory(self._build[0], int(found[0]) if found else 0, dim)
-                conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (memory,))
-                if self._build[1]:
-                    conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, "
-                                 "true)", (str(self._build[1]),))
+            missing = self.missing_hnsw(conn)
+        for kind in missing:
+            try:
+                self._build_one(kind, dim, self._build[1])
+            except StoreError as exc:
+                if "shared memory" not in str(exc):
+                    raise
+                log.warning("%s: the parallel build of the %s HNSW index could not get its "
+                            "shared memory (%s); building it in one process", self.where,
+                            kind, exc)
+                self._build_one(kind, dim, -1)
 
-                def spilled(notice: Any, kind: str = kind, memory: str = memory) -> None:
-                    if "maintenance_work_mem" in (notice.message_primary or ""):
-                        log.warning("%s: the %s HNSW graph outgrew %s of memory and is built "
-                                    "on disk, several times slower: raise the "
-                                    "hnsw_build_memory setting", self.where, kind, memory)
+    def _build_one(self, kind: Kind, dim: int, workers: int) -> None:
+        """Build ``kind``'s HNSW index (``workers``: parallel workers, 0: the server's
+        setting, -1: none)."""
+        with self._write(lock=f"isotope-dim:{self.schema}") as conn:
+            if kind not in self.missing_hnsw(conn):
+                return
+            found = conn.execute(f"SELECT count(*) FROM {kind}").fetchone()
+            memory = build_memory(self._build[0], int(found[0]) if found else 0, dim)
+            conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (memory,))
+            if workers:
+                conn.execute("SELECT set_config('max_parallel_maintenance_workers', %s, "
+                             "true)", (str(max(workers, 0)),))
 
-                conn.add_notice_handler(spilled)
-                try:
-                    self._hnsw(conn, dim, [kind])
-                finally:
-                    conn.remove_notice_handler(spilled)
+            def spilled(notice: Any) -> None:
+                if "maintenance_work_mem" in (notice.message_primary or ""):
+                    log.warning("%s: the %s HNSW graph outgrew %s of memory and is built "
+                                "on disk, several times slower: raise the "
+                                "hnsw_build_memory setting", self.where, kind, memory)
+
+            conn.add_notice_handler(spilled)
+            try:
+                self._hnsw(conn, dim, [kind])
+            finally:
+                conn.remove_notice_handler(spilled)
 
     def set_hnsw_build(self, memory: str = "auto", workers: int = 0) -> None:
         self._build = (memory, workers)

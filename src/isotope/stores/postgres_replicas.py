@@ -16,12 +16,12 @@ are spread across, while every write goes to the primary.
   primary. The query log's rows are not such writes (each search would wait for the
   last one's).
 - **A replica that hangs** (answers no statement: a stopped process, a full disk) is cut
-  off after :data:`ANSWER_WITHIN` seconds of one search or probe: its socket is shut so
-  the read fails and is made again elsewhere.
-- **A replica cut off from the primary** (its WAL receiver not streaming) has replayed
-  all it received, so its replay position says nothing of its lag: while the primary
-  answers, its lag is counted from when it was first seen cut off. While the primary does
-  not answer either, the replicas are what there is: they go on serving."""
+  off when one statement of a search or probe has waited :data:`ANSWER_WITHIN` seconds:
+  its socket is shut so the read fails and is made again elsewhere.
+- **A replica cut off from the primary** (its WAL receiver not running) has replayed all
+  it received, so its replay position says nothing of its lag: while the primary answers
+  and has written past it, its lag is counted from when it was first seen so. While the
+  primary does not answer either, the replicas are what there is: they go on serving."""
 
 from __future__ import annotations
 
@@ -49,41 +49,83 @@ DOWN_FOR = 5.0
 """Seconds a replica that failed is left out before it is tried again."""
 CONNECT_TIMEOUT = 2
 """Seconds to wait for a replica's connection (the primary waits longer)."""
+KEEPALIVE = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+             "keepalives_count": 3, "tcp_user_timeout": 10_000}
+"""A replica whose network goes away (packets dropped) is found out in about 10 s, even
+between statements (ignored on Unix sockets)."""
 POLL = 0.02
 """Seconds between two looks at a replica's replay position (read your writes)."""
 ANSWER_WITHIN = 5.0
-"""Seconds a search (all its reads) or a probe may wait on a replica before the replica
-is cut off and the search made again elsewhere."""
+"""Seconds one statement of a search or probe may wait on a replica before the replica is
+cut off and the search made again elsewhere."""
 _PROBE = ("SELECT pg_is_in_recovery(), pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN "
           "pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, '0/0')::bigint, CASE WHEN "
           "NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() "
           "THEN 0 ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END, "
           "NOT pg_is_in_recovery() OR EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE "
-          "status = 'streaming')")
+          "status IS NULL OR status = 'streaming')")
+"""Whether it is a standby, its replay position (bytes), its lag by the time of what it
+replayed, and whether its WAL receiver runs (a role without pg_read_all_stats reads the
+receiver's status as NULL: a receiver that is there counts as streaming)."""
 
 
-@contextlib.contextmanager
-def answering(conn: psycopg.Connection[Any], within: float,
-              hung: Callable[[], None] = lambda: None) -> Iterator[None]:
-    """Shut ``conn``'s socket when what runs inside takes more than ``within`` seconds
-    (``hung()`` is called first): a server that answers nothing (a stopped process) would
-    otherwise hold the read for ever, and neither keepalives nor a server-side timeout see
-    it (the kernel still acknowledges)."""
-    def cut() -> None:
-        hung()
-        try:
-            with socket.socket(fileno=os.dup(conn.fileno())) as sock:
-                sock.shutdown(socket.SHUT_RDWR)
-        except OSError:  # (closed already)
-            pass
+class Watchdog:
+    """Cuts off connections whose statement has not answered by its deadline: one daemon
+    thread for the process, woken at the nearest deadline. A server that answers nothing
+    (a stopped process) would otherwise hold a read for ever, and neither keepalives nor a
+    server-side timeout see it (the kernel still acknowledges what is sent)."""
 
-    timer = threading.Timer(within, cut)
-    timer.daemon = True
-    timer.start()
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._armed: dict[int, tuple[float, psycopg.Connection[Any]]] = {}
+        self._fired: set[int] = set()
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, conn: psycopg.Connection[Any], within: float) -> int:
+        with self._lock:
+            self._next += 1
+            self._armed[self._next] = (time.monotonic() + within, conn)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._watch, daemon=True,
+                                                name="isotope-replica-watchdog")
+                self._thread.start()
+            self._lock.notify()
+            return self._next
+
+    def disarm(self, token: int) -> bool:
+        """Stop watching; whether the connection was cut off (it must not be used again).
+        Once this returns, the watchdog no longer touches it."""
+        with self._lock:
+            self._armed.pop(token, None)
+            if token in self._fired:
+                self._fired.discard(token)
+                return True
+            return False
+
+    def _watch(self) -> None:
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                for token, (deadline, conn) in list(self._armed.items()):
+                    if deadline <= now:  # (under the lock: disarm waits for the cut)
+                        del self._armed[token]
+                        self._fired.add(token)
+                        _cut(conn)
+                waits = [deadline for deadline, _ in self._armed.values()]
+                self._lock.wait(timeout=max(0.0, min(waits) - now) if waits else 60.0)
+
+
+def _cut(conn: psycopg.Connection[Any]) -> None:
+    """Shut the connection's socket: the statement waiting on it fails at once."""
     try:
-        yield
-    finally:
-        timer.cancel()
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except Exception:  # (closed already, by its thread or Replicas.close)
+        log.debug("cutting off a replica connection failed", exc_info=True)
+
+
+WATCHDOG = Watchdog()
 
 
 class ReplicaFailed(StoreError):
@@ -104,10 +146,10 @@ class Replica:
     replayed: int = -1
     """Its replay position (WAL bytes) when last checked."""
     error: str | None = None
-    hung: bool = False
-    """It did not answer within :data:`ANSWER_WITHIN` (its connection was cut)."""
+    streaming: bool = True
+    """Its WAL receiver runs (a standby that gets WAL from its primary)."""
     cut_since: float | None = None
-    """When it was first seen not streaming WAL from the primary (None: streaming)."""
+    """When it was first seen without a WAL receiver and behind the primary."""
 
     @property
     def healthy(self) -> bool:
@@ -123,9 +165,9 @@ class Replicas:
     schema: str
     max_lag: float = 5.0
     wait: float = 1.0
-    primary_answers: Callable[[], bool] = lambda: True
-    """Whether the primary answers now (a replica cut off from it lags only while it
-    does)."""
+    primary_position: Callable[[], int | None] = lambda: None
+    """The primary's WAL position now (bytes; None: it does not answer). A replica cut off
+    from it lags only while it is behind a primary that answers."""
     replicas: list[Replica] = field(default_factory=list)
     _turn: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -144,7 +186,8 @@ class Replicas:
         conns: dict[str, Any] = self._local.__dict__.setdefault("conns", {})
         conn = conns.get(replica.url)
         if conn is None or conn.closed or conn.broken:
-            conn = connect(replica.url, self.schema, replica.url, timeout=CONNECT_TIMEOUT)
+            conn = connect(replica.url, self.schema, replica.url, timeout=CONNECT_TIMEOUT,
+                           **KEEPALIVE)
             conns[replica.url] = conn
             with self._lock:
                 self._conns.add(conn)
@@ -165,7 +208,7 @@ class Replicas:
         """Read the replica's state now (healthy or not, its lag and replay position)."""
         try:
             conn = self.connection(replica)
-            with self.watched(replica, conn):
+            with self.watched(conn):
                 _, replayed, lag, streaming = conn.execute(_PROBE).fetchone()  # type: ignore[misc]
         except Exception as exc:  # (a connection refused, a server gone, a timeout)
             self.lost(replica, exc)
@@ -173,22 +216,42 @@ class Replicas:
         now = replica.checked_at = time.monotonic()
         replica.replayed = int(replayed or 0)
         lag = float(lag or 0.0)
+        replica.streaming = bool(streaming)
         if streaming:
             replica.cut_since = None
         else:  # (everything it received is replayed: its own lag reads 0)
-            replica.cut_since = replica.cut_since or now
-            if now - replica.cut_since > self.max_lag and self.primary_answers():
+            primary = self.primary_position()
+            if primary is not None and replica.replayed >= primary:
+                replica.cut_since = None  # (nothing newer on the primary: not behind)
+            elif primary is not None:
+                replica.cut_since = replica.cut_since or now
                 lag = max(lag, now - replica.cut_since)
+            # (the primary does not answer either: the replicas are what there is)
         replica.lag_s = round(lag, 3)
         replica.error = None
 
-    def watched(self, replica: Replica, conn: psycopg.Connection[Any]
-                ) -> contextlib.AbstractContextManager[None]:
-        """Cut ``conn`` off if it does not answer within :data:`ANSWER_WITHIN`."""
-        def hung() -> None:
-            replica.hung = True
+    @contextlib.contextmanager
+    def watched(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """Cut ``conn`` off if what runs inside (one statement) has not answered within
+        :data:`ANSWER_WITHIN`; a connection cut off is dropped, and the error it raised is
+        said as such (:meth:`lost`)."""
+        token = WATCHDOG.arm(conn, ANSWER_WITHIN)
+        try:
+            yield
+        finally:
+            if WATCHDOG.disarm(token):
+                self._local.hung = True
+                self._drop(conn)
 
-        return answering(conn, ANSWER_WITHIN, hung)
+    def _drop(self, conn: psycopg.Connection[Any]) -> None:
+        conns = self._local.__dict__.get("conns", {})
+        for url, held in list(conns.items()):
+            if held is conn:
+                del conns[url]
+        try:
+            conn.close()
+        except Exception:
+            log.debug("closing a cut-off replica connection failed", exc_info=True)
 
     def lost(self, replica: Replica, exc: BaseException) -> ReplicaFailed:
         """Leave ``replica`` out for :data:`DOWN_FOR` seconds; the error to raise."""
@@ -196,8 +259,7 @@ class Replicas:
 
         said = str(exc).strip()
         first = redact(said.splitlines()[0] if said else type(exc).__name__, replica.url)
-        if replica.hung:
-            replica.hung = False
+        if self._local.__dict__.pop("hung", False):
             first = f"did not answer within {ANSWER_WITHIN:g} s"
         replica.error = first
         replica.down_until = time.monotonic() + DOWN_FOR
@@ -250,9 +312,10 @@ class Replicas:
             replica.down_until = 0.0  # (asked now: tried again now)
             self.probe(replica)
             error = replica.error
-            if error is None and replica.cut_since is not None:
-                error = (f"not receiving WAL from the primary for "
-                         f"{time.monotonic() - replica.cut_since:.0f} s")
+            if error is None and not replica.streaming:
+                error = "not receiving WAL from the primary" + (
+                    "" if replica.cut_since is None else
+                    f", behind it for {time.monotonic() - replica.cut_since:.0f} s")
             shown.append({"url": replica.shown, "healthy": replica.healthy
                           and (replica.lag_s or 0.0) <= self.max_lag, "lag_s": replica.lag_s,
                           "error": error})

@@ -199,16 +199,17 @@ def replicas_in(location: str) -> list[str]:
     return found
 
 
-def connect(url: str, schema: str, location: str, timeout: int = 10
+def connect(url: str, schema: str, location: str, timeout: int = 10, **options: Any
             ) -> psycopg.Connection[Any]:
     """A connection (autocommit; transactions are explicit) whose search path is the
     index's schema (then pgvector's own schema, wherever it was installed), with
-    pgvector's types registered; ``timeout``: seconds to wait for the server."""
+    pgvector's types registered; ``timeout``: seconds to wait for the server;
+    ``options``: more libpq parameters (keepalives, ...)."""
     import psycopg
 
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=timeout,
-                               application_name="isotope")
+                               application_name="isotope", **options)
     except psycopg.OperationalError as exc:
         raise InvalidIndex(_connect_error(location, exc)) from None
     except psycopg.Error as exc:  # e.g. an unknown parameter in the URL
