@@ -280,6 +280,7 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
     if replicas and server_handle is not None:
         with standbys(server_handle, replicas) as urls:
             located = target + "".join(f"&replica={quote(u, safe='')}" for u in urls)
+            _clients_run(located, queries, vectors, clients, seconds)  # (warm their caches)
             with_replicas = _clients_run(located, queries, vectors, clients, seconds)
         rows["postgres"].update({f"{k} ({replicas} replicas on this box)": v
                                  for k, v in with_replicas.items()})
