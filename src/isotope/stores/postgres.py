@@ -59,6 +59,7 @@ from isotope.stores.postgres_replicas import (
     Replicas,
 )
 from isotope.stores.postgres_schema import (
+    close_quietly,
     connect,
     replicas_in,
     schema_version,
@@ -394,10 +395,7 @@ class PostgresStore(SQLStore):
             self._replicas.close()
         with self._conns_lock:
             for conn in list(self._conns):
-                try:
-                    conn.close()
-                except Exception:
-                    log.debug("closing a connection failed", exc_info=True)
+                close_quietly(conn)
             self._conns.clear()
         self._local.conn = None
 

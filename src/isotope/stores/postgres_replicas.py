@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from isotope.errors import StoreError
+from isotope.stores.postgres_schema import close_quietly
 
 if TYPE_CHECKING:
     import psycopg
@@ -196,10 +197,7 @@ class Replicas:
     def close(self) -> None:
         with self._lock:
             for conn in list(self._conns):
-                try:
-                    conn.close()
-                except Exception:
-                    log.debug("closing a replica connection failed", exc_info=True)
+                close_quietly(conn)
             self._conns.clear()
         self._local.__dict__.pop("conns", None)
 
@@ -248,10 +246,7 @@ class Replicas:
         for url, held in list(conns.items()):
             if held is conn:
                 del conns[url]
-        try:
-            conn.close()
-        except Exception:
-            log.debug("closing a cut-off replica connection failed", exc_info=True)
+        close_quietly(conn)
 
     def lost(self, replica: Replica, exc: BaseException) -> ReplicaFailed:
         """Leave ``replica`` out for :data:`DOWN_FOR` seconds; the error to raise."""
@@ -268,10 +263,7 @@ class Replicas:
         conns = self._local.__dict__.get("conns", {})
         conn = conns.pop(replica.url, None)
         if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                log.debug("closing a failed replica connection failed", exc_info=True)
+            close_quietly(conn)
         log.warning("read replica %s left out for %.0f s: %s", replica.shown, DOWN_FOR, first)
         return ReplicaFailed(f"read replica {replica.shown} stopped answering: {first}")
 

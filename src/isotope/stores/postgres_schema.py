@@ -9,6 +9,7 @@ transactional in PostgreSQL: a failed migration leaves nothing half-created).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -19,6 +20,8 @@ from isotope.stores import SCHEMA_VERSION, describe
 
 if TYPE_CHECKING:
     import psycopg
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "isotope"
 _NAME = re.compile(r"^(?!pg_)[a-z_][a-z0-9_]{0,62}$")
@@ -224,6 +227,14 @@ def connect(url: str, schema: str, location: str, timeout: int = 10, **options: 
         conn.close()
         raise store_error(location, exc) from None
     return conn
+
+
+def close_quietly(conn: psycopg.Connection[Any]) -> None:
+    """Close ``conn``; a connection that is already broken or gone is no error."""
+    try:
+        conn.close()
+    except Exception:
+        log.debug("closing a connection failed", exc_info=True)
 
 
 def search_path(conn: psycopg.Connection[Any], schema: str) -> None:
