@@ -60,6 +60,13 @@ def _asked(topic: str) -> str:
     return f"which crew looks after the {topic} machines at night"
 
 
+def _killed_index(index: Path, embedder: Embedder) -> Isotope:
+    """The index the kill tests open, again after each kill (small chunks: a topic's
+    first chunk is one sentence; the query log on)."""
+    return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False,
+                        chunk_size=48, chunk_overlap=0, query_log=True)
+
+
 def _learn_first_chunks(iso: Isotope, topics: Sequence[str]) -> None:
     """Each topic's query searched and its source's first chunk marked useful (learned)."""
     for topic in topics:
@@ -359,11 +366,7 @@ def test_a_kill_while_files_are_ingested_again_never_loses_a_learned_question(
     for extra in TOPICS[8:]:
         (corpus / f"{extra}.md").unlink()
 
-    def opened() -> Isotope:
-        return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False,
-                            chunk_size=48, chunk_overlap=0, query_log=True)
-
-    with opened() as iso:
+    with _killed_index(index, embedder) as iso:
         iso.ingest(corpus)
         _learn_first_chunks(iso, topics)
     rng = random.Random(11)
@@ -377,14 +380,15 @@ def test_a_kill_while_files_are_ingested_again_never_loses_a_learned_question(
         time.sleep(rng.uniform(0.1, 1.5))
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
-        with opened() as iso:
+        with _killed_index(index, embedder) as iso:
             assert iso.check() == [], f"run {run}"
             assert iso.orphaned_questions() == []
             for topic in topics:
                 kept = [q for q in iso.questions(str(corpus / f"{topic}.md"))
                         if q.origin == "user"]
                 assert [q.text for q in kept] == [_asked(topic)], f"run {run}: {topic}"
-    with opened() as iso:  # a run to the end carries every one to the new text
+    # a run to the end carries every one to the new text
+    with _killed_index(index, embedder) as iso:
         iso.ingest(corpus)
         for topic in topics:
             [kept] = [q for q in iso.questions(str(corpus / f"{topic}.md"))
@@ -697,11 +701,7 @@ def test_a_repair_killed_midway_keeps_every_learned_and_manual_question(
     corpus = _corpus(tmp_path / "corpus")
     index = tmp_path / "index"
 
-    def opened() -> Isotope:
-        return Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False,
-                            chunk_size=48, chunk_overlap=0, query_log=True)
-
-    with opened() as iso:
+    with _killed_index(index, embedder) as iso:
         iso.ingest(corpus)
         _learn_first_chunks(iso, TOPICS)
         iso.add_question(str(corpus / f"{TOPICS[0]}.md"), "who signs the night crew's rota",
@@ -721,9 +721,9 @@ def test_a_repair_killed_midway_keeps_every_learned_and_manual_question(
         time.sleep(rng.uniform(0.5, 3.0))  # (the command starts in about a second)
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
-        with opened() as iso:
+        with _killed_index(index, embedder) as iso:
             assert kept(iso) == expected, f"run {run}"
-    with opened() as iso:
+    with _killed_index(index, embedder) as iso:
         iso.repair()
         assert iso.check() == []
         assert kept(iso) == expected

@@ -108,9 +108,11 @@ class SyncRequest(BaseModel):
                                     ".isotope-access rules file, else the list each had)")
 
 
+SOURCE_NAME = "The source's name, as GET /sources lists it"
 ChunkId = Annotated[str, PathParam(description="The chunk's id (as search results give it)")]
 QuestionId = Annotated[str, PathParam(
     description="The question's id (as GET /questions gives it)")]
+Members = Annotated[bool, Query(description="A container's members too (a mailbox's messages)")]
 
 
 def administer(request: Request, what: str) -> Principal | None:
@@ -319,8 +321,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     @app.get("/questions")
     def questions(request: Request,
-                  source: Annotated[str | None, Query(
-                      description="A source's name, as GET /sources lists it")] = None,
+                  source: Annotated[str | None, Query(description=SOURCE_NAME)] = None,
                   chunk: Annotated[int | None, Query(
                       description="Only this chunk of the source (its number, from 0)")
                   ] = None,
@@ -378,23 +379,15 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         return shown
 
     @app.delete("/sources", status_code=204)
-    async def delete_named(source: Annotated[str, Query(description="The source's name, "
-                                                        "as GET /sources lists it")],
-                           request: Request,
-                           members: Annotated[bool, Query(
-                               description="A container's members too (a mailbox's messages)")
-                           ] = False) -> Response:
+    async def delete_named(source: Annotated[str, Query(description=SOURCE_NAME)],
+                           request: Request, members: Members = False) -> Response:
         """Remove a source; a container (a mailbox) only with ``members=true``. Needs an
         administrator's key."""
         return await _delete(source, members, administer(request, "deleting a source"))
 
     @app.delete("/sources/{source:path}", status_code=204)
-    async def delete_source(source: Annotated[str, PathParam(
-                                description="The source's name, as GET /sources lists it")],
-                            request: Request,
-                            members: Annotated[bool, Query(
-                                description="A container's members too (a mailbox's "
-                                "messages)")] = False) -> Response:
+    async def delete_source(source: Annotated[str, PathParam(description=SOURCE_NAME)],
+                            request: Request, members: Members = False) -> Response:
         """Remove a source named in the path (``#`` sent as ``%23``); a container (a
         mailbox) only with ``?members=true``. ``DELETE /sources?source=NAME`` is the
         unambiguous form. Needs an administrator's key."""

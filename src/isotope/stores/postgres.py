@@ -109,6 +109,8 @@ _WRITTEN: dict[tuple[str, str], int] = {}
 """Per server and schema: the primary's WAL position after this process's last write
 (read your writes)."""
 _WRITTEN_LOCK = threading.Lock()
+_WAL_POSITION = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+"""The primary's WAL position, in bytes (what a replica must have replayed)."""
 
 
 class PostgresStore(SQLStore):
@@ -305,10 +307,9 @@ class PostgresStore(SQLStore):
             try:
                 conn = connect(self._url, self.schema, self.location, timeout=CONNECT_TIMEOUT)
                 try:
-                    found = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), "
-                                         "'0/0')::bigint").fetchone()
+                    found = conn.execute(_WAL_POSITION).fetchone()
                 finally:
-                    conn.close()
+                    close_quietly(conn)
                 position = int(found[0]) if found else None
             except Exception:
                 position = None
@@ -358,8 +359,7 @@ class PostgresStore(SQLStore):
         if self._replicas is None and not always:
             return
         try:
-            row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
-                               ).fetchone()
+            row = conn.execute(_WAL_POSITION).fetchone()
         except Exception:  # (the write is committed; a replica may not show it at once)
             log.warning("%s: the primary did not say where its last write is; a search on "
                         "a replica may miss it for a moment", self.where, exc_info=True)
@@ -457,8 +457,6 @@ class PostgresStore(SQLStore):
         """Make the missing HNSW indexes, each in a transaction of its own with the memory
         its graph wants. A parallel build that the server cannot give its shared memory
         (a small /dev/shm) is made again by one process."""
-        from isotope.errors import StoreError
-
         dim = self._stored_dim()
         if dim is None:
             return
