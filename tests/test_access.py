@@ -98,8 +98,9 @@ def _everything_seen(iso: Isotope, asker: Principal | None, mode: str) -> set[st
 
 
 @pytest.fixture
-def guarded(location: str, tmp_path: Path, embedder: Embedder) -> Iterator[Isotope]:
-    iso = Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+def guarded(every_location: str, tmp_path: Path, embedder: Embedder) -> Iterator[Isotope]:
+    """The matrix's index, on every engine (PostgreSQL with each keyword engine)."""
+    iso = Isotope.open(every_location, embedder=embedder, llm=FakeLLM(), cache=False,
                        access_control=True, email_access=True)
     iso.ingest(_docs(tmp_path / "docs"))
     yield iso

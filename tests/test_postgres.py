@@ -45,6 +45,15 @@ def pg(postgres_url: str, embedder: Embedder, fake_llm: FakeLLM) -> Iterator[Iso
     index.close()
 
 
+@pytest.fixture
+def pp(postings_url: str, embedder: Embedder, fake_llm: FakeLLM) -> Iterator[Isotope]:
+    """An index on a server without pg_textsearch: isotope's own keyword postings."""
+    index = Isotope.open(postings_url, embedder=embedder, llm=fake_llm)
+    assert index.store.keyword_engine == "postings"
+    yield index
+    index.close()
+
+
 def _top(iso: Isotope, query: str, **options: object) -> list[str]:
     return [Path(r.chunk.source).name for r in iso.search(query, k=3, **options).results]
 
@@ -113,9 +122,14 @@ def test_filters_on_metadata_match_the_embedded_store(
     assert found[postgres_url][9] == ["r1", "r4"]  # a value of an object
 
 
+@pytest.mark.parametrize("engine", ["pg_textsearch", "postings"])
 def test_copy_between_engines_keeps_every_search(
-        pg: Isotope, postgres_url: str, tmp_path: Path, examples: Path,
+        engine: str, request: pytest.FixtureRequest, tmp_path: Path, examples: Path,
         embedder: Embedder, fake_llm: FakeLLM) -> None:
+    """A copy into PostgreSQL ranks every search as the embedded index did; with the
+    postings (FTS5's terms and formula) the scores are the same too."""
+    postgres_url = str(request.getfixturevalue(
+        "postgres_url" if engine == "pg_textsearch" else "postings_url"))
     embedded = tmp_path / "embedded"
     with Isotope.open(embedded, embedder=embedder, llm=fake_llm) as iso:
         iso.ingest(examples, questions="later")
@@ -123,7 +137,6 @@ def test_copy_between_engines_keeps_every_search(
         before = {q: [(r.chunk.id, r.score) for r in iso.search(q, k=5).results]
                   for q in QUERIES}
         counts = iso.store.counts()
-    pg.close()
     report = copy_index(embedded, postgres_url)
     assert len(report.sources) == 4 and report.questions == counts["questions"]
     calls = fake_llm.calls
@@ -133,11 +146,14 @@ def test_copy_between_engines_keeps_every_search(
         made = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE "
                                            "schemaname = current_schema()")}
         assert {"questions_hnsw", "atoms_hnsw", "chunks_hnsw"} <= made  # built at the end
+        assert copied.store.keyword_engine == engine
+        assert ({"questions_bm25", "atoms_bm25", "chunks_bm25"} <= made) == (
+            engine == "pg_textsearch")
         for query, results in before.items():
             after = [(r.chunk.id, r.score) for r in copied.search(query, k=5).results]
             assert [c for c, _ in after] == [c for c, _ in results], query
-            assert all(abs(a - b) < 2e-3 for (_, a), (_, b) in zip(after, results,
-                                                                    strict=True))
+            assert engine != "postings" or all(
+                abs(a - b) < 2e-3 for (_, a), (_, b) in zip(after, results, strict=True))
         assert copied.ingest(examples).unchanged  # the copy knows its files
     assert fake_llm.calls == calls  # no model was called
     back = tmp_path / "back"
@@ -321,7 +337,8 @@ def test_cli_commands_work_on_a_postgres_index(postgres_url: str, examples: Path
 
 
 def test_check_finds_drifted_keyword_statistics_and_repair_recounts_them(
-        pg: Isotope, examples: Path) -> None:
+        pp: Isotope, examples: Path) -> None:
+    pg = pp
     pg.ingest(examples)
     before = pg.search("vacation days", k=3, mode="chunks-bm25").results
     conn = support.connection(pg)
@@ -343,12 +360,13 @@ def test_check_finds_drifted_keyword_statistics_and_repair_recounts_them(
 
 
 def test_keyword_search_reads_the_rare_terms_first_and_ranks_exactly(
-        pg: Isotope, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """BM25 with the query's common terms pruned (MaxScore) ranks and scores exactly as
-    with every term read, and as the embedded store (FTS5) ranks, after writes and
-    deletes kept each term's document frequency."""
+        pp: Isotope, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BM25 from isotope's postings with the query's common terms pruned (MaxScore) ranks
+    and scores exactly as with every term read, and as the embedded store (FTS5) ranks,
+    after writes and deletes kept each term's document frequency."""
     import isotope.stores.postgres as postgres
 
+    pg = pp
     docs = tmp_path / "notes"
     docs.mkdir()
     for n in range(60):  # "harbour" and "boat" everywhere; a few rarer words
@@ -802,9 +820,12 @@ def test_a_copy_cut_short_before_its_vector_indexes_is_found_and_finished(
     with psycopg.connect(url, autocommit=True) as conn:  # the state a kill -9 leaves
         for kind in ("questions", "atoms", "chunks"):
             conn.execute(f'DROP INDEX "{schema}".{kind}_hnsw')  # type: ignore[arg-type]
+        for kind in ("questions", "atoms", "chunks"):
+            conn.execute(f'DROP INDEX "{schema}".{kind}_bm25')  # type: ignore[arg-type]
     target = stores.open(postgres_url)
     problems = target.check()
-    assert len([p for p in problems if "HNSW index" in p]) == 3, problems
+    assert len([p for p in problems if "hnsw index of" in p]) == 3, problems
+    assert len([p for p in problems if "bm25 index of" in p]) == 3, problems
     target.close()
     resumed = runner.invoke(app, ["copy", str(embedded), postgres_url, "--resume", "--json"])
     assert resumed.exit_code == 0, resumed.output
@@ -833,11 +854,11 @@ def test_the_hnsw_build_of_a_bulk_load_takes_its_memory_and_workers_settings(
     store.set_meta("embedding", {"model_id": "m", "dim": 384})
     store.close()
     with caplog.at_level(logging.WARNING, logger="isotope.stores.postgres"):
-        copy_index(embedded, postgres_url, hnsw_build=("1MB", 1))
+        copy_index(embedded, postgres_url, vector_build=("hnsw", "1MB", 1))
     said = [r.getMessage() for r in caplog.records if "hnsw_build_memory" in r.getMessage()]
     assert said and "1MB" in said[0] and "built on disk" in said[0], caplog.text
     target = stores.open(postgres_url)
-    assert target.check() == [] and target.missing_hnsw() == []  # type: ignore[attr-defined]
+    assert target.check() == [] and target.missing_indexes() == []  # type: ignore[attr-defined]
     target.close()
     for bad in ("lots", "512kB", "3TB"):  # (what PostgreSQL would refuse after the copy)
         refused = runner.invoke(app, ["copy", str(embedded), postgres_url + "x", "--json"],

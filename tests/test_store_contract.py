@@ -29,6 +29,12 @@ DOCS = {
 
 
 @pytest.fixture
+def location(every_location: str) -> str:
+    """Every engine: embedded, and PostgreSQL with each keyword engine."""
+    return every_location
+
+
+@pytest.fixture
 def store(location: str) -> Iterator[Store]:
     opened = stores.open(location)
     yield opened

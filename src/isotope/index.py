@@ -82,6 +82,9 @@ class IndexStatus(BaseModel):
     models: dict[str, str]
     prompt_versions: dict[str, str]
     settings: dict[str, Any]
+    keyword_engine: str = "fts5"
+    """What ranks keyword search: ``fts5`` (embedded), ``pg_textsearch`` or ``postings``
+    (PostgreSQL; chosen when the index was made, from what the server has)."""
     replicas: list[dict[str, Any]] = []
     """Each read replica's ``url`` (password masked), ``healthy``, ``lag_s`` (seconds
     behind the primary) and ``error`` (why it is not healthy)."""
@@ -116,7 +119,8 @@ class Isotope:
         store.set_read_replicas(settings.read_replicas, settings.replica_max_lag,
                                 settings.replica_wait)
         store.set_keyword_index(settings.keyword_index)
-        store.set_hnsw_build(settings.hnsw_build_memory, settings.hnsw_build_workers)
+        store.set_vector_build(settings.pg_vector_index, settings.hnsw_build_memory,
+                               settings.hnsw_build_workers)
         self.origins = origins or {}
         self.prompts = prompt_specs.load(settings.prompts_dir)
         """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""
@@ -1015,6 +1019,7 @@ class Isotope:
             },
             prompt_versions=prompt_specs.versions(self.prompts),
             settings=shown(self.settings),
+            keyword_engine=self.store.keyword_engine,
             replicas=self.store.replicas(),
         )
 

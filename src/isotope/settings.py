@@ -254,6 +254,11 @@ class StorageSettings(BaseModel):
     replica_wait: float = Field(
         1.0, ge=0, le=60, description="Seconds a search waits for a read replica to replay "
         "this process's last write (read your writes) before it reads the primary")
+    pg_vector_index: Literal["hnsw", "diskann"] = Field(
+        "hnsw", description="PostgreSQL: what a new index's question vectors are indexed "
+        "with: hnsw (pgvector, over halfvec) or diskann (pgvectorscale's StreamingDiskANN, "
+        "over vector); fixed when the index first holds vectors (isotope copy into a new "
+        "schema changes it). Atoms and chunks always use HNSW")
     hnsw_build_memory: str = Field(
         "auto", pattern=r"^(auto|[1-9][0-9]{0,5}MB|[1-9][0-9]{0,2}GB)$",
         description="PostgreSQL: memory for building an HNSW index at the end of a bulk "

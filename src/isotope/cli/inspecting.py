@@ -105,6 +105,7 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
     table.add_row("embedding", f"{info.embedding.get('model_id')} ({info.embedding.get('dim')}-d)")
     table.add_row("prompts", ", ".join(f"{name} {version}"
                                        for name, version in info.prompt_versions.items()))
+    table.add_row("keyword search", info.keyword_engine)
     for name in ("chunk_size", "chunk_overlap", "questions_per_atom", "dedup_threshold"):
         table.add_row(name, str(info.settings[name]))
     for replica in info.replicas:
@@ -249,7 +250,7 @@ def copy_command(
             raise IsotopeError(f"no index at {stores.describe(where[0])}; give the index "
                                "directory or URL to copy")
         report = copy_index(where[0], where[1], resume=resume, progress=progress,
-                            hnsw_build=_hnsw_build())
+                            vector_build=_vector_build())
     if as_json:
         print_json({"from": report.source, "to": report.target, "sources": len(report.sources),
                     "skipped": len(report.skipped), "chunks": report.chunks,
@@ -259,18 +260,18 @@ def copy_command(
               f"atoms, {report.questions} questions) from {report.source} to {report.target}")
 
 
-def _hnsw_build() -> tuple[str, int]:
-    """The hnsw_build_* settings a copy builds with (from .env and the environment): a bad
-    value of another setting does not stop a copy, which reads none of them (it is
-    warned of); a bad value of these does."""
+def _vector_build() -> tuple[str, str, int]:
+    """The pg_vector_index and hnsw_build_* settings a copy builds with (from .env and the
+    environment): a bad value of another setting does not stop a copy, which reads none
+    of them (it is warned of); a bad value of these does."""
     from isotope.errors import SettingsError
     from isotope.settings import resolve
 
     try:
         chosen = resolve(None)[0]
     except SettingsError as exc:
-        if "hnsw_build" in str(exc):
+        if "hnsw_build" in str(exc) or "pg_vector_index" in str(exc):
             raise
-        err.print(f"warning: {exc}; the copy builds its HNSW indexes with the defaults")
-        return ("auto", 0)
-    return (chosen.hnsw_build_memory, chosen.hnsw_build_workers)
+        err.print(f"warning: {exc}; the copy builds its vector indexes with the defaults")
+        return ("hnsw", "auto", 0)
+    return (chosen.pg_vector_index, chosen.hnsw_build_memory, chosen.hnsw_build_workers)

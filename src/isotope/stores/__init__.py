@@ -37,7 +37,7 @@ from isotope.search.filters import Condition
 T = TypeVar("T")
 Kind = Literal["questions", "atoms", "chunks"]
 KINDS: tuple[Kind, ...] = ("questions", "atoms", "chunks")
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 LOG_ONLY = "isotope\x1flog-only"
 """Named among a write's sources: it changes nothing a search reads (the audit log), so
 the index keeps its state id (and what is kept by it, such as a principal's rows)."""
@@ -191,6 +191,10 @@ class Store(ABC):
     concurrent_writers: bool = False
     """Several processes may write at once (each write locks only its sources); False:
     :meth:`writer` admits one writer at a time."""
+    keyword_engine: str = "fts5"
+    """What ranks keyword (BM25) search: ``fts5`` (the embedded store: SQLite's FTS5, or
+    postings saved to rank as it does), ``pg_textsearch`` (bm25 indexes in PostgreSQL) or
+    ``postings`` (isotope's own postings in PostgreSQL)."""
 
     @abstractmethod
     def add(self, batch: SourceBatch) -> None:
@@ -464,10 +468,13 @@ class Store(ABC):
                                   f"is at {getattr(self, 'where', 'no server')}: leave the "
                                   "setting empty")
 
-    def set_hnsw_build(self, memory: str = "auto", workers: int = 0) -> None:  # noqa: B027
-        """How a bulk load's vector indexes are built at its end: ``memory`` (``auto`` or
-        a size such as ``4GB``) and parallel ``workers`` (0: the server's setting).
-        Default: the store builds no index at the end of a bulk load."""
+    def set_vector_build(self, index: str = "hnsw", memory: str = "auto",  # noqa: B027
+                         workers: int = 0) -> None:
+        """What a server store indexes its question vectors with when it first holds
+        them (``index``: ``hnsw`` or ``diskann``), and how a bulk load's vector indexes
+        are built at its end: ``memory`` (``auto`` or a size such as ``4GB``) and parallel
+        ``workers`` (0: the server's setting). Default: the store builds no index at the
+        end of a bulk load."""
 
     def replicas(self) -> list[dict[str, Any]]:
         """Each read replica's ``url`` (password masked), ``healthy`` and ``lag_s``, read

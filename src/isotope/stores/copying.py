@@ -34,18 +34,19 @@ class CopyReport:
 
 def copy_index(source: str | Path, target: str | Path, *, resume: bool = False,
                progress: Callable[[int, int, str], None] | None = None,
-               hnsw_build: tuple[str, int] = ("auto", 0)) -> CopyReport:
+               vector_build: tuple[str, str, int] = ("hnsw", "auto", 0)) -> CopyReport:
     """Copy the index at ``source`` into ``target`` (a directory or a store URL; created
     if missing), under the target's writer lock. The target must hold no sources, unless
     ``resume``: then the sources it holds unchanged (same content hash) are skipped, as
     after an interrupted copy. Each source is one transaction in the target; the index's
     description (settings, embedding model) is written last, so an interrupted copy is
-    not mistaken for a finished one. ``hnsw_build``: the memory and workers a PostgreSQL
-    target builds its HNSW indexes with at the end (the ``hnsw_build_*`` settings)."""
+    not mistaken for a finished one. ``vector_build``: the index a PostgreSQL target's
+    question vectors get, and the memory and workers it builds its vector indexes with at
+    the end (the ``pg_vector_index`` and ``hnsw_build_*`` settings)."""
     src = stores.open(source, create=False)
     try:
         dst = stores.open(target, create=True)
-        dst.set_hnsw_build(*hnsw_build)
+        dst.set_vector_build(*vector_build)
         try:
             with dst.writer():
                 return _copy(src, dst, stores.describe(source), stores.describe(target),

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from isotope.embedders import Vectors
-from isotope.errors import IndexLocked, InvalidIndex, IsotopeError, StoreError
+from isotope.errors import IndexLocked, InvalidArgument, InvalidIndex, IsotopeError, StoreError
 from isotope.search.filters import Condition
 from isotope.stores import (
     KINDS,
@@ -59,8 +59,10 @@ from isotope.stores.postgres_replicas import (
     Replicas,
 )
 from isotope.stores.postgres_schema import (
+    bm25_indexes,
     close_quietly,
     connect,
+    keywords_query,
     replicas_in,
     schema_version,
     split_location,
@@ -102,6 +104,22 @@ BUILD_BYTES_PER_VECTOR = 1_200
 BUILD_MEMORY = (64 << 20, 8 << 30)
 """The least and the most memory an ``auto`` HNSW build asks for (a graph that fits
 builds several times faster than one pgvector has to spill to disk)."""
+BM25_CUT_OFF = 100_000
+"""How many matches a pg_textsearch index scan ranks at most (its TP_MAX_QUERY_LIMIT):
+a filtered keyword search that found fewer than asked among that many scores the rows
+that meet the filter exactly."""
+BM25_REPLICATED = (1, 2)
+"""The pg_textsearch release from which its indexes reach read replicas: 1.0 and 1.1 keep
+recent rows in shared memory and write their segments outside the WAL, so a standby's
+bm25 index is empty or behind (a search there read 'could not read blocks 0..0')."""
+BM25_FIRST = 256
+"""The best rows a filtered keyword search reads first (at least 4 k; then 4 times more
+each time too few of them meet the filters)."""
+VECTOR_INDEXES = ("hnsw", "diskann")
+"""What the question vectors may be indexed with (the ``pg_vector_index`` setting);
+atoms and chunks always have HNSW."""
+DISKANN_RESCORE = 50
+"""pgvectorscale's default candidates re-ranked with full vectors (at least k are)."""
 WRITE_RETRIES = 6
 """Times a write the server aborted to break a deadlock is made (then its error stands)."""
 T = TypeVar("T")
@@ -109,6 +127,8 @@ _WRITTEN: dict[tuple[str, str], int] = {}
 """Per server and schema: the primary's WAL position after this process's last write
 (read your writes)."""
 _WRITTEN_LOCK = threading.Lock()
+_SAID_POSTINGS: set[tuple[str, str]] = set()
+"""Indexes keeping their own postings on a server with pg_textsearch, told once."""
 _WAL_POSITION = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
 """The primary's WAL position, in bytes (what a replica must have replayed)."""
 
@@ -142,6 +162,8 @@ class PostgresStore(SQLStore):
         self._primary_seen: tuple[float, int | None] = (float("-inf"), None)
         self._primary_lock = threading.Lock()
         self._build: tuple[str, int] = ("auto", 0)
+        self._wanted_index = "hnsw"
+        """The ``pg_vector_index`` setting (an index keeps the one it was made with)."""
         self.set_read_replicas([])  # (those the location names)
         conn = self._conn()
         version = self._guard(lambda: schema_version(conn, self.schema))
@@ -160,6 +182,32 @@ class PostgresStore(SQLStore):
             raise InvalidIndex(f"{self.where}: the server's pgvector is {found[0][0]}; isotope "
                                "needs 0.8 or newer (iterative index scans): ALTER EXTENSION "
                                "vector UPDATE after installing it")
+        self.keyword_engine = str(self.get_meta("keyword_engine") or "postings")
+        """``pg_textsearch`` (bm25 indexes in the server) or ``postings`` (isotope's own
+        postings tables, for a server without pg_textsearch or an index made before it)."""
+        if self.keyword_engine == "postings":
+            self._said_postings()
+        found = self._rows("SELECT extversion FROM pg_extension WHERE extname = "
+                           "'pg_textsearch'")
+        self._bm25_replicated = bool(found) and _version(found[0][0]) >= BM25_REPLICATED
+        """Whether the server's pg_textsearch writes its indexes to the WAL, so that a
+        read replica holds them (1.2 and newer); else keyword searches read the
+        primary."""
+
+    def _said_postings(self) -> None:
+        """An index that keeps its own postings on a server with pg_textsearch says once
+        per process how to move to the server's BM25 (``isotope copy``)."""
+        key = (self._url, self.schema)
+        if key in _SAID_POSTINGS or not self._rows(
+                "SELECT 1 FROM pg_extension WHERE extname = 'pg_textsearch' UNION ALL SELECT 1 "
+                "WHERE current_setting('shared_preload_libraries') ~ 'pg_textsearch'"):
+            return
+        _SAID_POSTINGS.add(key)
+        log.warning("%s was made before this server had pg_textsearch: its keyword search "
+                    "reads isotope's own postings (twice the disk, slower on common words). "
+                    "To use the server's BM25 index, copy it into a new schema: isotope copy "
+                    "'%s' 'URL?schema=NEW' (docs/guides/postgresql.md, Upgrading)",
+                    self.where, self.where)
 
     # -- connections -------------------------------------------------------------------
     def _conn(self) -> psycopg.Connection[Any]:
@@ -182,12 +230,15 @@ class PostgresStore(SQLStore):
         except psycopg.Error as exc:
             raise store_error(self.location, exc) from exc
 
-    def _rows(self, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    def _rows(self, sql: str, params: Any = None, *, prepare: bool | None = None
+              ) -> list[tuple[Any, ...]]:
+        """A read's rows (``prepare``: psycopg's, None: prepared once a connection has run
+        it five times)."""
         import psycopg
 
         try:
             with self._watched():
-                return self._conn().execute(sql, params).fetchall()
+                return self._conn().execute(sql, params, prepare=prepare).fetchall()
         except psycopg.Error as exc:
             raise self._read_error(exc) from exc
 
@@ -277,6 +328,42 @@ class PostgresStore(SQLStore):
             raise self._read_error(exc) from exc
         finally:
             self._local.reading = None
+
+    def _on_replica(self) -> bool:
+        return (getattr(self._local, "reading", None) or getattr(self._local, "replica",
+                                                                 None)) is not None
+
+    def _bm25_from_primary(self, kind: Kind, words: list[str], k: int,
+                           filters: Sequence[Condition]) -> list[Hit]:
+        """A keyword search of a search that reads a replica, made on the primary (in a
+        snapshot of its own) where the server's pg_textsearch does not replicate its
+        indexes (before 1.2). While the primary does not answer, the search goes on
+        without its keyword signals (a warning says so): the replicas hold no usable
+        bm25 index."""
+        seen, position = self._primary_seen
+        if position is None and time.monotonic() - seen < DOWN_FOR:
+            self._said_no_keywords()
+            return []
+        saved = (getattr(self._local, "reading", None), getattr(self._local, "replica", None))
+        self._local.reading = self._local.replica = None
+        try:
+            return self._bm25_search(kind, words, k, filters)
+        except (InvalidIndex, StoreError) as exc:
+            if "connect" not in str(exc):  # (cannot connect, the connection was lost)
+                raise
+            self._primary_seen = (time.monotonic(), None)
+            self._said_no_keywords()
+            return []
+        finally:
+            self._local.reading, self._local.replica = saved
+
+    def _said_no_keywords(self) -> None:
+        if time.monotonic() - getattr(self, "_said_at", float("-inf")) > 60:
+            self._said_at = time.monotonic()
+            log.warning("%s: the primary does not answer, and the read replicas hold no "
+                        "usable bm25 index (pg_textsearch before 1.2 does not replicate "
+                        "them): searches go on without keyword signals until it is back",
+                        self.where)
 
     # -- read replicas -----------------------------------------------------------------
     def set_read_replicas(self, urls: Sequence[str], max_lag: float = 5.0,
@@ -410,74 +497,129 @@ class PostgresStore(SQLStore):
 
     # -- writes ------------------------------------------------------------------------
     def _ensure_dim(self, dim: int) -> None:
-        """Record the vectors' dimension and make each kind's HNSW index that is missing,
-        once per index, in a transaction of its own (committed before any row is
-        written, so a write that fails later cannot undo them); then refuse vectors of
+        """Record the vectors' dimension and make each kind's vector index that is
+        missing, once per index, in a transaction of its own (committed before any row
+        is written, so a write that fails later cannot undo them); then refuse vectors of
         another dimension. The catalog is read first, without a lock: ``CREATE INDEX IF
         NOT EXISTS`` takes a lock on its table even when the index is there, and four
-        writers' first writes deadlocked on it against each other's inserts."""
+        writers' first writes deadlocked on it against each other's inserts. The first
+        vectors also fix the question vectors' index (``pg_vector_index``): diskann
+        reads a ``vector(dim)`` column, made so while the table is empty."""
         if self._dims == dim:
             return
         stored = self.get_meta("vector_dim")
         if stored is not None and int(stored) != dim:
             raise InvalidIndex(f"{self.where} holds vectors of {stored} dimensions, not "
                                f"{dim}; use the index's embedding model")
-        if stored is None or (not self._bulk and self.missing_hnsw()):
+        if stored is None or (not self._bulk and self.missing_indexes()):
             with self._write(lock=f"isotope-dim:{self.schema}") as conn:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'vector_dim'"
                                    ).fetchone()
                 if row is not None and int(row[0]) != dim:
                     raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, "
                                        f"not {dim}; use the index's embedding model")
+                if row is None:
+                    self._choose_vector_index(conn, dim)
                 if not self._bulk:  # (again if a bulk load was cut short before making them)
-                    self._hnsw(conn, dim, self.missing_hnsw(conn))
+                    for kind in self.missing_indexes(conn):
+                        conn.execute(self._index_sql(kind, dim))
                 if row is None:
                     conn.execute("INSERT INTO meta(key, value) VALUES ('vector_dim', %s)",
                                  (json.dumps(dim),))
         self._dims = dim
 
-    def missing_hnsw(self, conn: psycopg.Connection[Any] | None = None) -> list[Kind]:
-        """The kinds whose HNSW index is missing (a bulk load cut short leaves them so:
+    def _choose_vector_index(self, conn: psycopg.Connection[Any], dim: int) -> None:
+        """Fix the question vectors' index to the ``pg_vector_index`` setting (their
+        first vectors are being written); diskann needs pgvectorscale."""
+        import psycopg
+
+        chosen = self._wanted_index
+        if chosen == "diskann":
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtext('isotope-extension'))")
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS vectorscale SCHEMA public")
+            except psycopg.Error as exc:
+                raise InvalidIndex(
+                    f"{self.where}: pg_vector_index = diskann needs pgvectorscale on the "
+                    f"server ({str(exc).strip().splitlines()[0]}); install it and run "
+                    "`CREATE EXTENSION vectorscale` as a superuser, or use hnsw") from None
+            conn.execute(f"ALTER TABLE questions ALTER COLUMN vector TYPE vector({dim})")
+        conn.execute("INSERT INTO meta(key, value) VALUES ('pg_vector_index', %s) ON CONFLICT "
+                     "(key) DO UPDATE SET value = excluded.value", (json.dumps(chosen),))
+        self._question_index = chosen
+
+    @property
+    def question_index(self) -> str:
+        """What this index's question vectors are indexed with: ``hnsw`` or ``diskann``
+        (fixed by its first vectors; an index made before the setting has HNSW)."""
+        found = getattr(self, "_question_index", None)
+        if found is None:
+            found = str(self.get_meta("pg_vector_index") or "hnsw")
+            if self.get_meta("vector_dim") is not None:
+                self._question_index = found
+        return found
+
+    def _index_name(self, kind: Kind) -> str:
+        return f"{kind}_{self.question_index if kind == 'questions' else 'hnsw'}"
+
+    def _index_sql(self, kind: Kind, dim: int) -> str:
+        if kind == "questions" and self.question_index == "diskann":
+            return ("CREATE INDEX IF NOT EXISTS questions_diskann ON questions USING diskann "
+                    "(vector vector_cosine_ops)")
+        return (f"CREATE INDEX IF NOT EXISTS {kind}_hnsw ON {kind} USING hnsw "
+                f"((vector::halfvec({dim})) halfvec_cosine_ops)")
+
+    def missing_indexes(self, conn: psycopg.Connection[Any] | None = None) -> list[Kind]:
+        """The kinds whose vector index is missing (a bulk load cut short leaves them so:
         searches then scan every row; :meth:`check` says so and :meth:`repair` makes
         them)."""
+        return [kind for kind in KINDS if self._index_name(kind) not in self._indexes(conn)]
+
+    def missing_bm25(self, conn: psycopg.Connection[Any] | None = None) -> list[Kind]:
+        """The kinds whose bm25 index (pg_textsearch) is missing (a bulk load drops them
+        and makes them at its end)."""
+        if self.keyword_engine != "pg_textsearch":
+            return []
+        return [kind for kind in KINDS if f"{kind}_bm25" not in self._indexes(conn)]
+
+    def _indexes(self, conn: psycopg.Connection[Any] | None) -> set[str]:
         rows = (conn.execute if conn is not None else self._conn().execute)(
             "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (self.schema,)
         ).fetchall()
-        present = {r[0] for r in rows}
-        return [kind for kind in KINDS if f"{kind}_hnsw" not in present]
+        return {r[0] for r in rows}
 
-    @staticmethod
-    def _hnsw(conn: psycopg.Connection[Any], dim: int,
-              kinds: Sequence[Kind] = KINDS) -> None:
-        for kind in kinds:
-            conn.execute(f"CREATE INDEX IF NOT EXISTS {kind}_hnsw ON {kind} USING hnsw "
-                         f"((vector::halfvec({dim})) halfvec_cosine_ops)")
-
-    def _build_hnsw(self) -> None:
-        """Make the missing HNSW indexes, each in a transaction of its own with the memory
-        its graph wants. A parallel build that the server cannot give its shared memory
-        (a small /dev/shm) is made again by one process."""
+    def _build_indexes(self) -> None:
+        """Make the missing bm25 and vector indexes, each in a transaction of its own,
+        a vector index with the memory its graph wants. A parallel build that the server
+        cannot give its shared memory (a small /dev/shm) is made again by one process."""
+        for kind in self.missing_bm25():
+            with self._write(lock=f"isotope-dim:{self.schema}") as conn:
+                memory = build_memory(self._build[0], 0, 0)
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (memory,))
+                for statement in bm25_indexes(self.schema, (kind,)):
+                    conn.execute(statement)
         dim = self._stored_dim()
         if dim is None:
             return
         with self._write(lock=f"isotope-dim:{self.schema}") as conn:
-            missing = self.missing_hnsw(conn)
+            missing = self.missing_indexes(conn)
         for kind in missing:
             try:
                 self._build_one(kind, dim, self._build[1])
             except StoreError as exc:
                 if "shared memory" not in str(exc):
                     raise
-                log.warning("%s: the parallel build of the %s HNSW index could not get its "
-                            "shared memory (%s); building it in one process", self.where,
+                log.warning("%s: the parallel build of the %s vector index could not get "
+                            "its shared memory (%s); building it in one process", self.where,
                             kind, exc)
                 self._build_one(kind, dim, -1)
 
     def _build_one(self, kind: Kind, dim: int, workers: int) -> None:
-        """Build ``kind``'s HNSW index (``workers``: parallel workers, 0: the server's
+        """Build ``kind``'s vector index (``workers``: parallel workers, 0: the server's
         setting, -1: none)."""
         with self._write(lock=f"isotope-dim:{self.schema}") as conn:
-            if kind not in self.missing_hnsw(conn):
+            if kind not in self.missing_indexes(conn):
                 return
             found = conn.execute(f"SELECT count(*) FROM {kind}").fetchone()
             memory = build_memory(self._build[0], int(found[0]) if found else 0, dim)
@@ -494,35 +636,48 @@ class PostgresStore(SQLStore):
 
             conn.add_notice_handler(spilled)
             try:
-                self._hnsw(conn, dim, [kind])
+                conn.execute(self._index_sql(kind, dim))
             finally:
                 conn.remove_notice_handler(spilled)
 
-    def set_hnsw_build(self, memory: str = "auto", workers: int = 0) -> None:
+    def set_vector_build(self, index: str = "hnsw", memory: str = "auto",
+                         workers: int = 0) -> None:
+        if index not in VECTOR_INDEXES:
+            raise InvalidArgument(f"pg_vector_index {index!r}: use one of "
+                                  f"{', '.join(VECTOR_INDEXES)}")
+        self._wanted_index = index
         self._build = (memory, workers)
+        made = self.question_index if self.get_meta("vector_dim") is not None else index
+        if made != index:
+            log.info("%s: its question vectors are indexed with %s (made so); "
+                     "pg_vector_index = %s applies to a new index (isotope copy into a new "
+                     "schema)", self.where, made, index)
 
     @contextmanager
     def bulk(self) -> Iterator[None]:
-        """Load an empty index faster: its HNSW indexes are made once at the end (a build
-        over all the rows) instead of grown row by row. Searches meanwhile scan exactly.
-        A load cut short leaves them missing; the next bulk load (``copy --resume``),
-        write or repair makes them."""
+        """Load an empty index faster: its vector and bm25 indexes are made once at the
+        end (a build over all the rows) instead of grown row by row. Searches meanwhile
+        scan exactly. A load cut short leaves them missing; the next bulk load (``copy
+        --resume``), write or repair makes them."""
         if self.counts()["sources"]:
             try:
                 yield
             finally:
-                self._build_hnsw()
+                self._build_indexes()
             return
         with self._write() as conn:
             for kind in KINDS:
                 conn.execute(f"DROP INDEX IF EXISTS {kind}_hnsw")
+                conn.execute(f"DROP INDEX IF EXISTS {kind}_diskann")
+                if self.keyword_engine == "pg_textsearch":
+                    conn.execute(f"DROP INDEX IF EXISTS {kind}_bm25")
         self._bulk, self._dims = True, None
         try:
             yield
         finally:
             self._bulk = False
             self._dims = None
-            self._build_hnsw()
+            self._build_indexes()
 
     def _stored_dim(self) -> int | None:
         if self._dims is None:
@@ -553,13 +708,19 @@ class PostgresStore(SQLStore):
     def _add_rows(self, conn: psycopg.Connection[Any], kind: Kind, columns: str,
                   values: list[tuple[Any, ...]], vectors: Vectors,
                   chunk_rows: Sequence[int | None], texts: Sequence[str]) -> list[int]:
-        """Rows with their vectors (``halfvec``) and their postings, made by FTS5's
-        tokenizer (``COPY``)."""
-        from pgvector import HalfVector
+        """Rows with their vectors (``halfvec``; ``vector`` for questions indexed with
+        diskann) and, with the ``postings`` keyword engine, their postings made by FTS5's
+        tokenizer (``COPY``); a bm25 index (pg_textsearch) reads the rows' text itself."""
+        from pgvector import HalfVector, Vector
 
+        typed = Vector if kind == "questions" and self.question_index == "diskann" else \
+            HalfVector
+        if self.keyword_engine == "pg_textsearch":
+            return self._insert(conn, kind, f"{columns}, ntok, vector", [
+                (*value, 0, typed(v)) for value, v in zip(values, vectors, strict=True)])
         terms = self._terms(texts)
         rows = self._insert(conn, kind, f"{columns}, ntok, vector", [
-            (*value, n, HalfVector(v))
+            (*value, n, typed(v))
             for value, (_, n), v in zip(values, terms, vectors, strict=True)])
         self._postings(conn, kind, rows, terms)
         return rows
@@ -598,44 +759,68 @@ class PostgresStore(SQLStore):
     # -- reads -------------------------------------------------------------------------
     def search(self, kind: Kind, vector: Vectors, k: int,
                filters: Sequence[Condition] = ()) -> list[Hit]:
-        from pgvector import HalfVector
+        from pgvector import HalfVector, Vector
 
         dim = self._stored_dim()
         if k <= 0 or dim is None:
             return []
-        query = HalfVector(np.asarray(vector, dtype=np.float32).reshape(-1))
-        distance = f"t.vector::halfvec({dim}) <=> %(q)s::halfvec({dim})"
+        flat = np.asarray(vector, dtype=np.float32).reshape(-1)
+        diskann = kind == "questions" and self.question_index == "diskann"
+        if diskann:  # (the column itself: diskann indexes no expression)
+            query: Any = Vector(flat)
+            distance = f"t.vector <=> %(q)s::vector({dim})"
+        else:
+            query = HalfVector(flat)
+            distance = f"t.vector::halfvec({dim}) <=> %(q)s::halfvec({dim})"
         restrict, params = "", {"q": query, "k": k}
         few = False
+        meeting = ""
         if filters:
-            clause, values = where(filters)
-            # source first: a source's conditions (its access list) tested once per source
-            meeting = (f"SELECT c.id FROM sources s JOIN chunks c ON c.source = s.uri "
-                       f"WHERE {_named(clause, values, params)}")
-            restrict = f"WHERE {ITEM_CHUNK[kind]} IN ({meeting})"
+            restrict, meeting = self._restrict(kind, filters, params)
         sql = (f"SELECT t.row, {distance} AS d FROM {kind} t {restrict} "
                "ORDER BY ORDER_BY LIMIT %(k)s")
         with self.snapshot():
             if filters:  # few chunks meet them: scored exactly at once (an index scan
                 # would read up to MAX_SCAN_TUPLES rows of other chunks, then give up)
-                few = self._rows(f"SELECT count(*) FROM ({meeting} LIMIT {EXACT_CHUNKS + 1}"
-                                 ") f", params)[0][0] <= EXACT_CHUNKS
+                few = self._few(meeting, params)
             # a filtered scan keeps the candidates that meet the conditions among the
             # nearest it visits: with many chunks meeting them (a principal who sees 10%
             # of a million questions), 200 candidates found 0.88 of the exact top 10
             wide = EF_FILTERED if filters else EF_SEARCH
-            # rows deleted but not yet vacuumed, or filtered out, use up the candidates of
-            # a plain scan: an iterative scan goes on, up to MAX_SCAN_TUPLES (the three
-            # settings in one round trip, for this transaction only)
-            self._rows("SELECT set_config('hnsw.ef_search', %s, true), set_config("
-                       "'hnsw.iterative_scan', 'relaxed_order', true), set_config("
-                       "'hnsw.max_scan_tuples', %s, true)",
-                       (str(min(max(wide, k), 1000)), str(MAX_SCAN_TUPLES)))
+            if diskann:  # (a diskann scan streams on past rows a filter rejects)
+                self._rows("SELECT set_config('diskann.query_search_list_size', %s, true), "
+                           "set_config('diskann.query_rescore', %s, true)",
+                           (str(min(max(wide, k), 1000)), str(max(DISKANN_RESCORE, k))))
+            else:
+                # rows deleted but not yet vacuumed, or filtered out, use up the
+                # candidates of a plain scan: an iterative scan goes on, up to
+                # MAX_SCAN_TUPLES (the three settings in one round trip, for this
+                # transaction only)
+                self._rows("SELECT set_config('hnsw.ef_search', %s, true), set_config("
+                           "'hnsw.iterative_scan', 'relaxed_order', true), set_config("
+                           "'hnsw.max_scan_tuples', %s, true)",
+                           (str(min(max(wide, k), 1000)), str(MAX_SCAN_TUPLES)))
             found = [] if few else self._rows(sql.replace("ORDER_BY", distance), params)
             if len(found) < k:  # the index scan gave up: scan the rows exactly
                 found = self._rows(sql.replace("ORDER_BY", f"0 + ({distance})"), params)
             found.sort(key=lambda r: (r[1], r[0]))
             return self._hits(kind, [(int(r[0]), 1.0 - float(r[1])) for r in found[:k]])
+
+    @staticmethod
+    def _restrict(kind: Kind, filters: Sequence[Condition], params: dict[str, Any]
+                  ) -> tuple[str, str]:
+        """(the WHERE clause that keeps the items of ``kind`` whose chunk meets
+        ``filters``, the query of those chunks' ids); their values go into ``params``."""
+        clause, values = where(filters)
+        # source first: a source's conditions (its access list) tested once per source
+        meeting = (f"SELECT c.id FROM sources s JOIN chunks c ON c.source = s.uri "
+                   f"WHERE {_named(clause, values, params)}")
+        return f"WHERE {ITEM_CHUNK[kind]} IN ({meeting})", meeting
+
+    def _few(self, meeting: str, params: dict[str, Any]) -> bool:
+        """Whether at most :data:`EXACT_CHUNKS` chunks meet a search's conditions."""
+        return bool(self._rows(f"SELECT count(*) FROM ({meeting} LIMIT {EXACT_CHUNKS + 1}) f",
+                               params)[0][0] <= EXACT_CHUNKS)
 
     def first_pool(self, kind: Kind, k: int, per_chunk: int) -> int:
         """Sized for the kind (a chunk is one item; it has a few atoms and many
@@ -648,6 +833,10 @@ class PostgresStore(SQLStore):
         words = query_words(query)
         if not words or k <= 0:
             return []
+        if self.keyword_engine == "pg_textsearch":
+            if self._bm25_replicated or not self._on_replica():
+                return self._bm25_search(kind, words, k, filters)
+            return self._bm25_from_primary(kind, words, k, filters)
         counted = query_terms(words, self._tokenizer)
         if not counted:
             return []
@@ -680,16 +869,69 @@ class PostgresStore(SQLStore):
                 rare = min(len(rarest), rare * 2)
             return self._hits(kind, [(int(r[0]), float(r[1])) for r in found])
 
+    def _bm25_search(self, kind: Kind, words: list[str], k: int,
+                     filters: Sequence[Condition]) -> list[Hit]:
+        """BM25 from the kind's bm25 index (pg_textsearch), ranked by an index scan whose
+        scores the scan itself hands over (``bm25_get_current_score()``: scoring a row
+        again in the select list reads its whole text, 75 us a chunk). With filters, the
+        scan's best ``n`` rows are kept where they meet them, ``n`` growing until k are
+        found or every match was seen (as an iterative vector scan reads on); where few
+        chunks meet the filters, or the scan stopped at :data:`BM25_CUT_OFF` matches,
+        the rows that meet them are scored exactly. A filter never shortens the results."""
+        params: dict[str, Any] = {"q": keywords_query(words), "k": k,
+                                  "index": f"{self.schema}.{kind}_bm25"}
+        order = "t.keywords <@> to_bm25query(%(q)s, %(index)s)"
+        scan = (f"SELECT t.row, {ITEM_CHUNK[kind]} AS chunk, bm25_get_current_score() AS s "
+                f"FROM {kind} t ORDER BY {order} LIMIT %(n)s")
+        restrict = meeting = ""
+        if filters:
+            restrict, meeting = self._restrict(kind, filters, params)
+        with self.snapshot():
+            # the scores come from the index scan only: never a sequential scan here. The
+            # statements are never prepared: pg_textsearch learns the query's index and
+            # LIMIT while a statement is parsed, and a prepared one, parsed once, ranked
+            # every match at each run (31 ms for a chunk search of the 300-passage index,
+            # against 1.1 ms)
+            self._rows("SELECT set_config('enable_seqscan', 'off', true)")
+            if not filters:
+                found = self._rows(scan, {**params, "n": k}, prepare=False)
+            elif self._few(meeting, params):
+                found = None
+            else:
+                n, found = max(4 * k, BM25_FIRST), None
+                while found is None:
+                    rows = self._rows(
+                        f"WITH x AS MATERIALIZED ({scan}) (SELECT row, s FROM x WHERE chunk "
+                        f"IN ({meeting}) ORDER BY s, row LIMIT %(k)s) UNION ALL SELECT NULL, "
+                        "count(*) FROM x", {**params, "n": n}, prepare=False)
+                    kept, seen = rows[:-1], int(rows[-1][1])
+                    if len(kept) >= k or seen < n:
+                        found = kept
+                    elif n >= BM25_CUT_OFF:
+                        break
+                    else:
+                        n = min(n * 4, BM25_CUT_OFF)
+            self._rows("SELECT set_config('enable_seqscan', 'on', true)")
+            if found is None:  # scored exactly: the rows that meet the filters
+                found = self._rows(
+                    f"SELECT row, s FROM (SELECT t.row, {order} AS s FROM {kind} t "
+                    f"{restrict}) x WHERE s < 0 ORDER BY s, row LIMIT %(k)s", params,
+                    prepare=False)
+        scored = sorted((float(r[-1]), int(r[0])) for r in found if float(r[-1]) < 0)
+        return self._hits(kind, [(row, -score) for score, row in scored])
+
     # -- integrity ---------------------------------------------------------------------
     def inspect(self) -> Inspection:
-        """Rows lost since each source was stored (its counts), and keyword statistics
-        that drifted from the rows (foreign keys keep rows from losing their parents)."""
+        """Rows lost since each source was stored (its counts), keyword statistics that
+        drifted from the rows (the ``postings`` engine; foreign keys keep rows from
+        losing their parents), and vector or bm25 indexes a bulk load cut short left
+        missing."""
         found = Inspection()
         with self.snapshot():
             for uri, lost in self._lost_rows():
                 found.problems.append(f"{uri}: source lost rows since it was stored ({lost})")
                 found.damaged_sources.append(uri)
-            for kind in KINDS:
+            for kind in KINDS if self.keyword_engine == "postings" else ():
                 n, total = self._rows(f"SELECT count(*), coalesce(sum(ntok), 0) FROM {kind}")[0]
                 stats = self._rows("SELECT coalesce(sum(n), 0), coalesce(sum(total), 0) FROM "
                                    "kw_stats WHERE kind = %s", (kind,))[0]
@@ -704,27 +946,34 @@ class PostgresStore(SQLStore):
                 if drifted:
                     found.problems.append(f"the document frequencies of {drifted} terms of "
                                           f"{kind} drifted; run check --repair")
+            for kind in self.missing_bm25():
+                found.problems.append(
+                    f"the bm25 index of {kind} is missing (a bulk load was cut short): "
+                    "keyword searches of it fail; run check --repair")
             if self._stored_dim() is not None:
-                for kind in self.missing_hnsw():
+                for kind in self.missing_indexes():
                     found.problems.append(
-                        f"the HNSW index of {kind} is missing (a bulk load was cut short): "
-                        "vector searches scan every row; run check --repair")
+                        f"the {self._index_name(kind).split('_')[-1]} index of {kind} is "
+                        "missing (a bulk load was cut short): vector searches scan every "
+                        "row; run check --repair")
         return found
 
     def repair(self, embed: Callable[[list[str]], Vectors] | None = None) -> None:
-        """Recount the keyword statistics from the rows (rows, vectors and postings are
-        kept together by transactions and foreign keys), and make the HNSW indexes a bulk
-        load cut short did not. Holds the index's lock exclusively."""
+        """Recount the keyword statistics from the rows (the ``postings`` engine; rows,
+        vectors and postings are kept together by transactions and foreign keys), and
+        make the vector and bm25 indexes a bulk load cut short did not. Holds the index's
+        lock exclusively."""
         with self._index_lock(60.0, shared=False):
-            with self._write() as conn:
-                conn.execute("DELETE FROM kw_stats")
-                for kind in KINDS:
-                    conn.execute(f"INSERT INTO kw_stats SELECT %s, 0, count(*), "
-                                 f"coalesce(sum(ntok), 0) FROM {kind}", (kind,))
-                    conn.execute(f"DELETE FROM {kind}_df")
-                    conn.execute(f"INSERT INTO {kind}_df SELECT term, 0, count(*) FROM "
-                                 f"{kind}_terms GROUP BY term")
-            self._build_hnsw()  # those a bulk load cut short did not make
+            if self.keyword_engine == "postings":
+                with self._write() as conn:
+                    conn.execute("DELETE FROM kw_stats")
+                    for kind in KINDS:
+                        conn.execute(f"INSERT INTO kw_stats SELECT %s, 0, count(*), "
+                                     f"coalesce(sum(ntok), 0) FROM {kind}", (kind,))
+                        conn.execute(f"DELETE FROM {kind}_df")
+                        conn.execute(f"INSERT INTO {kind}_df SELECT term, 0, count(*) FROM "
+                                     f"{kind}_terms GROUP BY term")
+            self._build_indexes()  # those a bulk load cut short did not make
 
     def disk_size(self) -> int | None:
         rows = self._rows("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class "
@@ -743,6 +992,10 @@ class PostgresStore(SQLStore):
                                "with it")
         with self._write() as conn:
             conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
 def build_memory(setting: str, rows: int, dim: int) -> str:

@@ -145,6 +145,8 @@ STEPS: dict[int, list[str]] = {
         origin TEXT NOT NULL, at TEXT NOT NULL)"""],
     # 10: the PostgreSQL store's per-term document frequencies; nothing changes here
     10: [],
+    # 11: the PostgreSQL store's keyword engine (pg_textsearch or postings); nothing here
+    11: [],
 }
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 
