@@ -47,6 +47,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -160,7 +161,7 @@ class Synthesis:
                 f"{j})?")
 
     def query_vector(self, text: str, n: int, j: int) -> Vectors:
-        rng = np.random.default_rng(abs(hash(text)) % (2**32))
+        rng = np.random.default_rng(_seed(text))
         mix = (self.atom_vector(n) + 0.6 * self.question_vectors[j]
                + 0.25 * noise(rng, self.question_vectors.shape[1]))
         return mix / np.linalg.norm(mix)
@@ -180,9 +181,15 @@ class Synthesis:
         if items:
             mean = np.mean([self.atom_vector(n) for n in items], axis=0)
             return mean / np.linalg.norm(mean)
-        rng = np.random.default_rng(abs(hash(text)) % (2**32))
+        rng = np.random.default_rng(_seed(text))
         made = rng.standard_normal(self.sentence_vectors.shape[1])
         return made / np.linalg.norm(made)
+
+
+def _seed(text: str) -> int:
+    """A seed from ``text``, the same in every run (Python's ``hash`` of a str changes
+    from process to process, and with it the queries and every figure)."""
+    return zlib.crc32(text.encode("utf-8"))
 
 
 class StandInEmbedder(Embedder):

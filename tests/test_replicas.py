@@ -225,7 +225,7 @@ def test_a_standby_cut_off_from_the_primary_is_skipped(
             monkeypatch.setattr(replicas, "PROBE_EVERY", 600.0)  # (as status said)
             before = [_transactions(replicated, s) for s in replicated.standbys]
             for _ in range(20):
-                found = iso.search("Which museum shows a kayak?", k=1, mode="chunks-bm25")
+                found = iso.search("Which museum shows a kayak?", k=1, mode="chunks-dense")
                 assert found.results[0].chunk.source.endswith("museum.md")
         time.sleep(1.5)
         served = [_transactions(replicated, s) - b
@@ -243,7 +243,8 @@ def test_a_standby_cut_off_from_the_primary_is_skipped(
 
 def test_a_search_after_a_write_sees_it(replicated: Cluster, index: str, tmp_path: Path,
                                         embedder: Embedder, paused: list[Standby]) -> None:
-    """Read your writes: with one standby's replay paused, a search right after an ingest
+    """Read your writes (a dense search: the replicas' own reads): with one standby's
+    replay paused, a search right after an ingest
     finds the new document every time (the other standby once it has replayed the write,
     or the primary); with both paused, the primary after ``replica_wait``."""
     new = tmp_path / "more"
@@ -258,14 +259,14 @@ def test_a_search_after_a_write_sees_it(replicated: Cluster, index: str, tmp_pat
             iso.ingest(new)
             for _ in range(4):  # each on another replica in turn
                 found = iso.search(f"Which museum number {n} shows a whaling boat?", k=1,
-                                   mode="chunks-bm25")
+                                   mode="chunks-dense")
                 assert found.results[0].chunk.source.endswith(f"museum{n}.md")
         replicated.sql(replicated.standbys[1], "SELECT pg_wal_replay_pause()")
         paused.append(replicated.standbys[1])
         (new / "museum9.md").write_text("# Museum 9\n\nThe ninth museum shows a kayak.\n")
         iso.ingest(new)
         started = time.monotonic()
-        found = iso.search("Which museum shows a kayak?", k=1, mode="chunks-bm25")
+        found = iso.search("Which museum shows a kayak?", k=1, mode="chunks-dense")
         assert found.results[0].chunk.source.endswith("museum9.md")
         assert time.monotonic() - started < 5  # the wait is bounded
 
@@ -289,7 +290,7 @@ def test_a_lagging_standby_is_skipped(replicated: Cluster, index: str, tmp_path:
     postgres._WRITTEN.clear()  # (as another process: no write of its own to wait for)
     with _opened(index, embedder, replica_max_lag=1.0) as iso:
         for _ in range(10):
-            found = iso.search("Which museum shows a kayak?", k=1, mode="chunks-bm25")
+            found = iso.search("Which museum shows a kayak?", k=1, mode="chunks-dense")
             assert found.results[0].chunk.source.endswith("museum.md")
         shown = iso.status().replicas
         assert [r["healthy"] for r in shown] == [False, True]

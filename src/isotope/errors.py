@@ -8,6 +8,10 @@ from pathlib import Path
 class IsotopeError(Exception):
     """Base class of every error isotope raises on purpose."""
 
+    unreachable = False
+    """A server could not be reached, or the connection to it was lost (nothing else went
+    wrong: the same call may succeed once it answers)."""
+
 
 class SourceNotFound(IsotopeError):
     """A path given to ingest, or a source given to delete, does not exist."""

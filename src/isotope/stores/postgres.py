@@ -127,8 +127,9 @@ _WRITTEN: dict[tuple[str, str], int] = {}
 """Per server and schema: the primary's WAL position after this process's last write
 (read your writes)."""
 _WRITTEN_LOCK = threading.Lock()
-_SAID_POSTINGS: set[tuple[str, str]] = set()
-"""Indexes keeping their own postings on a server with pg_textsearch, told once."""
+_SAID: set[tuple[str, ...]] = set()
+"""What was said once per process: an index keeping its own postings on a server with
+pg_textsearch, a missing bm25 index."""
 _WAL_POSITION = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
 """The primary's WAL position, in bytes (what a replica must have replayed)."""
 
@@ -189,20 +190,26 @@ class PostgresStore(SQLStore):
             self._said_postings()
         found = self._rows("SELECT extversion FROM pg_extension WHERE extname = "
                            "'pg_textsearch'")
-        self._bm25_replicated = bool(found) and _version(found[0][0]) >= BM25_REPLICATED
-        """Whether the server's pg_textsearch writes its indexes to the WAL, so that a
-        read replica holds them (1.2 and newer); else keyword searches read the
-        primary."""
+        made = self.get_meta("bm25_version")
+        self._bm25_replicated = all(
+            _version(str(v)) >= BM25_REPLICATED for v in (found[0][0] if found else "0",
+                                                          made or "0"))
+        """Whether the index's bm25 indexes reach read replicas: made, and the server
+        runs, with pg_textsearch 1.2 or newer (an index made by 1.0 or 1.1 stays behind
+        on the standbys after an upgrade until it is made again: REINDEX); else keyword
+        searches read the primary."""
 
     def _said_postings(self) -> None:
         """An index that keeps its own postings on a server with pg_textsearch says once
         per process how to move to the server's BM25 (``isotope copy``)."""
         key = (self._url, self.schema)
-        if key in _SAID_POSTINGS or not self._rows(
-                "SELECT 1 FROM pg_extension WHERE extname = 'pg_textsearch' UNION ALL SELECT 1 "
-                "WHERE current_setting('shared_preload_libraries') ~ 'pg_textsearch'"):
+        if key in _SAID or not self._rows(  # (pg_settings: no error for a role
+                # that may not read the setting; its row is left out)
+                "SELECT 1 FROM pg_extension WHERE extname = 'pg_textsearch' UNION ALL "
+                "SELECT 1 FROM pg_settings WHERE name = 'shared_preload_libraries' AND "
+                "setting ~ 'pg_textsearch'"):
             return
-        _SAID_POSTINGS.add(key)
+        _SAID.add(key)
         log.warning("%s was made before this server had pg_textsearch: its keyword search "
                     "reads isotope's own postings (twice the disk, slower on common words). "
                     "To use the server's BM25 index, copy it into a new schema: isotope copy "
@@ -246,8 +253,11 @@ class PostgresStore(SQLStore):
         """A statement on a read replica is cut off if it has not answered within
         ``ANSWER_WITHIN`` (the search is then made again elsewhere)."""
         reading = getattr(self._local, "reading", None)
-        if reading is None or self._replicas is None:
+        if self._replicas is None:
             return contextlib.nullcontext()
+        if reading is None:  # (a read a replica-served search makes on the primary)
+            return self._replicas.watched(self._conn()) if getattr(
+                self._local, "watch_primary", False) else contextlib.nullcontext()
         return self._replicas.watched(reading[1])
 
     def _read_error(self, exc: Exception) -> Exception:
@@ -337,25 +347,32 @@ class PostgresStore(SQLStore):
                            filters: Sequence[Condition]) -> list[Hit]:
         """A keyword search of a search that reads a replica, made on the primary (in a
         snapshot of its own) where the server's pg_textsearch does not replicate its
-        indexes (before 1.2). While the primary does not answer, the search goes on
-        without its keyword signals (a warning says so): the replicas hold no usable
-        bm25 index."""
-        seen, position = self._primary_seen
-        if position is None and time.monotonic() - seen < DOWN_FOR:
+        indexes (before 1.2). Each of its statements is cut off as a replica's are, after
+        ``ANSWER_WITHIN`` seconds. While the primary does not answer (its position,
+        probed at most once a second, or this read), the search goes on without its
+        keyword signals (a warning says so): the replicas hold no usable bm25 index.
+        Its rows come from the primary, which may be ahead of the replica: a chunk the
+        replica does not hold yet is left out of the results."""
+        if self._primary_position() is None:
             self._said_no_keywords()
             return []
         saved = (getattr(self._local, "reading", None), getattr(self._local, "replica", None))
         self._local.reading = self._local.replica = None
+        self._local.watch_primary = True
         try:
             return self._bm25_search(kind, words, k, filters)
-        except (InvalidIndex, StoreError) as exc:
-            if "connect" not in str(exc):  # (cannot connect, the connection was lost)
+        except IsotopeError as exc:
+            if not exc.unreachable:
                 raise
-            self._primary_seen = (time.monotonic(), None)
+            with self._primary_lock:
+                self._primary_seen = (time.monotonic(), None)
             self._said_no_keywords()
             return []
         finally:
             self._local.reading, self._local.replica = saved
+            self._local.watch_primary = False
+            if self._replicas is not None:
+                self._replicas.forget_hung()
 
     def _said_no_keywords(self) -> None:
         if time.monotonic() - getattr(self, "_said_at", float("-inf")) > 60:
@@ -656,9 +673,10 @@ class PostgresStore(SQLStore):
     @contextmanager
     def bulk(self) -> Iterator[None]:
         """Load an empty index faster: its vector and bm25 indexes are made once at the
-        end (a build over all the rows) instead of grown row by row. Searches meanwhile
-        scan exactly. A load cut short leaves them missing; the next bulk load (``copy
-        --resume``), write or repair makes them."""
+        end (a build over all the rows) instead of grown row by row. Vector searches
+        meanwhile scan exactly; keyword searches find nothing (and say so once). A load
+        cut short leaves them missing; the next bulk load (``copy --resume``), write or
+        repair makes them."""
         if self.counts()["sources"]:
             try:
                 yield
@@ -790,7 +808,8 @@ class PostgresStore(SQLStore):
             if diskann:  # (a diskann scan streams on past rows a filter rejects)
                 self._rows("SELECT set_config('diskann.query_search_list_size', %s, true), "
                            "set_config('diskann.query_rescore', %s, true)",
-                           (str(min(max(wide, k), 1000)), str(max(DISKANN_RESCORE, k))))
+                           (str(min(max(wide, k), 1000)),
+                            str(min(max(DISKANN_RESCORE, k), 1000))))
             else:
                 # rows deleted but not yet vacuumed, or filtered out, use up the
                 # candidates of a plain scan: an iterative scan goes on, up to
@@ -877,9 +896,12 @@ class PostgresStore(SQLStore):
         scan's best ``n`` rows are kept where they meet them, ``n`` growing until k are
         found or every match was seen (as an iterative vector scan reads on); where few
         chunks meet the filters, or the scan stopped at :data:`BM25_CUT_OFF` matches,
-        the rows that meet them are scored exactly. A filter never shortens the results."""
-        params: dict[str, Any] = {"q": keywords_query(words), "k": k,
-                                  "index": f"{self.schema}.{kind}_bm25"}
+        the rows that meet them are scored exactly. A filter never shortens the results.
+        While a bulk load has dropped the index, keyword search finds nothing (said)."""
+        query = keywords_query(words)
+        if not query.strip():
+            return []
+        params: dict[str, Any] = {"q": query, "k": k, "index": f"{self.schema}.{kind}_bm25"}
         order = "t.keywords <@> to_bm25query(%(q)s, %(index)s)"
         scan = (f"SELECT t.row, {ITEM_CHUNK[kind]} AS chunk, bm25_get_current_score() AS s "
                 f"FROM {kind} t ORDER BY {order} LIMIT %(n)s")
@@ -887,38 +909,60 @@ class PostgresStore(SQLStore):
         if filters:
             restrict, meeting = self._restrict(kind, filters, params)
         with self.snapshot():
-            # the scores come from the index scan only: never a sequential scan here. The
-            # statements are never prepared: pg_textsearch learns the query's index and
-            # LIMIT while a statement is parsed, and a prepared one, parsed once, ranked
-            # every match at each run (31 ms for a chunk search of the 300-passage index,
-            # against 1.1 ms)
-            self._rows("SELECT set_config('enable_seqscan', 'off', true)")
-            if not filters:
-                found = self._rows(scan, {**params, "n": k}, prepare=False)
-            elif self._few(meeting, params):
-                found = None
-            else:
-                n, found = max(4 * k, BM25_FIRST), None
-                while found is None:
-                    rows = self._rows(
-                        f"WITH x AS MATERIALIZED ({scan}) (SELECT row, s FROM x WHERE chunk "
-                        f"IN ({meeting}) ORDER BY s, row LIMIT %(k)s) UNION ALL SELECT NULL, "
-                        "count(*) FROM x", {**params, "n": n}, prepare=False)
-                    kept, seen = rows[:-1], int(rows[-1][1])
-                    if len(kept) >= k or seen < n:
-                        found = kept
-                    elif n >= BM25_CUT_OFF:
-                        break
-                    else:
-                        n = min(n * 4, BM25_CUT_OFF)
-            self._rows("SELECT set_config('enable_seqscan', 'on', true)")
-            if found is None:  # scored exactly: the rows that meet the filters
+            few = bool(filters) and self._few(meeting, params)
+            found: list[tuple[Any, ...]] | None = None
+            if not few:
+                # the scores come from the index scan only: never a sequential scan for
+                # it (the setting put back after). Its statements are never prepared:
+                # pg_textsearch learns the query's index and LIMIT while a statement is
+                # parsed, and a prepared one, parsed once, ranked every match at each
+                # run (31 ms for a chunk search of the 300-passage index, not 1.1 ms)
+                had, there = self._rows(
+                    "SELECT current_setting('enable_seqscan'), to_regclass(%s) IS NOT NULL "
+                    "FROM set_config('enable_seqscan', 'off', true)", (params["index"],))[0]
+                try:
+                    if not there:
+                        self._said_no_index(kind)
+                        return []
+                    found = self._ranked(scan, meeting, params, k)
+                finally:
+                    self._rows("SELECT set_config('enable_seqscan', %s, true)", (had,))
+            if found is None:  # scored exactly: the rows that meet the filters (OFFSET 0:
+                # planned apart, never as a bm25 index scan, which stops at 100,000 rows)
                 found = self._rows(
                     f"SELECT row, s FROM (SELECT t.row, {order} AS s FROM {kind} t "
-                    f"{restrict}) x WHERE s < 0 ORDER BY s, row LIMIT %(k)s", params,
+                    f"{restrict} OFFSET 0) x WHERE s < 0 ORDER BY s, row LIMIT %(k)s", params,
                     prepare=False)
-        scored = sorted((float(r[-1]), int(r[0])) for r in found if float(r[-1]) < 0)
-        return self._hits(kind, [(row, -score) for score, row in scored])
+            scored = sorted((float(r[-1]), int(r[0])) for r in found if float(r[-1]) < 0)
+            return self._hits(kind, [(row, -score) for score, row in scored])
+
+    def _ranked(self, scan: str, meeting: str, params: dict[str, Any], k: int
+                ) -> list[tuple[Any, ...]] | None:
+        """The index scan's best rows (meeting the filters ``meeting`` names, reading on:
+        4 k rows, then 4 times more each time too few of them meet them); None where it
+        stopped at :data:`BM25_CUT_OFF` rows with fewer than k found."""
+        if not meeting:
+            return self._rows(scan, {**params, "n": k}, prepare=False)
+        n = max(4 * k, BM25_FIRST)
+        while True:
+            rows = self._rows(
+                f"WITH x AS MATERIALIZED ({scan}) (SELECT row, s FROM x WHERE chunk IN "
+                f"({meeting}) ORDER BY s, row LIMIT %(k)s) UNION ALL SELECT NULL, count(*) "
+                "FROM x", {**params, "n": n}, prepare=False)
+            kept, seen = rows[:-1], int(rows[-1][1])
+            if len(kept) >= k or (seen < n < BM25_CUT_OFF):  # (every match was seen)
+                return kept
+            if n >= BM25_CUT_OFF:
+                return None
+            n = min(n * 4, BM25_CUT_OFF)
+
+    def _said_no_index(self, kind: Kind) -> None:
+        key = (self._url, self.schema, kind)
+        if key not in _SAID:
+            _SAID.add(key)  # (once per process)
+            log.warning("%s: the bm25 index of %s is missing (a bulk load is making it, or "
+                        "was cut short: check --repair makes it); keyword search of %s finds "
+                        "nothing meanwhile", self.where, kind, kind)
 
     # -- integrity ---------------------------------------------------------------------
     def inspect(self) -> Inspection:

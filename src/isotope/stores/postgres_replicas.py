@@ -241,6 +241,10 @@ class Replicas:
                 self._local.hung = True
                 self._drop(conn)
 
+    def forget_hung(self) -> None:
+        """A statement cut off was not on a replica (a read made on the primary)."""
+        self._local.__dict__.pop("hung", None)
+
     def _drop(self, conn: psycopg.Connection[Any]) -> None:
         conns = self._local.__dict__.get("conns", {})
         for url, held in list(conns.items()):

@@ -68,6 +68,10 @@ def _keyword_engine(conn: psycopg.Connection[Any], schema: str, new: bool) -> No
         if why is not None:
             log.info("keyword search of the new index in schema %s reads isotope's own "
                      "postings: %s", schema, why)
+    if engine == "pg_textsearch":  # (whether its bm25 indexes reach read replicas)
+        conn.execute("INSERT INTO meta(key, value) SELECT 'bm25_version', to_jsonb(extversion) "
+                     "FROM pg_extension WHERE extname = 'pg_textsearch' ON CONFLICT (key) DO "
+                     "NOTHING")
     conn.execute("INSERT INTO meta(key, value) VALUES ('keyword_engine', %s) ON CONFLICT "
                  "(key) DO NOTHING", (json.dumps(engine),))
 
@@ -319,7 +323,9 @@ def connect(url: str, schema: str, location: str, timeout: int = 10, **options: 
         conn = psycopg.connect(url, autocommit=True, connect_timeout=timeout,
                                application_name="isotope", **options)
     except psycopg.OperationalError as exc:
-        raise InvalidIndex(_connect_error(location, exc)) from None
+        refused = InvalidIndex(_connect_error(location, exc))
+        refused.unreachable = True
+        raise refused from None
     except psycopg.Error as exc:  # e.g. an unknown parameter in the URL
         raise InvalidIndex(redact(f"cannot connect to {describe(location)}: "
                                   f"{_first_line(exc)}; check the URL's parameters",
@@ -343,12 +349,15 @@ def close_quietly(conn: psycopg.Connection[Any]) -> None:
 
 
 def search_path(conn: psycopg.Connection[Any], schema: str) -> None:
-    """The index's schema first, then the schema holding the vector extension (public, or
-    elsewhere as some hosted services install it)."""
-    row = conn.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = "
-                       "e.extnamespace WHERE e.extname = 'vector'").fetchone()
-    extension = row[0] if row else "public"
-    conn.execute(f'SET search_path TO "{schema}", "{extension}", public')
+    """The index's schema first, then the schemas holding the extensions isotope calls
+    (vector, pg_textsearch, vectorscale: public, or elsewhere as some hosted services
+    install them)."""
+    found = [r[0] for r in conn.execute(
+        "SELECT DISTINCT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = "
+        "e.extnamespace WHERE e.extname IN ('vector', 'pg_textsearch', 'vectorscale') AND "
+        "n.nspname <> 'public' ORDER BY 1").fetchall()]
+    named = ", ".join(f'"{s}"' for s in [schema, *(s for s in found if s != schema), "public"])
+    conn.execute(f"SET search_path TO {named}")
 
 
 def _has_vector(conn: psycopg.Connection[Any]) -> bool:
@@ -455,8 +464,10 @@ def store_error(location: str, exc: Exception, *, writing: bool = True) -> Isoto
     said = redact(_first_line(exc), location)
     if isinstance(exc, psycopg.OperationalError) and state in ("", "57P01", "57P02",
                                                                "57P03", "08006", "08003"):
-        return StoreError(f"{where}: the connection to the server was lost "
-                          f"({said}){lost}; try again")
+        error = StoreError(f"{where}: the connection to the server was lost "
+                           f"({said}){lost}; try again")
+        error.unreachable = True
+        return error
     if state in ("40P01", "40001"):  # deadlock, serialization failure
         error = StoreError(f"{where}: the server aborted the transaction to resolve a "
                            f"conflict with another writer ({said}){lost}; try again")
