@@ -25,6 +25,7 @@ matches a file name in any folder."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -192,6 +193,12 @@ class Rules:
         return list(found) if found is not None else None
 
 
+UNSUPPORTED = "[]{}\\!"
+"""Characters of other glob syntaxes (classes, alternatives, escapes, negation) a rules
+pattern does not have: refused rather than matched literally (a line that never matches
+would leave its files with the list of an earlier line)."""
+
+
 def _pattern(glob: str) -> re.Pattern[str]:
     """A rules-file glob as a regular expression over a relative path."""
     glob = glob.strip()
@@ -235,6 +242,11 @@ def read_rules(path: Path) -> Rules:
         try:
             if not equals or not glob.strip():
                 raise AccessError("no '='")
+            if unsupported := sorted(set(glob) & set(UNSUPPORTED)):
+                raise AccessError(
+                    f"{' '.join(unsupported)} in a pattern: a pattern has * (any name), ** "
+                    "(any folders) and ? (any one character), nothing else; '?' stands for "
+                    "one of these characters in a name")
             entries = tuple(access_list([listed.replace(" ", ",")]))
         except AccessError as exc:
             raise AccessError(
@@ -246,8 +258,15 @@ def read_rules(path: Path) -> Rules:
 
 
 @lru_cache(maxsize=64)
-def _rules_at(path: str, mtime: float, size: int) -> Rules:
+def _rules_at(path: str, changed: tuple[int, ...]) -> Rules:
     return read_rules(Path(path))
+
+
+def file_version(stat: os.stat_result) -> tuple[int, ...]:
+    """What tells a file's versions apart without reading it: its inode, size and
+    modification and change times in nanoseconds (the change time cannot be set back,
+    so an edit of the same length with the old modification time restored is seen)."""
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
 def rules_for(root: str | Path | None) -> Rules | None:
@@ -263,7 +282,32 @@ def rules_for(root: str | Path | None) -> Rules | None:
         stat = path.stat()
     except OSError:
         return None
-    return _rules_at(str(path), stat.st_mtime, stat.st_size)
+    return _rules_at(str(path), file_version(stat))
+
+
+def _real_relative(file: str, root: str) -> str:
+    """The path the rules of ``root`` match for ``file`` (a member's: the file it is in):
+    its real path, links followed, relative to the real folder of the rules, so a link
+    named ``0-readme.md`` to ``hr/pay.md`` takes the list of ``hr/pay.md``. A file whose
+    real path is outside the folder is matched as ``OUTSIDE/NAME``: no folder's rule
+    reaches it, only rules for every path (``**``) or for its bare name."""
+    folder = Path(root) if Path(root).is_dir() else Path(root).parent
+    try:
+        real = Path(file).resolve()
+        return real.relative_to(folder.resolve()).as_posix()
+    except (OSError, ValueError, RuntimeError):  # (outside the folder, or a link loop)
+        return f"{OUTSIDE}/{Path(file).name}"
+
+
+OUTSIDE = "\x00outside"
+"""The folder a file whose real path is outside the rules' folder is matched in: no
+pattern names it, so only patterns for every path (``**``) or for a bare file name
+reach such a file."""
+
+
+EMAIL_LOADERS = frozenset({"email", "email-thread"})
+"""The loaders whose ``from``/``to``/``cc`` are an email's headers (a Markdown file's
+front matter may name the same keys: they give it no list)."""
 
 
 @dataclass
@@ -271,27 +315,29 @@ class Assigner:
     """The access list a source gets when it is stored or seen again by an ingest: the
     lists given (``--allow``), else the rules file of its root, else its sender and
     recipients (an email, with ``email_access``), else the list it had (a member of a
-    container, such as an email's attachment: its container's)."""
+    container, such as an email's attachment: its container's). A list set by hand
+    holds against all but the lists given."""
 
     allow: tuple[str, ...] | None = None
     email_access: bool = False
 
     def __call__(self, uri: str, root: str | None, metadata: dict[str, Any],
-                 had: list[str] | None) -> list[str] | None:
+                 had: list[str] | None, *, loader: str = "",
+                 by_hand: bool = False) -> list[str] | None:
+        """The list of source ``uri`` (its ``loader``; ``by_hand``: ``had`` was set by
+        hand and holds, unless lists are given)."""
         if self.allow is not None:
             return list(self.allow)
+        if by_hand:
+            return had
         rules = rules_for(root)
         if rules is not None and root is not None:
             file = str(metadata.get("file") or uri.split("#", 1)[0])
-            folder = Path(root) if Path(root).is_dir() else Path(root).parent
-            try:
-                relative = Path(file).relative_to(folder).as_posix()
-            except ValueError:
-                relative = Path(file).name
-            found = rules.match(relative)
+            found = rules.match(_real_relative(file, root))
             if found is not None:
                 return found
-        if self.email_access and (metadata.get("from") or metadata.get("to")):
+        if self.email_access and loader in EMAIL_LOADERS and (
+                metadata.get("from") or metadata.get("to")):  # (not a file's front matter)
             listed = email_list(metadata)
             if listed is not None:
                 return listed

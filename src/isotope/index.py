@@ -285,10 +285,12 @@ class Isotope:
             file = uri.split("#", 1)[0]
             root = next((r for r in given if file == r or file.startswith(r + os.sep)),
                         stored.root)
-            had = container if container is not None else stored.access
-            wanted = assign(uri, root, stored.metadata, had)
-            if wanted != stored.access:
-                self.store.set_access([uri], wanted)
+            by_hand = stored.access_by_hand
+            had = container if container is not None and not by_hand else stored.access
+            wanted = assign(uri, root, stored.metadata, had, loader=stored.loader,
+                            by_hand=by_hand)
+            if wanted != stored.access or (by_hand and assign.allow is not None):
+                self.store.set_access([uri], wanted)  # (a list given ends one by hand)
             if members is None:
                 members = maintenance.members_of(self.store)
             todo += [(inner, wanted) for inner in members.get(uri, ())
@@ -972,7 +974,7 @@ class Isotope:
             # an email's attachments, a mailbox's messages: theirs too
             matched += sorted(_inside(matched, maintenance.members_of(self.store))
                               - set(matched))
-            self.store.set_access(matched, listed)
+            self.store.set_access(matched, listed, by_hand=True)
         return matched
 
     def get_access(self, source: str | Path) -> list[str] | None:

@@ -53,6 +53,16 @@ class Source(_Record):
     """Who may see it (``public``, ``user:NAME``, ``group:NAME``; None: no list), see
     :mod:`isotope.access`."""
 
+    @property
+    def access_by_hand(self) -> bool:
+        """Its list was set by hand (``isotope access set``): an ingest keeps it (rules
+        files, containers and senders do not change it) until it is set again."""
+        return bool(self.metadata.get(ACCESS_BY_HAND))
+
+
+ACCESS_BY_HAND = "access_by_hand"
+"""The metadata key marking a source whose access list was set by hand."""
+
 
 class Chunk(_Record):
     """A passage of a source: the unit search returns."""

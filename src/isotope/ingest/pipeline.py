@@ -37,7 +37,7 @@ from isotope.ingest.enrichment import Enricher
 from isotope.ingest.generation import QuestionGenerator
 from isotope.ingest.reading import Found, Members, Reader, Unchanged
 from isotope.ingest.selection import select_questions
-from isotope.models import Atom, Chunk, Question, Source, content_hash
+from isotope.models import ACCESS_BY_HAND, Atom, Chunk, Question, Source, content_hash
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM
 from isotope.reports import (
@@ -367,11 +367,15 @@ class Pipeline:
                 return None
         assert existing is not True
         had = existing.access if existing is not None else None
-        if (owner := source.metadata.get("container")) is not None:
+        by_hand = existing is not None and existing.access_by_hand
+        if (owner := source.metadata.get("container")) is not None and not by_hand:
             # a member (a mailbox's message, an email's attachment) follows its container
             container = self.store.get_source(str(owner))
             had = container.access if container is not None else had
-        source.access = self.assign(source.uri, source.root, source.metadata, had)
+        source.access = self.assign(source.uri, source.root, source.metadata, had,
+                                    loader=source.loader, by_hand=by_hand)
+        if by_hand and self.assign.allow is None:  # (the mark goes with the list given)
+            source.metadata[ACCESS_BY_HAND] = True
         source.metadata["pipeline"] = self.fingerprint
         report.chunks += len(chunks)
         reused: dict[int, StoredChunk] = {}

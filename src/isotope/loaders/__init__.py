@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from isotope.errors import LoaderError, UnsupportedFile
+from isotope.models import ACCESS_BY_HAND
 
 
 @dataclass
@@ -146,6 +147,13 @@ def over_budget(path: Path, chars: int) -> LoaderError:
                        "(ISOTOPE_MAX_TEXT_MB)")
 
 
+RESERVED = frozenset({"file", "container", ACCESS_BY_HAND})
+"""Metadata keys only isotope sets (the file a member source is in, the source holding
+it, the mark of an access list set by hand): a document's own text (its front matter)
+never names its path, its container or its list, which decide who may see it and what a
+sync removes with it."""
+
+
 def load(path: Path, data: bytes | None = None, *, root: Path | None = None,
          max_chars: int | None = None) -> tuple[Document, Loader]:
     """Load one file (found under ``root``: the folder a loader may read other files of),
@@ -188,6 +196,10 @@ def _run(loader: Loader, path: Path, data: bytes) -> Document:
         raise LoaderError(path, f"cannot read it ({type(exc).__name__}: {exc})") from exc
     if len(document.text) > TEXT_BUDGET.get():
         raise over_budget(path, len(document.text))
+    for key in RESERVED & set(document.metadata):  # (front matter, a header...)
+        del document.metadata[key]
+        document.warnings.append(f"its metadata named {key!r}, which only isotope sets (the "
+                                 "file a source is in, its container): left out")
     said = Counter(document.warnings)  # each once, with how many times it was said
     document.warnings = [w if said[w] == 1 else f"{w} ({said[w]} times)" for w in said]
     return document

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from isotope.access import ADMIN, AccessError, Principal
+from isotope.access import ADMIN, AccessError, Principal, file_version
 from isotope.errors import SettingsError
 from isotope.settings import ServerSettings
 
@@ -56,7 +56,7 @@ class Keys:
     inline: tuple[str, ...] = ()
     """The keys of the ``api_keys`` setting (as lines)."""
     path: Path | None = None
-    stamp: tuple[int, int] | None = None
+    stamp: tuple[int, ...] | None = None
     """The file's modification time and size when it was read."""
     broken: str = ""
     """Why the file no longer reads (every request is refused meanwhile)."""
@@ -92,7 +92,7 @@ class Keys:
             return self
         try:
             stat = os.stat(self.path)
-            stamp = (stat.st_mtime_ns, stat.st_size)
+            stamp = file_version(stat)
         except OSError:
             stamp = None
         if stamp == self.stamp and stamp is not None:
@@ -119,7 +119,7 @@ def _read(inline: tuple[str, ...], path: Path | None) -> Keys:
     if path is not None:
         try:
             stat = os.stat(path)
-            stamp = (stat.st_mtime_ns, stat.st_size)
+            stamp = file_version(stat)
             lines += [line for line in path.read_text().splitlines()
                       if line.strip() and not line.lstrip().startswith("#")]
         except (OSError, UnicodeDecodeError) as exc:
@@ -151,12 +151,16 @@ def _entry(line: str, path: Path | None
         name, equals, value = part.partition("=")
         if not equals or name not in ("user", "groups", "projects") or not value:
             raise SettingsError(f"{where}{part!r} is not part of a key line; " + FORM)
+        names = tuple(value.split(","))
+        if not all(n.strip() for n in names):  # (groups=, makes no administrator)
+            raise SettingsError(f"{where}{part!r} names an empty {name}: give each one a "
+                                "name, or leave the field out; " + FORM)
         if name == "user":
             user = value
         elif name == "groups":
-            groups = tuple(g for g in value.split(",") if g)
+            groups = names
         else:
-            projects = tuple(p for p in value.split(",") if p)
+            projects = names
     try:
         principal = (Principal(user, groups, strict=True) if user is not None or groups
                      else ADMIN)

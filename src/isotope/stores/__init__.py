@@ -290,9 +290,12 @@ class Store(ABC):
         ``principal`` or that user with any groups). Default: none."""
         return []
 
-    def set_access(self, uris: Sequence[str], access: list[str] | None) -> int:
+    def set_access(self, uris: Sequence[str], access: list[str] | None, *,
+                   by_hand: bool = False) -> int:
         """Give the sources ``uris`` the access list ``access`` (None: none), at once for
-        every search; returns how many exist. Default: not supported."""
+        every search; returns how many exist. ``by_hand`` marks the list as set by hand
+        (metadata ``access_by_hand``: an ingest keeps it until it is set again); without
+        it, or with no list, the mark goes. Default: not supported."""
         raise InvalidArgument("this store keeps no access lists")
 
     @abstractmethod

@@ -35,6 +35,7 @@ import numpy as np
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged
 from isotope.models import (
+    ACCESS_BY_HAND,
     Atom,
     Chunk,
     DroppedQuestion,
@@ -402,7 +403,8 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
             f"SELECT c.id FROM chunks c JOIN sources s ON s.uri = c.source WHERE "
             f"{d.any_of('c.id')} AND {clause}", (d.many(list(ids)), *params))}
 
-    def set_access(self, uris: Sequence[str], access: list[str] | None) -> int:
+    def set_access(self, uris: Sequence[str], access: list[str] | None, *,
+                   by_hand: bool = False) -> int:
         d = self.dialect
         uris = list(uris)
         if not uris:
@@ -411,11 +413,17 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
 
         def change() -> int:
             with self._write(*uris) as conn:
-                found = conn.execute(f"SELECT count(*) FROM sources WHERE "
-                                     f"{d.any_of('uri')}", (d.many(uris),)).fetchone()[0]
-                conn.execute(f"UPDATE sources SET access = {d.mark} WHERE "
-                             f"{d.any_of('uri')}", (value, d.many(uris)))
-            return int(found)
+                rows = conn.execute(f"SELECT uri, metadata FROM sources WHERE "
+                                    f"{d.any_of('uri')}", (d.many(uris),)).fetchall()
+                for uri, stored in rows:  # (the mark of a list set by hand, in metadata)
+                    metadata = dict(d.json_value(stored) or {})
+                    metadata.pop(ACCESS_BY_HAND, None)
+                    if by_hand and access is not None:
+                        metadata[ACCESS_BY_HAND] = True
+                    conn.execute(f"UPDATE sources SET access = {d.mark}, metadata = "
+                                 f"{d.mark} WHERE uri = {d.mark}",
+                                 (value, d.json_param(metadata), uri))
+            return len(rows)
 
         changed = self._retried(change)
         self._after_write()

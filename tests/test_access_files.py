@@ -1,0 +1,167 @@
+"""What a file in an ingested folder may not change about who sees it (issue 42, items
+1-5 and 7: found by an adversarial run with write access to the folder and a user key):
+a link takes the list of the file it points to, front matter never names a source's path,
+container or list, a list set by hand holds, rules refuse syntax they do not have, and
+key lines and keys files fail closed. Real SQLite store, bundled embedder; the model's
+reply is the fake."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from isotope import Isotope
+from isotope.access import AccessError, read_rules, rules_for
+from isotope.embedders import Embedder
+from isotope.errors import SettingsError
+from isotope.server.auth import Keys
+from isotope.settings import ServerSettings
+
+from conftest import EXAMPLES, FakeLLM
+
+SALARY = "The salary of the chief tapir keeper is ninety thousand crowns."
+BOB = "user:bob"
+
+
+def _folder(root: Path, rules: str = "** = public\nhr/** = group:hr\n") -> Path:
+    (root / "hr").mkdir(parents=True)
+    (root / "d").mkdir()
+    (root / "hr" / "pay.md").write_text(f"# Pay\n\n{SALARY}\n")
+    (root / "d" / "handbook.md").write_text("# Handbook\n\nThe canteen opens at nine.\n")
+    (root / ".isotope-access").write_text(rules)
+    return root
+
+
+def _open(path: Path, embedder: Embedder, **settings: object) -> Isotope:
+    return Isotope.open(path, embedder=embedder, llm=FakeLLM(), cache=False,
+                        access_control=True, **settings)
+
+
+def _bob_sees_salary(iso: Isotope) -> bool:
+    found = iso.search("What is the salary of the chief tapir keeper?", k=10, principal=BOB)
+    return any("tapir" in r.chunk.text for r in found.results)
+
+
+def _lists_of_salary(iso: Isotope) -> list[list[str] | None]:
+    return [s.source.access for s in iso.sources(check_files=False)
+            if any("tapir" in a.text for c in iso.store.stored_chunks(s.source.uri).values()
+                   for a in c.atoms)]
+
+
+def test_a_link_takes_the_list_of_the_file_it_points_to(tmp_path: Path,
+                                                        embedder: Embedder) -> None:
+    docs = _folder(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        assert _lists_of_salary(iso) == [["group:hr"]] and not _bob_sees_salary(iso)
+        # a link to the HR file, in a folder the rules make public, sorting first
+        (docs / "d" / "0-readme.md").symlink_to(docs / "hr" / "pay.md")
+        iso.sync(docs)
+        assert _lists_of_salary(iso) and all(
+            listed == ["group:hr"] for listed in _lists_of_salary(iso))
+        assert not _bob_sees_salary(iso)
+    # a linked folder sorting before hr/, on a first ingest: its files are hr's
+    other = _folder(tmp_path / "other")
+    (other / "a-hr").symlink_to(other / "hr", target_is_directory=True)
+    with _open(tmp_path / "index2", embedder) as iso:
+        iso.ingest(other)
+        assert _lists_of_salary(iso) and all(
+            listed == ["group:hr"] for listed in _lists_of_salary(iso))
+        assert not _bob_sees_salary(iso)
+
+
+def test_front_matter_names_no_path_container_or_list(tmp_path: Path,
+                                                      embedder: Embedder) -> None:
+    docs = _folder(tmp_path / "docs")
+    (docs / "hr" / "merger.md").write_text(
+        "---\nfile: merger-notes.pdf\ncontainer: d/handbook.md\naccess_by_hand: true\n"
+        "---\n# Merger\n\nThe tapir zoo merges with the okapi park in May.\n")
+    (docs / "loose.md").write_text(
+        "---\nfrom: bob\nto: bob\n---\n# Loose\n\nThe okapi vault code is 4711.\n")
+    (docs / ".isotope-access").write_text("hr/** = group:hr\nd/** = public\n")
+    with _open(tmp_path / "index", embedder, email_access=True) as iso:
+        report = iso.ingest(docs)
+        merger = iso.store.get_source(str(docs / "hr" / "merger.md"))
+        assert merger is not None and merger.access == ["group:hr"]
+        assert not {"file", "container", "access_by_hand"} & set(merger.metadata)
+        assert any("only isotope sets" in w.message for w in report.warnings)
+        # a Markdown file's from/to are not an email's: it gets no list (admin only)
+        loose = iso.store.get_source(str(docs / "loose.md"))
+        assert loose is not None and loose.access is None
+        found = iso.search("When do the tapir zoo and the okapi park merge?", k=10,
+                           principal=BOB)
+        assert not any("okapi" in r.chunk.text for r in found.results)
+        again = iso.sync(docs)  # nothing flips between missing and added
+        assert again.removed == [] and again.added == [] and again.replaced == []
+        iso.delete(str(docs / "d" / "handbook.md"))  # the "container" it named
+        assert iso.has_source(str(docs / "hr" / "merger.md"))
+
+
+def test_a_list_set_by_hand_holds_until_set_again(tmp_path: Path,
+                                                  embedder: Embedder) -> None:
+    docs = _folder(tmp_path / "docs")
+    shutil.copy(EXAMPLES / "formats" / "offsite-planning.eml", docs / "d" / "offsite.eml")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        attachment = next(s.source.uri for s in iso.sources(check_files=False)
+                          if "#" in s.source.uri)
+        assert iso.get_access(attachment) == ["public"]
+        iso.set_access(attachment, ["user:ceo"])
+        iso.set_access(str(docs / "hr" / "pay.md"), ["public"])  # (a file the rules list)
+        iso.sync(docs)  # unchanged: the email's list and the rules do not undo them
+        assert iso.get_access(attachment) == ["user:ceo"]
+        assert iso.get_access(str(docs / "hr" / "pay.md")) == ["public"]
+        (docs / "hr" / "pay.md").write_text(f"# Pay\n\n{SALARY} Raised in May.\n")
+        iso.sync(docs)  # changed: the hand-set list still holds
+        assert iso.get_access(str(docs / "hr" / "pay.md")) == ["public"]
+        iso.set_access(str(docs / "hr" / "pay.md"), None)  # removed: the rules again
+        iso.sync(docs)
+        assert iso.get_access(str(docs / "hr" / "pay.md")) == ["group:hr"]
+        iso.ingest(docs, allow=["group:staff"])  # lists given at ingest set it again
+        assert iso.get_access(attachment) == ["group:staff"]
+        iso.sync(docs)
+        assert iso.get_access(attachment) == ["public"]
+
+
+@pytest.mark.parametrize("line", ["hr/[0-9]*.md = group:hr", r"hr\pay.md = group:hr",
+                                  "{hr,pay}/** = group:hr", "!public/** = group:hr"])
+def test_rules_refuse_pattern_syntax_they_do_not_have(tmp_path: Path, line: str) -> None:
+    rules = tmp_path / ".isotope-access"
+    rules.write_text(f"** = public\n{line}\n")
+    with pytest.raises(AccessError, match=rf"{rules}, line 2: .*\? \(any one character\)"):
+        read_rules(rules)
+
+
+@pytest.mark.parametrize("fields", ["groups=,", "groups=hr,", "user=bob groups=,,",
+                                    "projects=,"])
+def test_a_key_line_with_an_empty_field_is_refused(tmp_path: Path, fields: str) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text(f"{'k' * 20} read {fields}\n")
+    with pytest.raises(SettingsError, match=f"{keys}.*names an empty"):
+        Keys.from_settings(ServerSettings(api_keys_file=keys))
+
+
+def test_an_edit_of_the_same_length_with_the_old_time_is_read(tmp_path: Path) -> None:
+    """A revoked key, or a changed rule, takes effect even when the file keeps its size
+    and its modification time is set back."""
+    keys = tmp_path / "keys"
+    keys.write_text(f"{'a' * 20} read user=bob\n")
+    before = keys.stat()
+    read = Keys.from_settings(ServerSettings(api_keys_file=keys))
+    assert read.fresh().scope("a" * 20) == "read"
+    keys.write_text(f"{'b' * 20} read user=bob\n")
+    os.utime(keys, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert keys.stat().st_size == before.st_size
+    assert read.fresh().scope("a" * 20) is None and read.fresh().scope("b" * 20) == "read"
+    docs = _folder(tmp_path / "docs", "hr/** = group:hr\n")
+    rules = docs / ".isotope-access"
+    was = rules.stat()
+    found = rules_for(docs)
+    assert found is not None and found.match("hr/pay.md") == ["group:hr"]
+    rules.write_text("hr/** = group:xx\n")
+    os.utime(rules, ns=(was.st_atime_ns, was.st_mtime_ns))
+    found = rules_for(docs)
+    assert found is not None and found.match("hr/pay.md") == ["group:xx"]
