@@ -136,16 +136,25 @@ def test_mcp_over_http_and_stdio_sees_what_its_principal_may(served: Any) -> Non
         assert "handbook" in anyio.run(over_http, key)
     index = str(iso.settings.index)
 
-    async def over_stdio(principal: str) -> set[str]:
+    async def over_stdio(principal: str) -> tuple[set[str], Any]:
         params = StdioServerParameters(command=sys.executable, args=[
             "-m", "isotope", "mcp", "--index", index, "--as", principal])
         async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
             await s.initialize()
             assert "ingest" not in {t.name for t in (await s.list_tools()).tools}
-            return await _tools_see(s, ("search",))  # (ask would load the local model)
+            seen = await _tools_see(s, ("search",))  # (ask would load the local model)
+            found = json.loads((await s.call_tool("search", {
+                "query": "Where do the offsite guests sleep?", "k": 1})).content[0].text)
+            marked = json.loads((await s.call_tool("feedback", {
+                "query_id": found["query_id"], "chunk_id": found["results"][0]["chunk_id"],
+                "useful": True})).content[0].text)
+            return seen, marked
 
-    # (an index without access control: the unlisted source is open to a principal)
-    assert anyio.run(over_stdio, "user:eve") == {"handbook", "changing", "loose"}
+    # --as is a user's key over HTTP: the unlisted source is hidden (access control off
+    # on this index), and a useful mark waits for review (it learned at once: issue 42)
+    seen, marked = anyio.run(over_stdio, "user:eve")
+    assert seen == {"handbook", "changing"}
+    assert marked["learned"] == "pending" and iso.pending_questions()
 
 
 async def _tools_see(session: Any, tools: Sequence[str]) -> set[str]:

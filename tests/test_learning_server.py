@@ -31,8 +31,9 @@ from isotope.server.app import create_app
 from isotope.server.auth import Keys
 
 ADMIN_KEY, BOB_KEY, EVE_KEY, READER_KEY = "a" * 24, "b" * 24, "e" * 24, "r" * 24
+WRITER_KEY = "w" * 24  # (a user's key that may write: only the administrator checks stop it)
 KEYS = (f"{ADMIN_KEY}\n{BOB_KEY} read user=bob\n{EVE_KEY} read user=eve\n"
-        f"{READER_KEY} read\n")
+        f"{READER_KEY} read\n{WRITER_KEY} write user=bob\n")
 
 
 @pytest.fixture
@@ -143,6 +144,47 @@ def test_questions_by_hand_over_http_need_an_administrator(served: Any) -> None:
     assert edited.status_code == 200 and edited.json()["id"] != question_id
     assert httpx.delete(f"{url}/questions/{'0' * 16}",
                         headers=_as(ADMIN_KEY)).status_code == 404
+
+
+def test_each_question_guard_stops_its_own_key(served: Any, tmp_path: Path) -> None:
+    """Each guard alone (issue 42, item 24: with only read-only users in the tests, the
+    write rule and the administrator check hid each other): an administrator's key that
+    may only read cannot change questions (the write rule), a user's key that may write
+    cannot either (the administrator check), and a user's key cannot ingest over MCP on a
+    server that has serve_roots (so the roots check does not hide it)."""
+    url, iso = served
+    target = _chunk_of(iso, "museum")
+    made = httpx.post(f"{url}/chunks/{target}/questions", json={"text": "which hall"},
+                      headers=_as(ADMIN_KEY))
+    question_id = made.json()["id"]
+    calls = [("POST", f"/chunks/{target}/questions", {"text": "which boat is there"}),
+             ("PUT", f"/questions/{question_id}", {"text": "which room"}),
+             ("DELETE", f"/questions/{question_id}", None),
+             ("POST", f"/questions/{question_id}/enable", None)]
+    for method, path, body in calls:
+        for key, says in ((READER_KEY, "read"), (WRITER_KEY, "administrator")):
+            refused = httpx.request(method, url + path, json=body, headers=_as(key))
+            assert refused.status_code == 403 and says in refused.text, (method, path, key)
+    shown = httpx.get(f"{url}/chunks/{target}/questions", headers=_as(ADMIN_KEY)).json()
+    assert [q["id"] for q in shown["questions"] if q["origin"] == "manual"] == [question_id]
+    docs = tmp_path / "roots"
+    docs.mkdir()
+    (docs / "new.md").write_text("# New\n\nThe okapi pavilion opens in June.\n")
+    keys = Keys.from_settings(Settings(api_keys_file=tmp_path / "keys"))
+    with served_on_loopback(create_app(iso, keys=keys, roots=[docs], max_bytes=1_000_000,
+                                       uploads=tmp_path / "up2")) as rooted:
+        async def agent(key: str) -> Any:
+            client = httpx.AsyncClient(headers=_as(key))
+            async with streamable_http_client(rooted + "/mcp/", http_client=client) as (
+                    read, write, _), ClientSession(read, write) as session:
+                await session.initialize()
+                return await session.call_tool("ingest", {"paths": [str(docs)]})
+
+        refused = anyio.run(agent, WRITER_KEY)
+        assert refused.isError and "administrator" in refused.content[0].text
+        assert not iso.has_source(str(docs / "new.md"))
+        assert not anyio.run(agent, ADMIN_KEY).isError
+        assert iso.has_source(str(docs / "new.md"))
 
 
 def test_a_key_that_may_only_read_teaches_through_review(served: Any) -> None:

@@ -153,6 +153,17 @@ def principal_of(value: Principal | str | dict[str, Any] | None) -> Principal | 
     raise AccessError(f"a principal is user:NAME[,group:NAME...], not {type(value).__name__}")
 
 
+def served(principal: Principal | None) -> Principal | None:
+    """The principal a served surface answers for (an HTTP API key naming a user or
+    groups, ``isotope mcp --as``): one definition of its rights everywhere. It is strict
+    (sources without a list are hidden from it, access control on or off) and reads
+    only: its marks wait for review unless the ``learn`` setting says otherwise, and it
+    cannot ingest. None or an administrator: the owner."""
+    if principal is None or principal.admin:
+        return principal
+    return Principal(principal.user, principal.groups, strict=True)
+
+
 def condition(principal: Principal | None, *, control: bool) -> Condition | None:
     """The search condition for ``principal`` (None: sees everything): the source's list
     holds one of its entries, or (access control off) the source has no list. Its first

@@ -110,7 +110,9 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
                                   ] = False, as_principal: AsOpt = None) -> None:
     """Serve the index to an agent as an MCP server over stdio: the tools search, ask,
     feedback, list_sources and ingest (the same tools are at /mcp of `isotope serve`). With --as,
-    the agent sees only what that principal may see, and cannot ingest."""
+    the agent is that principal as a user's API key is over HTTP: it sees only what the
+    principal may see (never a source without a list), its feedback waits for review, and
+    it cannot ingest."""
     try:
         from isotope.server.mcp import create_mcp
     except ImportError as exc:
@@ -118,9 +120,9 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
 
         fail(str(MissingDependency.from_import(exc, "isotope mcp", "server")))
     with errors():
-        from isotope.access import principal_of
+        from isotope.access import principal_of, served
 
-        principal = principal_of(as_principal)
+        principal = served(principal_of(as_principal))
         iso = open_index(index, project, create=create)
     iso.log_by_default()  # (feedback names logged searches)
     roots = [Path(r).expanduser().resolve() for r in iso.settings.serve_roots] or None

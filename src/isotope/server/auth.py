@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from isotope.access import ADMIN, AccessError, Principal, file_version
+from isotope.access import ADMIN, AccessError, Principal, file_version, served
 from isotope.errors import SettingsError
 from isotope.settings import ServerSettings
 
@@ -162,7 +162,7 @@ def _entry(line: str, path: Path | None
         else:
             projects = names
     try:
-        principal = (Principal(user, groups, strict=True) if user is not None or groups
+        principal = (served(Principal(user, groups)) if user is not None or groups
                      else ADMIN)
     except AccessError as exc:
         raise SettingsError(f"{where}{exc}") from None

@@ -175,7 +175,8 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         passage that did not help is not ranked first again for that question. Use it
         when the user confirms or rejects an answer."""
         who = _asker(ctx, principal, remote)
-        reads = _scope(ctx) == "read"
+        # (a read key over HTTP; over stdio, a principal given with --as)
+        reads = _scope(ctx) == "read" or (not remote and who is not None and not who.admin)
         done = await run_write(lambda: iso.feedback(query_id, chunk_id, useful,
                                                     principal=who, read_only=reads))
         return _reply(done.model_dump())
