@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from isotope.errors import IsotopeError
 from isotope.search.filters import Condition
@@ -153,6 +153,10 @@ def principal_of(value: Principal | str | dict[str, Any] | None) -> Principal | 
     raise AccessError(f"a principal is user:NAME[,group:NAME...], not {type(value).__name__}")
 
 
+@overload
+def served(principal: Principal) -> Principal: ...
+@overload
+def served(principal: None) -> None: ...
 def served(principal: Principal | None) -> Principal | None:
     """The principal a served surface answers for (an HTTP API key naming a user or
     groups, ``isotope mcp --as``): one definition of its rights everywhere. It is strict
