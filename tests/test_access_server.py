@@ -241,7 +241,7 @@ def test_both_retrievers_search_as_their_principal(served: Any) -> None:
 def test_user_keys_cannot_write_and_see_no_other_names(served: Any, tmp_path: Path) -> None:
     """A user's key that wrote could replace, relabel or learn of sources it may not see
     (found by review): ingest, sync and delete need an administrator's key."""
-    url, _, keys_file, _ = served
+    url, iso, keys_file, _ = served
     keys_file.write_text(KEYS + f"{'w' * 24} user=bob@example.com groups=finance\n")
     writer = Client(url, api_key="w" * 24)
     note = tmp_path / "budget.md"
@@ -253,7 +253,14 @@ def test_user_keys_cannot_write_and_see_no_other_names(served: Any, tmp_path: Pa
             attempt()
     listed = Client(url, api_key=BOB_KEY)._call("GET", "/sources")
     assert listed and all("access" not in s for s in listed)
-    assert Client(url, api_key=BOB_KEY)._call("GET", "/status")["disk_bytes"] is None
+    shown = Client(url, api_key=BOB_KEY)._call("GET", "/status")
+    # (issue 42: it showed the index's path, the keys file, the models and the settings)
+    assert shown["disk_bytes"] is None and shown["index"] == "" and shown["settings"] == {}
+    assert shown["models"] == {} and shown["replicas"] == [] and shown["counts"]["chunks"]
+    assert str(keys_file) not in json.dumps(shown) and str(iso.settings.index) not in (
+        json.dumps(shown))
+    assert Client(url, api_key=BOB_KEY).status().counts == shown["counts"]
+    assert Client(url, api_key=ADMIN_KEY).status().index == str(iso.settings.index)
     assert all("access" in s for s in Client(url, api_key=ADMIN_KEY)._call("GET", "/sources"))
 
 

@@ -242,3 +242,23 @@ def test_question_vectors_in_diskann(postgres_url: str, embedder: Embedder, exam
             .endswith("handbook.md")
     assert any("pg_vector_index = hnsw applies to a new index" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_service_url_opens_and_names_its_replicas(postgres_server: str, tmp_path: Path,
+                                                     embedder: Embedder,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``postgresql:///?service=NAME&schema=...``, the form the PostgreSQL guide gives for
+    credentials kept out of the URL (issue 42, item 15: the parser dropped its ``//``)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    found = conninfo_to_dict(postgres_server)
+    services = tmp_path / "pg_service.conf"
+    services.write_text("[isotope_test]\n" + "".join(
+        f"{k}={v}\n" for k, v in found.items() if k in ("host", "port", "user", "dbname")))
+    monkeypatch.setenv("PGSERVICEFILE", str(services))
+    url = "postgresql:///?service=isotope_test&schema=by_service"
+    with Isotope.open(url, embedder=embedder, llm=FakeLLM(), cache=False) as iso:
+        iso.ingest_chunks(["The lighthouse keeper rings the bell at dawn."], source="bell")
+        assert iso.search("Who rings the bell?", k=1).results[0].chunk.source == "bell"
+    located = stores.postgres_schema.replicas_in(url + "&replica=standby:5433")
+    assert located == ["postgresql://standby:5433/?service=isotope_test"]

@@ -426,3 +426,54 @@ def test_a_replicas_password_is_never_shown() -> None:
     assert "secret" not in redact(f"at {written}: first-secret, second-secret", written)
     assert replicas_in(location) == ["postgresql://me:second-secret@r1:5433/knowledge",
                                      "postgresql://me:first-secret@r2:5434/knowledge"]
+
+
+def test_a_replica_that_is_not_one_of_this_index_is_left_out(
+        replicated: Cluster, index: str, postgres_server: str, embedder: Embedder) -> None:
+    """A server that is not a standby (the primary itself, as a promoted standby is; a
+    server of its own) and a standby's database without the index were counted healthy
+    at lag 0 (issue 42, item 13): a revoked document stayed visible through one, and
+    searches failed on the other. Each is left out, and status says why."""
+    primary = index.split("&replica=")[0]
+    standby = replicated.standbys[0]
+    other_db = standby.url.replace("/postgres?", "/template1?")
+    named = [replicated.primary_url, postgres_server, other_db]
+    with _opened(primary, embedder, read_replicas=named) as iso:
+        for _ in range(12):
+            found = iso.search("When was the lighthouse automated?", k=2, mode="hybrid")
+            assert found.results[0].chunk.source.endswith("lighthouse.md")
+        lighthouse = found.results[0].chunk.source
+        iso.set_access(lighthouse, ["user:keeper"])
+        seen = iso.search("When was the lighthouse automated?", k=3, principal="user:eve")
+        assert all(r.chunk.source != lighthouse for r in seen.results)
+        shown = iso.status().replicas
+    assert [r["healthy"] for r in shown] == [False, False, False]
+    assert "not a standby" in shown[0]["error"] and "not a standby" in shown[1]["error"]
+    assert "does not hold this index" in shown[2]["error"]
+    with _opened(index, embedder) as iso:  # (the real standbys still serve)
+        assert [r["healthy"] for r in iso.status().replicas] == [True, True]
+
+
+def test_a_write_by_another_process_is_read_by_this_one(
+        replicated: Cluster, index: str, tmp_path: Path, embedder: Embedder,
+        paused: list[Standby]) -> None:
+    """Read your writes across processes (issue 42, item 14: with `isotope serve
+    --workers 2`, the worker that did not write searched a lagging replica): a write by
+    another process of this machine is waited for as this process's own are."""
+    import subprocess
+    import sys
+
+    for standby in replicated.standbys:
+        replicated.sql(standby, "SELECT pg_wal_replay_pause()")
+        paused.append(standby)
+    new = tmp_path / "more"
+    new.mkdir()
+    (new / "kayak.md").write_text("# Kayak\n\nThe harbour museum lends a red kayak.\n")
+    with _opened(index, embedder, replica_wait=0.3) as iso:
+        iso.search("warm up", k=1)  # (the replicas probed, healthy: paused at no lag)
+        done = subprocess.run([sys.executable, "-m", "isotope", "ingest", str(new),
+                               "--index", index, "--questions", "later"],
+                              capture_output=True, text=True)  # (no model called)
+        assert done.returncode == 0, done.stderr
+        found = iso.search("Which museum lends a red kayak?", k=1, mode="chunks-dense")
+        assert found.results[0].chunk.source.endswith("kayak.md")

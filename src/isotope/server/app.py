@@ -126,6 +126,25 @@ def administer(request: Request, what: str) -> Principal | None:
     return who
 
 
+USER_STATUS = frozenset({"project", "schema_version", "isotope_version", "created_at",
+                         "counts", "keyword_engine"})
+"""What ``/status`` shows a user's key: the counts of what it may see and what the
+index is; not where it lives (paths, database and replica hosts), its settings (the keys
+file, model endpoints, the cache folder), nor its size on disk (it grows with what the
+key may not see)."""
+
+
+def user_status(shown: dict[str, Any]) -> dict[str, Any]:
+    """``/status`` as a user's key sees it (:data:`USER_STATUS`; the other fields empty,
+    so a client reads the same shape)."""
+    empty: dict[str, Any] = {"index": "", "disk_bytes": None, "models": {}, "settings": {},
+                             "prompt_versions": {}, "replicas": []}
+    embedding = {k: v for k, v in (shown.get("embedding") or {}).items()
+                 if k in ("model", "dim", "dimensions")}
+    return {**empty, "embedding": embedding,
+            **{k: v for k, v in shown.items() if k in USER_STATUS}}
+
+
 def asker(request: Request) -> Principal | None:
     """Who sent ``request``: its API key's principal (None: a server without keys, whose
     caller is the index's owner)."""
@@ -415,7 +434,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         who = asker(request)
         shown = iso.status(principal=who).model_dump(mode="json")
         if who is not None and not who.admin:
-            shown["disk_bytes"] = None  # (it grows with what the key may not see)
+            return user_status(shown)
         return shown
 
     @app.get("/chunks/{chunk_id}/questions")

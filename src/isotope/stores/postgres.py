@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import random
 import re
 import threading
@@ -35,6 +36,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -127,6 +129,55 @@ _WRITTEN: dict[tuple[str, str], int] = {}
 """Per server and schema: the primary's WAL position after this process's last write
 (read your writes)."""
 _WRITTEN_LOCK = threading.Lock()
+
+
+def _shared_file(key: tuple[str, str]) -> Path:
+    """The file that holds the WAL position of the last write to an index made by any
+    process of this user on this machine (``isotope serve --workers N``, an ingest beside
+    a server): read your writes across processes. Named by a hash of the URL and schema
+    (no password in a name), in a folder only this user may read."""
+    import hashlib
+    import tempfile
+
+    folder = Path(tempfile.gettempdir()) / f"isotope-writes-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / hashlib.sha256("\x00".join(key).encode()).hexdigest()[:32]
+
+
+def _share(key: tuple[str, str], position: int) -> None:
+    """Raise the shared position of ``key`` to ``position`` (never lower it)."""
+    try:
+        import fcntl
+
+        fd = os.open(_shared_file(key), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.pread(fd, 32, 0).strip()
+            if not held.isdigit() or int(held) < position:
+                os.pwrite(fd, str(position).rjust(20).encode(), 0)
+        finally:
+            os.close(fd)  # (the lock goes with it)
+    except (OSError, ImportError):  # (a read-only temporary folder, no fcntl: this
+        # process's own writes only)
+        log.debug("the write position could not be shared", exc_info=True)
+
+
+def _shared(key: tuple[str, str]) -> int:
+    """The shared position of ``key`` (-1: none)."""
+    try:
+        import fcntl
+
+        fd = os.open(_shared_file(key), os.O_RDONLY)
+    except (OSError, ImportError):
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        held = os.pread(fd, 32, 0).strip()
+        return int(held) if held.isdigit() else -1
+    except OSError:
+        return -1
+    finally:
+        os.close(fd)
 _SAID: set[tuple[str, ...]] = set()
 """What was said once per process: an index keeping its own postings on a server with
 pg_textsearch, a missing bm25 index."""
@@ -165,6 +216,8 @@ class PostgresStore(SQLStore):
         self._build: tuple[str, int] = ("auto", 0)
         self._wanted_index = "hnsw"
         """The ``pg_vector_index`` setting (an index keeps the one it was made with)."""
+        self._identity: int | None = None
+        """The primary's system identifier (its standbys have the same)."""
         self.set_read_replicas([])  # (those the location names)
         conn = self._conn()
         version = self._guard(lambda: schema_version(conn, self.schema))
@@ -178,6 +231,11 @@ class PostgresStore(SQLStore):
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(f"{self.where} has index schema {version}; this isotope reads "
                                f"schema {SCHEMA_VERSION}. Upgrade isotope")
+        try:  # (a role may not read the control file: then replicas are not compared)
+            self._identity = int(self._rows(
+                "SELECT system_identifier FROM pg_control_system()")[0][0])
+        except Exception:
+            log.debug("the primary's system identifier cannot be read", exc_info=True)
         found = self._rows("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
         if found and tuple(int(p) for p in re.findall(r"\d+", found[0][0])[:2]) < (0, 8):
             raise InvalidIndex(f"{self.where}: the server's pgvector is {found[0][0]}; isotope "
@@ -395,7 +453,8 @@ class PostgresStore(SQLStore):
             if bad:
                 raise InvalidIndex(f"read replicas must be postgresql:// URLs: {', '.join(bad)}")
             self._replicas = Replicas([split_location(str(u))[0] for u in urls],
-                                      self.schema, max_lag, wait, self._primary_position)
+                                      self.schema, max_lag, wait, self._primary_position,
+                                      lambda: (self._identity, SCHEMA_VERSION))
 
     def _primary_position(self) -> int | None:
         """The primary's WAL position (bytes; None: it does not answer), read on a
@@ -435,8 +494,9 @@ class PostgresStore(SQLStore):
         self._local.in_reading = True
         try:
             for _ in range(len(self._replicas.replicas) + 1):
-                self._local.replica = self._replicas.pick(
-                    _WRITTEN.get((self._url, self.schema), -1))
+                key = (self._url, self.schema)
+                self._local.replica = self._replicas.pick(max(_WRITTEN.get(key, -1),
+                                                              _shared(key)))
                 try:
                     return call()
                 except ReplicaFailed:
@@ -471,6 +531,7 @@ class PostgresStore(SQLStore):
         with _WRITTEN_LOCK:
             key = (self._url, self.schema)
             _WRITTEN[key] = max(_WRITTEN.get(key, -1), int(row[0]) if row else -1)
+        _share(key, _WRITTEN[key])
 
     @contextmanager
     def writer(self, wait: float = 0.0) -> Iterator[None]:

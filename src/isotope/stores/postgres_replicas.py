@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from isotope.errors import StoreError
-from isotope.stores.postgres_schema import close_quietly
+from isotope.stores.postgres_schema import close_quietly, schema_version
 
 if TYPE_CHECKING:
     import psycopg
@@ -64,7 +64,8 @@ _PROBE = ("SELECT pg_is_in_recovery(), pg_wal_lsn_diff(CASE WHEN pg_is_in_recove
           "NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() "
           "THEN 0 ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END, "
           "NOT pg_is_in_recovery() OR EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE "
-          "status IS NULL OR status = 'streaming')")
+          "status IS NULL OR status = 'streaming'), (SELECT system_identifier FROM "
+          "pg_control_system())")
 """Whether it is a standby, its replay position (bytes), its lag by the time of what it
 replayed, and whether its WAL receiver runs (a role without pg_read_all_stats reads the
 receiver's status as NULL: a receiver that is there counts as streaming)."""
@@ -169,6 +170,9 @@ class Replicas:
     primary_position: Callable[[], int | None] = lambda: None
     """The primary's WAL position now (bytes; None: it does not answer). A replica cut off
     from it lags only while it is behind a primary that answers."""
+    primary_identity: Callable[[], tuple[int | None, int]] = lambda: (None, 0)
+    """The primary's system identifier (None: unknown) and the schema step of the index
+    there: a replica serves only as a standby of that cluster holding that step."""
     replicas: list[Replica] = field(default_factory=list)
     _turn: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -207,9 +211,22 @@ class Replicas:
         try:
             conn = self.connection(replica)
             with self.watched(conn):
-                _, replayed, lag, streaming = conn.execute(_PROBE).fetchone()  # type: ignore[misc]
+                standby, replayed, lag, streaming, system = conn.execute(  # type: ignore[misc]
+                    _PROBE).fetchone()
+                holds = schema_version(conn, self.schema)
         except Exception as exc:  # (a connection refused, a server gone, a timeout)
             self.lost(replica, exc)
+            return
+        identity, step = self.primary_identity()
+        wrong = ("it is not a standby (promoted, or a server of its own): its data may "
+                 "differ from the primary's" if not standby else
+                 "it is a standby of another server (its system identifier is not the "
+                 "primary's)" if identity is not None and int(system) != identity else
+                 f"it does not hold this index (schema {self.schema}"
+                 f"{'' if holds is None else f' at step {holds}'}, the primary's at step "
+                 f"{step}); a standby of this primary replays it" if holds != step else None)
+        if wrong is not None:
+            self.refuse(replica, wrong)
             return
         now = replica.checked_at = time.monotonic()
         replica.replayed = int(replayed or 0)
@@ -251,6 +268,16 @@ class Replicas:
             if held is conn:
                 del conns[url]
         close_quietly(conn)
+
+    def refuse(self, replica: Replica, why: str) -> None:
+        """Leave out a replica that answers but is not one of this index (for
+        :data:`DOWN_FOR` seconds, then looked at again), saying why once."""
+        if replica.error != why:
+            log.warning("read replica %s left out: %s", replica.shown, why)
+        replica.error = why
+        replica.down_until = time.monotonic() + DOWN_FOR
+        replica.lag_s = None
+        replica.checked_at = float("-inf")
 
     def lost(self, replica: Replica, exc: BaseException) -> ReplicaFailed:
         """Leave ``replica`` out for :data:`DOWN_FOR` seconds; the error to raise."""

@@ -287,7 +287,17 @@ def split_location(location: str) -> tuple[str, str]:
                            "not starting with pg_), e.g. ?schema=handbook")
     scheme = "postgresql" if parts.scheme in ("postgres", "postgresql") else parts.scheme
     rest = urlencode([(k, v) for k, v in query if k not in ("schema", "replica")])
-    return urlunsplit((scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
+    return _joined(scheme, parts.netloc, parts.path, rest, parts.fragment), schema
+
+
+def _joined(scheme: str, netloc: str, path: str, query: str, fragment: str) -> str:
+    """A URL from its parts, keeping ``//`` where there is no host (``urlunsplit`` makes
+    ``postgresql:///?service=NAME`` into ``postgresql:/?service=NAME``, which libpq does
+    not read)."""
+    joined = urlunsplit((scheme, netloc, path, query, fragment))
+    if not netloc and not joined.startswith(f"{scheme}://"):
+        joined = f"{scheme}://" + joined[len(scheme) + 1:]
+    return joined
 
 
 def replicas_in(location: str) -> list[str]:
@@ -306,8 +316,8 @@ def replicas_in(location: str) -> list[str]:
         user = parts.netloc.rpartition("@")[0]
         kept = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
                           if k not in ("host", "hostaddr", "port")])  # (the primary's)
-        found.append(urlunsplit((parts.scheme, f"{user}@{value}" if user else value,
-                                 parts.path, kept, parts.fragment)))
+        found.append(_joined(parts.scheme, f"{user}@{value}" if user else value,
+                             parts.path, kept, parts.fragment))
     return found
 
 
