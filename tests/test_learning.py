@@ -101,6 +101,17 @@ def test_a_useful_mark_teaches_the_chunk_the_query(logged: Isotope) -> None:
     # a learned question is someone's query: never shown as a matched question
     assert all(m.origin != "user" and m.text != ASKED
                for r in again.results for m in r.matched_questions)
+    told = fused.results[0].explain
+    assert told is not None and told["confirmed"] > 0
+    # another user's search is not raised by it (issue 42: the raise told whether someone
+    # had asked the query); a question added by hand is seen by all and raises for all
+    theirs = iso.search(ASKED + "?", k=4, mode="hybrid", explain=True, principal="user:eve")
+    assert all(r.explain["confirmed"] == 0 for r in theirs.results)  # type: ignore[index]
+    iso.add_question(target, "which family kept the skerry lamp lit", chunk_id=target)
+    by_hand = iso.search("which family kept the skerry lamp lit?", k=4, mode="hybrid",
+                         explain=True, principal="user:eve")
+    assert by_hand.results[0].chunk.id == target
+    assert by_hand.results[0].explain["confirmed"] > 0  # type: ignore[index]
     # marking it again (10,000 times) learns nothing twice and keeps one mark
     for _ in range(10_000):
         assert iso.feedback(first.query_id, target).learned == "learned"

@@ -485,7 +485,7 @@ class Isotope:
         asker = principal_of(principal)
         options = {**retrieval.fusion_options(self.settings, weights, self._fitted_weights()),
                    "filters": parse_filters(filters) + self._conditions(asker),
-                   "explain": bool(explain)}
+                   "explain": bool(explain), "confirmed_by": self._confirming(asker)}
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         # (each made again elsewhere if the read replica it read from stops answering)
@@ -508,6 +508,15 @@ class Isotope:
             return self._finished(self._assess(response, asker), asker, filters, started)
 
         return self.store.reading(rewritten)
+
+    def _confirming(self, asker: Principal | None) -> tuple[str, ...]:
+        """The questions whose match raises their chunk for ``asker``: learned ones (other
+        users' queries) only for whoever may see them (the owner, an administrator, or
+        everyone with ``show_learned``): the raise, shown by ``explain`` and in the score,
+        would otherwise tell whether someone asked a query."""
+        if asker is None or asker.admin or self.settings.show_learned:
+            return retrieval.CONFIRMING
+        return ("manual",)
 
     def _finished(self, response: QueryResponse, asker: Principal | None,
                   filters: dict[str, Any] | None, started: float) -> QueryResponse:

@@ -231,14 +231,21 @@ def weights_in_use(settings: RetrievalSettings, fitted: dict[str, float] | None 
     return signal_weights(settings.alpha, fusion_options(settings, None, fitted)["weights"])
 
 
+CONFIRMING = ("user", "manual")
+"""The origins of confirmed questions: learned from a useful mark, or added by hand."""
+
+
 def search(store: Store, embedder: Embedder, query: str, k: int,
            mode: str = "questions-dense", *, alpha: float = 0.5,
            weights: dict[str, float] | None = None, fusion: Fusion = "zscore",
            aggregate: Aggregate = "max", pool: int = 50,
-           filters: Sequence[Condition] = (), explain: bool = False) -> QueryResponse:
+           filters: Sequence[Condition] = (), explain: bool = False,
+           confirmed_by: tuple[str, ...] = CONFIRMING) -> QueryResponse:
     """The ``k`` best chunks for ``query`` in a retrieval mode (see :data:`MODES`), among
     the chunks that meet ``filters``. All reads see one committed state of the index.
-    With ``explain``, each result says how its score was made (:func:`explained`)."""
+    With ``explain``, each result says how its score was made (:func:`explained`).
+    ``confirmed_by``: the origins of the questions whose match raises their chunk (see
+    :func:`confirmed_raise`; ``manual`` alone for one who may not see learned ones)."""
     if mode not in MODES:
         from isotope.errors import IsotopeError
 
@@ -254,7 +261,7 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
             if told is not None:
                 told.clear()
             scored, chunks = _ranked(store, query, vector, k, mode, alpha, weights, fusion,
-                                     aggregate, pool, filters, told)
+                                     aggregate, pool, filters, told, confirmed_by)
             waiting = store.without_questions(list(chunks))
             described = {uri: store.get_source(uri)
                          for uri in {chunks[c].source for c, _, _ in scored if c in chunks}}
@@ -293,6 +300,7 @@ def _ranked(
     store: Store, query: str, vector: Vectors, k: int, mode: str, alpha: float,
     weights: dict[str, float] | None, fusion: Fusion, aggregate: Aggregate, pool: int,
     filters: Sequence[Condition], told: dict[str, dict[str, Any]] | None = None,
+    confirmed_by: tuple[str, ...] = CONFIRMING,
 ) -> tuple[list[tuple[str, float, list[Hit]]], dict[str, Chunk]]:
     """(chunk id, normalised score, hits) best first, and the chunks; ``told``, when
     given, gets each result's explanation (:func:`explained`)."""
@@ -306,7 +314,7 @@ def _ranked(
         parts: dict[str, dict[str, float]] | None = {} if told is not None else None
         total = sum(used.values())
         ranked = confirmed_raise(found, fuse(found, used, fusion, waiting, parts), total,
-                                 parts, fusion)[:k]
+                                 parts, fusion, confirmed_by)[:k]
         hits_of: dict[str, list[Hit]] = {}
         for name in sorted(found, key=lambda m: not m.startswith("questions")):
             for candidate in found[name]:
@@ -351,7 +359,8 @@ comes first, whatever the other signals say."""
 
 def confirmed_raise(found: dict[str, list[Candidate]], fused: list[tuple[str, float]],
                     total: float, parts: dict[str, dict[str, float]] | None = None,
-                    fusion: Fusion = "zscore") -> list[tuple[str, float]]:
+                    fusion: Fusion = "zscore", origins: tuple[str, ...] = ("user", "manual"),
+                    ) -> list[tuple[str, float]]:
     """``fused`` (best first) with each chunk whose confirmed question (origin ``user``
     or ``manual``) is within :data:`CONFIRMED_MATCH` of the query raised (see
     :data:`CONFIRMED_GAIN`), and the chunk of one the query repeats
@@ -360,7 +369,7 @@ def confirmed_raise(found: dict[str, list[Candidate]], fused: list[tuple[str, fl
     nearest: dict[str, float] = {}
     for candidate in found.get("questions-dense", []):
         for hit in candidate.hits:
-            if hit.origin in ("user", "manual") and hit.score > CONFIRMED_MATCH:
+            if hit.origin in origins and hit.score > CONFIRMED_MATCH:
                 nearest[candidate.chunk_id] = max(nearest.get(candidate.chunk_id, -1.0),
                                                   hit.score)
     if not nearest:
