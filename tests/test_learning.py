@@ -741,3 +741,23 @@ def test_a_repair_killed_midway_keeps_every_learned_and_manual_question(
         for topic in TOPICS:
             found = iso.search(_asked(topic), k=1, mode="questions-dense")
             assert found.results[0].chunk.source.endswith(f"{topic}.md"), topic
+
+
+@pytest.mark.parametrize("odd", ["\x1b[2J", "\x07", "\u2028", "\u202e", "\u200f", "\u200b",
+                                 "\ufeff"])
+def test_one_check_for_learned_and_hand_written_questions(logged: Isotope, odd: str) -> None:
+    """Learned questions skipped the hand-written questions' check (an escape, a bell, a
+    line separator, a right-to-left override were stored once approved), and that check
+    let line separators, zero width spaces and right-to-left marks through (issue 42)."""
+    iso = logged
+    target = _chunk_of(iso, "lighthouse")
+    query = f"who tended the {odd}beacon before the machines"
+    found = iso.search(query, k=4, mode="questions-dense")
+    assert target in [r.chunk.id for r in found.results]
+    done = iso.feedback(found.query_id or "", target)  # (learn = auto: the owner's mark)
+    assert done.learned is None and done.question_id is None
+    assert not [q for q in iso.questions(chunk_id=target) if q.origin == "user"]
+    with pytest.raises(InvalidArgument, match="control characters"):
+        iso.add_question(target, query, chunk_id=target)
+    joined = "which keeper\u200c tended the beacon"  # (a zero width non-joiner: Persian)
+    assert iso.add_question(target, joined, chunk_id=target)

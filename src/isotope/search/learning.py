@@ -197,6 +197,8 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
                 store.disable_question(q.id)
     learned = question_id = None
     mode = learn_mode(iso, principal, read_only=read_only)
+    if useful and not learnable(entry.query):  # (marked, and never learned)
+        mode = "off"
     # (the query's embedding: what a not-useful mark keeps, what auto learning adds)
     vector = (np.asarray(iso.embedder.embed([entry.query]), dtype=np.float32)[0]
               if not useful or mode == "auto" else None)
@@ -221,6 +223,7 @@ def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors,
                    if c.atoms and c.atoms[0].chunk_id == chunk.id), None)
     if stored is None:
         return "pending", None
+    text = question_text(text)  # (learned or by hand: one check)
     unit = np.asarray(vector, dtype=np.float32).ravel()
     said = normalized(text)
     same = next((q for q in stored.questions if normalized(q.text) == said), None)
@@ -242,7 +245,21 @@ def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors,
 # -- questions by hand -------------------------------------------------------------------
 MAX_QUESTION = 1_000
 """The most characters a question added by hand may have."""
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u2028-\u202e"
+                      "\u2060-\u2064\u2066-\u2069\ufeff\ufff9-\ufffb]")
+"""What no question holds: control characters (line breaks, escapes, the bell), line and
+paragraph separators, bidirectional marks and overrides, and invisible characters (zero
+width space, word joiner, byte order mark). Zero width joiners and non-joiners stay: they
+shape Persian, Indic scripts and emoji."""
+
+
+def learnable(text: str) -> bool:
+    """Whether ``text`` passes the check of every question (:func:`question_text`)."""
+    try:
+        question_text(text)
+    except InvalidArgument:
+        return False
+    return True
 
 
 def question_text(text: str) -> str:
@@ -318,6 +335,11 @@ def review(iso: Isotope, marks: Sequence[str], approve: bool) -> list[FeedbackRe
             if chunk is None:
                 raise SourceNotFound(f"chunk {mark.chunk_id!r} of mark {name!r} is no "
                                      "longer in the index; reject the mark")
+            try:
+                question_text(mark.query)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"mark {name!r} cannot be learned: {exc}; reject "
+                                      "it") from None
             vector = np.asarray(iso.embedder.embed([mark.query]), dtype=np.float32)[0]
             learned, question_id = learn(iso, chunk, mark.query, vector)
         mark.learn = learned
