@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from isotope.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["ingest", "query", "list", "delete", "status", "config", "eval", "feedback", "log",
-            "weights fit", "weights reset"]
+COMMANDS = ["ingest", "query", "ask", "list", "delete", "status", "config", "eval",
+            "feedback", "log", "weights fit", "weights reset"]
 runner = CliRunner()
 
 

@@ -39,6 +39,7 @@ from isotope.ingest.maintenance import RepairReport, source_state
 from isotope.ingest.pipeline import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
 from isotope.ingest.questions import parse_questions
 from isotope.models import (
+    ACCESS_BY_HAND,
     Chunk,
     ChunkQuestions,
     GeneratedQuestion,
@@ -57,6 +58,10 @@ from isotope.stores import SCHEMA_VERSION, Feedback, LoggedQuery, SourceInfo, St
 
 MAX_K = 10_000
 """The most results a query may ask for."""
+CHUNK_KEYS = frozenset({"headings", "page", "pages", "cites", "cite_keys"})
+"""The metadata keys a chunk of a loaded file may have (the rest are its source's)."""
+MAX_QUERY = 10_000
+"""The most characters a query may have (on every surface: the API, the CLI, HTTP, MCP)."""
 HIDDEN_SINCE = ("The passages this answer was written from are no longer visible to you "
                "(their access changed meanwhile).")
 Asker = Principal | str | dict[str, Any] | None
@@ -509,6 +514,22 @@ class Isotope:
 
         return self.store.reading(rewritten)
 
+    def _known_keys(self, filters: dict[str, Any], asker: Principal | None) -> None:
+        """:class:`FilterError` when a search found nothing because a filter names a key
+        no chunk or source ``asker`` may see has (``--where yaer>=2020``), naming the
+        keys there are."""
+        from isotope.search.filters import SPECIAL, FilterError
+
+        infos = self.store.sources(self._conditions(asker))
+        if any(i.source.loader == "chunks" for i in infos):
+            return  # (chunks given to ingest_chunks carry metadata of their own)
+        known = SPECIAL | CHUNK_KEYS | {k for i in infos for k in i.source.metadata}
+        unknown = sorted(set(filters) - known)
+        if unknown:
+            shown = ", ".join(sorted(known - {"pipeline", ACCESS_BY_HAND}))
+            raise FilterError(f"no chunk or source of this index has the key "
+                              f"{', '.join(map(repr, unknown))}; the keys it has: {shown}")
+
     def _confirming(self, asker: Principal | None) -> tuple[str, ...]:
         """The questions whose match raises their chunk for ``asker``: learned ones (other
         users' queries) only for whoever may see them (the owner, an administrator, or
@@ -524,6 +545,8 @@ class Isotope:
         not useful for this query moves down; learned questions are not shown), written
         to the query log (the ``query_log`` or ``audit_log`` setting): a search that
         cannot be logged fails rather than go unlogged."""
+        if not response.results and filters:
+            self._known_keys(filters, asker)
         marks = learning.marks_of(self.store, asker) if response.results else []
         if marks and learning.demote(response, learning.not_first(
                 marks, self.embedder.embed_one(response.query))):
@@ -1064,6 +1087,9 @@ def _valid_query(query: str) -> str:
     query = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in query)
     if not query.strip():
         raise InvalidArgument("the query is empty: ask a question, or give some keywords")
+    if len(query) > MAX_QUERY:  # (as HTTP and MCP refuse it)
+        raise InvalidArgument(f"the query has {len(query):,} characters; at most "
+                              f"{MAX_QUERY:,}: ask a question, or give some keywords")
     return query
 
 

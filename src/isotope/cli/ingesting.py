@@ -36,7 +36,8 @@ def ingest(
     exclude: ExcludeOpt = None,
     questions: QuestionsOpt = "now",
     questions_per_atom: Annotated[int | None, typer.Option(
-        "--questions-per-atom", "-n", help="Questions per atom.")] = None,
+        "--questions-per-atom", "-n", min=1, max=30, help="Questions per atom (1 to 30).")
+    ] = None,
     generation: Annotated[str | None, typer.Option(
         "--generation", help="atom (one model call per atom), chunk (one per chunk) or "
         "batched (local model, parallel sequences).")] = None,

@@ -1,4 +1,4 @@
-"""``isotope query``."""
+"""``isotope query`` (and ``isotope ask``, the same command)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def _print_explain(told: dict[str, Any]) -> None:
         out.print(f"    atom: {atom}", style="dim")
 
 
+@app.command("ask", help="Answer a question from the index, citing the chunks it used "
+             "(the same as `isotope query`: the library, HTTP and MCP call it ask).")
 @app.command()
 def query(
     text: Annotated[str, typer.Argument(help="Your question.")],

@@ -13,13 +13,69 @@ from typer.core import TyperGroup
 from isotope._version import __version__
 from isotope.cli.console import VisibleFormatter, fail, out
 
+FIRST = ("ingest", "ask", "query", "sync", "enrich", "list", "status", "delete", "serve",
+         "mcp", "access", "questions", "feedback", "log", "audit", "weights", "eval",
+         "check", "compact", "copy", "config", "project")
+"""The order of the commands in ``isotope --help``: the first hour's first."""
+
+
+class Commands(TyperGroup):
+    """The top-level group: its commands in :data:`FIRST`'s order, each listed by the
+    first clause of its help (``isotope COMMAND --help`` has all of it)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: FIRST.index(n) if n in FIRST else len(FIRST))
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        command = super().get_command(ctx, name)
+        if command is not None and not command.short_help and command.help:
+            command.short_help = _first_clause(command.help)
+        return command
+
+
+def _first_clause(text: str) -> str:
+    """A help text's first sentence, cut at its first colon or semicolon (outside
+    parentheses), and at its first parenthesis past 60 characters."""
+    words = " ".join(text.split())
+    depth = 0
+    for i, c in enumerate(words):
+        depth += (c == "(") - (c == ")")
+        if c == "(" and i > 60 and depth == 1:
+            return words[:i].rstrip() + "."
+        if depth == 0 and c in ".:;!?" and words[i + 1:i + 2] in (" ", ""):
+            return words[:i] + "."
+    return words
+
+
 app = typer.Typer(
     name="isotope",
+    cls=Commands,
     help="A question-indexed retrieval database: ingest documents, then ask questions.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _usage_error(self: Any) -> None:
+    """Click's usage errors (an unknown command or option, a value out of range) in the
+    one-line style of every other error: ``error: MESSAGE (isotope COMMAND --help)``."""
+    from isotope.cli.console import err, labelled
+
+    ctx = getattr(self, "ctx", None)
+    where = f" ({ctx.command_path} --help)" if ctx is not None else ""
+    err.print(labelled("error:", "red", f"{self.format_message()}{where}"))
+
+
+def _one_style() -> None:
+    """Typer prints usage errors in a box; every other error of isotope is one line."""
+    from typer import rich_utils
+
+    rich_utils.rich_format_error = _usage_error  # (read at each error by typer.core)
+
+
+_one_style()
 
 
 class ShowByDefault(TyperGroup):

@@ -1,0 +1,94 @@
+"""The first hour of a new user at the command line (issue 42, items 19, 22, 23): `ask`
+as the library, HTTP and MCP name it, one style of error, a filter naming a key the
+index does not have, limits the same on every surface, a short top-level help. The
+bundled embedder and the real SQLite store; the model is the fake provider."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from isotope import Isotope
+from isotope.cli import app
+from isotope.embedders import Embedder
+from isotope.errors import InvalidArgument
+from isotope.models import Chunk
+from isotope.search.filters import FilterError
+
+from conftest import FakeLLM
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def index(tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    monkeypatch.setenv("ISOTOPE_ANSWER_MODEL", "fake/echo")
+    path = tmp_path / "idx"
+    done = runner.invoke(app, ["ingest", str(examples), "--index", str(path), "--plain"])
+    assert done.exit_code == 0, done.output
+    return path
+
+
+def test_ask_is_query(index: Path) -> None:
+    question = "How many vacation days do new employees get?"
+    asked = runner.invoke(app, ["ask", question, "--index", str(index), "--raw"])
+    queried = runner.invoke(app, ["query", question, "--index", str(index), "--raw"])
+    def without_id(output: str) -> list[str]:
+        return [line for line in output.splitlines() if not line.startswith("query id")]
+
+    assert asked.exit_code == 0 and without_id(asked.output) == without_id(queried.output)
+    assert "[1]" in asked.output
+
+
+def test_usage_errors_are_one_line_like_every_other(index: Path) -> None:
+    for args, says in ((["qurey", "x"], "No such command 'qurey'. Did you mean 'query'?"),
+                       (["ingest", str(index), "-n", "0", "--index", str(index)],
+                        "--questions-per-atom"),
+                       (["query", "x", "-k", "0", "--index", str(index)], "k = 0")):
+        done = runner.invoke(app, args)
+        assert done.exit_code in (1, 2), done.output
+        assert says in done.output and done.output.startswith("error:"), done.output
+        assert "╭" not in done.output and len(done.output.strip().splitlines()) == 1
+
+
+def test_a_filter_naming_a_key_the_index_lacks_names_those_it_has(
+        index: Path, tmp_path: Path, embedder: Embedder) -> None:
+    done = runner.invoke(app, ["query", "vacation days", "--index", str(index), "--raw",
+                               "--where", "yaer>=2020"])
+    assert done.exit_code == 1
+    assert "no chunk or source of this index has the key 'yaer'" in done.output
+    assert "title" in done.output and "type" in done.output
+    kept = runner.invoke(app, ["query", "vacation days", "--index", str(index), "--raw",
+                               "--where", "title=No such title"])
+    assert kept.exit_code == 0 and "no results" in kept.output  # (a key it has)
+    with Isotope.open(tmp_path / "chunks", embedder=embedder, llm=FakeLLM(),
+                      cache=False) as iso:  # (chunks given with metadata of their own)
+        iso.ingest_chunks([Chunk(source="boats", text="The kayak is red.",
+                                 metadata={"colour": "red"})])
+        assert iso.search("kayak", filters={"colour": "red"}).results
+        assert iso.search("kayak", filters={"shade": "red"}).results == []
+
+
+def test_a_query_longer_than_http_takes_is_refused_everywhere(
+        index: Path, tmp_path: Path, embedder: Embedder) -> None:
+    long = "why " * 2_501  # 10,004 characters: HTTP and MCP refuse past 10,000
+    done = runner.invoke(app, ["query", long, "--index", str(index), "--raw"])
+    assert done.exit_code == 1 and "at most 10,000" in done.output
+    with Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False) as iso, \
+            pytest.raises(InvalidArgument, match="at most 10,000"):
+        iso.search(long)
+    with Isotope.open(index, embedder=embedder, llm=FakeLLM(), cache=False) as iso, \
+            pytest.raises(FilterError, match="'yaer'"):
+        iso.search("vacation days", filters={"yaer": {"gte": 2020}})
+
+
+def test_the_top_level_help_is_short_and_starts_with_the_first_steps() -> None:
+    shown = runner.invoke(app, ["--help"]).output
+    commands = [line.split()[1] for line in shown.splitlines()
+                if line.startswith("│ ") and len(line.split()) > 1
+                and line.split()[1].isalpha() and line[2] != " "]
+    assert commands[:3] == ["ingest", "ask", "query"] and "audit" in commands
+    assert len(shown.splitlines()) < 60
