@@ -67,6 +67,7 @@ def main() -> None:
         print(f"passages {done}/{len(chunks)}: " + ", ".join(
             f"{m} {seconds[m] / done:.1f} s/passage" for m in modes), file=sys.stderr)
     quality = _retrieval(indexes, passages)
+    model = next(iter(indexes.values())).settings.question_model
     for iso in indexes.values():
         iso.close()
     n = len(chunks)
@@ -92,7 +93,8 @@ def main() -> None:
             base["kept/passage"] / base["generate s/passage"])
     header = list(rows[0])
     atoms = totals[modes[0]]["atoms"]
-    print(f"\nQuestion generation, {n} passages ({atoms} atoms), local Qwen2.5-Coder-1.5B, "
+    print(f"\nQuestion generation, {n} passages ({atoms} atoms), model {model} (the "
+          "question_model setting of this run), "
           f"cache off, documents of {args.block} passages, modes interleaved")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")

@@ -78,12 +78,31 @@ def at_schema(url: str, schema: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}schema={schema}"
 
 
+def made_by() -> dict[str, Any]:
+    """What makes a copy: isotope's version, the schema and the commit of the code."""
+    import subprocess
+
+    from isotope import __version__
+    from isotope.stores import SCHEMA_VERSION
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=Path(__file__).parent).stdout.strip()
+    return {"isotope": __version__, "schema": SCHEMA_VERSION, "commit": commit or None}
+
+
 def ensure_copy(source: Path, target: str, vector_index: str = "hnsw") -> float | None:
-    """Copy ``source`` to ``target`` unless it is there; the copy's seconds (None: kept)."""
+    """Copy ``source`` to ``target`` unless a copy made by this code is there (one made by
+    another version or commit is dropped and made again); the copy's seconds (None:
+    kept, made by this code in an earlier run)."""
     store = stores.open(target)
     try:
         if store.counts()["sources"]:
-            return None
+            made = store.get_meta("benchmark_copy_made_by")
+            if made == made_by():
+                return None
+            print(f"the copy at {stores.describe(target)} was made by {made or 'unknown'}, "
+                  f"not {made_by()}: made again", file=sys.stderr)
+            store.drop()  # type: ignore[attr-defined]
     finally:
         store.close()
     print(f"copying {source} to {stores.describe(target)}", file=sys.stderr)
@@ -91,7 +110,13 @@ def ensure_copy(source: Path, target: str, vector_index: str = "hnsw") -> float 
     copy_index(source, target, progress=lambda n, total, _: n % 500 == 0 and print(
         f"  {n}/{total} sources, {time.perf_counter() - started:.0f} s", file=sys.stderr),
         vector_build=(vector_index, "auto", 0))
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    store = stores.open(target)
+    try:
+        store.set_meta("benchmark_copy_made_by", made_by())
+    finally:
+        store.close()
+    return seconds
 
 
 # -- quality ---------------------------------------------------------------------------
@@ -251,8 +276,10 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
     copy_s = ensure_copy(path, target, vector_index)
     timing = scale.WORK / f"pg-copy-{scale_schema(questions, vector_index)}.json"
     if copy_s:
-        timing.write_text(json.dumps({"seconds": copy_s}))
-    copy_s = json.loads(timing.read_text())["seconds"] if timing.exists() else None
+        timing.write_text(json.dumps({"seconds": copy_s, "measured_at": time.strftime(
+            "%Y-%m-%d %H:%M"), **made_by()}))
+    # (the copy kept from an earlier run: its load figure is that run's, labelled so)
+    earlier = json.loads(timing.read_text()) if timing.exists() and not copy_s else None
     with scale.open_index(path, synthesis) as iso:
         synthesis.atoms = iso.store.counts()["atoms"]
     queries = [synthesis.query_text(i) for i in range(n_queries)]
@@ -287,6 +314,10 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
             rows[name] = row
     if copy_s:
         rows["postgres"]["copy questions/s"] = round(rows["postgres"]["questions"] / copy_s)
+    elif earlier is not None and earlier.get("seconds"):
+        rows["postgres"][f"copy questions/s (measured {earlier.get('measured_at', '?')}, "
+                         f"an earlier run; --fresh measures it)"] = round(
+            rows["postgres"]["questions"] / earlier["seconds"])
     rows["postgres"].update(_clients_run(target, queries, vectors, clients, seconds))
     if replicas and server_handle is not None:
         with standbys(server_handle, replicas) as urls:
@@ -329,7 +360,7 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
                if replicas else {}),
             "bytes_per_question": pg["disk B/question"],
             "embedded_bytes_per_question": emb["disk B/question"],
-            "load_questions_per_s": pg.get("copy questions/s"),
+            "load_questions_per_s": pg.get("copy questions/s"),  # (None: not this run)
             "disk_by_relation": pg["disk by relation B/question"],
         }, indent=1))
         return

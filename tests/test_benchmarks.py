@@ -1,0 +1,36 @@
+"""The benchmarks print figures of the run that prints them (issue 42, item 25): the same
+command gives the same synthetic data in every process (benchmarks/scale.py seeded its
+query noise with Python's per-process ``hash``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = """
+import sys
+import numpy as np
+sys.path.insert(0, "benchmarks")
+import scale
+rng = np.random.default_rng(1)
+bank = (["a sentence."] * 8, rng.normal(size=(8, 384)).astype("float32"),
+        ["a question?"] * 8, rng.normal(size=(8, 384)).astype("float32"))
+synthesis = scale.Synthesis(bank)
+synthesis.atoms = 5
+query = synthesis.query_text(3)
+print(repr(np.round(synthesis.vector(query), 5).tolist()[:8]))
+"""
+
+
+def test_the_scale_benchmarks_queries_are_the_same_in_every_process() -> None:
+    seen = set()
+    for seed in ("1", "2", "3"):
+        done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True,
+                              text=True, env={**os.environ, "PYTHONHASHSEED": seed},
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        seen.add(done.stdout)
+    assert len(seen) == 1, seen
