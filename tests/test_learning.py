@@ -761,3 +761,50 @@ def test_one_check_for_learned_and_hand_written_questions(logged: Isotope, odd: 
         iso.add_question(target, query, chunk_id=target)
     joined = "which keeper\u200c tended the beacon"  # (a zero width non-joiner: Persian)
     assert iso.add_question(target, joined, chunk_id=target)
+
+
+def test_the_fit_reads_only_marks_that_were_learned_or_approved(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    """60 marks of one read key, all rejected, set every other signal's weight to 0 for
+    everyone (issue 42, item 8): a fit reads the marks learned or approved (a user's
+    pending, rejected or never learned marks are left out, and say so), no user's beyond
+    a quarter, and sets no weight to 0 without ``allow_zero``; eval --from-log the same."""
+    from isotope.search import evaluation
+
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True, learn="review") as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        names = []
+        for query in LEANING:
+            found = iso.search(query, 4, mode="hybrid", principal="user:eve")
+            chunk = iso.search(query, 1, mode="chunks-dense").results[0].chunk.id
+            assert iso.feedback(found.query_id or "", chunk,
+                                principal="user:eve").learned == "pending"
+            names.append(f"{found.query_id}:{chunk}")
+        with pytest.raises(InvalidArgument, match=r"0 useful mark\(s\) to fit on \(12 left"):
+            iso.fit_weights(min_marks=10)
+        assert evaluation.from_log(iso) == ([], [])
+        iso.review_questions(names, approve=False)
+        with pytest.raises(InvalidArgument, match=r"0 useful mark\(s\) to fit on \(12 left"):
+            iso.fit_weights(min_marks=10)
+        assert iso.fitted_weights() is None
+        for query in LEANING:  # approved this time: a quarter of them at most, 10 at least
+            found = iso.search(query + " again", 4, mode="hybrid", principal="user:eve")
+            chunk = iso.search(query, 1, mode="chunks-dense").results[0].chunk.id
+            iso.feedback(found.query_id or "", chunk, principal="user:eve")
+            iso.review_questions([f"{found.query_id}:{chunk}"], approve=True)
+        fit = iso.fit_weights(min_marks=10)
+        assert fit.marks == 10 and fit.left_out == 14
+        assert all(fit.weights[n] > 0 for n, w in fit.before.items() if w > 0)
+        assert len(evaluation.from_log(iso)[1]) == 10
+        # marks that would place first only with a signal off (as the 60 rejected marks
+        # did): the walk keeps every weight above 0 unless told otherwise
+        import isotope.search.weights as weight_fit
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(weight_fit, "_first", lambda cases, weights, fusion: len(cases) * (
+                weights.get("chunks-bm25") == 0))
+            kept = iso.fit_weights(min_marks=10)
+            assert not kept.adopted and kept.weights["chunks-bm25"] > 0
+            off = iso.fit_weights(min_marks=10, allow_zero=True)
+            assert off.adopted and off.weights["chunks-bm25"] == 0

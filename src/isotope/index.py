@@ -650,14 +650,17 @@ class Isotope:
         return self.store.orphaned_questions()
 
     def fit_weights(self, *, min_marks: int = weight_fit.MIN_MARKS,
+                    allow_zero: bool = False,
                     progress: Callable[[int, int], None] | None = None
                     ) -> weight_fit.WeightFit:
-        """Fit ``hybrid``'s signal weights on the useful marks (at least ``min_marks``)
-        so that the marked chunks come first for their queries, and keep them when they
-        place at least 1% of the marks better than the weights in use (``adopted``).
-        The ``weights`` setting still wins, signal by signal. See
-        :mod:`isotope.search.weights`."""
-        done = weight_fit.fit(self, min_marks=min_marks, progress=progress)
+        """Fit ``hybrid``'s signal weights on the useful marks that were learned or
+        approved (at least ``min_marks``; no user's beyond a quarter) so that the marked
+        chunks come first for their queries, and keep them when they place at least 1%
+        of the marks better than the weights in use (``adopted``). A weight goes to 0
+        only with ``allow_zero``. The ``weights`` setting still wins, signal by signal.
+        See :mod:`isotope.search.weights`."""
+        done = weight_fit.fit(self, min_marks=min_marks, allow_zero=allow_zero,
+                              progress=progress)
         if done.adopted:
             with self.store.writer(self.settings.lock_wait):
                 weight_fit.keep(self.store, done)

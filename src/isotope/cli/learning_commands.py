@@ -269,6 +269,9 @@ def weights_show_command(
 def weights_fit_command(
     min_marks: Annotated[int, typer.Option(
         "--min-marks", min=1, help="Refuse with fewer useful marks than this.")] = 50,
+    allow_zero: Annotated[bool, typer.Option(
+        "--allow-zero", help="Let the fit set a signal's weight to 0 (switching it off "
+        "for every search); without it, the lowest is 0.25.")] = False,
     index: IndexOpt = None,
     project: ProjectOpt = None,
     wait: WaitOpt = None,
@@ -277,19 +280,24 @@ def weights_fit_command(
     """Fit hybrid's signal weights on the results users marked useful (isotope feedback),
     so that the marked chunks come first for their queries; they are kept when they place
     at least 1% of the marks better than the weights in use. The weights setting still
-    wins, signal by signal. One search per mark (the newest 5,000)."""
+    wins, signal by signal. One search per mark (the newest 5,000) of those learned or
+    approved by review (pending, rejected and never learned marks are left out, and no
+    user gives more than a quarter of them)."""
     def progress(done: int, total: int) -> None:
         if not as_json and (done == total or done % 200 == 0):
             err.print(f"{done}/{total} marked queries searched")
 
     with errors(), open_index(index, project, lock_wait=wait) as iso:
-        done = iso.fit_weights(min_marks=min_marks, progress=progress)
+        done = iso.fit_weights(min_marks=min_marks, allow_zero=allow_zero,
+                               progress=progress)
     if as_json:
         print_json(done.model_dump())
         return
     _weights_table({name: {"before": done.before.get(name), "fitted": weight}
                     for name, weight in done.weights.items()})
-    out.print(f"on {done.marks} marks, the marked chunk first {100 * done.first_before:.1f}% "
+    out.print(f"on {done.marks} marks ({done.left_out} left out: pending, rejected, never "
+              "learned, or past one user's share), the marked chunk first "
+              f"{100 * done.first_before:.1f}% "
               f"-> {100 * done.first_after:.1f}% ({done.seconds:.0f} s): " + (
                   "kept; hybrid searches use them" if done.adopted else
                   "not kept (they place fewer than 1% of the marks better)"))

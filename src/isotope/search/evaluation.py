@@ -217,11 +217,14 @@ def chunks_of(passages: Sequence[dict[str, Any]], documents: str | None = None) 
 
 
 def from_log(iso: Isotope) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A question/passage set from the index's useful marks (``isotope feedback``): each
+    """A question/passage set from the index's useful marks (``isotope feedback``) that
+    were learned or approved, no user's beyond a quarter (:func:`learning.vetted`): each
     marked chunk a passage (``pid``: its id), each query marked useful for it a question
     (``gold_pid``: the chunk), once per query and chunk; chunks no longer stored are left
     out."""
-    marks = iso.store.feedback(useful=True)
+    from isotope.search.learning import vetted
+
+    marks, _ = vetted(iso.store, 1_000_000)  # (learned or approved, bounded per user)
     pairs = sorted({(m.query, m.chunk_id) for m in marks})
     chunks = iso.store.get_chunks(sorted({c for _, c in pairs}))
     passages = [{"pid": c.id, "text": c.text, "source": c.source} for c in chunks.values()]

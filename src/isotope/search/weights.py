@@ -54,6 +54,9 @@ class WeightFit(BaseModel):
     """The weights in use before the fit."""
     marks: int
     """The useful marks fitted on (one per query and chunk)."""
+    left_out: int = 0
+    """Useful marks not fitted on: pending review, rejected, never learned (``learn =
+    off``), or beyond one user's share (:func:`learning.vetted`)."""
     first_before: float
     """The share of the marks whose chunk came first with the weights before (0..1)."""
     first_after: float
@@ -82,21 +85,23 @@ def reset(store: Store) -> bool:
     return True
 
 
-def fit(iso: Isotope, *, min_marks: int = MIN_MARKS,
+def fit(iso: Isotope, *, min_marks: int = MIN_MARKS, allow_zero: bool = False,
         progress: Callable[[int, int], None] | None = None) -> WeightFit:
-    """Fit ``hybrid``'s signal weights on the useful marks of the index (see the module's
-    text); ``adopted``: they help enough to be kept (:func:`keep`)."""
+    """Fit ``hybrid``'s signal weights on the useful marks of the index that were learned
+    or approved (:func:`learning.vetted`; see the module's text); ``adopted``: they help
+    enough to be kept (:func:`keep`). A signal's weight goes to 0 only with
+    ``allow_zero`` (an administrator's explicit choice: a weight of 0 switches a signal
+    off for everyone)."""
     started = time.perf_counter()
     store = iso.store
-    marks: dict[tuple[str, str], str] = {}
-    for mark in store.feedback(useful=True):  # newest first
-        key = (learning.normalized(mark.query), mark.chunk_id)
-        if mark.query and key not in marks and len(marks) < MOST_MARKS:
-            marks[key] = mark.query
+    read, left_out = learning.vetted(store, MOST_MARKS)
+    marks = {(learning.normalized(m.query), m.chunk_id): m.query for m in read}
     if len(marks) < min_marks:
-        raise InvalidArgument(f"{len(marks)} useful mark(s) in the index; fitting the "
-                              f"weights needs at least {min_marks} (isotope feedback "
-                              "QUERY_ID CHUNK_ID marks a result useful)")
+        raise InvalidArgument(f"{len(marks)} useful mark(s) to fit on ({left_out} left out: "
+                              "pending review, rejected, never learned, or beyond one "
+                              f"user's share); fitting the weights needs at least "
+                              f"{min_marks} (isotope feedback QUERY_ID CHUNK_ID marks a "
+                              "result useful; isotope questions review approves marks)")
     fixed = dict(iso.settings.weights)  # the setting's weights win: not fitted
     if set(SIGNALS) <= set(fixed):
         raise InvalidArgument("the weights setting (ISOTOPE_WEIGHTS) gives every signal its "
@@ -133,13 +138,15 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS,
                 trial = {**weights, name: step}
                 if step == weights[name] or not trial.get("questions-dense"):
                     continue  # (the confirmed raise reads the questions-dense signal)
+                if step == 0 and not allow_zero:
+                    continue
                 scored = _first(cases, trial, iso.settings.fusion)
                 if scored > first_after:
                     weights, first_after, moved = trial, scored, True
         if not moved:
             break
     adopted = first_after - first_before >= max(1.0, MIN_GAIN * len(cases))
-    done = WeightFit(weights=weights, before=before, marks=len(cases),
+    done = WeightFit(weights=weights, before=before, marks=len(cases), left_out=left_out,
                      first_before=round(first_before / len(cases), 4),
                      first_after=round(first_after / len(cases), 4), adopted=adopted,
                      at=datetime.now(UTC).isoformat(timespec="seconds"),

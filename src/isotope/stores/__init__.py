@@ -285,9 +285,11 @@ class Store(ABC):
 
     def feedback(self, *, learn: str | None = None, useful: bool | None = None,
                  principal: str | None = None, query_id: str | None = None,
-                 since: str | None = None, user: str | None = None) -> list[Feedback]:
+                 since: str | None = None, user: str | None = None,
+                 limit: int | None = None) -> list[Feedback]:
         """Marks, newest first, of those that match every argument given (with ``user``,
-        ``principal`` or that user with any groups). Default: none."""
+        ``principal`` or that user with any groups; the newest ``limit``). Default:
+        none."""
         return []
 
     def set_access(self, uris: Sequence[str], access: list[str] | None, *,

@@ -88,7 +88,8 @@ class SQLUsage:
 
     def feedback(self, *, learn: str | None = None, useful: bool | None = None,
                  principal: str | None = None, query_id: str | None = None,
-                 since: str | None = None, user: str | None = None) -> list[Feedback]:
+                 since: str | None = None, user: str | None = None,
+                 limit: int | None = None) -> list[Feedback]:
         d = self.dialect
         wanted = {"learn": learn, "useful": useful, "query_id": query_id}
         where = [f"{column} = {d.mark}" for column, value in wanted.items()
@@ -110,4 +111,5 @@ class SQLUsage:
         return [Feedback(query_id=r[0], chunk_id=r[1], useful=bool(r[2]), principal=r[3],
                          at=r[4], query=r[5], source=r[6], learn=r[7],
                          vector=None if r[8] is None else bytes(r[8]))
-                for r in self._rows(sql + " ORDER BY at DESC", params)]
+                for r in self._rows(sql + " ORDER BY at DESC" + (
+                    "" if limit is None else f" LIMIT {int(limit)}"), params)]
