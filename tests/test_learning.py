@@ -808,3 +808,22 @@ def test_the_fit_reads_only_marks_that_were_learned_or_approved(
             assert not kept.adopted and kept.weights["chunks-bm25"] > 0
             off = iso.fit_weights(min_marks=10, allow_zero=True)
             assert off.adopted and off.weights["chunks-bm25"] == 0
+
+
+def test_a_mark_on_a_chunk_waiting_for_questions_is_learned_when_they_come(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    """With ``--questions later`` a useful mark said "the query waits for review" under
+    ``learn = auto`` (issue 42, item 12): it waits for the chunk's questions, says so,
+    and is learned when an enrichment gives them."""
+    with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True) as iso:
+        iso.ingest(_docs(tmp_path / "docs"), questions="later")
+        found = iso.search(ASKED, k=4, mode="chunks-dense")
+        target = next(r.chunk.id for r in found.results
+                      if r.chunk.source.endswith("lighthouse.md"))
+        done = iso.feedback(found.query_id or "", target)
+        assert done.learned == "waiting" and not iso.pending_questions()
+        iso.enrich()
+        [mark] = iso.store.feedback(query_id=found.query_id)
+        assert mark.learn == "learned"
+        assert ASKED in [q.text for q in iso.questions(chunk_id=target) if q.origin == "user"]

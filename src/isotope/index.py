@@ -358,6 +358,7 @@ class Isotope:
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
             self._reassign(report, allow, paths)
+            learning.learn_waiting(self, report)
             return report
 
     def enrich(self, *, progress: ProgressCallback | None = None,
@@ -368,7 +369,9 @@ class Isotope:
         answers the cache holds cost nothing. Searches meanwhile use the questions that
         exist."""
         with self.store.writer(self.settings.lock_wait):
-            return self._pipeline().enrich(progress=progress, sources=sources)
+            report = self._pipeline().enrich(progress=progress, sources=sources)
+            learning.learn_waiting(self, report)
+            return report
 
     def sync(
         self,
@@ -399,6 +402,7 @@ class Isotope:
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
             self._reassign(report, allow, paths)
+            learning.learn_waiting(self, report)
             for uri in gone:
                 self.store.delete_source(uri)
                 report.removed.append(uri)
@@ -428,6 +432,7 @@ class Isotope:
             report = self._pipeline(allow=allow).ingest_chunks(
                 items, source=source, progress=progress, questions=questions)
             self._reassign(report, allow)
+            learning.learn_waiting(self, report)
             return report
 
     def plan(

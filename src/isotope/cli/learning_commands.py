@@ -47,6 +47,8 @@ def feedback_command(
         return
     said = {"learned": f"learned: the query is now a question of the chunk ({done.question_id})",
             "pending": "the query waits for review (isotope questions review)",
+            "waiting": "the chunk waits for its questions (isotope enrich): the query is "
+                       "learned when they come",
             "duplicate": "the chunk already has that question"}
     out.print(("useful" if done.useful else "not useful") + (
         f"; {said[done.learned]}" if done.learned in said else ""))

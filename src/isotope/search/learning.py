@@ -39,6 +39,7 @@ from isotope.stores import Feedback, LoggedQuery, Store
 
 if TYPE_CHECKING:
     from isotope.index import Isotope
+    from isotope.reports import IngestReport
 
 CLOSE = 0.9
 """Two queries whose embeddings' cosine reaches this are the same query reworded (a
@@ -56,7 +57,9 @@ class FeedbackResult(BaseModel):
     useful: bool
     learned: str | None = None
     """``learned`` (the query is now a question of the chunk), ``pending`` (waiting for
-    review), ``duplicate`` (the chunk had that question), or None (nothing learned)."""
+    review), ``waiting`` (for the chunk's questions: learned when an ingest or ``isotope
+    enrich`` gives them), ``duplicate`` (the chunk had that question), or None (nothing
+    learned)."""
     question_id: str | None = None
 
 
@@ -249,6 +252,8 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
               if not useful or mode == "auto" else None)
     if useful and vector is not None:
         learned, question_id = learn(iso, chunk, entry.query, vector)
+        if learned == "pending":  # (not a review: the chunk waits for its questions)
+            learned = "waiting"
     elif useful and mode == "review":
         learned = "pending"
     store.add_feedback(Feedback(
@@ -257,6 +262,22 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
         learn=learned, vector=None if useful or vector is None else vector.tobytes()))
     return FeedbackResult(query_id=query_id, chunk_id=chunk_id, useful=useful,
                           learned=learned, question_id=question_id)
+
+
+def learn_waiting(iso: Isotope, report: IngestReport) -> None:
+    """Learn the marks that waited for their chunk's questions (``waiting``), once an
+    ingest or an enrichment gave chunks their questions."""
+    if not report.enriched_chunks:
+        return
+    for mark in iso.store.feedback(learn="waiting"):
+        chunk = iso.store.get_chunks([mark.chunk_id]).get(mark.chunk_id)
+        if chunk is None:
+            continue
+        vector = np.asarray(iso.embedder.embed([mark.query]), dtype=np.float32)[0]
+        done, _ = learn(iso, chunk, mark.query, vector)
+        if done != "pending":
+            mark.learn = done
+            iso.store.add_feedback(mark)
 
 
 def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors,
@@ -387,6 +408,8 @@ def review(iso: Isotope, marks: Sequence[str], approve: bool) -> list[FeedbackRe
                                       "it") from None
             vector = np.asarray(iso.embedder.embed([mark.query]), dtype=np.float32)[0]
             learned, question_id = learn(iso, chunk, mark.query, vector)
+            if learned == "pending":  # (approved: it waits for the chunk's questions)
+                learned = "waiting"
         mark.learn = learned
         iso.store.add_feedback(mark)
         done.append(FeedbackResult(query_id=mark.query_id, chunk_id=mark.chunk_id,

@@ -143,8 +143,9 @@ AuditEntry = LoggedQuery
 class Feedback:
     """A user's mark on one result of a logged search: ``useful`` or not. ``learn``
     says what became of a useful mark's query: ``pending`` (waiting for review),
-    ``learned`` (a question of the chunk), ``duplicate`` (the chunk had that question),
-    ``rejected``, or None (not learned: the ``learn`` setting was off, or not useful).
+    ``waiting`` (for the chunk's questions), ``learned`` (a question of the chunk),
+    ``duplicate`` (the chunk had that question), ``rejected``, or None (not learned:
+    the ``learn`` setting was off, or not useful).
     ``vector``: the query's embedding (float32 bytes), kept for a not-useful mark, so
     that a close query does not rank the chunk first again."""
 

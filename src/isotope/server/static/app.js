@@ -80,7 +80,8 @@ function thumbs(queryId, chunkId) {
       const done = await call("POST", "/feedback", { query_id: queryId, chunk_id: chunkId, useful });
       said.textContent = !useful ? "noted: not first again for this question"
         : done.learned === "learned" ? "thanks: learned as a question of this passage"
-        : done.learned === "pending" ? "thanks: the question waits for review" : "thanks";
+        : done.learned === "pending" ? "thanks: the question waits for review"
+        : done.learned === "waiting" ? "thanks: learned once the passage has its questions" : "thanks";
     } catch (error) { said.textContent = error.message; }
   };
   return el("span", { className: "thumbs" },
