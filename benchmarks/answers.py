@@ -6,7 +6,12 @@
 Asks the questions of the first ``--passages`` passages of ../shared/eval/squad-dev
 (``--limit-queries`` of them, spread over the passages) on the index benchmarks/quality.py
 builds (run it first), plus the 30 questions of benchmarks/data/unanswerable.jsonl, written
-by hand about those passages' topics and checked to have their answer in none of them.
+by hand about those passages' topics and checked to have their answer in none of them,
+and the 30 of benchmarks/data/swapped.jsonl: questions of those passages with a place or
+a year swapped for one no passage names ("What percentage of France's population..." ->
+Japan's; made once by a script with a fixed seed, each line saying its swap), whose
+answer, as asked, is in no passage: reported as declined and as "asserted" (answered,
+checked, with the swapped-in name or year).
 Prints contains-gold, F1, declined, declined-with-gold, citation-is-gold, wrong, the share
 of each answer kind, the unanswerable questions declined, and the latency (p50 of `ask`;
 time to the first streamed piece after the results), for each ``answer_strictness``
@@ -42,6 +47,8 @@ OUT = ROOT / "benchmarks" / "out"
 CACHE = ROOT / "benchmarks" / "cache"
 UNANSWERABLE = ROOT / "benchmarks" / "data" / "unanswerable.jsonl"
 UNANSWERABLE_UNSEEN = ROOT / "benchmarks" / "data" / "unanswerable-unseen.jsonl"
+SWAPPED = ROOT / "benchmarks" / "data" / "swapped.jsonl"
+SWAPPED_UNSEEN = ROOT / "benchmarks" / "data" / "swapped-unseen.jsonl"
 
 
 def progress(done: int, total: int) -> None:
@@ -77,16 +84,18 @@ def unseen_index(count: int) -> tuple[Path, list[dict[str, Any]]]:
 
 def table(title: str, scores: answer_eval.AnswerScores) -> None:
     print(f"\n{title}: {scores.questions} questions ({scores.gold_given} with their gold "
-          f"passage among those given to the model), {scores.unanswerable} unanswerable")
+          f"passage among those given to the model), {scores.unanswerable} unanswerable "
+          f"({scores.swapped} of them a name or year swapped)")
     print("| contains gold % | F1 | declined % | declined with gold % | citation is gold % "
           "| wrong % | generated / quoted / declined % | unanswerable declined % | "
-          "ask p50 s | first piece p50 s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "swapped: declined % / asserted % | ask p50 s | first piece p50 s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     kinds = " / ".join(str(scores.kinds.get(k, 0.0)) for k in ("generated", "quoted",
                                                                  "declined"))
     print(f"| {scores.contains_gold} | {scores.f1} | {scores.declined} | "
           f"{scores.declined_with_gold} | {scores.citation_is_gold} | {scores.wrong} | "
-          f"{kinds} | {scores.unanswerable_declined} | {scores.latency_p50_s} | "
+          f"{kinds} | {scores.unanswerable_declined} | {scores.swapped_declined} / "
+          f"{scores.swapped_asserted} | {scores.latency_p50_s} | "
           f"{scores.first_token_p50_s} |")
 
 
@@ -115,7 +124,8 @@ def main() -> None:
         if not (index / "isotope.db").exists():
             sys.exit(f"no index at {index}: run benchmarks/quality.py --passages "
                      f"{args.passages}")
-        unanswerable = evaluation.read_jsonl(UNANSWERABLE, ("question",))
+        unanswerable = [*evaluation.read_jsonl(UNANSWERABLE, ("question",)),
+                        *evaluation.read_jsonl(SWAPPED, ("question", "swapped"))]
         for level in levels:
             scores = run(index, answer_eval.pick(queries, args.limit_queries), unanswerable,
                          level, args.cache)
@@ -124,7 +134,8 @@ def main() -> None:
                   scores)
     if args.unseen:
         index, queries = unseen_index(args.unseen)
-        unanswerable = evaluation.read_jsonl(UNANSWERABLE_UNSEEN, ("question",))
+        unanswerable = [*evaluation.read_jsonl(UNANSWERABLE_UNSEEN, ("question",)),
+                        *evaluation.read_jsonl(SWAPPED_UNSEEN, ("question", "swapped"))]
         for level in levels:
             scores = run(index, answer_eval.pick(queries, args.limit_queries), unanswerable,
                          level, args.cache)

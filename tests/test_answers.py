@@ -28,6 +28,10 @@ carried over until March 31 of the following year.
 
 The core hours at Northwind Robotics are 10:00 to 15:00 on weekdays.
 """
+SHIPPING = """# Shipping
+
+Express delivery to Austria takes 3 days. Standard delivery to Austria takes 9 days.
+"""
 BATTERY = """# Battery
 
 The Orbit R2 battery lasts 9 hours on a full charge. A red light blinks when it runs low.
@@ -59,6 +63,7 @@ def answering(tmp_path: Path, embedder: Embedder) -> tuple[Isotope, Replying]:
     docs.mkdir()
     (docs / "handbook.md").write_text(HANDBOOK)
     (docs / "battery.md").write_text(BATTERY)
+    (docs / "shipping.md").write_text(SHIPPING)
     model = Replying()
     iso = Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),
                        answer_llm=model, cache=False)
@@ -118,6 +123,30 @@ def test_an_invented_number_is_never_shown(answering: tuple[Isotope, Replying]) 
     assert response.answer_kind in ("quoted", "declined")
     if response.answer_kind == "quoted":  # the search was sure: the statement, quoted
         assert response.answer.startswith("The index says: ") and "9 hours" in response.answer
+
+
+@pytest.mark.parametrize(("question", "reply"), [
+    ("How long does express delivery to Japan take?",
+     "Express delivery to Japan takes 3 days. [1]"),
+    ("How long does the Orbit R3 battery last?", "The Orbit R3 battery lasts 9 hours [1]."),
+    ("Which strap ships with the Orbit R2 in Sweden?",
+     "Every unit in Sweden ships with a blue strap [1]."),
+])
+def test_a_claim_taken_from_the_question_needs_the_passage_too(
+        answering: tuple[Isotope, Replying], question: str, reply: str) -> None:
+    """A wrong answer passed the check because its wrong words were the question's
+    (issue 42, item 16): the passage says Austria, the answer Japan, and "Japan" is a
+    word of the question. An answer's names and numbers must be the cited passage's."""
+    iso, model = answering
+    model.reply = reply
+    response = iso.ask(question)
+    assert response.answer_kind != "generated", response.answer
+    assert reply.split(" [")[0].rstrip(".") not in (response.answer or "")
+    if response.answer_kind == "quoted":  # (the passage's own words, never the swap)
+        assert "The index says: " in response.answer
+    model.reply = "Express delivery to Austria takes 3 days. [1]"
+    right = iso.ask("How long does express delivery to Austria take?")
+    assert right.answer_kind == "generated" and "Austria takes 3 days" in right.answer
 
 
 def test_when_the_search_is_sure_a_refusal_quotes_the_best_statement(

@@ -10,7 +10,9 @@ judged by what the passages support, not by its marks (:func:`judge`):
 
 - its first sentence that says something (not "This is found in passage [1].") is the
   answer; a passage **supports** it when the answer's words that are not the question's,
-  and every number in it, are in the passage (:func:`support`);
+  and every number and name in it (the question's too: "Express delivery to Japan takes
+  3 days" is not supported by a passage about Austria), are in the passage
+  (:func:`support`);
 - a supported answer must also be **said where the passage speaks of what was asked**
   (:func:`evidence`): the question's own words are in the sentences around the answer.
   This is what tells an answer from a small model's usual invention, put together from
@@ -294,7 +296,7 @@ def support(answer: str, question: str, passage: str) -> float:
     new word or number (a restated question) has no support."""
     said = _Words(passage)
     numbers = _new_numbers(answer, question)
-    if numbers - said.numbers:
+    if numbers - said.numbers or not _claims_said(answer, said):
         return 0.0
     new = _new_words(answer, question)
     if not new:
@@ -318,6 +320,26 @@ def evidence(answer: str, question: str, passage: str) -> float:
         answered = sum(window.has(w) for w in new) + len(numbers & window.numbers)
         best = max(best, (answered, sum(window.has(w) for w in asked)))
     return best[1] / len(asked)
+
+
+def _claims(answer: str) -> tuple[set[str], list[str]]:
+    """What an answer asserts that must be the cited passage's own words, wherever else
+    they come from (the question too): its numbers and the names it gives (capitalised
+    words past a sentence's first, "Express delivery to Japan takes 3 days": Japan, 3)."""
+    text = _CITATION.sub(" ", answer)
+    names = []
+    for sentence in sentences(text) or [text]:
+        words = re.findall(r"[\w'][\w'.-]*", sentence)
+        names += [w.strip(".'") for w in words[1:] if w[:1].isupper() and w[:1].isalpha()
+                  and w.strip(".'").lower() not in META and len(w.strip(".'")) > 1]
+    return _numbers(text), names
+
+
+def _claims_said(answer: str, said: _Words) -> bool:
+    """Whether a passage says every number and name the answer asserts (a question's
+    word in an answer is no evidence: "Japan" asked and answered, "Austria" written)."""
+    numbers, names = _claims(answer)
+    return not (numbers - said.numbers) and all(said.has(n.lower()) for n in names)
 
 
 def _says_something(sentence: str, question: str) -> bool:

@@ -78,6 +78,13 @@ class AnswerScores:
     """Questions whose gold passage was given to the model."""
     unanswerable: int = 0
     unanswerable_declined: float | None = None
+    swapped: int = 0
+    """Unanswerable questions made from answerable ones by swapping a name or a year
+    (``swapped``: ``"France -> Japan"``): their answer, as asked, is in no passage."""
+    swapped_declined: float | None = None
+    swapped_asserted: float | None = None
+    """The share of them answered (``generated``) with the swapped-in name or year: a
+    wrong answer shown as checked."""
     first_token_p50_s: float | None = None
     """Median time from the results to the answer's first streamed piece."""
     examples: list[dict[str, Any]] = field(default_factory=list)
@@ -141,8 +148,11 @@ def _scored(query: dict[str, Any], answered: QueryResponse,
     cited = [source_of(r.chunk) for r in answered.results if r.rank in answered.citations]
     golds = _golds(query)
     gold = str(query.get("gold_pid", ""))
+    swapped_to = str(query.get("swapped", "")).partition(" -> ")[2]
     return {"question": query["question"], "answer": text, "kind": kind,
-            "impossible": impossible, "gold_given": bool(gold) and gold in given,
+            "impossible": impossible, "swapped": bool(swapped_to),
+            "asserts_swap": bool(swapped_to) and kind == "generated" and (
+                swapped_to.lower() in text.lower()), "gold_given": bool(gold) and gold in given,
             "cites_gold": bool(gold) and gold in cited,
             "contains_gold": kind != "declined" and contains(text, golds),
             "f1": 0.0 if kind == "declined" else max((f1(text, g) for g in golds),
@@ -153,6 +163,7 @@ def _summary(rows: list[dict[str, Any]], latency: list[float], first_token: list
              ) -> AnswerScores:
     answerable = [r for r in rows if not r["impossible"]]
     impossible = [r for r in rows if r["impossible"]]
+    swapped = [r for r in impossible if r["swapped"]]
     n = max(1, len(answerable))
     answered = [r for r in answerable if r["kind"] != "declined"]
     with_gold = [r for r in answerable if r["gold_given"]]
@@ -176,6 +187,11 @@ def _summary(rows: list[dict[str, Any]], latency: list[float], first_token: list
         unanswerable=len(impossible),
         unanswerable_declined=share([r for r in impossible if r["kind"] == "declined"],
                                     impossible) if impossible else None,
+        swapped=len(swapped),
+        swapped_declined=share([r for r in swapped if r["kind"] == "declined"], swapped)
+        if swapped else None,
+        swapped_asserted=share([r for r in swapped if r["asserts_swap"]], swapped)
+        if swapped else None,
         first_token_p50_s=round(statistics.median(first_token), 2) if first_token else None,
         examples=rows)
 
