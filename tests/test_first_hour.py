@@ -92,3 +92,26 @@ def test_the_top_level_help_is_short_and_starts_with_the_first_steps() -> None:
                 and line.split()[1].isalpha() and line[2] != " "]
     assert commands[:3] == ["ingest", "ask", "query"] and "audit" in commands
     assert len(shown.splitlines()) < 60
+
+
+def test_a_first_try_from_the_package_alone(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Getting started worked only in a clone (``examples/``), and a mistyped path made
+    an empty index (issue 42, item 20)."""
+    monkeypatch.chdir(tmp_path)
+    missing = runner.invoke(app, ["ingest", "no-such-folder", "--index", "idx"])
+    assert missing.exit_code == 1 and "no index was made" in missing.output
+    assert not (tmp_path / "idx").exists()
+    written = runner.invoke(app, ["sample", "my-docs"])
+    assert written.exit_code == 0, written.output
+    assert (tmp_path / "my-docs" / "handbook.md").read_bytes() == (
+        Path(__file__).parent.parent / "examples" / "handbook.md").read_bytes()
+    again = runner.invoke(app, ["sample", "my-docs"])
+    assert again.exit_code == 1 and "not an empty folder" in again.output
+    done = runner.invoke(app, ["ingest", "my-docs", "--index", "idx", "--questions", "later"])
+    assert done.exit_code == 0 and "11 new" in done.output, done.output
+    asked = runner.invoke(app, ["ask", "How many vacation days do new employees get?",
+                                "--index", "idx", "--raw"])
+    assert asked.output.startswith("[1]") and "my-docs/handbook.md" in asked.output
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "isotope sample" in readme

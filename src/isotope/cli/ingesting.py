@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from isotope.cli.console import err, errors, labelled, out, print_json
+from isotope.cli.console import err, errors, fail, labelled, out, print_json
 from isotope.cli.shell import (
     AllowOpt,
     ContextOpt,
@@ -63,6 +63,7 @@ def ingest(
     with errors():
         when, per_atom = _questions(questions)
         questions_per_atom = questions_per_atom or per_atom
+        _some_exist(paths)
         iso = open_index(index, project, create=True, questions_per_atom=questions_per_atom,
                     generation=generation, lock_wait=wait, chunk_context=chunk_context)
         with iso:
@@ -77,6 +78,32 @@ def ingest(
                                                    allow=allow),
                                            paths, include, exclude, plain, as_json)
     _finish_ingest(report, as_json)
+
+
+def _some_exist(paths: list[Path]) -> None:
+    """Refuse an ingest none of whose paths exists before an index is made for it (a
+    mistyped path made an empty index)."""
+    if paths and not any(p.exists() or p.is_symlink() for p in paths):
+        names = ", ".join(str(p) for p in paths)
+        fail(f"{names}: no such file or directory; nothing was ingested and no index was "
+             "made (`isotope sample` writes a folder of sample documents to try)")
+
+
+@app.command()
+def sample(
+    folder: Annotated[Path, typer.Argument(help="Where to write them (a new or empty "
+                                                "folder).")] = Path("isotope-sample"),
+) -> None:
+    """Write a folder of sample documents to try isotope on (a handbook, release notes, a
+    FAQ page, a PDF, and an email, a mailbox, LaTeX and Word files): `isotope sample`,
+    then `isotope ingest isotope-sample` and `isotope ask "How many vacation days do new
+    employees get?"`."""
+    from isotope.ingest.samples import write_sample
+
+    with errors():
+        written = write_sample(folder)
+    out.print(f"wrote {len(written)} sample documents to {folder}; next: isotope ingest "
+              f"{folder}")
 
 
 @app.command()
