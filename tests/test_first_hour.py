@@ -115,3 +115,21 @@ def test_a_first_try_from_the_package_alone(tmp_path: Path,
     assert asked.output.startswith("[1]") and "my-docs/handbook.md" in asked.output
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert "isotope sample" in readme
+
+
+def test_an_ingest_into_a_pipe_says_how_far_the_model_is(
+        tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped, an ingest printed nothing for 17 minutes; on a terminal the bar said
+    ``questions 0`` for the whole model phase (issue 42, item 21): a line at each stage
+    and every 15 s, the model phase's chunks and questions counted as they come."""
+    from isotope.cli import ingesting
+
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    monkeypatch.setattr(ingesting, "EVERY", 0.01)
+    done = runner.invoke(app, ["ingest", str(examples), "--index", str(tmp_path / "i")])
+    assert done.exit_code == 0, done.output
+    lines = [line for line in done.output.splitlines() if line.startswith("[")]
+    phases = [line.split("] ")[1].split(":")[0] for line in lines]
+    assert phases[0] == "documents" and "questions" in phases, lines
+    generating = [line for line in lines if "] questions:" in line]
+    assert int(generating[-1].split(", ")[-1].split()[0]) > 0  # questions counted

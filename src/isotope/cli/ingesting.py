@@ -181,16 +181,66 @@ def _with_progress(run: Callable[[Any], Any], plain: bool, as_json: bool) -> Any
     if plain and not as_json:
         def progress_cb(p: Progress) -> None:
             if p.stage == "wait":
-                err.print(f"[{p.sources_done}/{p.sources_total} chunks] waiting for the "
-                          f"model server (questions of {p.source})")
+                err.print(f"[{_of(p)} chunks] waiting for the model server (questions of "
+                          f"{p.source})")
             elif p.stage in ("load", "store", "generate") and p.source:
                 unit = "chunks" if p.stage == "generate" else "files"
-                err.print(f"[{p.sources_done}/{p.sources_total} {unit}] {p.stage} {p.source} "
+                err.print(f"[{_of(p)} {unit}] {p.stage} {p.source} "
                           f"chunks={p.chunks} atoms={p.atoms} questions={p.questions}")
         return run(progress_cb)
-    if as_json or not err.is_terminal:
+    if as_json:
         return run(None)
+    if not err.is_terminal:
+        return _with_lines(run)
     return with_bar(run)
+
+
+def _of(p: Any) -> str:
+    """``done/total`` of a progress event (``?`` while the total is not known)."""
+    return f"{p.sources_done}/{p.sources_total or '?'}"
+
+
+EVERY = 15.0
+"""Seconds between two progress lines of an ingest whose output is not a terminal."""
+
+
+def _with_lines(run: Callable[[Any], Any]) -> Any:
+    """``run(progress callback)`` printing a line on stderr when the phase changes (the
+    documents stored, their questions written) and every :data:`EVERY` seconds meanwhile
+    (a pipe or a log file: a bar would not show, and a model phase of many minutes would
+    print nothing)."""
+    import threading
+    import time
+
+    last: list[Any] = []
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def phase(p: Any) -> str:
+        return "questions" if p.stage in ("generate", "wait") else "documents"
+
+    def line(p: Any) -> None:
+        unit = "chunks" if phase(p) == "questions" else "files"
+        err.print(f"[{time.monotonic() - started:5.0f} s] {phase(p)}: {_of(p)} {unit} done, "
+                  f"{p.chunks} chunks, {p.atoms} atoms, {p.questions} questions")
+
+    def beat() -> None:
+        while not stop.wait(EVERY):
+            if last:
+                line(last[-1])
+
+    def progress_cb(p: Any) -> None:
+        if not last or phase(last[-1]) != phase(p):
+            line(p)
+        last[:] = [p]
+
+    beating = threading.Thread(target=beat, daemon=True)
+    beating.start()
+    try:
+        return run(progress_cb)
+    finally:
+        stop.set()
+        beating.join()
 
 
 def _finish_ingest(report: Any, as_json: bool) -> None:
@@ -220,7 +270,8 @@ def with_bar(run: Callable[[Callable[[Any], None]], Any]) -> Any:
         def update(p: Event) -> None:
             name = Path(p.source).name if p.source else ""
             bar.update(
-                task, total=p.sources_total or None, completed=p.sources_done,
+                task, total=p.sources_total or None, completed=p.sources_done,  # (0: not
+                # known yet: the bar moves without an end)
                 description=("waiting for the model" if p.stage == "wait"
                              else f"{p.stage} {name}")[:40],
                 counts=f"chunks {p.chunks} · atoms {p.atoms} · questions {p.questions}",

@@ -119,18 +119,24 @@ class Enricher:
             return part
 
         def notify(stage: str, part: list[PendingChunk]) -> None:
-            if progress is not None and part and (n := total()) is not None:
-                progress(Progress(stage, part[-1].chunk.source, min(done, n), n,
-                                  report.chunks, report.atoms, report.questions_generated))
+            if progress is not None and part:  # (a total of 0: not known yet)
+                n = total() or 0
+                progress(Progress(stage, part[-1].chunk.source, min(done, n) if n else done,
+                                  n, report.chunks, report.atoms, report.questions_generated))
 
         total()
-        generated = (_Pipeline(lambda part: self._generate(generator, part, report,
+        def begun(part: list[PendingChunk]) -> list[PendingChunk]:
+            notify("generate", part)  # (the model starts on it: said before it ends)
+            return part
+
+        generated = (_Pipeline(lambda part: self._generate(generator, begun(part), report,
                                                            timed=False),
                                next_part, RUNNING * concurrency,
                                None if fed.done else fed.step).run(
                                    report, lambda part: notify("wait", part))
                      if pipelined
-                     else ((part, self._generate(generator, part, report)) for part in pending))
+                     else ((part, self._generate(generator, begun(part), report))
+                           for part in pending))
         try:
             for part, results in generated:
                 self._window(part, results, report)
