@@ -192,6 +192,9 @@ def test_the_site_builds_strictly_and_fetches_nothing(tmp_path: Path) -> None:
                               sheet.read_text())
         assert imported == [], f"{sheet.name} loads {imported}"
     assert "isotope weights fit" in (site / "reference" / "cli.html").read_text()
+    api = (site / "reference" / "python-api.html").read_text()
+    assert "Isotope.open" in api or "open" in api
+    assert not re.search(r":(meth|class|func|data|attr|mod|exc):", api)  # (Sphinx roles)
     assert "ISOTOPE_READ_REPLICAS" in (site / "reference" / "settings.html").read_text()
 
 
@@ -309,12 +312,13 @@ def test_the_examples_of_each_page_run_as_written(page: Path, tmp_path: Path,
 def test_the_first_question_is_answered_by_the_real_local_model(tmp_path: Path,
                                                                  made_index: Path) -> None:
     """The first page's question through the offline model itself (no fake)."""
-    first = next(e for e in examples_of(DOCS / "getting-started" / "first-index.md")
-                 if e.language == "bash")
+    first, asked = next((e, line) for e in examples_of(
+        DOCS / "getting-started" / "first-index.md") if e.language == "bash"
+        for line in e.code.splitlines()
+        if line.startswith(("isotope ask", "isotope query")) and "--raw" not in line)
     work, env = _workspace(tmp_path, made_index)
     for name in ("ISOTOPE_QUESTION_MODEL", "ISOTOPE_ANSWER_MODEL", "PYTHONPATH"):
         env.pop(name)
-    asked = next(line for line in first.code.splitlines() if line.startswith("isotope query"))
     done = run(Example(first.page, first.line, "bash", asked.split("  #")[0], None), work,
                env)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -133,3 +133,17 @@ def test_an_ingest_into_a_pipe_says_how_far_the_model_is(
     assert phases[0] == "documents" and "questions" in phases, lines
     generating = [line for line in lines if "] questions:" in line]
     assert int(generating[-1].split(", ")[-1].split()[0]) > 0  # questions counted
+
+
+def test_status_and_a_client_show_what_means_something(index: Path) -> None:
+    """``status`` said ``sources_without_access 4`` with access control off, and a
+    ``Client`` had no useful repr (issue 42, item 23)."""
+    from isotope import Client
+
+    shown = runner.invoke(app, ["status", "--index", str(index)]).output
+    assert "sources_without_access" not in shown and "chunks" in shown
+    guarded = runner.invoke(app, ["status", "--index", str(index)],
+                            env={"ISOTOPE_ACCESS_CONTROL": "true"}).output
+    assert "sources_without_access" in guarded
+    client = Client("http://alice:pa55word@127.0.0.1:8000/", api_key="k" * 24)
+    assert repr(client) == "Client(url='http://alice:***@127.0.0.1:8000', api_key='set')"

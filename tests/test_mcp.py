@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from isotope import Isotope
+from isotope._version import __version__
 from isotope.settings import Settings
 
 from conftest import served_on_loopback
@@ -48,7 +49,12 @@ def test_stdio_tools_search_and_list(iso: Isotope, examples: Path, tmp_path: Pat
         params = StdioServerParameters(command=sys.executable,
                                        args=["-m", "isotope", "mcp", "--index", index])
         async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
-            await s.initialize()
+            started = await s.initialize()
+            assert started.serverInfo.version == __version__  # (it was the SDK's)
+            for bad in (0, 51):  # one line, no validation dump with a link
+                refused = await s.call_tool("search", {"query": QUERY, "k": bad})
+                said = refused.content[0].text
+                assert refused.isError and "from 1 to 50" in said and "http" not in said
             names = {t.name for t in (await s.list_tools()).tools}
             assert names == {"search", "ask", "feedback", "list_sources", "ingest"}
             found = _payload(await s.call_tool("search", {"query": QUERY, "k": 3}))

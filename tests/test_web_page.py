@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from isotope import Isotope
@@ -88,7 +89,22 @@ def test_the_page_searches_and_shows_the_answer_and_the_matched_question(
                 "document.querySelector('.result .said').textContent.length > 0",
                 timeout=10_000)
             assert "learned" in first.locator(".said").inner_text()
+            assert first.locator(".thumbs .up").inner_text() == "useful"  # (no emoji font)
+            # the filter field (issue 42): the filters of /search, as --where writes them
+            page.uncheck("#ask")
+            page.fill("#where", "type=pdf")
+            page.click("button[type=submit]")
+            page.wait_for_function("document.querySelector('#status').textContent"
+                                   ".includes('result')", timeout=30_000)
+            sources = page.locator(".result .source").all_inner_texts()
+            assert sources and all(".pdf" in s for s in sources), sources
+            page.fill("#where", "nonsense")
+            page.click("button[type=submit]")
+            assert "key=value" in page.inner_text("#status")
             assert all(url.startswith(page_url) for url in requests)  # nothing from a CDN
+            icon = httpx.get(page_url.rstrip("/") + "/favicon.ico")
+            assert icon.status_code == 200 and icon.headers["content-type"].startswith(
+                "image/svg")  # (it was 404)
         finally:
             browser.close()
     shot = tmp_path / "page.png"

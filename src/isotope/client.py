@@ -44,6 +44,14 @@ class Client:
         self.api_key = api_key
         self.timeout = timeout
 
+    def __repr__(self) -> str:
+        """Where it calls, and whether with a key (never the key itself, nor a password
+        in the URL)."""
+        from isotope.redaction import redact
+
+        return (f"Client(url={redact(self.url, self.url)!r}, "
+                f"api_key={'set' if self.api_key else None!r})")
+
     # -- reading -----------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,
                filters: dict[str, Any] | None = None) -> QueryResponse:

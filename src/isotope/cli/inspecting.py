@@ -97,6 +97,8 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
     table.add_row("schema", f"{info.schema_version} (created by isotope {info.isotope_version}"
                   f" on {info.created_at})")
     for name, count in info.counts.items():
+        if name == "sources_without_access" and not info.settings.get("access_control"):
+            continue  # (access control off: a source without a list is open to all)
         table.add_row(name, str(count))
     if info.disk_bytes is not None:
         table.add_row("disk", f"{info.disk_bytes / 1e6:.1f} MB")

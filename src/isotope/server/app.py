@@ -295,6 +295,10 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     def script() -> FileResponse:
         return FileResponse(static / "app.js", media_type="text/javascript")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def icon() -> FileResponse:
+        return FileResponse(static / "favicon.svg", media_type="image/svg+xml")
+
     _api_docs(app)
 
     @app.get("/health")

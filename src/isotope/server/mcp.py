@@ -27,6 +27,7 @@ from mcp.server.fastmcp import Context
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
+from isotope._version import __version__
 from isotope.access import Principal
 from isotope.reports import source_listing
 from isotope.server.gate import principal_in, scope_in
@@ -59,7 +60,18 @@ FILTERS = (
     "{\"from\": \"ceo@example.com\", \"date\": {\"gte\": \"2024-01-01\"}}.")
 Query = Annotated[str, Field(min_length=1, max_length=10_000,
                              description="A natural question, or keywords")]
-K = Annotated[int, Field(ge=1, le=50, description="How many passages to return")]
+K = Annotated[int, Field(description="How many passages to return (1 to 50)",
+                         json_schema_extra={"minimum": 1, "maximum": 50})]
+"""(Bounds in the schema, checked by :func:`_within`: pydantic's own error is a raw
+validation dump with a link.)"""
+
+
+def _within(k: int, most: int) -> int:
+    """``k``, or a one-line error saying the bounds."""
+    if isinstance(k, bool) or not 1 <= k <= most:
+        raise ValueError(f"k = {k!r}: the number of passages must be a whole number from 1 "
+                         f"to {most}")
+    return k
 Filters = Annotated[dict[str, Any] | None, Field(description=FILTERS)]
 ModeField = Annotated[Mode | None, Field(
     description="Retrieval mode (default hybrid, the best): questions-* match the "
@@ -115,6 +127,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     server = FastMCP("isotope", instructions=INSTRUCTIONS, streamable_http_path="/",
                      transport_security=security)
+    server._mcp_server.version = __version__  # (serverInfo said the SDK's version)
     confine = roots or None
 
     async def in_thread(call: Callable[[], Any]) -> Any:
@@ -131,7 +144,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         it that matched. Fast (tens of milliseconds). Read `suggested_action`: deliver
         (the first passage is very likely right), query_more (read several, or search
         again), refine_query (probably not found: rephrase or add detail)."""
-        who = _asker(ctx, principal, remote)
+        who, k = _asker(ctx, principal, remote), _within(k, 50)
         found = await anyio.to_thread.run_sync(
             lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
         return _reply(agent_view(found))
@@ -139,7 +152,8 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
     @server.tool()
     async def ask(ctx: Context,  # type: ignore[type-arg]
                   query: Query, k: Annotated[int, Field(
-            ge=1, le=20, description="Passages given to the model")] = 3,
+            description="Passages given to the model (1 to 20)",
+            json_schema_extra={"minimum": 1, "maximum": 20})] = 3,
             mode: ModeField = None, filters: Filters = None) -> CallToolResult:
         """Answer a question from the user's documents in a few sentences, citing the
         passages used as [1], [2] (`citations` are their ranks). Slow: a language model
@@ -147,7 +161,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         `search` is faster when you can read passages yourself. `answer_kind` says how the
         answer was made: generated (supported by the cited passages), quoted (the passage
         that matched best, quoted), or declined (the documents do not hold it)."""
-        who = _asker(ctx, principal, remote)
+        who, k = _asker(ctx, principal, remote), _within(k, 20)
         found = await anyio.to_thread.run_sync(
             lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
         cancel = threading.Event()

@@ -85,8 +85,8 @@ function thumbs(queryId, chunkId) {
     } catch (error) { said.textContent = error.message; }
   };
   return el("span", { className: "thumbs" },
-    el("button", { type: "button", className: "up", title: "this answered my question", textContent: "👍", onclick: mark(true) }),
-    el("button", { type: "button", className: "down", title: "this did not help", textContent: "👎", onclick: mark(false) }),
+    el("button", { type: "button", className: "up", title: "this answered my question", textContent: "useful", onclick: mark(true) }),
+    el("button", { type: "button", className: "down", title: "this did not help", textContent: "not useful", onclick: mark(false) }),
     said);
 }
 
@@ -208,6 +208,30 @@ async function ask(body, signal) {
   }
 }
 
+// The filter field: "type=pdf, year>=2020" as the filters of /search (as --where does:
+// key=value, key!=value, key>=value, key>value, key<=value, key<value; a key given twice
+// with = means any of its values; numbers compared as numbers).
+const OPS = [["!=", "ne"], [">=", "gte"], ["<=", "lte"], [">", "gt"], ["<", "lt"], ["=", "eq"]];
+function parseWhere(text) {
+  const filters = {};
+  for (const part of text.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const found = OPS.find(([sign]) => part.includes(sign));
+    if (!found) throw new Error(`filter "${part}": write key=value, key>=value, ...`);
+    const [sign, op] = found;
+    const at = part.indexOf(sign);
+    const key = part.slice(0, at).trim(), raw = part.slice(at + sign.length).trim();
+    if (!key) throw new Error(`filter "${part}": the key is missing`);
+    const value = raw !== "" && !isNaN(Number(raw)) ? Number(raw) : raw;
+    if (op === "eq") {
+      const had = filters[key];
+      filters[key] = had === undefined ? value : [].concat(had, value);
+    } else {
+      filters[key] = Object.assign(typeof filters[key] === "object" && !Array.isArray(filters[key]) ? filters[key] : {}, { [op]: value });
+    }
+  }
+  return Object.keys(filters).length ? filters : null;
+}
+
 $("stop").addEventListener("click", () => { if (running) running.abort(); });
 
 $("search").addEventListener("submit", async (event) => {
@@ -218,6 +242,13 @@ $("search").addEventListener("submit", async (event) => {
   const controller = running = new AbortController();
   const body = { query, explain: true };
   if ($("mode").value) body.mode = $("mode").value;
+  try {
+    const filters = parseWhere($("where").value);
+    if (filters) body.filters = filters;
+  } catch (error) {
+    $("status").textContent = "error: " + error.message;
+    return;
+  }
   $("status").textContent = "searching…";
   $("answer").style.display = "none";
   $("results").replaceChildren();
