@@ -63,9 +63,9 @@ class FakeLLM(LLM):
     """Replies like a well-behaved model, at the provider boundary only.
 
     Question prompts get numbered questions that reword the statement (:func:`paraphrase`,
-    with an answer line mixed in, as small models write); answer prompts get the first
-    passage's first sentence with a citation, or the refusal when no passage shares a
-    word with the question.
+    with an answer line mixed in, as small models write); answer prompts get the sentence
+    of any passage that shares most words with the question, cited as [1] whichever
+    passage it is from, or the refusal when no passage shares a word with the question.
     """
 
     model_id = "fake/echo"
@@ -125,14 +125,22 @@ class FakeLLM(LLM):
         if "\n\nQuestion: " in user and "[1] " in user:  # the answer prompt
             from isotope.search.answer import NOT_FOUND
 
-            question = user.rsplit("Question:", 1)[-1].lower()
-            first = user.split("[1] ", 1)[1].split("\n\n[", 1)[0]
-            first = re.sub(r'^\(matched: ".*?"\) ', "", first).replace(" ... ", " ")
-            words = set(re.findall(r"\w{4,}", first.lower()))
-            shared = set(re.findall(r"\w{4,}", question)) & words
+            # the sentence of any passage sharing most words with the question, cited as
+            # [1] whichever passage it is from (a small model's usual citation): the
+            # answer check has to find the passage that supports it
+            question = set(re.findall(r"\w{4,}", user.rsplit("Question:", 1)[-1].lower()))
+            given = user.split("\n\nQuestion: ", 1)[0]
+            best, shared = "", 0
+            for passage in re.findall(r"^\[\d+\] (.*?)(?=\n\n\[\d+\] |\Z)", given,
+                                      re.M | re.S):
+                passage = re.sub(r'^\(matched: ".*?"\) ', "", passage).replace(" ... ", " ")
+                for sentence in re.split(r"(?<=\.)\s+", passage):
+                    overlap = len(question & set(re.findall(r"\w{4,}", sentence.lower())))
+                    if overlap > shared:
+                        best, shared = sentence.strip().rstrip("."), overlap
             if not shared:
                 return NOT_FOUND
-            return first.split(". ")[0].strip() + ". [1]"
+            return best + ". [1]"
         # The atomizer prompt: one fact per line, pronouns resolved, with the bullets and
         # the preamble small models add.
         passage = user.split("Passage:\n", 1)[-1]

@@ -207,8 +207,12 @@ def test_filters_only_narrow_what_a_principal_sees(guarded: Isotope) -> None:
     for filters in ({"source": "*"}, {"source": "*/private/alice.md"},
                     {"access": "user:eve"}, {"access": ["public", "user:alice"]},
                     {"type": ["markdown", "text", "email"]}):
-        found = iso.search("vault key orchid drawer", k=20, mode="hybrid",
-                           filters=filters, principal=EVE).results
+        try:
+            found = iso.search("vault key orchid drawer", k=20, mode="hybrid",
+                               filters=filters, principal=EVE).results
+        except FilterError as exc:  # ("access" is no metadata key: nothing matched it)
+            assert "has the key 'access'" in str(exc) and "orchid" not in str(exc)
+            continue
         assert {_name(r.chunk.source) for r in found} <= SEES["eve"], filters
     with pytest.raises(FilterError):  # the access condition's own key cannot be named
         iso.search("key", filters={"\x00access": [True, "user:alice"]}, principal=EVE)

@@ -111,6 +111,17 @@ def test_what_the_readme_held_was_moved_not_lost() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     missing = [c.name for c in cases if f"| {c.name} |" not in reliability]
     assert len(cases) >= 40 and missing == [], missing
+    # each row says the outcome tests/test_hostile.py checks (it was matched by case name
+    # only: a row could say "ingested" of a file that is refused)
+    said = {}
+    for line in reliability.splitlines():
+        cells = [c.strip() for c in line.split(" | ")]
+        if len(cells) >= 2:
+            said[cells[0].removeprefix("| ")] = cells[1]
+    labels = {"error": "error", "ingested": "ingested", "skipped": "skipped",
+              "walked": "walked once, no hang", "members": "streamed"}
+    wrong = [c.name for c in cases if not said[c.name].startswith(labels[c.outcome])]
+    assert wrong == [], wrong
     assert "PostgreSQL at a million questions" in (ROOT / "benchmarks" / "RESULTS.md"
                                                    ).read_text()
     assert '--8<-- "benchmarks/RESULTS.md"' in (DOCS / "benchmarks.md").read_text()
