@@ -157,13 +157,35 @@ def test_filters_by_source_type_metadata_and_ranges(
             assert {Path(r.chunk.source).name for r in found} <= {"release-notes.txt"}
         # values are bound, never formatted into SQL
         assert sources(title="x' OR 1=1 --") == set()
-        assert sources(**{"title') OR 1=1 --": "x"}) == set()
+        with pytest.raises(FilterError, match="has the key"):  # (no source has it)
+            sources(**{"title') OR 1=1 --": "x"})
         with pytest.raises(FilterError, match="invalid filter key"):
             sources(**{'a"b': 1})
         with pytest.raises(FilterError, match="unknown operator"):
             sources(year={"between": 1})
     assert parse_where(["year>=2020", "year<2024", "type=pdf", "type=html", "source=*.md"]) == {
         "year": {"gte": 2020, "lt": 2024}, "type": ["pdf", "html"], "source": ["*.md"]}
+
+
+def test_a_score_means_the_same_with_a_filter_and_without(
+        tmp_path: Path, embedder: Embedder, examples: Path) -> None:
+    """A filter that left a few chunks gave them fixed scores (0.646 and 0.354, 0.500
+    alone: z-scores over two candidates), so a right answer got refine_query (issue 42,
+    item 18): the narrowed candidates are standardised as the search without filters
+    standardises them."""
+    with _open(tmp_path, embedder, FakeLLM()) as iso:
+        iso.ingest(examples)
+        query = "How many vacation days do new employees get?"
+        plain = iso.search(query, k=5)
+        assert plain.results[0].chunk.source.endswith("handbook.md")
+        narrowed = iso.search(query, k=5, filters={"source": "*handbook.md"})
+        assert narrowed.results[0].chunk.id == plain.results[0].chunk.id
+        assert narrowed.results[0].score == pytest.approx(plain.results[0].score, abs=0.02)
+        assert narrowed.suggested_action == plain.suggested_action == "deliver"
+        for filters in ({"type": "pdf"}, {"type": ["pdf", "html"]}):
+            scores = [r.score for r in iso.search(query, k=5, filters=filters).results]
+            assert scores and round(scores[0], 3) not in (0.646, 0.5, 0.354), scores
+            assert max(scores) < plain.results[0].score  # (the wrong documents)
 
 
 def test_cli_where_filters_query(tmp_path: Path, embedder: Embedder, examples: Path) -> None:

@@ -126,10 +126,12 @@ def signal(store: Store, mode: str, query: str, vector: Vectors, pool: int,
     return found
 
 
-def zscore(found: list[Candidate], chunks: AbstractSet[str]) -> dict[str, float]:
-    """Each candidate's standard score over the signal's candidates; a chunk of
-    ``chunks`` the signal did not find counts as its lowest."""
-    values = [c.score for c in found]
+def zscore(found: list[Candidate], chunks: AbstractSet[str],
+           reference: list[Candidate] | None = None) -> dict[str, float]:
+    """Each candidate's standard score over the signal's candidates (or over
+    ``reference``'s, when given: those of the search without its filters); a chunk of
+    ``chunks`` the signal did not find counts as the lowest."""
+    values = [c.score for c in (reference or found)]
     mean = sum(values) / len(values)
     spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
     floor = (min(values) - mean) / spread
@@ -151,14 +153,19 @@ to score -> each chunk's part, weighted and summed by :func:`fuse`."""
 
 def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
          method: Fusion = "zscore", waiting: AbstractSet[str] = frozenset(),
-         parts: dict[str, dict[str, float]] | None = None) -> list[tuple[str, float]]:
+         parts: dict[str, dict[str, float]] | None = None,
+         reference: dict[str, list[Candidate]] | None = None) -> list[tuple[str, float]]:
     """Fused chunk scores, best first: each signal's parts (:data:`FUSIONS`), weighted and
     summed (``parts``, when given, gets each chunk's part of each signal, before its
     weight, and ``"*"``: the factor a waiting chunk's sum was scaled by).
 
     Chunks ``waiting`` for their questions are scored by the other signals alone, scaled
     up to the whole weight (the question signals could not find them: they are neither
-    rewarded nor penalised for it)."""
+    rewarded nor penalised for it).
+
+    ``reference``: each signal's candidates without the search's filters (z-scores only):
+    their spread standardises the filtered candidates, so that a score means the same
+    with a filter and without (:func:`unfiltered`)."""
     part_of = FUSIONS[method]
     chunks = {c.chunk_id for found in signals.values() for c in found}
     fused = dict.fromkeys(chunks, 0.0)
@@ -171,7 +178,9 @@ def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
         asks_questions = name.startswith("questions")
         applied += 0.0 if asks_questions else weight
         scored = chunks - waiting if asks_questions else chunks
-        for chunk_id, part in part_of(found, scored).items():
+        parted = (zscore(found, scored, reference.get(name)) if reference is not None
+                  and method == "zscore" else part_of(found, scored))
+        for chunk_id, part in parted.items():
             fused[chunk_id] += weight * part
             if parts is not None:
                 parts.setdefault(chunk_id, {})[name] = part
@@ -313,8 +322,9 @@ def _ranked(
             list({c.chunk_id for candidates in found.values() for c in candidates}))
         parts: dict[str, dict[str, float]] | None = {} if told is not None else None
         total = sum(used.values())
-        ranked = confirmed_raise(found, fuse(found, used, fusion, waiting, parts), total,
-                                 parts, fusion, confirmed_by)[:k]
+        reference = unfiltered(store, query, vector, max(pool, k), aggregate, filters, used)
+        ranked = confirmed_raise(found, fuse(found, used, fusion, waiting, parts, reference),
+                                 total, parts, fusion, confirmed_by)[:k]
         hits_of: dict[str, list[Hit]] = {}
         for name in sorted(found, key=lambda m: not m.startswith("questions")):
             for candidate in found[name]:
@@ -332,6 +342,22 @@ def _ranked(
                 told[chunk_id] = explained(chunk_id, {mode: found_one}, {mode: 1.0},
                                            {}, None, score, None)
     return scored, store.get_chunks([chunk_id for chunk_id, _, _ in scored])
+
+
+def unfiltered(store: Store, query: str, vector: Vectors, pool: int, aggregate: Aggregate,
+               filters: Sequence[Condition], used: dict[str, float]
+               ) -> dict[str, list[Candidate]] | None:
+    """For a search narrowed by filters, each signal's candidates among all the asker
+    may see (its access condition kept: nothing it may not see shapes a score): their
+    spread standardises the narrowed candidates' scores as the search without filters
+    would (a filter that leaves two chunks gave them z-scores of +1 and -1, and so fixed
+    scores of 0.646 and 0.354, whatever they were). None: no filter narrows it."""
+    from isotope.access import ACCESS_KEY
+
+    if not any(c.key != ACCESS_KEY for c in filters):
+        return None
+    access = [c for c in filters if c.key == ACCESS_KEY]
+    return {m: signal(store, m, query, vector, pool, aggregate, access) for m in used}
 
 
 CONFIRMED_MATCH = 0.7
