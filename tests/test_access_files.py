@@ -120,6 +120,16 @@ def test_a_list_set_by_hand_holds_until_set_again(tmp_path: Path,
         iso.set_access(str(docs / "hr" / "pay.md"), None)  # removed: the rules again
         iso.sync(docs)
         assert iso.get_access(str(docs / "hr" / "pay.md")) == ["group:hr"]
+        # an attachment one may not see is not named by its email's metadata either
+        shown = next(i for i in iso.sources(principal=BOB, check_files=False)
+                     if i.source.uri.endswith("offsite.eml"))
+        name = attachment.split("#", 1)[1]
+        assert all(name not in str(a) for a in shown.source.metadata["attachments"])
+        assert any(name in str(a) for a in iso.store.get_source(  # type: ignore[union-attr]
+            shown.source.uri).metadata["attachments"])
+        found = iso.search("offsite hotel Lisbon", k=5, principal=BOB).results
+        assert found and all(name not in str(r.source_metadata.get("attachments", []))
+                             for r in found)
         iso.ingest(docs, allow=["group:staff"])  # lists given at ingest set it again
         assert iso.get_access(attachment) == ["group:staff"]
         iso.sync(docs)

@@ -552,6 +552,10 @@ class Isotope:
         cannot be logged fails rather than go unlogged."""
         if not response.results and filters:
             self._known_keys(filters, asker)
+        conditions = self._conditions(asker)
+        if conditions and any(r.source_metadata.get("attachments") for r in response.results):
+            self._hide_members([i.source.uri for i in self.store.sources(conditions)],
+                               [(r.chunk.source, r.source_metadata) for r in response.results])
         marks = learning.marks_of(self.store, asker) if response.results else []
         if marks and learning.demote(response, learning.not_first(
                 marks, self.embedder.embed_one(response.query))):
@@ -942,11 +946,34 @@ class Isotope:
         ``check_files``: ``current``, ``changed`` (the file on disk differs from what was
         ingested), ``missing`` (the file is gone), ``incomplete`` (some atoms still lack
         questions), or empty for sources that are not files."""
-        infos = self.store.sources(self._conditions(principal))
+        conditions = self._conditions(principal)
+        infos = self.store.sources(conditions)
+        if conditions:
+            self._hide_members([i.source.uri for i in infos],
+                               [(i.source.uri, i.source.metadata) for i in infos])
         if check_files:
             for info in infos:
                 info.state = source_state(info.source, self._max_bytes)
         return infos
+
+    def _hide_members(self, visible: Sequence[str],
+                      shown: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Leave out of each shown source's ``attachments`` (an email's metadata: the
+        names of its attachments) those stored as sources of their own that the asker
+        may not see (``visible``: all it may see; a list set on an attachment alone)."""
+        from isotope.loaders.mail import _member_name
+
+        if not any(m.get("attachments") for _, m in shown):
+            return
+        seen = set(visible) | {u for u, _ in shown}
+        members = maintenance.members_of(self.store)
+        for uri, metadata in shown:
+            names = metadata.get("attachments")
+            hidden = {m.split("#", 1)[1].lstrip("_") for m in members.get(uri, ())
+                      if m not in seen}
+            if isinstance(names, list) and hidden:
+                metadata["attachments"] = [n for n in names if str(n) not in hidden
+                                           and _member_name(str(n)) not in hidden]
 
     def check(self, *, repair: bool = False) -> list[str]:
         """Integrity problems of the index (empty: consistent); each names the sources it
