@@ -396,6 +396,8 @@ def _connect_error(location: str, exc: Exception) -> str:
         fix = "is the server running and reachable at that host and port?"
     else:
         fix = "check the URL, the server and your credentials"
+    if "is the server running" in text.lower():  # (libpq asked it already: once is enough)
+        fix = "start it, or check the host and port in the URL"
     return redact(f"cannot connect to {where}: {text}; {fix}", location)
 
 
