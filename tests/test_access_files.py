@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,19 @@ def test_a_link_takes_the_list_of_the_file_it_points_to(tmp_path: Path,
         assert _lists_of_salary(iso) and all(
             listed == ["group:hr"] for listed in _lists_of_salary(iso))
         assert not _bob_sees_salary(iso)
+    # a link to a file outside the folder: no rule of the folder speaks for it (a "**"
+    # line made it public); a "#" in a file's name is part of its path
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "credentials.txt").write_text("The vault passphrase is tangerine kayak.\n")
+    (docs / "d" / "creds.txt").symlink_to(outside / "credentials.txt")
+    (docs / "hr" / "minutes#1.md").write_text("# Minutes\n\nThe okapi bonus is secret.\n")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.sync(docs)
+        assert iso.get_access(str(docs / "d" / "creds.txt")) == []
+        assert iso.get_access(str(docs / "hr" / "minutes#1.md")) == ["group:hr"]
+        found = iso.search("What is the vault passphrase?", k=10, principal=BOB).results
+        assert not any("tangerine" in r.chunk.text for r in found)
     # a linked folder sorting before hr/, on a first ingest: its files are hr's
     other = _folder(tmp_path / "other")
     (other / "a-hr").symlink_to(other / "hr", target_is_directory=True)
@@ -162,6 +176,7 @@ def test_an_edit_of_the_same_length_with_the_old_time_is_read(tmp_path: Path) ->
     before = keys.stat()
     read = Keys.from_settings(ServerSettings(api_keys_file=keys))
     assert read.fresh().scope("a" * 20) == "read"
+    time.sleep(0.02)  # (past a coarse clock's tick: the change time moves)
     keys.write_text(f"{'b' * 20} read user=bob\n")
     os.utime(keys, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert keys.stat().st_size == before.st_size
@@ -171,7 +186,42 @@ def test_an_edit_of_the_same_length_with_the_old_time_is_read(tmp_path: Path) ->
     was = rules.stat()
     found = rules_for(docs)
     assert found is not None and found.match("hr/pay.md") == ["group:hr"]
+    time.sleep(0.02)
     rules.write_text("hr/** = group:xx\n")
     os.utime(rules, ns=(was.st_atime_ns, was.st_mtime_ns))
     found = rules_for(docs)
     assert found is not None and found.match("hr/pay.md") == ["group:xx"]
+
+
+def _email(path: Path, attachments: dict[str, str]) -> None:
+    from email.message import EmailMessage
+
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = ("alice@example.com",
+                                                          "bob@example.com", "Board")
+    message["Message-ID"] = "<board-1@example.com>"
+    message.set_content("The board papers are attached.")
+    for name, text in attachments.items():
+        message.add_attachment(text.encode(), maintype="text", subtype="plain",
+                               filename=name)
+    path.write_bytes(bytes(message))
+
+
+def test_a_new_member_of_a_container_set_by_hand_takes_its_list(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """An attachment new in an email whose list was set by hand took the rules' list
+    (found by review): a container's hand-set list holds for its new members too."""
+    docs = _folder(tmp_path / "docs")
+    mail = docs / "d" / "board.eml"
+    _email(mail, {"budget.txt": "The tapir budget doubles in May."})
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        iso.set_access(str(mail), ["user:ceo"])
+        _email(mail, {"budget.txt": "The tapir budget doubles in May.",
+                      "merger.txt": "The okapi merger is signed on Friday."})
+        iso.sync(docs)
+        members = [s.source for s in iso.sources(check_files=False)
+                   if s.source.uri.startswith(str(mail) + "#")]
+        assert len(members) == 2 and all(m.access == ["user:ceo"] for m in members)
+        found = iso.search("When is the okapi merger signed?", k=10, principal=BOB).results
+        assert not any("okapi" in r.chunk.text for r in found)

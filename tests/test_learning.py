@@ -107,6 +107,9 @@ def test_a_useful_mark_teaches_the_chunk_the_query(logged: Isotope) -> None:
     # had asked the query); a question added by hand is seen by all and raises for all
     theirs = iso.search(ASKED + "?", k=4, mode="hybrid", explain=True, principal="user:eve")
     assert all(r.explain["confirmed"] == 0 for r in theirs.results)  # type: ignore[index]
+    # nor does the learned question itself match for them (it scored 1.0: the query)
+    dense = iso.search(ASKED, k=4, mode="questions-dense", principal="user:eve")
+    assert dense.results and dense.results[0].score < 0.99
     iso.add_question(target, "which family kept the skerry lamp lit", chunk_id=target)
     by_hand = iso.search("which family kept the skerry lamp lit?", k=4, mode="hybrid",
                          explain=True, principal="user:eve")

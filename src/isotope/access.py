@@ -300,24 +300,18 @@ def rules_for(root: str | Path | None) -> Rules | None:
     return _rules_at(str(path), file_version(stat))
 
 
-def _real_relative(file: str, root: str) -> str:
+def _real_relative(file: str, root: str) -> str | None:
     """The path the rules of ``root`` match for ``file`` (a member's: the file it is in):
     its real path, links followed, relative to the real folder of the rules, so a link
-    named ``0-readme.md`` to ``hr/pay.md`` takes the list of ``hr/pay.md``. A file whose
-    real path is outside the folder is matched as ``OUTSIDE/NAME``: no folder's rule
-    reaches it, only rules for every path (``**``) or for its bare name."""
+    named ``0-readme.md`` to ``hr/pay.md`` takes the list of ``hr/pay.md``. None: its
+    real path is outside the folder (a link to ``~/.aws/credentials``), or a link loop:
+    no rule of the folder speaks for it."""
     folder = Path(root) if Path(root).is_dir() else Path(root).parent
     try:
         real = Path(file).resolve()
         return real.relative_to(folder.resolve()).as_posix()
     except (OSError, ValueError, RuntimeError):  # (outside the folder, or a link loop)
-        return f"{OUTSIDE}/{Path(file).name}"
-
-
-OUTSIDE = "\x00outside"
-"""The folder a file whose real path is outside the rules' folder is matched in: no
-pattern names it, so only patterns for every path (``**``) or for a bare file name
-reach such a file."""
+        return None
 
 
 EMAIL_LOADERS = frozenset({"email", "email-thread"})
@@ -347,8 +341,14 @@ class Assigner:
             return had
         rules = rules_for(root)
         if rules is not None and root is not None:
-            file = str(metadata.get("file") or uri.split("#", 1)[0])
-            found = rules.match(_real_relative(file, root))
+            # (a member is matched as the file it is in; a file by its own path, which
+            # may hold a "#")
+            file = str(metadata.get("file") or (
+                uri.split("#", 1)[0] if metadata.get("container") else uri))
+            relative = _real_relative(file, root)
+            if relative is None:  # outside the rules' folder: administrators only
+                return []
+            found = rules.match(relative)
             if found is not None:
                 return found
         if self.email_access and loader in EMAIL_LOADERS and (

@@ -969,11 +969,13 @@ class Isotope:
         members = maintenance.members_of(self.store)
         for uri, metadata in shown:
             names = metadata.get("attachments")
-            hidden = {m.split("#", 1)[1].lstrip("_") for m in members.get(uri, ())
-                      if m not in seen}
+            # (a member is CONTAINER#NAME, NAME made unique with leading "_"s; a mailbox
+            # message's attachment is BOX#MESSAGE#NAME, its container BOX#MESSAGE)
+            hidden = {m[len(uri) + 1:] for m in members.get(uri, ()) if m not in seen}
             if isinstance(names, list) and hidden:
-                metadata["attachments"] = [n for n in names if str(n) not in hidden
-                                           and _member_name(str(n)) not in hidden]
+                metadata["attachments"] = [n for n in names if not any(
+                    h.lstrip("_") == _member_name(str(n)).lstrip("_") or h == str(n)
+                    for h in hidden)]
 
     def check(self, *, repair: bool = False) -> list[str]:
         """Integrity problems of the index (empty: consistent); each names the sources it

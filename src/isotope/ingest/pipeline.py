@@ -369,9 +369,11 @@ class Pipeline:
         had = existing.access if existing is not None else None
         by_hand = existing is not None and existing.access_by_hand
         if (owner := source.metadata.get("container")) is not None and not by_hand:
-            # a member (a mailbox's message, an email's attachment) follows its container
+            # a member (a mailbox's message, an email's attachment) follows its container,
+            # whose list set by hand holds for a new member too
             container = self.store.get_source(str(owner))
             had = container.access if container is not None else had
+            by_hand = container is not None and container.access_by_hand
         source.access = self.assign(source.uri, source.root, source.metadata, had,
                                     loader=source.loader, by_hand=by_hand)
         if by_hand and self.assign.allow is None:  # (the mark goes with the list given)

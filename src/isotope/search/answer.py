@@ -329,17 +329,25 @@ def _claims(answer: str) -> tuple[set[str], list[str]]:
     text = _CITATION.sub(" ", answer)
     names = []
     for sentence in sentences(text) or [text]:
+        # ("Yes, New employees get ...": a clause after an interjection starts anew)
+        sentence = _INTERJECTION.sub("", sentence)
         words = re.findall(r"[\w'][\w'.-]*", sentence)
-        names += [w.strip(".'") for w in words[1:] if w[:1].isupper() and w[:1].isalpha()
-                  and w.strip(".'").lower() not in META and len(w.strip(".'")) > 1]
-    return _numbers(text), names
+        names += [w for w in (w.strip(".'") for w in words[1:])
+                  if w[:1].isupper() and w[:1].isalpha() and len(w) > 1
+                  and w.lower() not in META and content_words(w.lower())]
+    return _numbers(re.sub(r"\((?:passage|source)\s+\d+\)", " ", text, flags=re.I)), names
+
+
+_INTERJECTION = re.compile(r"^\s*(?:yes|no|yeah|indeed|correct|sure|right)\b\W*", re.I)
 
 
 def _claims_said(answer: str, said: _Words) -> bool:
     """Whether a passage says every number and name the answer asserts (a question's
-    word in an answer is no evidence: "Japan" asked and answered, "Austria" written)."""
+    word in an answer is no evidence: "Japan" asked and answered, "Austria" written),
+    each name as it is or as a variant of it (not one letter off: "Vienne" is not
+    "Vienna")."""
     numbers, names = _claims(answer)
-    return not (numbers - said.numbers) and all(said.has(n.lower()) for n in names)
+    return not (numbers - said.numbers) and all(_stems(n) & said.stems for n in names)
 
 
 def _says_something(sentence: str, question: str) -> bool:

@@ -145,9 +145,11 @@ def vetted(store: Store, most: int) -> tuple[list[Feedback], int]:
     given: Counter[str] = Counter()
     kept = []
     for mark in chosen:
-        if mark.principal not in TRUSTED:
-            given[mark.principal] += 1
-            if given[mark.principal] > bound:
+        if mark.principal not in TRUSTED:  # (one user, whatever groups came with it)
+            giver = mark.principal.split(",")[0] if mark.principal.startswith(
+                "user:") else mark.principal
+            given[giver] += 1
+            if given[giver] > bound:
                 continue
         kept.append(mark)
     kept = kept[:most]

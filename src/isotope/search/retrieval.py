@@ -134,7 +134,8 @@ def zscore(found: list[Candidate], chunks: AbstractSet[str],
     values = [c.score for c in (reference or found)]
     mean = sum(values) / len(values)
     spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
-    floor = (min(values) - mean) / spread
+    # (the lowest of all: a weak match found is never below a chunk not found at all)
+    floor = (min([*values, *(c.score for c in found)]) - mean) / spread
     seen = {c.chunk_id: (c.score - mean) / spread for c in found}
     return {chunk_id: seen.get(chunk_id, floor) for chunk_id in chunks}
 
@@ -316,13 +317,14 @@ def _ranked(
     scored: list[tuple[str, float, list[Hit]]]
     if mode == "hybrid":
         used = {m: w for m, w in signal_weights(alpha, weights).items() if w}
-        found = {m: signal(store, m, query, vector, max(pool, k), aggregate, filters)
-                 for m in used}
+        found = {m: _seen(signal(store, m, query, vector, max(pool, k), aggregate, filters),
+                          m, aggregate, confirmed_by) for m in used}
         waiting = store.without_questions(
             list({c.chunk_id for candidates in found.values() for c in candidates}))
         parts: dict[str, dict[str, float]] | None = {} if told is not None else None
         total = sum(used.values())
-        reference = unfiltered(store, query, vector, max(pool, k), aggregate, filters, used)
+        reference = (unfiltered(store, query, vector, max(pool, k), aggregate, filters, used)
+                     if fusion == "zscore" else None)  # (RRF reads ranks alone)
         ranked = confirmed_raise(found, fuse(found, used, fusion, waiting, parts, reference),
                                  total, parts, fusion, confirmed_by)[:k]
         hits_of: dict[str, list[Hit]] = {}
@@ -335,13 +337,31 @@ def _ranked(
                 told[chunk_id] = explained(chunk_id, found, used, parts.get(chunk_id, {}),
                                            fused, normalized(mode, fused, total), fusion)
     else:
-        found_one = signal(store, mode, query, vector, k, aggregate, filters)[:k]
+        found_one = _seen(signal(store, mode, query, vector, k, aggregate, filters), mode,
+                          aggregate, confirmed_by)[:k]
         scored = [(c.chunk_id, normalized(mode, c.score), c.hits) for c in found_one]
         if told is not None:
             for chunk_id, score, _ in scored:
                 told[chunk_id] = explained(chunk_id, {mode: found_one}, {mode: 1.0},
                                            {}, None, score, None)
     return scored, store.get_chunks([chunk_id for chunk_id, _, _ in scored])
+
+
+def _seen(found: list[Candidate], mode: str, aggregate: Aggregate,
+          confirmed_by: tuple[str, ...]) -> list[Candidate]:
+    """A question signal's candidates without the learned questions (other users'
+    queries) when the asker may not see them (``user`` not in ``confirmed_by``): their
+    match would tell whether someone asked the query (a repeated query scores 1.0)."""
+    if "user" in confirmed_by or not mode.startswith("questions"):
+        return found
+    kept = []
+    for candidate in found:
+        hits = [h for h in candidate.hits if h.origin != "user"]
+        if hits:
+            kept.append(Candidate(candidate.chunk_id,
+                                  aggregated([h.score for h in hits], aggregate), hits))
+    kept.sort(key=lambda c: -c.score)
+    return kept
 
 
 def unfiltered(store: Store, query: str, vector: Vectors, pool: int, aggregate: Aggregate,

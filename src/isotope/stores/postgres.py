@@ -137,10 +137,16 @@ def _shared_file(key: tuple[str, str]) -> Path:
     a server): read your writes across processes. Named by a hash of the URL and schema
     (no password in a name), in a folder only this user may read."""
     import hashlib
+    import stat
     import tempfile
 
-    folder = Path(tempfile.gettempdir()) / f"isotope-writes-{os.getuid()}"
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    folder = Path(base) / f"isotope-writes-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
+    found = os.lstat(folder)  # (another user may have made it first: never theirs)
+    if (not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid()
+            or found.st_mode & 0o077):
+        raise OSError(f"{folder} is not a folder of this user's alone")
     return folder / hashlib.sha256("\x00".join(key).encode()).hexdigest()[:32]
 
 
@@ -149,7 +155,7 @@ def _share(key: tuple[str, str], position: int) -> None:
     try:
         import fcntl
 
-        fd = os.open(_shared_file(key), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(_shared_file(key), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             held = os.pread(fd, 32, 0).strip()
@@ -167,7 +173,7 @@ def _shared(key: tuple[str, str]) -> int:
     try:
         import fcntl
 
-        fd = os.open(_shared_file(key), os.O_RDONLY)
+        fd = os.open(_shared_file(key), os.O_RDONLY | os.O_NOFOLLOW)
     except (OSError, ImportError):
         return -1
     try:

@@ -64,11 +64,25 @@ _PROBE = ("SELECT pg_is_in_recovery(), pg_wal_lsn_diff(CASE WHEN pg_is_in_recove
           "NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() "
           "THEN 0 ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END, "
           "NOT pg_is_in_recovery() OR EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE "
-          "status IS NULL OR status = 'streaming'), (SELECT system_identifier FROM "
-          "pg_control_system())")
+          "status IS NULL OR status = 'streaming')")
 """Whether it is a standby, its replay position (bytes), its lag by the time of what it
 replayed, and whether its WAL receiver runs (a role without pg_read_all_stats reads the
 receiver's status as NULL: a receiver that is there counts as streaming)."""
+_IDENTITY = "SELECT system_identifier FROM pg_control_system()"
+"""The cluster's system identifier (a standby made from the primary has the primary's;
+a role refused the function is not compared)."""
+
+
+def _identity(conn: psycopg.Connection[Any]) -> int | None:
+    """A server's system identifier (None: the role may not read it)."""
+    try:
+        with conn.transaction():  # (a refusal rolls back this block alone)
+            row = conn.execute(_IDENTITY).fetchone()
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) != "42501":  # (insufficient privilege)
+            raise
+        return None
+    return int(row[0]) if row else None
 
 
 class Watchdog:
@@ -211,9 +225,10 @@ class Replicas:
         try:
             conn = self.connection(replica)
             with self.watched(conn):
-                standby, replayed, lag, streaming, system = conn.execute(  # type: ignore[misc]
+                standby, replayed, lag, streaming = conn.execute(  # type: ignore[misc]
                     _PROBE).fetchone()
                 holds = schema_version(conn, self.schema)
+                system = _identity(conn)
         except Exception as exc:  # (a connection refused, a server gone, a timeout)
             self.lost(replica, exc)
             return
@@ -221,7 +236,7 @@ class Replicas:
         wrong = ("it is not a standby (promoted, or a server of its own): its data may "
                  "differ from the primary's" if not standby else
                  "it is a standby of another server (its system identifier is not the "
-                 "primary's)" if identity is not None and int(system) != identity else
+                 "primary's)" if None not in (identity, system) and system != identity else
                  f"it does not hold this index (schema {self.schema}"
                  f"{'' if holds is None else f' at step {holds}'}, the primary's at step "
                  f"{step}); a standby of this primary replays it" if holds != step else None)
