@@ -225,3 +225,22 @@ def test_a_new_member_of_a_container_set_by_hand_takes_its_list(
         assert len(members) == 2 and all(m.access == ["user:ceo"] for m in members)
         found = iso.search("When is the okapi merger signed?", k=10, principal=BOB).results
         assert not any("okapi" in r.chunk.text for r in found)
+
+
+def test_latex_takes_in_no_file_of_another_list(tmp_path: Path, embedder: Embedder) -> None:
+    r"""A public .tex file with ``\input{../hr/pay.md}`` took in the salary and made it
+    public (found by review): an input or a .bib of another list is left out, with a
+    warning; one of the same list is read as before."""
+    docs = _folder(tmp_path / "docs")
+    (docs / "d" / "intro.tex").write_text("The canteen serves okapi stew on Fridays.\n")
+    (docs / "d" / "notes.tex").write_text(
+        "\\documentclass{article}\\begin{document}\n\\input{../hr/pay.md}\n"
+        "\\input{intro}\nNotes of the week.\n\\end{document}\n")
+    with _open(tmp_path / "index", embedder) as iso:
+        report = iso.ingest(docs)
+        assert any("another access list" in w.message for w in report.warnings)
+        assert iso.get_access(str(docs / "d" / "notes.tex")) == ["public"]
+        texts = " ".join(a.text for c in iso.store.stored_chunks(
+            str(docs / "d" / "notes.tex")).values() for a in c.atoms)
+        assert "tapir" not in texts and "okapi" in texts
+        assert not _bob_sees_salary(iso)

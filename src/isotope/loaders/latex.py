@@ -178,6 +178,24 @@ def _resolved(path: Path) -> Path | None:
         return None
 
 
+def same_list(path: Path, other: Path, root: Path) -> bool:
+    """Whether the rules file of ``root`` gives ``other`` (a file ``path`` would read in)
+    the list it gives ``path``: a public file never takes in an HR file's text."""
+    from isotope.access import rules_for
+
+    rules = rules_for(root)
+    if rules is None:
+        return True
+
+    def listed(file: Path) -> list[str] | None:
+        try:
+            return rules.match(file.resolve().relative_to(root).as_posix())
+        except (OSError, ValueError, RuntimeError):
+            return []
+
+    return listed(path) == listed(other)
+
+
 def _expand(text: str, path: Path, root: Path, warnings: list[str], depth: int,
             seen: set[Path | None], budget: _Budget) -> str:
     """``text`` without comments, with its ``\\input``/``\\include`` files in place
@@ -195,6 +213,10 @@ def _expand(text: str, path: Path, root: Path, warnings: list[str], depth: int,
         resolved = _resolved(target)
         if resolved is None or not resolved.is_relative_to(root):
             warnings.append(f"{said} is outside the folder being ingested: left out")
+            return ""
+        if not same_list(path, resolved, root):
+            warnings.append(f"{said} has another access list than this file (the folder's "
+                            ".isotope-access): left out")
             return ""
         if resolved in seen or depth >= MAX_INPUT_DEPTH or budget.inputs <= 0:
             warnings.append(f"{said} includes itself, nests deeper than {MAX_INPUT_DEPTH} or "
@@ -292,6 +314,10 @@ def _bibliography(path: Path, root: Path, source: str, warnings: list[str]
         if resolved is None or not resolved.is_relative_to(root):
             warnings.append(f"{bib.name}: outside the folder being ingested: its citations "
                             "kept as keys")
+            continue
+        if not same_list(path, resolved, root):
+            warnings.append(f"{bib.name}: has another access list than this file (the "
+                            "folder's .isotope-access): its citations kept as keys")
             continue
         try:
             text = read_file(resolved, MAX_EXPANDED)[1].decode("utf-8", errors="replace")
