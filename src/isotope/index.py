@@ -532,8 +532,10 @@ class Isotope:
         unknown = sorted(set(filters) - known)
         if unknown:
             shown = ", ".join(sorted(known - {"pipeline", ACCESS_BY_HAND}))
-            raise FilterError(f"no chunk or source of this index has the key "
-                              f"{', '.join(map(repr, unknown))}; the keys it has: {shown}")
+            named = ", ".join(repr("".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c
+                                           for c in k)) for k in unknown)
+            raise FilterError(f"no chunk or source of this index has the key {named}; the "
+                              f"keys it has: {shown}")
 
     def _confirming(self, asker: Principal | None) -> tuple[str, ...]:
         """The questions whose match raises their chunk for ``asker``: learned ones (other
