@@ -53,6 +53,7 @@ from isotope.search import learning, retrieval
 from isotope.search import weights as weight_fit
 from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
 from isotope.search.filters import parse as parse_filters
+from isotope.search.filters import shown_text
 from isotope.settings import Settings, index_settings, resolve, shown
 from isotope.stores import SCHEMA_VERSION, Feedback, LoggedQuery, SourceInfo, Store
 
@@ -532,8 +533,7 @@ class Isotope:
         unknown = sorted(set(filters) - known)
         if unknown:
             shown = ", ".join(sorted(known - {"pipeline", ACCESS_BY_HAND}))
-            named = ", ".join(repr("".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c
-                                           for c in k)) for k in unknown)
+            named = ", ".join(repr(shown_text(k)) for k in unknown)
             raise FilterError(f"no chunk or source of this index has the key {named}; the "
                               f"keys it has: {shown}")
 
@@ -1123,7 +1123,7 @@ def _valid_query(query: str) -> str:
     encoding) shown as U+FFFD; an empty one is refused."""
     if not isinstance(query, str):
         raise InvalidArgument(f"a query is text, not {type(query).__name__}")
-    query = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in query)
+    query = shown_text(query)
     if not query.strip():
         raise InvalidArgument("the query is empty: ask a question, or give some keywords")
     if len(query) > MAX_QUERY:  # (as HTTP and MCP refuse it)

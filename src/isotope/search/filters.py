@@ -61,7 +61,7 @@ MAX_VALUES = 100
 expression deeper than 1,000)."""
 
 
-def _text(value: Any) -> Any:
+def shown_text(value: Any) -> Any:
     """Text with undecodable bytes (lone surrogates, from a terminal in another encoding
     or an escaped JSON string) shown as U+FFFD, as queries are; anything else as it is."""
     if isinstance(value, str):
@@ -76,10 +76,10 @@ def parse(filters: dict[str, Any] | None) -> list[Condition]:
         raise FilterError(f"a filter holds at most {MAX_KEYS} conditions, not "
                           f"{len(filters or {})}")
     for raw_key, raw_spec in (filters or {}).items():
-        key = _text(raw_key)
-        spec = ([_text(v) for v in raw_spec] if isinstance(raw_spec, list | tuple) else
-                {k: _text(v) for k, v in raw_spec.items()} if isinstance(raw_spec, dict)
-                else _text(raw_spec))
+        key = shown_text(raw_key)
+        spec = ([shown_text(v) for v in raw_spec] if isinstance(raw_spec, list | tuple) else
+                {k: shown_text(v) for k, v in raw_spec.items()} if isinstance(raw_spec, dict)
+                else shown_text(raw_spec))
         if isinstance(spec, list) and len(spec) > MAX_VALUES:
             raise FilterError(f"filter {key!r}: at most {MAX_VALUES} values, not "
                               f"{len(spec)}")
