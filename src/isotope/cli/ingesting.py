@@ -241,6 +241,8 @@ def _with_lines(run: Callable[[Any], Any]) -> Any:
     finally:
         stop.set()
         beating.join()
+        if last:
+            line(last[-1])  # where it ended: the counts a log reader looks for
 
 
 def _finish_ingest(report: Any, as_json: bool) -> None:

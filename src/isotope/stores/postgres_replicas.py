@@ -240,6 +240,17 @@ class Replicas:
                  f"it does not hold this index (schema {self.schema}"
                  f"{'' if holds is None else f' at step {holds}'}, the primary's at step "
                  f"{step}); a standby of this primary replays it" if holds != step else None)
+        if wrong is not None and standby and holds != step and system == identity:
+            primary = self.primary_position()
+            if primary is not None and int(replayed or 0) < primary:
+                # (behind, not wrong: the index was made, or its schema moved, in WAL it
+                # has not replayed yet; looked at again on the next read, not left out)
+                replica.error = (f"catching up: it has not replayed this index's schema "
+                                 f"(step {step}) yet")
+                replica.replayed = int(replayed or 0)
+                replica.lag_s = None
+                replica.checked_at = float("-inf")
+                return
         if wrong is not None:
             self.refuse(replica, wrong)
             return
