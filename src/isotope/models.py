@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 
 def stable_id(*parts: object) -> str:
@@ -190,6 +190,10 @@ class SearchResult(_Record):
     source_metadata: dict[str, Any] = Field(default_factory=dict)
     """Its source's metadata (a title, front matter, an email's ``from`` and ``date``, a
     Word document's ``author``): what ``--where`` filters on besides the chunk's own."""
+    _similar: dict[str, float] = PrivateAttr(default_factory=dict)
+    """(a hybrid search's) cosine similarity of the query to the chunk's best atom
+    (``atoms-dense``) and to its text (``chunks-dense``): how sure a result is whatever
+    the index's size or the search's filters."""
     explain: dict[str, Any] | None = None
     """With ``explain``: how the score was made: per signal its ``rank``, ``raw`` score,
     ``standardized`` part, ``weight`` and ``contribution``; the ``fused`` sum (times

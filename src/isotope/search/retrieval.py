@@ -264,14 +264,16 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
     vector = embedder.embed_one(query)
     embedded = time.perf_counter()
     told: dict[str, dict[str, Any]] | None = {} if explain else None
+    similar: dict[str, dict[str, float]] = {}
 
     def read() -> tuple[list[tuple[str, float, list[Hit]]], dict[str, Chunk], set[str],
                         dict[str, Any]]:
         with store.snapshot():
             if told is not None:
                 told.clear()
+            similar.clear()
             scored, chunks = _ranked(store, query, vector, k, mode, alpha, weights, fusion,
-                                     aggregate, pool, filters, told, confirmed_by)
+                                     aggregate, pool, filters, told, confirmed_by, similar)
             waiting = store.without_questions(list(chunks))
             described = {uri: store.get_source(uri)
                          for uri in {chunks[c].source for c, _, _ in scored if c in chunks}}
@@ -280,7 +282,7 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
     # (made again on another replica, or the primary, if its replica stops answering)
     scored, chunks, waiting, described = store.reading(read)
     results = [
-        SearchResult(
+        _similar(similar.get(chunk_id, {}), SearchResult(
             rank=rank,
             score=round(score, 6),
             chunk=chunks[chunk_id],
@@ -293,7 +295,7 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
             explain=None if told is None else told.get(chunk_id),
             source_metadata=dict(getattr(described.get(chunks[chunk_id].source),
                                          "metadata", None) or {}),
-        )
+        ))
         for rank, (chunk_id, score, hits) in enumerate(scored, start=1)
         if chunk_id in chunks
     ]
@@ -311,9 +313,11 @@ def _ranked(
     weights: dict[str, float] | None, fusion: Fusion, aggregate: Aggregate, pool: int,
     filters: Sequence[Condition], told: dict[str, dict[str, Any]] | None = None,
     confirmed_by: tuple[str, ...] = CONFIRMING,
+    similar: dict[str, dict[str, float]] | None = None,
 ) -> tuple[list[tuple[str, float, list[Hit]]], dict[str, Chunk]]:
     """(chunk id, normalised score, hits) best first, and the chunks; ``told``, when
-    given, gets each result's explanation (:func:`explained`)."""
+    given, gets each result's explanation (:func:`explained`); ``similar``, the cosine
+    similarity of each hybrid candidate's best atom and of its text (kind to score)."""
     scored: list[tuple[str, float, list[Hit]]]
     if mode == "hybrid":
         used = {m: w for m, w in signal_weights(alpha, weights).items() if w}
@@ -327,6 +331,10 @@ def _ranked(
                      if fusion == "zscore" else None)  # (RRF reads ranks alone)
         ranked = confirmed_raise(found, fuse(found, used, fusion, waiting, parts, reference),
                                  total, parts, fusion, confirmed_by)[:k]
+        for name in ("atoms-dense", "chunks-dense"):
+            for candidate in found.get(name, []):
+                if similar is not None:
+                    similar.setdefault(candidate.chunk_id, {})[name] = candidate.score
         hits_of: dict[str, list[Hit]] = {}
         for name in sorted(found, key=lambda m: not m.startswith("questions")):
             for candidate in found[name]:
@@ -345,6 +353,13 @@ def _ranked(
                 told[chunk_id] = explained(chunk_id, {mode: found_one}, {mode: 1.0},
                                            {}, None, score, None)
     return scored, store.get_chunks([chunk_id for chunk_id, _, _ in scored])
+
+
+def _similar(similar: dict[str, float], result: SearchResult) -> SearchResult:
+    """``result`` knowing how similar the query is to its best atom and its text (what
+    :func:`assess` reads for a chunk that waits for its questions)."""
+    result._similar = similar
+    return result
 
 
 def _seen(found: list[Candidate], mode: str, aggregate: Aggregate,
@@ -540,20 +555,26 @@ def assess(response: QueryResponse, deliver: float | None = None,
     ``hybrid`` scores are standardised over a query's candidates, so they depend on the
     index's size (on a few documents even the right chunk scores low): unless thresholds
     are given, its thresholds are those calibrated for an index of ``chunks`` chunks
-    (:data:`HYBRID_BY_SIZE`), and it gets the more confident of two actions: its score's,
-    and the one ``questions-dense`` thresholds give the first result's best matched
-    question (a cosine similarity, which does not depend on the index's size)."""
+    (:data:`HYBRID_BY_SIZE`), and it gets the most confident of its score's action and
+    those that cosine similarities give the first result (they depend neither on the
+    index's size nor on the search's filters): its best matched question's, by the
+    ``questions-dense`` thresholds, and, while it waits for its questions, its best
+    atom's and its text's, by ``atoms-dense``'s and ``chunks-dense``'s."""
     scores = [r.score for r in response.results]
     response.top_score = scores[0] if scores else 0.0
     response.score_spread = round(scores[0] - scores[1], 6) if len(scores) > 1 else (
         response.top_score)
     high, low = thresholds(response.mode, deliver, refine, chunks=chunks)
     suggested = action(response.top_score, high, low)
-    if (response.mode == "hybrid" and deliver is None and refine is None
-            and response.results and response.results[0].matched_questions):
-        similarity = max(q.score for q in response.results[0].matched_questions)
-        dense = action(similarity, *thresholds("questions-dense"))
-        suggested = max(suggested, dense, key=_CONFIDENCE_ORDER.__getitem__)
+    if response.mode == "hybrid" and deliver is None and refine is None and response.results:
+        first = response.results[0]
+        similar = {"questions-dense": max(q.score for q in first.matched_questions)
+                   } if first.matched_questions else {}
+        if not first.has_questions:  # (its atoms and text are all there is to match)
+            similar.update(first._similar)
+        for name, similarity in similar.items():
+            dense = action(similarity, *thresholds(name))
+            suggested = max(suggested, dense, key=_CONFIDENCE_ORDER.__getitem__)
     response.suggested_action = suggested
     response.has_high_confidence = suggested == "deliver"
     return response
