@@ -150,6 +150,58 @@ def test_a_list_set_by_hand_holds_until_set_again(tmp_path: Path,
         assert iso.get_access(attachment) == ["public"]
 
 
+def test_a_link_changed_after_its_file_was_read_gives_the_list_of_what_was_read(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list was given by the link's real path resolved after the file was read: a
+    link to the HR file, pointed at the handbook between the read and the list, made the
+    salary public. The list is that of the very file read (the open's own path)."""
+    from isotope.ingest.pipeline import Pipeline
+
+    docs = _folder(tmp_path / "docs")
+    link = docs / "d" / "0-readme.md"
+    link.symlink_to(docs / "hr" / "pay.md")
+    read = Pipeline.read
+
+    def read_then_swap(self: Pipeline, path: Path) -> object:
+        done = read(self, path)
+        if path.name == link.name:
+            link.unlink()
+            link.symlink_to(docs / "d" / "handbook.md")
+        return done
+
+    monkeypatch.setattr(Pipeline, "read", read_then_swap)
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        assert _lists_of_salary(iso) and all(
+            listed == ["group:hr"] for listed in _lists_of_salary(iso))
+        assert not _bob_sees_salary(iso)
+
+
+@pytest.mark.parametrize("same_text", [False, True])
+def test_a_list_set_by_hand_is_for_the_file_it_was_set_on(tmp_path: Path, embedder: Embedder,
+                                                          same_text: bool) -> None:
+    """A file whose list was set by hand (``public``), then replaced by a link to an HR
+    file, kept the hand-set list: the salary was public. The mark says which file it was
+    set for (its real path); a link to another file is not that file, so the rules
+    speak again, whether the text changed (an ingest reads it again) or not (same text:
+    the sync's unchanged sources)."""
+    docs = _folder(tmp_path / "docs")
+    note = docs / "d" / "note.md"
+    note.write_text((docs / "hr" / "pay.md").read_text() if same_text else "# Note\n\nHi.\n")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        iso.set_access(str(note), ["public", "user:ceo"])
+        iso.sync(docs)
+        assert iso.get_access(str(note)) == ["public", "user:ceo"]  # (held: the same file)
+        note.unlink()
+        note.symlink_to(docs / "hr" / "pay.md")
+        iso.sync(docs)
+        assert iso.get_access(str(note)) == ["group:hr"]
+        assert not _bob_sees_salary(iso)
+        stored = iso.store.get_source(str(note))
+        assert stored is not None and not stored.access_by_hand  # (the mark went)
+
+
 @pytest.mark.parametrize("line", ["hr/[0-9]*.md = group:hr", r"hr\pay.md = group:hr",
                                   "{hr,pay}/** = group:hr", "!public/** = group:hr"])
 def test_rules_refuse_pattern_syntax_they_do_not_have(tmp_path: Path, line: str) -> None:

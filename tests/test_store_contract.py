@@ -74,6 +74,22 @@ def test_add_stores_a_source_with_everything_derived(filled: Store) -> None:
     assert filled.get_source("/docs/none.md") is None
 
 
+def test_members_are_those_whose_container_is_asked_for(filled: Store,
+                                                       embedder: Embedder) -> None:
+    """A search showing an email reads the members of that email only (it read every
+    source twice); a name sharing the email's prefix, or a member's member, is not one."""
+    box = "/docs/mail[1]*.eml"
+    for uri, container in ((f"{box}#a.txt", box), (f"{box}#b.txt", box),
+                           (f"{box}#b.txt#c.txt", f"{box}#b.txt"), (f"{box}x#d.txt", None)):
+        extra = {"container": container} if container else {}
+        filled.add(_batch(embedder, uri, [f"The {uri.rsplit('#')[-1]} note is here."], **extra))
+    found = filled.members([box, "/docs/garage.md"])
+    assert {k: sorted(s.uri for s in v) for k, v in found.items()} == {
+        box: [f"{box}#a.txt", f"{box}#b.txt"]}
+    assert [s.uri for s in filled.members([f"{box}#b.txt"])[f"{box}#b.txt"]] == [
+        f"{box}#b.txt#c.txt"]
+
+
 def test_add_replaces_what_a_source_had(filled: Store, embedder: Embedder) -> None:
     filled.add(_batch(embedder, "/docs/garage.md", ["The garage is closed on Sundays."]))
     assert filled.counts()["chunks"] == 3

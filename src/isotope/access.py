@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from isotope.errors import IsotopeError
+from isotope.models import ACCESS_BY_HAND, Source
 from isotope.search.filters import Condition
 
 PUBLIC = "public"
@@ -300,18 +301,39 @@ def rules_for(root: str | Path | None) -> Rules | None:
     return _rules_at(str(path), file_version(stat))
 
 
-def _real_relative(file: str, root: str) -> str | None:
+def _real_relative(file: str, root: str, real: str | None = None) -> str | None:
     """The path the rules of ``root`` match for ``file`` (a member's: the file it is in):
     its real path, links followed, relative to the real folder of the rules, so a link
     named ``0-readme.md`` to ``hr/pay.md`` takes the list of ``hr/pay.md``. None: its
     real path is outside the folder (a link to ``~/.aws/credentials``), or a link loop:
-    no rule of the folder speaks for it."""
+    no rule of the folder speaks for it. ``real``: the file's real path as it was read
+    (taken as it is: resolving it again would follow a link made since)."""
     folder = Path(root) if Path(root).is_dir() else Path(root).parent
     try:
-        real = Path(file).resolve()
-        return real.relative_to(folder.resolve()).as_posix()
+        found = Path(real) if real is not None else Path(file).resolve()
+        return found.relative_to(folder.resolve()).as_posix()
     except (OSError, ValueError, RuntimeError):  # (outside the folder, or a link loop)
         return None
+
+
+def set_for(uri: str) -> str:
+    """What a list set by hand on source ``uri`` is set for: the real path of its file
+    (a member's: the file it is in; links followed), or ``uri`` itself when it is no
+    file's (an identifier given to ``ingest_chunks``)."""
+    file = uri.split("#", 1)[0]
+    return os.path.realpath(file) if os.path.isabs(file) else uri
+
+
+def held_by_hand(source: Source | None) -> str | None:
+    """The mark of ``source``'s list set by hand while it still holds: its file is the one
+    it was set for (replaced by a link to another file, the list set by hand is not that
+    file's: the rules speak again). None: no list by hand, or it no longer holds."""
+    mark = None if source is None else source.metadata.get(ACCESS_BY_HAND)
+    if not mark or source is None:
+        return None
+    if mark is True:  # (marked before the mark said what for: held as it was)
+        return source.uri
+    return str(mark) if mark == set_for(source.uri) else None
 
 
 EMAIL_LOADERS = frozenset({"email", "email-thread"})
@@ -332,9 +354,10 @@ class Assigner:
 
     def __call__(self, uri: str, root: str | None, metadata: dict[str, Any],
                  had: list[str] | None, *, loader: str = "",
-                 by_hand: bool = False) -> list[str] | None:
+                 by_hand: bool = False, real: str | None = None) -> list[str] | None:
         """The list of source ``uri`` (its ``loader``; ``by_hand``: ``had`` was set by
-        hand and holds, unless lists are given)."""
+        hand and holds, unless lists are given; ``real``: the real path of its file as it
+        was read, when known, else resolved now)."""
         if self.allow is not None:
             return list(self.allow)
         if by_hand:
@@ -345,7 +368,7 @@ class Assigner:
             # may hold a "#")
             file = str(metadata.get("file") or (
                 uri.split("#", 1)[0] if metadata.get("container") else uri))
-            relative = _real_relative(file, root)
+            relative = _real_relative(file, root, real)
             if relative is None:  # outside the rules' folder: administrators only
                 return []
             found = rules.match(relative)

@@ -80,8 +80,18 @@ def open_regular(path: str | Path) -> BinaryIO:
 def read_file(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes]:
     """A regular file's status and its bytes; anything else (a FIFO, a device, a file
     over ``max_bytes``) is a :class:`LoaderError` before a byte is read."""
+    stat, data, _ = read_opened(path, max_bytes)
+    return stat, data
+
+
+def read_opened(path: str | Path, max_bytes: int
+                ) -> tuple[os.stat_result, bytes, Path | None]:
+    """:func:`read_file`, and the real path of the very file read (links followed as the
+    open followed them; None when the system cannot say): what an access list is given
+    for, never the path resolved again later, when a link may point elsewhere."""
     path = Path(path)
     with open_regular(path) as fh:
+        real = opened_path(fh.fileno(), path)
         try:
             stat = os.fstat(fh.fileno())
             if stat.st_size > max_bytes:
@@ -95,4 +105,4 @@ def read_file(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes]:
     if len(data) > max_bytes:
         raise LoaderError(path, f"the file grew over the max_file_mb limit of "
                           f"{max_bytes / 1e6:g} MB while being read")
-    return stat, data
+    return stat, data, real

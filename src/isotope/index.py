@@ -22,7 +22,15 @@ from pydantic import BaseModel
 from isotope import embedders, projects, providers, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
-from isotope.access import Assigner, Principal, access_list, principal_of, rules_for
+from isotope.access import (
+    Assigner,
+    Principal,
+    access_list,
+    held_by_hand,
+    principal_of,
+    rules_for,
+    set_for,
+)
 from isotope.access import condition as access_condition
 from isotope.embedders import Embedder
 from isotope.errors import (
@@ -291,12 +299,14 @@ class Isotope:
             file = uri.split("#", 1)[0]
             root = next((r for r in given if file == r or file.startswith(r + os.sep)),
                         stored.root)
-            by_hand = stored.access_by_hand
+            by_hand = held_by_hand(stored) is not None
             had = container if container is not None and not by_hand else stored.access
             wanted = assign(uri, root, stored.metadata, had, loader=stored.loader,
                             by_hand=by_hand)
-            if wanted != stored.access or (by_hand and assign.allow is not None):
-                self.store.set_access([uri], wanted)  # (a list given ends one by hand)
+            if wanted != stored.access or (stored.access_by_hand and (
+                    not by_hand or assign.allow is not None)):
+                # (a list given ends one by hand; so does its file's being another now)
+                self.store.set_access([uri], wanted)
             if members is None:
                 members = maintenance.members_of(self.store)
             todo += [(inner, wanted) for inner in members.get(uri, ())
@@ -554,10 +564,10 @@ class Isotope:
         cannot be logged fails rather than go unlogged."""
         if not response.results and filters:
             self._known_keys(filters, asker)
-        conditions = self._conditions(asker)
-        if conditions and any(r.source_metadata.get("attachments") for r in response.results):
-            self._hide_members([i.source.uri for i in self.store.sources(conditions)],
-                               [(r.chunk.source, r.source_metadata) for r in response.results])
+        if self._conditions(asker) and any(r.source_metadata.get("attachments")
+                                           for r in response.results):
+            self._hide_members(asker, [(r.chunk.source, r.source_metadata)
+                                       for r in response.results])
         marks = learning.marks_of(self.store, asker) if response.results else []
         if marks and learning.demote(response, learning.not_first(
                 marks, self.embedder.embed_one(response.query))):
@@ -951,29 +961,31 @@ class Isotope:
         conditions = self._conditions(principal)
         infos = self.store.sources(conditions)
         if conditions:
-            self._hide_members([i.source.uri for i in infos],
+            self._hide_members(principal_of(principal),
                                [(i.source.uri, i.source.metadata) for i in infos])
         if check_files:
             for info in infos:
                 info.state = source_state(info.source, self._max_bytes)
         return infos
 
-    def _hide_members(self, visible: Sequence[str],
+    def _hide_members(self, asker: Principal | None,
                       shown: Sequence[tuple[str, dict[str, Any]]]) -> None:
         """Leave out of each shown source's ``attachments`` (an email's metadata: the
-        names of its attachments) those stored as sources of their own that the asker
-        may not see (``visible``: all it may see; a list set on an attachment alone)."""
+        names of its attachments) those stored as sources of their own that ``asker``
+        may not see (a list set on an attachment alone); reads the members of the shown
+        emails only."""
         from isotope.loaders.mail import _member_name
 
-        if not any(m.get("attachments") for _, m in shown):
+        having = [uri for uri, m in shown if m.get("attachments")]
+        if asker is None or not having:
             return
-        seen = set(visible) | {u for u, _ in shown}
-        members = maintenance.members_of(self.store)
+        members = self.store.members(having)
         for uri, metadata in shown:
             names = metadata.get("attachments")
             # (a member is CONTAINER#NAME, NAME made unique with leading "_"s; a mailbox
             # message's attachment is BOX#MESSAGE#NAME, its container BOX#MESSAGE)
-            hidden = {m[len(uri) + 1:] for m in members.get(uri, ()) if m not in seen}
+            hidden = {m.uri[len(uri) + 1:] for m in members.get(uri, ())
+                      if not asker.sees(m.access, control=self.access_control)}
             if isinstance(names, list) and hidden:
                 metadata["attachments"] = [n for n in names if not any(
                     h.lstrip("_") == _member_name(str(n)).lstrip("_") or h == str(n)
@@ -1045,7 +1057,7 @@ class Isotope:
             # an email's attachments, a mailbox's messages: theirs too
             matched += sorted(_inside(matched, maintenance.members_of(self.store))
                               - set(matched))
-            self.store.set_access(matched, listed, by_hand=True)
+            self.store.set_access(matched, listed, by_hand={u: set_for(u) for u in matched})
         return matched
 
     def get_access(self, source: str | Path) -> list[str] | None:

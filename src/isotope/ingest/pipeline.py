@@ -24,10 +24,10 @@ from typing import Literal
 import numpy as np
 
 from isotope import loaders
-from isotope.access import Assigner
+from isotope.access import Assigner, held_by_hand
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, ProviderError
-from isotope.files import read_file
+from isotope.files import read_opened
 from isotope.ingest import changes, contextual, maintenance, planning, reading, references
 from isotope.ingest.assembly import Work, assemble
 from isotope.ingest.atomizers import Atomizer
@@ -233,8 +233,8 @@ class Pipeline:
         return planning.plan(self, files, result)
 
     # -- the stages' parts, also used by planning --------------------------------------
-    def read(self, path: Path) -> tuple[os.stat_result, bytes]:
-        return read_file(path, self.max_bytes)
+    def read(self, path: Path) -> tuple[os.stat_result, bytes, Path | None]:
+        return read_opened(path, self.max_bytes)
 
     def reader(self) -> Reader:
         """The walk of what each file makes, as the ingest and the dry run take it."""
@@ -367,17 +367,18 @@ class Pipeline:
                 return None
         assert existing is not True
         had = existing.access if existing is not None else None
-        by_hand = existing is not None and existing.access_by_hand
-        if (owner := source.metadata.get("container")) is not None and not by_hand:
+        mark = held_by_hand(existing)  # (None too when its file is now another one)
+        if (owner := source.metadata.get("container")) is not None and mark is None:
             # a member (a mailbox's message, an email's attachment) follows its container,
             # whose list set by hand holds for a new member too
             container = self.store.get_source(str(owner))
             had = container.access if container is not None else had
-            by_hand = container is not None and container.access_by_hand
+            mark = held_by_hand(container)
         source.access = self.assign(source.uri, source.root, source.metadata, had,
-                                    loader=source.loader, by_hand=by_hand)
-        if by_hand and self.assign.allow is None:  # (the mark goes with the list given)
-            source.metadata[ACCESS_BY_HAND] = True
+                                    loader=source.loader, by_hand=mark is not None,
+                                    real=source._real)
+        if mark is not None and self.assign.allow is None:  # (it goes with a list given)
+            source.metadata[ACCESS_BY_HAND] = mark
         source.metadata["pipeline"] = self.fingerprint
         report.chunks += len(chunks)
         reused: dict[int, StoredChunk] = {}

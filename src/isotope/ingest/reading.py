@@ -68,7 +68,7 @@ class Reader:
     does (``is_current``)."""
 
     store: Store
-    read: Callable[[Path], tuple[os.stat_result, bytes]]
+    read: Callable[[Path], tuple[os.stat_result, bytes, Path | None]]
     is_current: Callable[[Source | None, str], bool]
     max_bytes: int
     max_chars: int
@@ -87,7 +87,7 @@ class Reader:
                 yield from self._members(str(path), str(path), members, mtime, root,
                                          mailbox=True)
                 return
-            stat, data = self.read(path)
+            stat, data, real = self.read(path)
             uri, digest = str(path), content_hash(data)
             existing = self.store.get_source(uri)
             if existing is None and (resolved := str(path.resolve())) != uri:
@@ -103,21 +103,22 @@ class Reader:
         except OSError as exc:
             yield FileError(str(path), f"cannot read: {exc.strerror or exc}")
             return
-        yield from self._document(
-            Source(uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
-                   loader=used.name, metadata={**document.metadata}, root=str(root)),
-            document, existing)
+        source = Source(uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
+                        loader=used.name, metadata={**document.metadata}, root=str(root))
+        source._real = None if real is None else str(real)
+        yield from self._document(source, document, existing)
 
     def _document(self, source: Source, document: loaders.Document,
                   existing: Source | None) -> Iterator[Found]:
         yield Loaded(source, document, existing)
         if document.members or (existing is not None and existing.metadata.get("attachments")):
             yield from self._members(source.uri, str(source.metadata.get("file") or source.uri),
-                                     document.members, source.mtime, Path(source.root or "."))
+                                     document.members, source.mtime, Path(source.root or "."),
+                                     real=source._real)
 
     def _members(self, owner: str, file: str, members: Iterable[loaders.Member],
-                 mtime: float | None, root: Path, *, mailbox: bool = False
-                 ) -> Iterator[Found]:
+                 mtime: float | None, root: Path, *, mailbox: bool = False,
+                 real: str | None = None) -> Iterator[Found]:
         """The members of ``owner`` as sources ``OWNER#NAME`` naming it as their
         ``container`` and ``file`` as the file they are in (memory: one member)."""
         end = Members(owner, mailbox=mailbox)
@@ -141,9 +142,9 @@ class Reader:
             except LoaderError as exc:
                 yield FileError(exc.path, exc.reason)
                 continue
-            yield from self._document(
-                Source(uri=uri, content_hash=digest, size=len(member.data), mtime=mtime,
-                       loader=member.loader, root=str(root),
-                       metadata={**document.metadata, "container": owner, "file": file}),
-                document, existing)
+            source = Source(uri=uri, content_hash=digest, size=len(member.data), mtime=mtime,
+                            loader=member.loader, root=str(root),
+                            metadata={**document.metadata, "container": owner, "file": file})
+            source._real = real  # (the file it is in, as read)
+            yield from self._document(source, document, existing)
         yield end

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,6 +248,17 @@ class Store(ABC):
     @abstractmethod
     def get_source(self, uri: str) -> Source | None: ...
 
+    def members(self, containers: Sequence[str]) -> dict[str, list[Source]]:
+        """The sources directly inside each of ``containers`` (an email's attachments, a
+        mailbox's messages: their ``container`` metadata), by container. Default: read
+        from every source; an engine reads only those of ``containers``."""
+        wanted = set(containers)
+        found: dict[str, list[Source]] = {}
+        for info in self.sources():
+            if (owner := info.source.metadata.get("container")) in wanted:
+                found.setdefault(str(owner), []).append(info.source)
+        return found
+
     @abstractmethod
     def sources(self, conditions: Sequence[Condition] = ()) -> list[SourceInfo]:
         """The sources (with ``conditions`` on the source only, such as its access
@@ -294,11 +305,13 @@ class Store(ABC):
         return []
 
     def set_access(self, uris: Sequence[str], access: list[str] | None, *,
-                   by_hand: bool = False) -> int:
+                   by_hand: Mapping[str, str] | None = None) -> int:
         """Give the sources ``uris`` the access list ``access`` (None: none), at once for
-        every search; returns how many exist. ``by_hand`` marks the list as set by hand
-        (metadata ``access_by_hand``: an ingest keeps it until it is set again); without
-        it, or with no list, the mark goes. Default: not supported."""
+        every search; returns how many exist. ``by_hand`` marks the list as set by hand,
+        each source's mark saying what it was set for (metadata ``access_by_hand``: the
+        real path of its file; an ingest keeps the list while the file is that one, until
+        it is set again); without it, or with no list, the mark goes. Default: not
+        supported."""
         raise InvalidArgument("this store keeps no access lists")
 
     @abstractmethod

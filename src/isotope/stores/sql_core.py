@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -348,6 +348,18 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
                           (uri,))
         return self._source(rows[0]) if rows else None
 
+    def members(self, containers: Sequence[str]) -> dict[str, list[Source]]:
+        mark, order = self.dialect.mark, self.dialect.binary_order
+        found: dict[str, list[Source]] = {}
+        for owner in dict.fromkeys(containers):  # (a member's name is OWNER#NAME)
+            # (between OWNER# and OWNER$ in code point order: the key's index is read)
+            rows = self._rows(f"SELECT {_SOURCE} FROM sources WHERE uri{order} >= {mark} AND "
+                              f"uri{order} < {mark}", (owner + "#", owner + "$"))
+            inside = [s for s in map(self._source, rows) if s.metadata.get("container") == owner]
+            if inside:
+                found[owner] = inside
+        return found
+
     def get_chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
         rows = self._of("chunks", _CHUNK, "id", list(ids), self.dialect.row)
         return {r[1]: self._chunk(r[1:]) for r in rows}
@@ -404,7 +416,7 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
             f"{d.any_of('c.id')} AND {clause}", (d.many(list(ids)), *params))}
 
     def set_access(self, uris: Sequence[str], access: list[str] | None, *,
-                   by_hand: bool = False) -> int:
+                   by_hand: Mapping[str, str] | None = None) -> int:
         d = self.dialect
         uris = list(uris)
         if not uris:
@@ -419,7 +431,7 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
                     metadata = dict(d.json_value(stored) or {})
                     metadata.pop(ACCESS_BY_HAND, None)
                     if by_hand and access is not None:
-                        metadata[ACCESS_BY_HAND] = True
+                        metadata[ACCESS_BY_HAND] = by_hand[uri]
                     conn.execute(f"UPDATE sources SET access = {d.mark}, metadata = "
                                  f"{d.mark} WHERE uri = {d.mark}",
                                  (value, d.json_param(metadata), uri))
