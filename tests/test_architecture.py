@@ -83,3 +83,19 @@ def test_settings_come_in_groups_each_consumer_taking_its_own() -> None:
     assert takes(providers.create) == takes(embedders.create) == "ModelSettings"
     assert takes(Keys.from_settings) == "ServerSettings"
     assert takes(Pipeline.__init__) == "IngestSettings"
+
+
+def test_the_stores_and_access_import_nothing_from_the_search() -> None:
+    """The search reads the stores; the stores and the access rules never climb back up
+    to search/ (``Condition`` lives in models.py, below both: issue 43)."""
+    import ast
+
+    climbing = []
+    for path in [*sorted((PACKAGE / "stores").glob("*.py")), PACKAGE / "access.py",
+                 PACKAGE / "models.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            climbing += [f"{path.relative_to(PACKAGE)}: {n}" for n in names
+                         if n == "isotope.search" or n.startswith("isotope.search.")]
+    assert climbing == []

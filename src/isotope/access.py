@@ -34,14 +34,10 @@ from pathlib import Path
 from typing import Any, overload
 
 from isotope.errors import IsotopeError
-from isotope.models import ACCESS_BY_HAND, Source
-from isotope.search.filters import Condition
+from isotope.models import ACCESS_BY_HAND, ACCESS_KEY, Condition, Source
 
 PUBLIC = "public"
 RULES_FILE = ".isotope-access"
-ACCESS_KEY = "\x00access"
-"""The key of the access condition: a filter given by a user can never name it (filter
-keys hold no control characters), so no filter can widen or replace it."""
 _NAME = re.compile(r"^[^\s,:=\x00-\x1f\x7f]{1,200}$")
 
 

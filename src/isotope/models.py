@@ -116,6 +116,26 @@ class Atom(_Record):
             self.id = stable_id("atom", self.chunk_id, self.index, self.text)
 
 
+Op = Literal["eq", "ne", "gt", "gte", "lt", "lte", "glob"]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition of a search or a listing, as every store translates it into its own
+    query language (made by :func:`isotope.search.filters.parse` from a filter, or by
+    :func:`isotope.access.condition` for who may see)."""
+
+    key: str
+    op: Op
+    values: tuple[Any, ...]
+    """One value, or several for ``eq`` (any of them)."""
+
+
+ACCESS_KEY = "\x00access"
+"""The key of the condition of who may see (:func:`isotope.access.condition`): no
+metadata key can be it (keys hold no control characters)."""
+
+
 Origin = Literal["generated", "manual", "user"]
 """Where a question came from (:attr:`Question.origin`)."""
 

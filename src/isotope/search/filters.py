@@ -29,12 +29,13 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from isotope.errors import IsotopeError
+from isotope.models import Condition, Op
 
-Op = Literal["eq", "ne", "gt", "gte", "lt", "lte", "glob"]
+__all__ = ["Condition", "FilterError", "Op", "parse", "shown_text", "source_globs"]
+
 OPS: tuple[str, ...] = ("eq", "ne", "gt", "gte", "lt", "lte")
 SPECIAL = {"source", "type", "ingested_at", "size"}
 _KEY = re.compile(r"^[^\"\\\x00-\x1f]{1,200}$")
@@ -44,14 +45,6 @@ _SYMBOL = {"=": "eq", "!=": "ne", ">=": "gte", ">": "gt", "<=": "lte", "<": "lt"
 
 class FilterError(IsotopeError):
     """A filter that cannot be applied; the message shows the accepted forms."""
-
-
-@dataclass(frozen=True)
-class Condition:
-    key: str
-    op: Op
-    values: tuple[Any, ...]
-    """One value, or several for ``eq`` (any of them)."""
 
 
 MAX_KEYS = 32

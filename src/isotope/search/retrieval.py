@@ -387,7 +387,7 @@ def unfiltered(store: Store, query: str, vector: Vectors, pool: int, aggregate: 
     spread standardises the narrowed candidates' scores as the search without filters
     would (a filter that leaves two chunks gave them z-scores of +1 and -1, and so fixed
     scores of 0.646 and 0.354, whatever they were). None: no filter narrows it."""
-    from isotope.access import ACCESS_KEY
+    from isotope.models import ACCESS_KEY
 
     if not any(c.key != ACCESS_KEY for c in filters):
         return None

@@ -31,8 +31,15 @@ from typing import Any, Literal, TypeVar
 
 from isotope.embedders import Vectors
 from isotope.errors import InvalidArgument, InvalidIndex, MissingDependency
-from isotope.models import Atom, Chunk, DroppedQuestion, GeneratedQuestion, Question, Source
-from isotope.search.filters import Condition
+from isotope.models import (
+    Atom,
+    Chunk,
+    Condition,
+    DroppedQuestion,
+    GeneratedQuestion,
+    Question,
+    Source,
+)
 
 T = TypeVar("T")
 Kind = Literal["questions", "atoms", "chunks"]

@@ -43,7 +43,7 @@ import numpy as np
 
 from isotope.embedders import Vectors
 from isotope.errors import IndexLocked, InvalidArgument, InvalidIndex, IsotopeError, StoreError
-from isotope.search.filters import Condition
+from isotope.models import Condition
 from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,

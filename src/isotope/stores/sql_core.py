@@ -38,13 +38,13 @@ from isotope.models import (
     ACCESS_BY_HAND,
     Atom,
     Chunk,
+    Condition,
     DroppedQuestion,
     GeneratedQuestion,
     Question,
     Source,
     content_hash,
 )
-from isotope.search.filters import Condition
 from isotope.stores import (
     ChunkQuestions,
     Hit,

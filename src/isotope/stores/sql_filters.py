@@ -15,8 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from isotope.access import ACCESS_KEY
-from isotope.search.filters import Condition
+from isotope.models import ACCESS_KEY, Condition
 
 OPS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 """Each operator's SQL (``ne`` is ``=`` negated as a whole: no value may be equal)."""

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from isotope.ann import search_groups
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, InvalidArgument, InvalidIndex, StoreError
-from isotope.search.filters import Condition
+from isotope.models import Condition
 from isotope.stores import (
     KINDS,
     LOG_ONLY,
