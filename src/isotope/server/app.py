@@ -47,6 +47,7 @@ from isotope.models import QueryResponse
 from isotope.reports import source_listing
 from isotope.server.auth import Keys
 from isotope.server.gate import Gate, own_hosts, principal_in, scope_in, unprefixed
+from isotope.server.operations import Forbidden, permit, writes
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ STATUS: list[tuple[type[errors.IsotopeError], int]] = [
     (errors.DiskFull, 507),
     (errors.StoreError, 503),
     (errors.IndexDamaged, 500),
+    (Forbidden, 403),
     (errors.IsotopeError, 400),
 ]
 """HTTP status of each named error (the first that matches)."""
@@ -115,14 +117,11 @@ QuestionId = Annotated[str, PathParam(
 Members = Annotated[bool, Query(description="A container's members too (a mailbox's messages)")]
 
 
-def administer(request: Request, what: str) -> Principal | None:
-    """The request's principal; 403 unless its key is an administrator's (or the server
-    has none): a user's key that wrote could reach sources it may not see (replace,
-    relabel, or learn of them from the report)."""
+def allowed(request: Request, name: str) -> Principal | None:
+    """The request's principal, if its key may do the operation ``name`` (see
+    :mod:`isotope.server.operations`); else 403."""
     who = asker(request)
-    if who is not None and not who.admin:
-        raise HTTPException(403, f"{what} needs an administrator's API key (one that names "
-                            "no user); this key is a user's")
+    permit(name, who, scope_in(request.scope))
     return who
 
 
@@ -177,11 +176,7 @@ def safe_name(filename: str | None) -> str:
 def _writes(method: str, path: str) -> bool:
     """Whether a request writes to the index (a read-only key is refused before its body
     is read); a project's routes (``/p/NAME/...``) as the default's."""
-    path = unprefixed(path)
-    return ((method == "POST" and path in ("/ingest", "/sync"))
-            or (method == "DELETE" and (path == "/sources" or path.startswith("/sources/")))
-            or (path.startswith("/questions/") and method in ("PUT", "DELETE", "POST"))
-            or (method == "POST" and path.startswith("/chunks/")))
+    return writes(method, unprefixed(path))
 
 
 def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
@@ -313,7 +308,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """The chunks that answer the query (as ``isotope query --raw --json``), of the
         sources the key may see."""
         found = await searching(body.query, body.k, mode=body.mode, filters=body.filters,
-                                principal=asker(request), explain=body.explain)
+                                principal=allowed(request, "search"), explain=body.explain)
         return json_response(found)
 
     @app.post("/ask", response_model=QueryResponse,
@@ -323,7 +318,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         (``results``, then ``token`` for each piece of the model's reply, then
         ``answer``, then ``done``). The model is stopped when the client goes away."""
         found = await searching(body.query, body.k, mode=body.mode, filters=body.filters,
-                                for_answer=True, principal=asker(request),
+                                for_answer=True, principal=allowed(request, "ask"),
                                 explain=body.explain)
         if not body.stream:
             await _answer(iso, found, answering, request)
@@ -336,6 +331,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     async def answer(body: QueryResponse, request: Request) -> Response:
         """An answer to a search already made (a ``/search`` response sent back), from
         its results: as ``Isotope.answer``."""
+        allowed(request, "answer")
         body = QueryResponse.model_validate(_plain_text(body.model_dump()))
         if not body.query.strip():
             raise errors.InvalidArgument("the response has no query to answer")
@@ -361,7 +357,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         ``chunk_id``, or ``sample`` drawn across the index (of what the key may see)."""
         return [q.model_dump() for q in iso.questions(source, chunk=chunk, chunk_id=chunk_id,
                                                       sample=sample, seed=seed,
-                                                      principal=asker(request))]
+                                                      principal=allowed(request, "questions"))]
 
     @app.post("/feedback")
     async def feedback(body: FeedbackRequest, request: Request) -> dict[str, Any]:
@@ -370,7 +366,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         ``learn`` setting), a not-useful one keeps the chunk from ranking first again for
         that query or a very close one. A query id of another key's user, or of another
         project, answers 404; a chunk the search did not return, 400."""
-        who, reads = asker(request), scope_in(request.scope) == "read"
+        who, reads = allowed(request, "feedback"), scope_in(request.scope) == "read"
         done = await written(lambda: iso.feedback(body.query_id, body.chunk_id,
                                                   body.useful, principal=who,
                                                   read_only=reads))
@@ -386,7 +382,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """What the query log says (as ``isotope log --json``): the most frequent
         queries, those probably not found or marked not useful, feedback per source,
         latency percentiles. Needs an administrator's key."""
-        administer(request, "reading the query log")
+        allowed(request, "log")
         return dict(iso.log_summary(days, top).model_dump())
 
     @app.get("/sources")
@@ -394,7 +390,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """The sources the key may see, with their counts (and access lists, for an
         administrator's key: a user's does not learn the names of other users and
         groups)."""
-        who = asker(request)
+        who = allowed(request, "sources")
         shown = [source_listing(info) for info in iso.sources(principal=who)]
         if who is not None and not who.admin:
             for listing in shown:
@@ -406,7 +402,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                            request: Request, members: Members = False) -> Response:
         """Remove a source; a container (a mailbox) only with ``members=true``. Needs an
         administrator's key."""
-        return await _delete(source, members, administer(request, "deleting a source"))
+        return await _delete(source, members, allowed(request, "delete"))
 
     @app.delete("/sources/{source:path}", status_code=204)
     async def delete_source(source: Annotated[str, PathParam(description=SOURCE_NAME)],
@@ -414,7 +410,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """Remove a source named in the path (``#`` sent as ``%23``); a container (a
         mailbox) only with ``?members=true``. ``DELETE /sources?source=NAME`` is the
         unambiguous form. Needs an administrator's key."""
-        who = administer(request, "deleting a source")
+        who = allowed(request, "delete")
         named = source if source.startswith("/") or "://" in source else (
             source if await run_in_threadpool(lambda: iso.has_source(source, principal=who))
             else "/" + source)
@@ -435,7 +431,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     def status(request: Request) -> dict[str, Any]:
         """The index's description, with the counts of what the key may see (and, for an
         administrator's key, its size on disk)."""
-        who = asker(request)
+        who = allowed(request, "status")
         shown = iso.status(principal=who).model_dump(mode="json")
         if who is not None and not who.admin:
             return user_status(shown)
@@ -447,15 +443,15 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """Every generated question of a chunk with the atom it was written for: kept
         (searched) and dropped, each dropped one with why (as ``isotope questions``). A
         chunk the key may not see answers 404, as one that does not exist."""
-        return iso.chunk_questions(chunk_id, principal=asker(request)).model_dump(
-            mode="json")
+        who = allowed(request, "chunk_questions")
+        return iso.chunk_questions(chunk_id, principal=who).model_dump(mode="json")
 
     @app.post("/chunks/{chunk_id}/questions")
     async def add_question(chunk_id: ChunkId,
                            body: QuestionText, request: Request) -> dict[str, Any]:
         """Add a question by hand to a chunk (origin ``manual``; as ``isotope questions
         add``). Needs an administrator's key."""
-        administer(request, "adding a question")
+        allowed(request, "add_question")
         made = await written(lambda: iso.add_question("", body.text, chunk_id=chunk_id))
         return {"id": made}
 
@@ -464,7 +460,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                             body: QuestionText, request: Request) -> dict[str, Any]:
         """Change a question's text (it becomes ``manual``); its new id. Needs an
         administrator's key."""
-        administer(request, "editing a question")
+        allowed(request, "edit_question")
         return {"id": await written(lambda: iso.edit_question(question_id, body.text))}
 
     @app.delete("/questions/{question_id}", status_code=204)
@@ -472,7 +468,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                                request: Request) -> Response:
         """Take a question out of every search (kept, dropped: ``disabled by hand``).
         Needs an administrator's key."""
-        administer(request, "disabling a question")
+        allowed(request, "disable_question")
         await written(lambda: iso.disable_question(question_id))
         return Response(status_code=204)
 
@@ -480,7 +476,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     async def enable_question(question_id: QuestionId,
                               request: Request) -> Response:
         """Search a question disabled by hand again. Needs an administrator's key."""
-        administer(request, "enabling a question")
+        allowed(request, "enable_question")
         await written(lambda: iso.enable_question(question_id))
         return Response(status_code=204)
 
@@ -493,7 +489,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         file that cannot be ingested is not kept (an upload that replaced an earlier one
         of its name puts that one back): 422 with the report. Two files of one name in
         one upload are refused (400). Needs an administrator's key."""
-        administer(request, "ingesting")
+        allowed(request, "ingest")
         names = [safe_name(f.filename) for f in files]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
@@ -507,7 +503,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     async def sync(body: SyncRequest, request: Request) -> dict[str, Any]:
         """Make the index match folders below the server's ``serve_roots`` (links that
         lead out of them are not followed). Needs an administrator's key."""
-        administer(request, "syncing")
+        allowed(request, "sync")
         if not roots:
             raise HTTPException(403, "POST /sync is off: the server has no serve_roots "
                                 "(set ISOTOPE_SERVE_ROOTS to the folders it may read)")

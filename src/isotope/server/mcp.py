@@ -31,6 +31,7 @@ from isotope._version import __version__
 from isotope.access import Principal
 from isotope.reports import source_listing
 from isotope.server.gate import principal_in, scope_in
+from isotope.server.operations import BY_TOOL, permit
 
 if TYPE_CHECKING:
     from mcp.server.fastmcp import FastMCP
@@ -144,7 +145,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         it that matched. Fast (tens of milliseconds). Read `suggested_action`: deliver
         (the first passage is very likely right), query_more (read several, or search
         again), refine_query (probably not found: rephrase or add detail)."""
-        who, k = _asker(ctx, principal, remote), _within(k, 50)
+        who, k = _allowed(ctx, "search", principal, remote), _within(k, 50)
         found = await anyio.to_thread.run_sync(
             lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
         return _reply(agent_view(found))
@@ -161,7 +162,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         `search` is faster when you can read passages yourself. `answer_kind` says how the
         answer was made: generated (supported by the cited passages), quoted (the passage
         that matched best, quoted), or declined (the documents do not hold it)."""
-        who, k = _asker(ctx, principal, remote), _within(k, 20)
+        who, k = _allowed(ctx, "ask", principal, remote), _within(k, 20)
         found = await anyio.to_thread.run_sync(
             lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
         cancel = threading.Event()
@@ -188,9 +189,8 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         question: a useful passage learns the question (it is found first next time), a
         passage that did not help is not ranked first again for that question. Use it
         when the user confirms or rejects an answer."""
-        who = _asker(ctx, principal, remote)
-        # (a read key over HTTP; over stdio, a principal given with --as)
-        reads = _scope(ctx) == "read" or (not remote and who is not None and not who.admin)
+        who = _allowed(ctx, "feedback", principal, remote)
+        reads = _key_scope(ctx, who, remote) == "read"
         done = await run_write(lambda: iso.feedback(query_id, chunk_id, useful,
                                                     principal=who, read_only=reads))
         return _reply(done.model_dump())
@@ -199,7 +199,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
     async def list_sources(ctx: Context) -> CallToolResult:  # type: ignore[type-arg]
         """The documents in the index: each one's name (its path), type, title, state
         and how many passages, statements and questions it holds."""
-        who = _asker(ctx, principal, remote)
+        who = _allowed(ctx, "sources", principal, remote)
         infos = await anyio.to_thread.run_sync(lambda: iso.sources(principal=who))
         return _reply([{k: v for k, v in source_listing(info).items()
                         if k in ("uri", "loader", "state", "chunks", "atoms", "questions",
@@ -216,10 +216,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
             replaces its old version; unchanged ones are skipped). Only paths below the
             server's serve_roots setting are read. Supported: .md .txt .html .pdf .eml
             .mbox .tex .docx."""
-            who = _asker(ctx, principal, remote)
-            if who is not None and not who.admin:
-                raise ValueError("ingest needs an administrator's API key (one that names "
-                                 "no user)")
+            _allowed(ctx, "ingest", principal, remote)
             if any("\x00" in p for p in paths):
                 raise ValueError("a path cannot hold a NUL character")
             if remote and not confine:
@@ -263,6 +260,26 @@ def _scope(ctx: Context) -> str:  # type: ignore[type-arg]
     """The scope of a tool call's API key over HTTP (``write`` over stdio or without
     keys)."""
     return scope_in(_http_scope(ctx) or {})
+
+
+def _allowed(ctx: Context, name: str,  # type: ignore[type-arg]
+             default: Principal | None, remote: bool) -> Principal | None:
+    """Who calls a tool (:func:`_asker`), if the caller may do the operation ``name``
+    (:func:`isotope.server.operations.permit`: its key's scope over HTTP; over stdio,
+    writes are the user's who runs it, and a principal given with ``--as`` is held to
+    it as a key would be)."""
+    who = _asker(ctx, default, remote)
+    permit(name, who, _key_scope(ctx, who, remote))
+    return who
+
+
+def _key_scope(ctx: Context, who: Principal | None,  # type: ignore[type-arg]
+               remote: bool) -> str:
+    """``read`` or ``write``: the key's over HTTP; over stdio, ``read`` for a user given
+    with ``--as`` (held to what a user's read key may do), else ``write``."""
+    if remote or _http_scope(ctx) is not None:
+        return _scope(ctx)
+    return "read" if who is not None and not who.admin else "write"
 
 
 def _asker(ctx: Context, default: Principal | None,  # type: ignore[type-arg]
@@ -339,8 +356,9 @@ def guard(inner: ASGI) -> ASGI:
             return
         for call in calls if access != "write" else []:
             params = call.get("params") if isinstance(call, dict) else None
+            tool = params.get("name") if isinstance(params, dict) else None
             if (isinstance(call, dict) and call.get("method") == "tools/call"
-                    and isinstance(params, dict) and params.get("name") == "ingest"):
+                    and isinstance(tool, str) and tool in BY_TOOL and BY_TOOL[tool].writes):
                 # a JSON-RPC error for that call, which the agent's client reports as such
                 ident = call.get("id")
                 await _send(send, 200, {
@@ -348,7 +366,7 @@ def guard(inner: ASGI) -> ASGI:
                     "id": ident if isinstance(ident, str | int) and not isinstance(
                         ident, bool) else None,
                     "error": {"code": -32001, "message": "this API key may only read: "
-                              "ingest needs a read-write key"}})
+                              f"{tool} needs a read-write key"}})
                 return
         sent = False
 
