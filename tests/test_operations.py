@@ -61,7 +61,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
                      projects={"beta": other}, **options)
     chunk = next(iter(alpha.store.stored_chunks(str((docs / "coffee.md").resolve()))))
     with served_on_loopback(app) as url:
-        yield {"url": url, "app": app, "docs": docs, "chunk": chunk}
+        yield {"url": url, "app": app, "docs": docs, "chunk": chunk, "iso": alpha}
     alpha.close()
     beta.close()
 
@@ -180,8 +180,7 @@ def test_the_table_and_the_shells_name_the_same_operations(server: dict[str, Any
               for m in r.methods - {"HEAD"}}
     listed = {route for op in OPERATIONS for route in op.http}
     assert {r for r in routes if r[1] not in OPEN_PATHS} == listed
-    stub: Any = _Stub()
-    tools = anyio.run(create_mcp(stub, remote=True).list_tools)
+    tools = anyio.run(create_mcp(server["iso"], remote=True).list_tools)
     assert {t.name for t in tools} == set(BY_TOOL)
     group = get_command(cli)
     for op in OPERATIONS:
@@ -189,10 +188,6 @@ def test_the_table_and_the_shells_name_the_same_operations(server: dict[str, Any
             command: Any = group
             for word in op.cli.split():
                 command = command.commands[word]  # type: ignore[union-attr]
-
-
-class _Stub:
-    """Enough of an index for ``create_mcp`` to list its tools (none is called)."""
 
 
 def test_permit_and_the_gate_read_the_table() -> None:
@@ -208,3 +203,42 @@ def test_permit_and_the_gate_read_the_table() -> None:
     assert writes("DELETE", "/sources/docs/a%23b.md") and writes("POST", "/chunks/x/questions")
     assert not writes("GET", "/chunks/x/questions") and not writes("POST", "/feedback")
     assert not writes("POST", "/chunks/x/y/questions") and not writes("POST", "/search")
+
+
+def test_http_and_mcp_search_answer_and_write_in_the_same_turns(
+        server: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only HTTP searches took the search slots, and each shell wrote its own answering
+    in a slot: one ``Turns`` per served index now takes both shells' searches, answers
+    and writes."""
+    from isotope.server.work import Turns
+
+    taken: list[tuple[int, str]] = []
+    for name in ("search", "answer", "write"):
+        real = getattr(Turns, name)
+
+        async def counted(self: Turns, *args: Any, _real: Any = real, _name: str = name,
+                          **kwargs: Any) -> Any:
+            taken.append((id(self), _name))
+            return await _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Turns, name, counted)
+    headers = {"Authorization": f"Bearer {KEYS['admin']}"}
+    calls = _tool_calls(server)
+    for name, path in (("search", "/search"), ("ask", "/ask"), ("feedback", "/feedback")):
+        body = calls[name] if name != "feedback" else {**calls[name], "useful": True}
+        httpx.post(server["url"] + path, json=body, headers=headers, timeout=60)
+    over_http = list(taken)
+
+    async def agent() -> None:
+        client = httpx.AsyncClient(headers=headers, timeout=60)
+        async with streamable_http_client(server["url"] + "/mcp/", http_client=client) as (
+                read, write, _), ClientSession(read, write) as session:
+            await session.initialize()
+            for name in ("search", "ask", "feedback"):
+                await session.call_tool(name, calls[name])
+
+    anyio.run(agent)
+    over_mcp = taken[len(over_http):]
+    kinds = ["search", "search", "answer", "write"]  # (ask: its search, then its answer)
+    assert [k for _, k in over_http] == kinds and [k for _, k in over_mcp] == kinds
+    assert len({turns for turns, _ in taken}) == 1

@@ -23,15 +23,13 @@ import logging
 import os
 import re
 import tempfile
-import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
-from dataclasses import asdict
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Form, HTTPException, Query, Request, UploadFile
+from fastapi import FastAPI, Form, Query, Request, UploadFile
 from fastapi import File as FileParam
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
@@ -48,6 +46,7 @@ from isotope.reports import source_listing
 from isotope.server.auth import Keys
 from isotope.server.gate import Gate, own_hosts, principal_in, scope_in, unprefixed
 from isotope.server.operations import Forbidden, permit, writes
+from isotope.server.work import Turns, below_roots, reported
 
 log = logging.getLogger(__name__)
 
@@ -196,34 +195,15 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     project; ``projects``: the apps of other projects (made with ``gate=False``), served
     at ``/p/{name}/`` behind this app's gate, which admits a key only to the projects it
     lists."""
-    # More searches at once than cores only adds contention: 8 threads searching in one
-    # process made 68 searches/s on 2 cores, 2 threads 105 (each waits for the other's
-    # hold on Python's lock, and the CPU caches are shared among more of them).
     iso.log_by_default()  # a server logs its searches unless told not to
-    slots = asyncio.Semaphore(search_slots or os.cpu_count() or 1)
-    local = iso.answer_llm().local  # (built, not loaded)
-    answering = asyncio.Semaphore(answer_slots or (1 if local else
-                                                   iso.settings.llm_concurrency))
-    writing = asyncio.Lock()  # this process's writes, one after another (queued)
-
-    async def searching(*args: Any, **kwargs: Any) -> QueryResponse:
-        """``iso.search`` in the thread pool (never on the event loop), in turn."""
-        async with slots:
-            return await run_in_threadpool(iso.search, *args, **kwargs)
-
-    async def written(call: Callable[[], Any]) -> Any:
-        """``call`` (a write) in the thread pool, after this process's earlier writes:
-        waiting on the event loop, so a queue of writes holds no thread that searches
-        need."""
-        async with writing:
-            return await run_in_threadpool(call)
+    turns = Turns(iso, search_slots=search_slots, answer_slots=answer_slots)
+    local = turns.local
 
     agents = None
-    if mcp:  # the MCP tools at /mcp (streamable HTTP), behind the same gate
+    if mcp:  # the MCP tools at /mcp (streamable HTTP), behind the same gate and turns
         from isotope.server.mcp import create_mcp, guard
 
-        agents = create_mcp(iso, roots=roots, remote=True, writes=written,
-                            answer_slots=answering)
+        agents = create_mcp(iso, roots=roots, remote=True, turns=turns)
         agents_app = agents.streamable_http_app()
 
     @asynccontextmanager
@@ -307,8 +287,8 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     async def search(body: SearchRequest, request: Request) -> Response:
         """The chunks that answer the query (as ``isotope query --raw --json``), of the
         sources the key may see."""
-        found = await searching(body.query, body.k, mode=body.mode, filters=body.filters,
-                                principal=allowed(request, "search"), explain=body.explain)
+        found = await turns.search(body.query, body.k, mode=body.mode, filters=body.filters,
+                                   principal=allowed(request, "search"), explain=body.explain)
         return json_response(found)
 
     @app.post("/ask", response_model=QueryResponse,
@@ -317,13 +297,13 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """An answer citing the chunks found; ``stream``: as server-sent events
         (``results``, then ``token`` for each piece of the model's reply, then
         ``answer``, then ``done``). The model is stopped when the client goes away."""
-        found = await searching(body.query, body.k, mode=body.mode, filters=body.filters,
-                                for_answer=True, principal=allowed(request, "ask"),
-                                explain=body.explain)
+        found = await turns.search(body.query, body.k, mode=body.mode, filters=body.filters,
+                                   for_answer=True, principal=allowed(request, "ask"),
+                                   explain=body.explain)
         if not body.stream:
-            await _answer(iso, found, answering, request)
+            await _answer(turns, found, request)
             return json_response(found)
-        return StreamingResponse(_events(iso, found, answering, request),
+        return StreamingResponse(_events(turns, found, request),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})
 
@@ -335,7 +315,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         body = QueryResponse.model_validate(_plain_text(body.model_dump()))
         if not body.query.strip():
             raise errors.InvalidArgument("the response has no query to answer")
-        await _answer(iso, body, answering, request)
+        await _answer(turns, body, request)
         return json_response(body)
 
     @app.get("/questions")
@@ -367,9 +347,9 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         that query or a very close one. A query id of another key's user, or of another
         project, answers 404; a chunk the search did not return, 400."""
         who, reads = allowed(request, "feedback"), scope_in(request.scope) == "read"
-        done = await written(lambda: iso.feedback(body.query_id, body.chunk_id,
-                                                  body.useful, principal=who,
-                                                  read_only=reads))
+        done = await turns.write(lambda: iso.feedback(body.query_id, body.chunk_id,
+                                                      body.useful, principal=who,
+                                                      read_only=reads))
         return dict(done.model_dump())
 
     @app.get("/log")
@@ -424,7 +404,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                 if os.path.dirname(os.path.realpath(uri)) == folder:
                     Path(uri).unlink(missing_ok=True)
 
-        await written(delete)
+        await turns.write(delete)
         return Response(status_code=204)
 
     @app.get("/status")
@@ -452,7 +432,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """Add a question by hand to a chunk (origin ``manual``; as ``isotope questions
         add``). Needs an administrator's key."""
         allowed(request, "add_question")
-        made = await written(lambda: iso.add_question("", body.text, chunk_id=chunk_id))
+        made = await turns.write(lambda: iso.add_question("", body.text, chunk_id=chunk_id))
         return {"id": made}
 
     @app.put("/questions/{question_id}")
@@ -461,7 +441,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """Change a question's text (it becomes ``manual``); its new id. Needs an
         administrator's key."""
         allowed(request, "edit_question")
-        return {"id": await written(lambda: iso.edit_question(question_id, body.text))}
+        return {"id": await turns.write(lambda: iso.edit_question(question_id, body.text))}
 
     @app.delete("/questions/{question_id}", status_code=204)
     async def disable_question(question_id: QuestionId,
@@ -469,7 +449,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """Take a question out of every search (kept, dropped: ``disabled by hand``).
         Needs an administrator's key."""
         allowed(request, "disable_question")
-        await written(lambda: iso.disable_question(question_id))
+        await turns.write(lambda: iso.disable_question(question_id))
         return Response(status_code=204)
 
     @app.post("/questions/{question_id}/enable", status_code=204)
@@ -477,7 +457,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
                               request: Request) -> Response:
         """Search a question disabled by hand again. Needs an administrator's key."""
         allowed(request, "enable_question")
-        await written(lambda: iso.enable_question(question_id))
+        await turns.write(lambda: iso.enable_question(question_id))
         return Response(status_code=204)
 
     @app.post("/ingest")
@@ -495,7 +475,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         if twice:
             raise errors.InvalidArgument(f"two files named {twice[0]} in one upload (names "
                                          "are reduced to plain file names); send one")
-        reply: Response = await written(
+        reply: Response = await turns.write(
             lambda: _ingest_uploads(iso, files, uploads, max_bytes, allow))
         return reply
 
@@ -504,12 +484,9 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
         """Make the index match folders below the server's ``serve_roots`` (links that
         lead out of them are not followed). Needs an administrator's key."""
         allowed(request, "sync")
-        if not roots:
-            raise HTTPException(403, "POST /sync is off: the server has no serve_roots "
-                                "(set ISOTOPE_SERVE_ROOTS to the folders it may read)")
-        wanted = [_below(text, roots) for text in body.paths]
-        return _report(await written(lambda: iso.sync(wanted, confine=roots,
-                                                      allow=body.allow)))
+        wanted = below_roots(body.paths, roots, what="POST /sync")
+        return reported(await turns.write(lambda: iso.sync(wanted, confine=roots,
+                                                           allow=body.allow)))
 
     if gate:
         app.add_middleware(Gate, keys=keys, max_bytes=max_bytes,  # outermost but errors
@@ -531,16 +508,6 @@ def _disk_full(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
-
-
-def _below(text: str, roots: list[Path]) -> Path:
-    """``text`` as a path, resolved, if it is below one of ``roots`` (else 403)."""
-    if "\x00" in text:
-        raise errors.InvalidArgument("a path cannot hold a NUL character")
-    path = Path(os.path.realpath(text))
-    if not any(path == root or root in path.parents for root in roots):
-        raise HTTPException(403, f"{text} is not below the server's serve_roots")
-    return path
 
 
 def _plain_text(value: Any) -> Any:
@@ -565,33 +532,16 @@ def _validation(exc: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(problems)
 
 
-async def _answer(iso: Isotope, found: QueryResponse, slots: asyncio.Semaphore,
-                  request: Request, on_token: Callable[[str], None] | None = None) -> bool:
-    """Have the model answer ``found`` in a worker thread, in turn; stops the model when
-    the client goes away (then returns False)."""
-    cancel = threading.Event()
-    async with slots:
-        if await request.is_disconnected():
-            return False
-        work = asyncio.ensure_future(run_in_threadpool(
-            iso.answer, found, on_token=on_token, cancel=cancel, principal=asker(request)))
-        try:
-            while not work.done():
-                await asyncio.wait([work], timeout=0.25)
-                if not work.done() and await request.is_disconnected():
-                    cancel.set()
-            await work
-        except BaseException:
-            # cancelled (a streamed reply whose client left is cancelled by Starlette):
-            # stop the model at its next piece, and hold the slot until it has stopped
-            cancel.set()
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(work)
-            raise
-    return not cancel.is_set()
+async def _answer(turns: Turns, found: QueryResponse, request: Request,
+                  on_token: Callable[[str], None] | None = None) -> bool:
+    """Have the model answer ``found``, in turn; stops the model when the client goes
+    away (then returns False), or when a streamed reply whose client left is cancelled
+    by Starlette."""
+    return await turns.answer(found, asker(request), gone=request.is_disconnected,
+                              on_token=on_token)
 
 
-async def _events(iso: Isotope, found: QueryResponse, slots: asyncio.Semaphore,
+async def _events(turns: Turns, found: QueryResponse,
                   request: Request) -> AsyncIterator[str]:
     """The /ask stream: results at once, the reply's tokens as the model writes them,
     then the answer as checked, then done."""
@@ -604,7 +554,7 @@ async def _events(iso: Isotope, found: QueryResponse, slots: asyncio.Semaphore,
 
     async def run() -> None:
         try:
-            await _answer(iso, found, slots, request, token)
+            await _answer(turns, found, request, token)
         finally:
             loop.call_soon_threadsafe(tokens.put_nowait, None)
 
@@ -650,12 +600,6 @@ def _api_docs(app: FastAPI) -> None:
                                    swagger_favicon_url="/docs/static/favicon.png")
 
 
-def _report(report: Any) -> dict[str, Any]:
-    done: dict[str, Any] = json.loads(json.dumps({**asdict(report), "ok": report.ok},
-                                                 default=str))
-    return done
-
-
 def _ingest_uploads(iso: Isotope, files: list[UploadFile], folder: Path,
                     max_bytes: int, allow: list[str] | None = None) -> Response:
     """Save the uploads and ingest them; the files that fail are not kept (an earlier
@@ -674,7 +618,7 @@ def _ingest_uploads(iso: Isotope, files: list[UploadFile], folder: Path,
         raise
     failed = {e.path for e in report.errors}
     _restore(saved, failed)
-    body = _report(report)
+    body = reported(report)
     if report.ok:
         return JSONResponse(body)
     body["error"] = "; ".join(f"{Path(e.path).name}: {e.message}" for e in report.errors)

@@ -13,11 +13,8 @@ library in a worker thread, never on the event loop."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
-import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -32,6 +29,7 @@ from isotope.access import Principal
 from isotope.reports import source_listing
 from isotope.server.gate import principal_in, scope_in
 from isotope.server.operations import BY_TOOL, permit
+from isotope.server.work import Turns, below_roots, reported
 
 if TYPE_CHECKING:
     from mcp.server.fastmcp import FastMCP
@@ -107,18 +105,15 @@ def _reply(data: Any) -> CallToolResult:
 
 
 def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool = True,
-               remote: bool = False,
-               writes: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
-               answer_slots: asyncio.Semaphore | None = None,
+               remote: bool = False, turns: Turns | None = None,
                principal: Principal | None = None) -> FastMCP:
     """The MCP server over ``iso``. ``ingest`` only when ``writable``; it reads below
     ``roots`` only (links out of them not followed), and with ``remote`` (HTTP) nothing
-    at all without ``roots``. ``writes`` runs each write (the server queues them; default:
-    in a worker thread); ``answer_slots`` bounds the answers written at once (the
-    server's, shared with ``/ask``), and an ``ask`` whose call is cancelled stops its
-    model. Each tool answers for the request's API key over HTTP (its principal), else
-    for ``principal`` (stdio: None, the user who runs it, sees everything). Over HTTP it
-    sits behind the server's gate, which checks Host and
+    at all without ``roots``. ``turns``: the server's (searches, answers and writes in
+    turn, shared with its HTTP routes; default: this server's own); an ``ask`` whose call
+    is cancelled stops its model. Each tool answers for the request's API key over HTTP
+    (its principal), else for ``principal`` (stdio: None, the user who runs it, sees
+    everything). Over HTTP it sits behind the server's gate, which checks Host and
     Origin (the SDK's own check is off: it knew neither ``allowed_hosts`` nor
     ``allowed_origins`` and answered in plain text)."""
     from mcp.server.fastmcp import FastMCP
@@ -130,11 +125,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
                      transport_security=security)
     server._mcp_server.version = __version__  # (serverInfo said the SDK's version)
     confine = roots or None
-
-    async def in_thread(call: Callable[[], Any]) -> Any:
-        return await anyio.to_thread.run_sync(call)
-
-    run_write = writes or in_thread
+    turns = turns or Turns(iso)
 
     @server.tool()
     async def search(ctx: Context,  # type: ignore[type-arg]
@@ -146,8 +137,7 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         (the first passage is very likely right), query_more (read several, or search
         again), refine_query (probably not found: rephrase or add detail)."""
         who, k = _allowed(ctx, "search", principal, remote), _within(k, 50)
-        found = await anyio.to_thread.run_sync(
-            lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
+        found = await turns.search(query, k, mode=mode, filters=filters, principal=who)
         return _reply(agent_view(found))
 
     @server.tool()
@@ -163,18 +153,9 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         answer was made: generated (supported by the cited passages), quoted (the passage
         that matched best, quoted), or declined (the documents do not hold it)."""
         who, k = _allowed(ctx, "ask", principal, remote), _within(k, 20)
-        found = await anyio.to_thread.run_sync(
-            lambda: iso.search(query, k, mode=mode, filters=filters, principal=who))
-        cancel = threading.Event()
-        async with answer_slots or contextlib.nullcontext():
-            try:
-                answered = await anyio.to_thread.run_sync(
-                    lambda: iso.answer(found, cancel=cancel, principal=who),
-                    abandon_on_cancel=True)
-            except BaseException:  # the call was cancelled: the model stops too
-                cancel.set()
-                raise
-        return _reply(agent_view(answered))
+        found = await turns.search(query, k, mode=mode, filters=filters, principal=who)
+        await turns.answer(found, who)  # (the call cancelled: the model stops too)
+        return _reply(agent_view(found))
 
     @server.tool()
     async def feedback(ctx: Context,  # type: ignore[type-arg]
@@ -191,8 +172,8 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         when the user confirms or rejects an answer."""
         who = _allowed(ctx, "feedback", principal, remote)
         reads = _key_scope(ctx, who, remote) == "read"
-        done = await run_write(lambda: iso.feedback(query_id, chunk_id, useful,
-                                                    principal=who, read_only=reads))
+        done = await turns.write(lambda: iso.feedback(query_id, chunk_id, useful,
+                                                      principal=who, read_only=reads))
         return _reply(done.model_dump())
 
     @server.tool()
@@ -217,28 +198,12 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
             server's serve_roots setting are read. Supported: .md .txt .html .pdf .eml
             .mbox .tex .docx."""
             _allowed(ctx, "ingest", principal, remote)
-            if any("\x00" in p for p in paths):
-                raise ValueError("a path cannot hold a NUL character")
-            if remote and not confine:
-                raise ValueError("ingest by path is off on this server: it has no "
-                                 "serve_roots (set ISOTOPE_SERVE_ROOTS to the folders it "
-                                 "may read)")
-            wanted = [Path(p).expanduser().resolve() for p in paths]
-            if confine is not None:
-                outside = [str(p) for p in wanted
-                           if not any(p == r or r in p.parents for r in confine)]
-                if outside:
-                    raise ValueError(f"not below the server's serve_roots "
-                                     f"({', '.join(map(str, confine))}): {outside}")
+            wanted = below_roots(paths, confine, what="ingest by path", remote=remote)
             missing = [str(p) for p in wanted if not p.exists()]
             if missing:
                 raise ValueError(f"no such file or folder: {', '.join(missing)}")
-            report = await run_write(lambda: iso.ingest(wanted, confine=confine))
-            done = {"added": report.added, "replaced": report.replaced,
-                    "unchanged": report.unchanged, "chunks": report.chunks,
-                    "questions": report.questions,
-                    "errors": [f"{e.path}: {e.message}" for e in report.errors],
-                    "ok": report.ok}
+            report = await turns.write(lambda: iso.ingest(wanted, confine=confine))
+            done = reported(report, brief=True)
             if not report.ok:
                 return CallToolResult(content=[TextContent(type="text", text=json.dumps(
                     done, separators=(",", ":")))], structuredContent=done, isError=True)
