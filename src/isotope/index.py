@@ -41,7 +41,7 @@ from isotope.errors import (
     StoreError,
 )
 from isotope.files import source_path
-from isotope.ingest import maintenance, references
+from isotope.ingest import maintenance, planning, references
 from isotope.ingest.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.ingest.maintenance import RepairReport, source_state
 from isotope.ingest.pipeline import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
@@ -369,7 +369,7 @@ class Isotope:
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
             self._reassign(report, allow, paths)
-            learning.learn_waiting(self, report)
+            learning.learn_waiting(self.store, self.embedder, report)
             return report
 
     def enrich(self, *, progress: ProgressCallback | None = None,
@@ -381,7 +381,7 @@ class Isotope:
         exist."""
         with self.store.writer(self.settings.lock_wait):
             report = self._pipeline().enrich(progress=progress, sources=sources)
-            learning.learn_waiting(self, report)
+            learning.learn_waiting(self.store, self.embedder, report)
             return report
 
     def sync(
@@ -413,7 +413,7 @@ class Isotope:
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
             self._reassign(report, allow, paths)
-            learning.learn_waiting(self, report)
+            learning.learn_waiting(self.store, self.embedder, report)
             for uri in gone:
                 self.store.delete_source(uri)
                 report.removed.append(uri)
@@ -443,7 +443,7 @@ class Isotope:
             report = self._pipeline(allow=allow).ingest_chunks(
                 items, source=source, progress=progress, questions=questions)
             self._reassign(report, allow)
-            learning.learn_waiting(self, report)
+            learning.learn_waiting(self.store, self.embedder, report)
             return report
 
     def plan(
@@ -457,7 +457,7 @@ class Isotope:
         calls needed and how many the cache covers, estimated tokens."""
         if isinstance(paths, str | Path):
             paths = [paths]
-        return self._pipeline().plan(paths, include=include, exclude=exclude)
+        return planning.plan_paths(self._pipeline(), paths, include=include, exclude=exclude)
 
     async def aingest_chunks(
         self,
@@ -576,7 +576,8 @@ class Isotope:
         if not self.settings.show_learned:
             learning.hide_learned(response)
         if self.query_log or self.settings.audit_log:
-            learning.log(self, response, asker, filters, started, time.perf_counter())
+            learning.log(self.store, response, asker, filters, started, time.perf_counter(),
+                         keep_days=self.settings.audit_days)
         return response
 
     def log_by_default(self) -> None:
@@ -603,19 +604,22 @@ class Isotope:
         comes with a key that may only read (a server's), so what it teaches waits for
         review unless the ``learn`` setting says otherwise. See :mod:`isotope.search.learning`."""
         with self.store.writer(self.settings.lock_wait):
-            return learning.feedback(self, query_id, chunk_id, bool(useful),
-                                     principal_of(principal), read_only=read_only)
+            asker = principal_of(principal)
+            return learning.feedback(
+                self.store, self.embedder, query_id, chunk_id, bool(useful), asker,
+                conditions=self._conditions(asker), learn_setting=self.settings.learn,
+                access_control=self.access_control, read_only=read_only)
 
     def pending_questions(self) -> list[Feedback]:
         """Useful marks whose queries wait for review (the ``learn`` setting
         ``review``), newest first."""
-        return learning.pending(self)
+        return learning.pending(self.store)
 
     def review_questions(self, marks: Sequence[str], *, approve: bool = True
                          ) -> list[learning.FeedbackResult]:
         """Learn (``approve``) or reject the pending marks named ``QUERY_ID:CHUNK_ID``."""
         with self.store.writer(self.settings.lock_wait):
-            return learning.review(self, marks, approve)
+            return learning.review(self.store, self.embedder, marks, approve)
 
     def add_question(self, source: str | Path, text: str, *, chunk: int | None = None,
                      chunk_id: str | None = None) -> str:
@@ -625,12 +629,13 @@ class Isotope:
         chunk. Returns its id. A question the chunk has, an empty one, or one with
         control characters is an :class:`InvalidArgument`."""
         with self.store.writer(self.settings.lock_wait):
-            return learning.add_question(self, self._chunk_at(source, chunk, chunk_id), text)
+            return learning.add_question(self.store, self.embedder,
+                                         self._chunk_at(source, chunk, chunk_id), text)
 
     def edit_question(self, question_id: str, text: str) -> str:
         """Change a question's text (it becomes ``manual``); returns its new id."""
         with self.store.writer(self.settings.lock_wait):
-            return learning.edit_question(self, question_id, text)
+            return learning.edit_question(self.store, self.embedder, question_id, text)
 
     def disable_question(self, question_id: str) -> None:
         """Take a question out of every search; it stays among the chunk's dropped
@@ -680,8 +685,8 @@ class Isotope:
         of the marks better than the weights in use (``adopted``). A weight goes to 0
         only with ``allow_zero``. The ``weights`` setting still wins, signal by signal.
         See :mod:`isotope.search.weights`."""
-        done = weight_fit.fit(self, min_marks=min_marks, allow_zero=allow_zero,
-                              progress=progress)
+        done = weight_fit.fit(self.store, self.embedder, self.settings, min_marks=min_marks,
+                              allow_zero=allow_zero, progress=progress)
         if done.adopted:
             with self.store.writer(self.settings.lock_wait):
                 weight_fit.keep(self.store, done)

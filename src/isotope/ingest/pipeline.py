@@ -28,7 +28,7 @@ from isotope.access import Assigner, held_by_hand
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, ProviderError
 from isotope.files import read_opened
-from isotope.ingest import changes, contextual, maintenance, planning, reading, references
+from isotope.ingest import changes, contextual, maintenance, reading, references
 from isotope.ingest.assembly import Work, assemble
 from isotope.ingest.atomizers import Atomizer
 from isotope.ingest.chunking import chunk_text, section_metadata
@@ -218,19 +218,6 @@ class Pipeline:
         meter(report)
         self._notify(progress, "done", "", len(grouped), len(grouped), report)
         return report
-
-    def plan(
-        self,
-        paths: Iterable[str | Path],
-        *,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-    ) -> IngestPlan:
-        """Count the chunks, atoms and model calls an ingest of ``paths`` needs, and how
-        many calls the cache already covers (see :mod:`isotope.ingest.planning`)."""
-        result = IngestPlan()
-        files, result.skipped, result.errors = self._discover(paths, include, exclude)
-        return planning.plan(self, files, result)
 
     # -- the stages' parts, also used by planning --------------------------------------
     def read(self, path: Path) -> tuple[os.stat_result, bytes, Path | None]:

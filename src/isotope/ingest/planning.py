@@ -4,13 +4,14 @@ Nothing is generated or stored."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from isotope import loaders
 from isotope.ingest import contextual
 from isotope.ingest.atomizers import SentenceAtomizer
+from isotope.ingest.discovery import discover
 from isotope.ingest.reading import Loaded, Unchanged
 from isotope.models import Chunk
 from isotope.providers import Prompt
@@ -22,6 +23,20 @@ if TYPE_CHECKING:
 COMPLETION_TOKENS_PER_QUESTION = 16
 COMPLETION_TOKENS_PER_CONTEXT = 50
 MESSAGE_OVERHEAD_TOKENS = 8
+
+
+def plan_paths(pipeline: Pipeline, paths: Iterable[str | Path], *,
+               include: Sequence[str] | None = None,
+               exclude: Sequence[str] | None = None) -> IngestPlan:
+    """Count the chunks, atoms and model calls an ingest of ``paths`` by ``pipeline``
+    needs, and how many calls the cache already covers (files found as the ingest finds
+    them)."""
+    result = IngestPlan()
+    settings = pipeline.settings
+    files, result.skipped, result.errors = discover(
+        paths, settings.include if include is None else include,
+        settings.exclude if exclude is None else exclude, None)
+    return plan(pipeline, files, result)
 
 
 def plan(pipeline: Pipeline, files: dict[Path, Path], plan: IngestPlan) -> IngestPlan:

@@ -32,13 +32,12 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from isotope.access import Principal
-from isotope.embedders import Vectors
+from isotope.embedders import Embedder, Vectors
 from isotope.errors import InvalidArgument, SourceNotFound
-from isotope.models import Chunk, Origin, QueryResponse, Question
+from isotope.models import Chunk, Condition, Origin, QueryResponse, Question
 from isotope.stores import Feedback, LoggedQuery, Store
 
 if TYPE_CHECKING:
-    from isotope.index import Isotope
     from isotope.reports import IngestReport
 
 CLOSE = 0.9
@@ -101,17 +100,19 @@ def normalized(text: str) -> str:
     return re.sub(r"\s+", " ", text.casefold()).strip().rstrip("?!. ")
 
 
-def log(iso: Isotope, response: QueryResponse, principal: Principal | None,
-        filters: dict[str, Any] | None, started: float, now: float) -> None:
-    """Write ``response`` to the query log and give it its ``query_id``."""
+def log(store: Store, response: QueryResponse, principal: Principal | None,
+        filters: dict[str, Any] | None, started: float, now: float, *, keep_days: float
+        ) -> None:
+    """Write ``response`` to the query log (entries older than ``keep_days`` go) and give
+    it its ``query_id``."""
     response.query_id = uuid.uuid4().hex
-    iso.store.log_query(LoggedQuery(
+    store.log_query(LoggedQuery(
         query_id=response.query_id, at=datetime.now(UTC).isoformat(),
         principal=who(principal), query=response.query, mode=response.mode,
         chunk_ids=[r.chunk.id for r in response.results],
         scores=[r.score for r in response.results], filters=filters or None,
         action=response.suggested_action, latency_ms=round((now - started) * 1000, 3)),
-        iso.settings.audit_days)
+        keep_days)
 
 
 VETTED = ("learned", "duplicate")
@@ -209,22 +210,25 @@ def hide_learned(response: QueryResponse) -> QueryResponse:
     return response
 
 
-def learn_mode(iso: Isotope, principal: Principal | None = None, *,
-               read_only: bool = False) -> str:
-    """The ``learn`` setting, else ``review`` where access control is on (the setting,
-    or a user's key: its words would reach everyone's searches) or the mark comes with a
-    key that may only read (learning writes to the index), else ``auto``."""
-    guarded = read_only or iso.access_control or (principal is not None
-                                                  and not principal.admin
-                                                  and principal.strict)
-    return iso.settings.learn or ("review" if guarded else "auto")
+def learn_mode(setting: str | None, principal: Principal | None = None, *,
+               access_control: bool = False, read_only: bool = False) -> str:
+    """The ``learn`` ``setting``, else ``review`` where access control is on (the
+    setting, or a user's key: its words would reach everyone's searches) or the mark
+    comes with a key that may only read (learning writes to the index), else ``auto``."""
+    guarded = read_only or access_control or (principal is not None
+                                              and not principal.admin
+                                              and principal.strict)
+    return setting or ("review" if guarded else "auto")
 
 
-def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
-             principal: Principal | None, *, read_only: bool = False) -> FeedbackResult:
+def feedback(store: Store, embedder: Embedder, query_id: str, chunk_id: str,
+             useful: bool, principal: Principal | None, *,
+             conditions: Sequence[Condition] = (), learn_setting: str | None = None,
+             access_control: bool = False, read_only: bool = False) -> FeedbackResult:
     """Record a mark on result ``chunk_id`` of the logged search ``query_id`` (see the
-    module's text)."""
-    store = iso.store
+    module's text) by ``principal``, whose search ``conditions`` say what it may see (a
+    chunk it may no longer see is not found); ``learn_setting``, ``access_control`` and
+    ``read_only``: as :func:`learn_mode` takes them."""
     query_id, chunk_id = str(query_id).strip(), str(chunk_id).strip()
     entry = store.logged_query(query_id) if query_id else None
     if entry is None or not same_asker(entry.principal, principal):
@@ -233,7 +237,9 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
     if chunk_id not in entry.chunk_ids:
         raise InvalidArgument(f"chunk {chunk_id!r} was not a result of search {query_id!r}; "
                               f"its results: {', '.join(entry.chunk_ids) or 'none'}")
-    iso._visible_chunk(chunk_id, iso._conditions(principal))
+    if chunk_id not in (store.visible_chunks([chunk_id], conditions) if conditions
+                        else store.get_chunks([chunk_id])):
+        raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
     marked = next((m for m in store.feedback(query_id=query_id) if m.chunk_id == chunk_id),
                   None)
     if marked is not None and marked.useful == useful:  # (said again: nothing new)
@@ -246,14 +252,15 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
             if q.kept and q.origin == "user" and q.text == entry.query:
                 store.disable_question(q.id)
     learned = question_id = None
-    mode = learn_mode(iso, principal, read_only=read_only)
+    mode = learn_mode(learn_setting, principal, access_control=access_control,
+                      read_only=read_only)
     if useful and not learnable(entry.query):  # (marked, and never learned)
         mode = "off"
     # (the query's embedding: what a not-useful mark keeps, what auto learning adds)
-    vector = (np.asarray(iso.embedder.embed([entry.query]), dtype=np.float32)[0]
+    vector = (np.asarray(embedder.embed([entry.query]), dtype=np.float32)[0]
               if not useful or mode == "auto" else None)
     if useful and vector is not None:
-        learned, question_id = learn(iso, chunk, entry.query, vector)
+        learned, question_id = learn(store, chunk, entry.query, vector)
         if learned == "pending":  # (not a review: the chunk waits for its questions)
             learned = "waiting"
     elif useful and mode == "review":
@@ -266,28 +273,28 @@ def feedback(iso: Isotope, query_id: str, chunk_id: str, useful: bool,
                           learned=learned, question_id=question_id)
 
 
-def learn_waiting(iso: Isotope, report: IngestReport) -> None:
+def learn_waiting(store: Store, embedder: Embedder, report: IngestReport) -> None:
     """Learn the marks that waited for their chunk's questions (``waiting``), once an
     ingest or an enrichment gave chunks their questions."""
     if not report.enriched_chunks:
         return
-    for mark in iso.store.feedback(learn="waiting"):
-        chunk = iso.store.get_chunks([mark.chunk_id]).get(mark.chunk_id)
+    for mark in store.feedback(learn="waiting"):
+        chunk = store.get_chunks([mark.chunk_id]).get(mark.chunk_id)
         if chunk is None:
             continue
-        vector = np.asarray(iso.embedder.embed([mark.query]), dtype=np.float32)[0]
-        done, _ = learn(iso, chunk, mark.query, vector)
+        vector = np.asarray(embedder.embed([mark.query]), dtype=np.float32)[0]
+        done, _ = learn(store, chunk, mark.query, vector)
         if done != "pending":
             mark.learn = done
-            iso.store.add_feedback(mark)
+            store.add_feedback(mark)
 
 
-def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors,
+def learn(store: Store, chunk: Chunk, text: str, vector: Vectors,
           origin: Origin = "user") -> tuple[str, str | None]:
     """Add ``text`` (embedded as ``vector``) as a question of ``chunk`` (``origin``:
     ``user`` or ``manual``): (``learned``, its id), (``duplicate``, None) or
     (``pending``, None) when the chunk has no atoms yet (it waits for its questions)."""
-    stored = next((c for c in iso.store.stored_chunks(chunk.source).values()
+    stored = next((c for c in store.stored_chunks(chunk.source).values()
                    if c.atoms and c.atoms[0].chunk_id == chunk.id), None)
     if stored is None:
         return "pending", None
@@ -301,11 +308,11 @@ def learn(iso: Isotope, chunk: Chunk, text: str, vector: Vectors,
             same = stored.questions[int(np.argmax(near))]
     if same is not None:  # the chunk has it: confirmed by use (ranked as a learned one)
         if origin == "user":
-            iso.store.confirm_question(same.id)
+            store.confirm_question(same.id)
         return "duplicate", None
     atom = stored.atoms[int(np.argmax(np.asarray(stored.atom_vectors) @ unit))]
     question = Question(text=text, atom_id=atom.id, chunk_id=chunk.id, origin=origin)
-    if not iso.store.add_kept_questions(chunk.id, [question], unit[None, :]):
+    if not store.add_kept_questions(chunk.id, [question], unit[None, :]):
         raise SourceNotFound(f"no chunk {chunk.id!r} in the index")
     return "learned", question.id
 
@@ -346,11 +353,11 @@ def question_text(text: str) -> str:
     return text
 
 
-def add_question(iso: Isotope, chunk: Chunk, text: str) -> str:
+def add_question(store: Store, embedder: Embedder, chunk: Chunk, text: str) -> str:
     """Add ``text`` as a manual question of ``chunk``; its id."""
     text = question_text(text)
-    vector = np.asarray(iso.embedder.embed([text]), dtype=np.float32)[0]
-    done, question_id = learn(iso, chunk, text, vector, "manual")
+    vector = np.asarray(embedder.embed([text]), dtype=np.float32)[0]
+    done, question_id = learn(store, chunk, text, vector, "manual")
     if done == "duplicate":
         raise InvalidArgument(f"chunk {chunk.id} already has the question {text!r} (or one "
                               f"within cosine {DUPLICATE})")
@@ -360,10 +367,10 @@ def add_question(iso: Isotope, chunk: Chunk, text: str) -> str:
     return question_id
 
 
-def edit_question(iso: Isotope, question_id: str, text: str) -> str:
+def edit_question(store: Store, embedder: Embedder, question_id: str, text: str) -> str:
     """Replace a question's text; the new one is ``manual`` (a generated question edited
     is kept like one added by hand). Its new id."""
-    found = iso.store.question(question_id)
+    found = store.question(question_id)
     if found is None:
         raise SourceNotFound(f"no question {question_id!r} in the index (`isotope questions "
                              "SOURCE --json` gives each one's id)")
@@ -371,26 +378,27 @@ def edit_question(iso: Isotope, question_id: str, text: str) -> str:
     text = question_text(text)
     if text == question.text:
         return question_id
-    chunk = iso.store.get_chunks([question.chunk_id])[question.chunk_id]
-    iso.store.disable_question(question_id)
+    chunk = store.get_chunks([question.chunk_id])[question.chunk_id]
+    store.disable_question(question_id)
     try:
-        made = add_question(iso, chunk, text)
+        made = add_question(store, embedder, chunk, text)
     except BaseException:  # (as it was; the caller holds the writer lock)
-        iso.store.enable_question(question_id, iso.embedder.embed([question.text]))
+        store.enable_question(question_id, embedder.embed([question.text]))
         raise
-    iso.store.forget_disabled(question_id)  # (replaced: its old text is not kept)
+    store.forget_disabled(question_id)  # (replaced: its old text is not kept)
     return made
 
 
-def pending(iso: Isotope) -> list[Feedback]:
+def pending(store: Store) -> list[Feedback]:
     """Useful marks waiting for review, newest first."""
-    return iso.store.feedback(learn="pending")
+    return store.feedback(learn="pending")
 
 
-def review(iso: Isotope, marks: Sequence[str], approve: bool) -> list[FeedbackResult]:
+def review(store: Store, embedder: Embedder, marks: Sequence[str], approve: bool
+           ) -> list[FeedbackResult]:
     """Approve (learn) or reject the pending marks named ``QUERY_ID:CHUNK_ID``."""
     done = []
-    waiting = {f"{m.query_id}:{m.chunk_id}": m for m in pending(iso)}
+    waiting = {f"{m.query_id}:{m.chunk_id}": m for m in pending(store)}
     for name in marks:
         mark = waiting.get(name.strip())
         if mark is None:
@@ -399,7 +407,7 @@ def review(iso: Isotope, marks: Sequence[str], approve: bool) -> list[FeedbackRe
         learned: str | None = "rejected"
         question_id = None
         if approve:
-            chunk = iso.store.get_chunks([mark.chunk_id]).get(mark.chunk_id)
+            chunk = store.get_chunks([mark.chunk_id]).get(mark.chunk_id)
             if chunk is None:
                 raise SourceNotFound(f"chunk {mark.chunk_id!r} of mark {name!r} is no "
                                      "longer in the index; reject the mark")
@@ -408,12 +416,12 @@ def review(iso: Isotope, marks: Sequence[str], approve: bool) -> list[FeedbackRe
             except InvalidArgument as exc:
                 raise InvalidArgument(f"mark {name!r} cannot be learned: {exc}; reject "
                                       "it") from None
-            vector = np.asarray(iso.embedder.embed([mark.query]), dtype=np.float32)[0]
-            learned, question_id = learn(iso, chunk, mark.query, vector)
+            vector = np.asarray(embedder.embed([mark.query]), dtype=np.float32)[0]
+            learned, question_id = learn(store, chunk, mark.query, vector)
             if learned == "pending":  # (approved: it waits for the chunk's questions)
                 learned = "waiting"
         mark.learn = learned
-        iso.store.add_feedback(mark)
+        store.add_feedback(mark)
         done.append(FeedbackResult(query_id=mark.query_id, chunk_id=mark.chunk_id,
                                    useful=True, learned=learned, question_id=question_id))
     return done

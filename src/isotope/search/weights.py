@@ -30,7 +30,8 @@ from isotope.search import learning, retrieval
 from isotope.search.retrieval import SIGNALS, Candidate
 
 if TYPE_CHECKING:
-    from isotope.index import Isotope
+    from isotope.embedders import Embedder
+    from isotope.settings import RetrievalSettings
     from isotope.stores import Store
 
 META_KEY = "fitted_weights"
@@ -85,7 +86,8 @@ def reset(store: Store) -> bool:
     return True
 
 
-def fit(iso: Isotope, *, min_marks: int = MIN_MARKS, allow_zero: bool = False,
+def fit(store: Store, embedder: Embedder, settings: RetrievalSettings, *,
+        min_marks: int = MIN_MARKS, allow_zero: bool = False,
         progress: Callable[[int, int], None] | None = None) -> WeightFit:
     """Fit ``hybrid``'s signal weights on the useful marks of the index that were learned
     or approved (:func:`learning.vetted`; see the module's text); ``adopted``: they help
@@ -93,7 +95,6 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS, allow_zero: bool = False,
     ``allow_zero`` (an administrator's explicit choice: a weight of 0 switches a signal
     off for everyone)."""
     started = time.perf_counter()
-    store = iso.store
     read, left_out = learning.vetted(store, MOST_MARKS)
     marks = {(learning.normalized(m.query), m.chunk_id): m.query for m in read}
     if len(marks) < min_marks:
@@ -102,7 +103,7 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS, allow_zero: bool = False,
                               f"user's share); fitting the weights needs at least "
                               f"{min_marks} (isotope feedback QUERY_ID CHUNK_ID marks a "
                               "result useful; isotope questions review approves marks)")
-    fixed = dict(iso.settings.weights)  # the setting's weights win: not fitted
+    fixed = dict(settings.weights)  # the setting's weights win: not fitted
     if set(SIGNALS) <= set(fixed):
         raise InvalidArgument("the weights setting (ISOTOPE_WEIGHTS) gives every signal its "
                               "weight, and it wins over fitted weights: nothing to fit. "
@@ -111,10 +112,10 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS, allow_zero: bool = False,
         raise InvalidArgument("the weights setting (ISOTOPE_WEIGHTS) sets questions-dense to "
                               "0; fitted weights keep it above 0 (what users confirmed is "
                               "read through it): leave it out of the setting to fit")
-    before = retrieval.weights_in_use(iso.settings, fitted_weights(store))
-    pool, aggregate = max(50, iso.settings.top_k), iso.settings.aggregate
+    before = retrieval.weights_in_use(settings, fitted_weights(store))
+    pool, aggregate = max(50, settings.top_k), settings.aggregate
     queries = list(marks.values())
-    vectors = np.asarray(iso.embedder.embed(queries), dtype=np.float32)
+    vectors = np.asarray(embedder.embed(queries), dtype=np.float32)
     cases: list[Marked] = []
     for i, ((said, chunk_id), query) in enumerate(marks.items()):
         with store.snapshot():  # (one per mark: no snapshot held for the whole fit)
@@ -127,7 +128,7 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS, allow_zero: bool = False,
         cases.append((found, waiting, chunk_id))
         if progress is not None:
             progress(i + 1, len(marks))
-    first_before = _first(cases, before, iso.settings.fusion)
+    first_before = _first(cases, before, settings.fusion)
     weights, first_after = dict(before), first_before
     for _ in range(ROUNDS):
         moved = False
@@ -140,7 +141,7 @@ def fit(iso: Isotope, *, min_marks: int = MIN_MARKS, allow_zero: bool = False,
                     continue  # (the confirmed raise reads the questions-dense signal)
                 if step == 0 and not allow_zero:
                     continue
-                scored = _first(cases, trial, iso.settings.fusion)
+                scored = _first(cases, trial, settings.fusion)
                 if scored > first_after:
                     weights, first_after, moved = trial, scored, True
         if not moved:

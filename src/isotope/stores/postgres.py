@@ -78,7 +78,8 @@ from isotope.stores.postgres_sql import (
     term_stats,
     where,
 )
-from isotope.stores.sql_core import POSTGRES, SQLStore
+from isotope.stores.sql_core import SQLStore
+from isotope.stores.sql_dialect import POSTGRES
 
 if TYPE_CHECKING:
     import psycopg

@@ -20,7 +20,7 @@ from isotope.models import Chunk, DroppedQuestion, Origin, Question, content_has
 from isotope.stores import Kind, SourceBatch
 
 if TYPE_CHECKING:
-    from isotope.stores.sql_core import Dialect
+    from isotope.stores.sql_dialect import Dialect
 
 _T = TypeVar("_T")
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from isotope.stores import LOG_ONLY, Feedback, LoggedQuery
 
 if TYPE_CHECKING:
-    from isotope.stores.sql_core import Dialect
+    from isotope.stores.sql_dialect import Dialect
 
 _T = TypeVar("_T")
 

@@ -38,7 +38,8 @@ from isotope.stores import (
     Kind,
 )
 from isotope.stores.keywords import query_words
-from isotope.stores.sql_core import SQLITE, SQLStore
+from isotope.stores.sql_core import SQLStore
+from isotope.stores.sql_dialect import SQLITE
 from isotope.stores.sqlite_check import inspect
 from isotope.stores.sqlite_connection import (
     DB_NAME,
