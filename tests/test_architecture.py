@@ -99,3 +99,23 @@ def test_the_stores_and_access_import_nothing_from_the_search() -> None:
             climbing += [f"{path.relative_to(PACKAGE)}: {n}" for n in names
                          if n == "isotope.search" or n.startswith("isotope.search.")]
     assert climbing == []
+
+
+def test_a_store_that_forgets_who_may_see_shows_nothing() -> None:
+    """``visible_chunks`` returned every chunk by default: an engine that forgot it showed
+    everything to everyone. The default now refuses as soon as a condition is given."""
+    import pytest
+
+    from isotope.access import Principal, condition
+    from isotope.errors import InvalidArgument
+
+    class Forgetful(Store):
+        get_chunks = lambda self, ids: {i: object() for i in ids}  # noqa: E731
+
+    Forgetful.__abstractmethods__ = frozenset()  # (only what this test calls)
+    store = Forgetful()  # type: ignore[abstract]
+    bob = condition(Principal.parse("user:bob"), control=True)
+    assert bob is not None
+    with pytest.raises(InvalidArgument, match="keeps no access lists"):
+        store.visible_chunks(["c1"], [bob])
+    assert store.visible_chunks(["c1"], []) == {"c1"}

@@ -278,8 +278,11 @@ class Store(ABC):
         ``conditions``, of the chunks meeting them."""
 
     def visible_chunks(self, ids: Sequence[str], conditions: Sequence[Condition]) -> set[str]:
-        """Which of the chunks ``ids`` exist and meet ``conditions``. Default: the store
-        keeps no access lists (every chunk that exists)."""
+        """Which of the chunks ``ids`` exist and meet ``conditions``. Default: without
+        conditions, those that exist; with any, an error (a store that keeps no access
+        lists cannot say what a principal may see, and never shows everything)."""
+        if conditions:
+            raise InvalidArgument("this store keeps no access lists")
         return set(self.get_chunks(ids))
 
     def log_query(self, entry: LoggedQuery, keep_days: float) -> None:

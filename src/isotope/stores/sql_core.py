@@ -3,13 +3,14 @@ atoms and questions, adding a chunk's generated questions, deleting a source; re
 them and their vectors back, counting, the enrichment queue, exporting a source and the
 questions generated for it.
 
-An engine gives a :class:`~isotope.stores.sql_dialect.Dialect` (how its SQL spells a parameter, a row number, a list
-parameter, a waiting chunk, binary order, a JSON value and text it can hold) and its
-hooks: ``_rows`` (run a read and map its errors), ``_write`` (one write transaction and
-its locks), ``_add_rows`` (insert rows of a kind with their vectors and keywords),
-``_vectors_of`` (where a kind's vectors live) and ``snapshot`` (one read transaction).
-What truly differs stays in the engine: connections and locking, schema steps, vector
-storage and indexes, and where BM25 comes from. A third SQL engine needs a dialect and
+An engine gives a :class:`~isotope.stores.sql_dialect.Dialect` (how its SQL spells a
+parameter, a row number, a list parameter, a waiting chunk, binary order, a JSON value
+and text it can hold) and its hooks: ``_rows`` (run a read and map its errors),
+``_write`` (one write transaction and its locks), ``_add_rows`` (insert rows of a kind
+with their vectors and keywords), ``_vectors_of`` (where a kind's vectors live) and
+``snapshot`` (one read transaction). What truly differs stays in the engine:
+connections and locking, schema steps, vector storage and indexes, and where BM25 comes
+from. A third SQL engine needs a dialect and
 those parts.
 
 Why one module of this size (about 620 lines): it is the relational store itself, the
