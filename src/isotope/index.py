@@ -41,13 +41,12 @@ from isotope.errors import (
     StoreError,
 )
 from isotope.files import source_path
-from isotope.ingest import maintenance, planning, references
+from isotope.ingest import maintenance, planning
 from isotope.ingest.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.ingest.maintenance import RepairReport, source_state
 from isotope.ingest.pipeline import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
 from isotope.ingest.questions import parse_questions
 from isotope.models import (
-    ACCESS_BY_HAND,
     Chunk,
     ChunkQuestions,
     GeneratedQuestion,
@@ -62,13 +61,12 @@ from isotope.search import weights as weight_fit
 from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
 from isotope.search.filters import parse as parse_filters
 from isotope.search.filters import shown_text
+from isotope.search.searching import Search
 from isotope.settings import Settings, index_settings, resolve, shown
 from isotope.stores import SCHEMA_VERSION, Feedback, LoggedQuery, SourceInfo, Store
 
 MAX_K = 10_000
 """The most results a query may ask for."""
-CHUNK_KEYS = frozenset({"headings", "page", "pages", "cites", "cite_keys"})
-"""The metadata keys a chunk of a loaded file may have (the rest are its source's)."""
 MAX_QUERY = 10_000
 """The most characters a query may have (on every surface: the API, the CLI, HTTP, MCP)."""
 HIDDEN_SINCE = ("The passages this answer was written from are no longer visible to you "
@@ -504,48 +502,38 @@ class Isotope:
             k = self.settings.answer_k if for_answer else self.settings.top_k
         k = _valid_k(k)
         asker = principal_of(principal)
+        conditions = self._conditions(asker)
         options = {**retrieval.fusion_options(self.settings, weights, self._fitted_weights()),
-                   "filters": parse_filters(filters) + self._conditions(asker),
+                   "filters": parse_filters(filters) + conditions,
                    "explain": bool(explain), "confirmed_by": self._confirming(asker)}
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
-        # (each made again elsewhere if the read replica it read from stops answering)
-        if not transform or query.rstrip().endswith("?"):
-            return self.store.reading(lambda: self._finished(self._assess(
-                retrieval.search(self.store, self.embedder, query, k, mode, **options), asker),
-                asker, filters, started))
+        search = self._search(asker, conditions)
+        rewrites: list[str] = []
         rewriting = time.perf_counter()
-        reply = self.answer_llm().complete(
-            retrieval.transform_prompt(query, self.prompts["transform"]), max_tokens=120,
-            temperature=0.0
-        )
-        rewrites = parse_questions(reply, 3)
+        if transform and not query.rstrip().endswith("?"):
+            reply = self.answer_llm().complete(
+                retrieval.transform_prompt(query, self.prompts["transform"]),
+                max_tokens=120, temperature=0.0)
+            rewrites = parse_questions(reply, 3)
 
-        def rewritten() -> QueryResponse:
-            response = retrieval.search_many(self.store, self.embedder, query, rewrites, k,
-                                             mode, **options)
-            response.timings["transform"] = time.perf_counter() - rewriting - sum(
-                response.timings.values())
-            return self._finished(self._assess(response, asker), asker, filters, started)
+        def run() -> QueryResponse:
+            response = search.run(query, k, mode, filters=filters, rewrites=rewrites,
+                                  options=options, started=started)
+            if rewrites:
+                response.timings["transform"] = time.perf_counter() - rewriting - sum(
+                    response.timings.values())
+            return response
 
-        return self.store.reading(rewritten)
+        # (made again elsewhere if the read replica it read from stops answering)
+        return self.store.reading(run)
 
-    def _known_keys(self, filters: dict[str, Any], asker: Principal | None) -> None:
-        """:class:`FilterError` when a search found nothing because a filter names a key
-        no chunk or source ``asker`` may see has (``--where yaer>=2020``), naming the
-        keys there are."""
-        from isotope.search.filters import SPECIAL, FilterError
-
-        infos = self.store.sources(self._conditions(asker))
-        if any(i.source.loader == "chunks" for i in infos):
-            return  # (chunks given to ingest_chunks carry metadata of their own)
-        known = SPECIAL | CHUNK_KEYS | {k for i in infos for k in i.source.metadata}
-        unknown = sorted(set(filters) - known)
-        if unknown:
-            shown = ", ".join(sorted(known - {"pipeline", ACCESS_BY_HAND}))
-            named = ", ".join(repr(shown_text(k)) for k in unknown)
-            raise FilterError(f"no chunk or source of this index has the key {named}; the "
-                              f"keys it has: {shown}")
+    def _search(self, asker: Principal | None, conditions: list[Any]) -> Search:
+        """A search by ``asker`` (see :mod:`isotope.search.searching`)."""
+        return Search(self.store, self.embedder, self.settings, asker, conditions,
+                      chunk_count=lambda: self._chunk_count(asker),
+                      log=bool(self.query_log or self.settings.audit_log),
+                      max_bytes=self._max_bytes, access_control=self.access_control)
 
     def _confirming(self, asker: Principal | None) -> tuple[str, ...]:
         """The questions whose match raises their chunk for ``asker``: learned ones (other
@@ -555,30 +543,6 @@ class Isotope:
         if asker is None or asker.admin or self.settings.show_learned:
             return retrieval.CONFIRMING
         return ("manual",)
-
-    def _finished(self, response: QueryResponse, asker: Principal | None,
-                  filters: dict[str, Any] | None, started: float) -> QueryResponse:
-        """``response`` after what was learned from use (a first result ``asker`` marked
-        not useful for this query moves down; learned questions are not shown), written
-        to the query log (the ``query_log`` or ``audit_log`` setting): a search that
-        cannot be logged fails rather than go unlogged."""
-        if not response.results and filters:
-            self._known_keys(filters, asker)
-        if self._conditions(asker) and any(r.source_metadata.get("attachments")
-                                           for r in response.results):
-            self._hide_members(asker, [(r.chunk.source, r.source_metadata)
-                                       for r in response.results])
-        marks = learning.marks_of(self.store, asker) if response.results else []
-        if marks and learning.demote(response, learning.not_first(
-                marks, self.embedder.embed_one(response.query))):
-            retrieval.assess(response, self.settings.deliver_score, self.settings.refine_score,
-                             chunks=self._chunk_count(asker))  # (of the new first result)
-        if not self.settings.show_learned:
-            learning.hide_learned(response)
-        if self.query_log or self.settings.audit_log:
-            learning.log(self.store, response, asker, filters, started, time.perf_counter(),
-                         keep_days=self.settings.audit_days)
-        return response
 
     def log_by_default(self) -> None:
         """Log searches unless the ``query_log`` setting says otherwise (what a server,
@@ -723,18 +687,6 @@ class Isotope:
         (``refine_query``) or marked not useful, feedback per source, latency
         percentiles."""
         return learning.summary(self.store, days, _valid_k(top))
-
-    def _assess(self, response: QueryResponse, asker: Principal | None) -> QueryResponse:
-        if self.settings.storage == "file-reference" and response.results:
-            uris = {r.chunk.source for r in response.results}
-            chunks = references.read_back(
-                [r.chunk for r in response.results],
-                {uri: self.store.get_source(uri) for uri in uris},
-                self._max_bytes)
-            for result, chunk in zip(response.results, chunks, strict=True):
-                result.chunk = chunk
-        return retrieval.assess(response, self.settings.deliver_score,
-                                self.settings.refine_score, chunks=self._chunk_count(asker))
 
     def _chunk_count(self, asker: Principal | None) -> int | None:
         """The chunks ``asker`` may see (for the confidence thresholds: nothing hidden
@@ -966,35 +918,12 @@ class Isotope:
         conditions = self._conditions(principal)
         infos = self.store.sources(conditions)
         if conditions:
-            self._hide_members(principal_of(principal),
-                               [(i.source.uri, i.source.metadata) for i in infos])
+            self._search(principal_of(principal), conditions).hide_members(
+                [(i.source.uri, i.source.metadata) for i in infos])
         if check_files:
             for info in infos:
                 info.state = source_state(info.source, self._max_bytes)
         return infos
-
-    def _hide_members(self, asker: Principal | None,
-                      shown: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        """Leave out of each shown source's ``attachments`` (an email's metadata: the
-        names of its attachments) those stored as sources of their own that ``asker``
-        may not see (a list set on an attachment alone); reads the members of the shown
-        emails only."""
-        from isotope.loaders.mail import _member_name
-
-        having = [uri for uri, m in shown if m.get("attachments")]
-        if asker is None or not having:
-            return
-        members = self.store.members(having)
-        for uri, metadata in shown:
-            names = metadata.get("attachments")
-            # (a member is CONTAINER#NAME, NAME made unique with leading "_"s; a mailbox
-            # message's attachment is BOX#MESSAGE#NAME, its container BOX#MESSAGE)
-            hidden = {m.uri[len(uri) + 1:] for m in members.get(uri, ())
-                      if not asker.sees(m.access, control=self.access_control)}
-            if isinstance(names, list) and hidden:
-                metadata["attachments"] = [n for n in names if not any(
-                    h.lstrip("_") == _member_name(str(n)).lstrip("_") or h == str(n)
-                    for h in hidden)]
 
     def check(self, *, repair: bool = False) -> list[str]:
         """Integrity problems of the index (empty: consistent); each names the sources it
