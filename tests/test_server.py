@@ -21,8 +21,9 @@ from conftest import served_on_loopback
 fastapi = pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from isotope.server.app import create_app, safe_name  # noqa: E402
+from isotope.server.app import create_app  # noqa: E402
 from isotope.server.auth import Keys  # noqa: E402
+from isotope.server.routes_sources import safe_name  # noqa: E402
 
 WRITE_KEY = "w" * 24
 READ_KEY = "r" * 24
@@ -285,7 +286,9 @@ def test_search_never_runs_on_the_event_loop(served: TestClient, iso: Isotope,
     import asyncio
     import threading
 
-    endpoints = {(r.path, m): r.endpoint for r in served.app.routes  # type: ignore[attr-defined]
+    routes = [inner for r in served.app.routes  # type: ignore[attr-defined]
+              for inner in getattr(getattr(r, "original_router", None), "routes", [r])]
+    endpoints = {(r.path, m): r.endpoint for r in routes  # (a router's own, included)
                  if hasattr(r, "endpoint") for m in getattr(r, "methods", ())}
     for path in ("/sources", "/status"):
         assert not asyncio.iscoroutinefunction(endpoints[path, "GET"]), path  # thread pool
