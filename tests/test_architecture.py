@@ -119,3 +119,30 @@ def test_a_store_that_forgets_who_may_see_shows_nothing() -> None:
     with pytest.raises(InvalidArgument, match="keeps no access lists"):
         store.visible_chunks(["c1"], [bob])
     assert store.visible_chunks(["c1"], []) == {"c1"}
+
+
+def test_the_modes_come_from_the_registered_signals() -> None:
+    """Each signal is registered once (name, what it reads, how it scores, its default
+    weight); the modes, the weights, the CLI's and MCP's lists of modes are derived from
+    it (issue 43)."""
+    from typing import get_args
+
+    import anyio
+
+    from isotope.search import retrieval
+
+    names = [s.name for s in retrieval.REGISTRY]
+    assert retrieval.MODES == (*names, "hybrid") == get_args(retrieval.Mode)
+    assert set(retrieval.signal_weights(0.5)) == set(names) == set(retrieval.SIGNALS)
+    assert retrieval.signal_weights(0.5)["questions-bm25"] == 0.0  # (its registered weight)
+    from isotope.server.mcp import create_mcp
+
+    class _Index:
+        def answer_llm(self) -> object:
+            return type("LLM", (), {"local": True})()
+
+        settings = type("S", (), {"llm_concurrency": 1})()
+
+    tools = {t.name: t for t in anyio.run(create_mcp(_Index(), remote=True).list_tools)}  # type: ignore[arg-type]
+    listed = tools["search"].inputSchema["properties"]["mode"]["anyOf"][0]["enum"]
+    assert sorted(listed) == sorted(retrieval.MODES)

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 
@@ -62,15 +62,40 @@ def search_many(
                          timings=timings)
 
 
+@dataclass(frozen=True)
+class Signal:
+    """One of ``hybrid``'s signals, and a mode of its own: its ``name``, the kind of item
+    it reads (``questions``, ``atoms`` or ``chunks``), how it scores (``dense``: cosine
+    similarity of embeddings; ``bm25``: keywords), and its weight in ``hybrid`` when no
+    setting gives one (None: ``alpha`` for a dense signal, ``1 - alpha`` for a keyword
+    one)."""
+
+    name: str
+    kind: Kind
+    how: Literal["dense", "bm25"]
+    weight: float | None = None
+
+
+REGISTRY: tuple[Signal, ...] = (
+    Signal("questions-dense", "questions", "dense"),
+    # (keyword search over the questions added nothing the atom and chunk keyword signals
+    # did not already bring: see DEFAULT_WEIGHTS)
+    Signal("questions-bm25", "questions", "bm25", weight=0.0),
+    Signal("atoms-dense", "atoms", "dense"),
+    Signal("atoms-bm25", "atoms", "bm25"),
+    Signal("chunks-dense", "chunks", "dense"),
+    Signal("chunks-bm25", "chunks", "bm25"),
+)
+"""The signals, from which the modes (:data:`Mode`, :data:`MODES`: each signal, and
+``hybrid``), the weights (:func:`signal_weights`), MCP's list of modes and ``--explain``'s
+signals are derived."""
 Mode = Literal[
     "questions-dense", "questions-bm25", "atoms-dense", "atoms-bm25", "chunks-dense",
     "chunks-bm25", "hybrid",
 ]
-MODES: tuple[str, ...] = get_args(Mode)
-SIGNALS: dict[str, tuple[Kind, str]] = {
-    mode: (mode.split("-")[0], mode.split("-")[1])  # type: ignore[misc]
-    for mode in MODES if mode != "hybrid"
-}
+MODES: tuple[str, ...] = (*(s.name for s in REGISTRY), "hybrid")
+SIGNALS: dict[str, tuple[Kind, str]] = {s.name: (s.kind, s.how) for s in REGISTRY}
+"""Each signal's (kind, how it scores), by name."""
 _KEYWORD_STOPWORDS = STOPWORDS | {"i", "me", "my", "we", "our", "you", "your", "it", "its", "they",
                       "them", "their", "this", "that", "these", "those", "he", "she", "his",
                       "her", "s", "t"}
@@ -193,7 +218,8 @@ def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
     return sorted(fused.items(), key=lambda item: -item[1])
 
 
-DEFAULT_WEIGHTS: dict[str, float] = {"questions-bm25": 0.0}
+DEFAULT_WEIGHTS: dict[str, float] = {s.name: s.weight for s in REGISTRY
+                                     if s.weight is not None}
 """Signals ``hybrid`` leaves out unless ``weights`` brings them back: on the first 300
 passages of SQuAD dev, keyword search over the questions added nothing the atom and chunk
 keyword signals did not already bring (R@1 79.7 without it, 78.3 with; R@5 96.5 and

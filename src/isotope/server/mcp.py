@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 from mcp.server.fastmcp import Context
@@ -27,6 +27,7 @@ from pydantic import Field
 from isotope._version import __version__
 from isotope.access import Principal
 from isotope.reports import source_listing
+from isotope.search.retrieval import Mode
 from isotope.server.gate import principal_in, scope_in
 from isotope.server.operations import BY_TOOL, permit
 from isotope.server.work import Turns, below_roots, reported
@@ -47,8 +48,6 @@ INSTRUCTIONS = (
     "or says it did not, call `feedback` with the search's `query_id` and the passage's "
     "`chunk_id`: the index learns from it.")
 
-Mode = Literal["hybrid", "questions-dense", "questions-bm25", "atoms-dense", "atoms-bm25",
-               "chunks-dense", "chunks-bm25"]
 FILTERS = (
     "Optional conditions on the passages' source and metadata, all of which must hold. "
     "Keys: `source` (a glob of the file path, e.g. \"*.md\" or \"docs/*\"), `type` (the "
