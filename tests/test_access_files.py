@@ -202,6 +202,45 @@ def test_a_list_set_by_hand_is_for_the_file_it_was_set_on(tmp_path: Path, embedd
         assert stored is not None and not stored.access_by_hand  # (the mark went)
 
 
+def test_a_list_set_by_hand_by_an_older_isotope_holds_on_a_member(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A mark from before the mark said what for (``true``) was carried on as the
+    member's own name (``...eml#agenda.txt``), which is never its file's real path: the
+    next sync dropped the list set by hand and the rules made the attachment public."""
+    docs = _folder(tmp_path / "docs")
+    email = docs / "d" / "offsite.eml"
+    shutil.copy(EXAMPLES / "formats" / "offsite-planning.eml", email)
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        attachment = next(s.source.uri for s in iso.sources(check_files=False)
+                          if "#" in s.source.uri)
+        iso.store.set_access([attachment], ["user:ceo"],
+                             by_hand={attachment: True})  # type: ignore[dict-item]
+        email.write_text(email.read_text().replace("Day 2: hackathon", "Day 2: kayaks"))
+        iso.sync(docs)  # the attachment changed: made again, the mark carried
+        iso.sync(docs)  # unchanged: the mark read again
+        assert iso.get_access(attachment) == ["user:ceo"]
+
+
+def test_a_file_replaced_while_it_is_opened_is_not_labelled_by_a_stale_path(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list comes from the path the opened file has; a file saved over while it was
+    opened reads back as ``hr/pay.md (deleted)``, which the rules do not match (a "**"
+    line made it public): such a read is refused, to be ingested again."""
+    from isotope import files
+
+    docs = _folder(tmp_path / "docs")
+    found = files.opened_path
+    monkeypatch.setattr(files, "opened_path", lambda handle, path: (
+        Path(f"{found(handle, path)} (deleted)") if Path(path).name == "pay.md"
+        else found(handle, path)))
+    with _open(tmp_path / "index", embedder) as iso:
+        report = iso.ingest(docs)
+        assert [Path(e.path).name for e in report.errors] == ["pay.md"]
+        assert "replaced while it was read" in report.errors[0].message
+        assert not _bob_sees_salary(iso)
+
+
 @pytest.mark.parametrize("line", ["hr/[0-9]*.md = group:hr", r"hr\pay.md = group:hr",
                                   "{hr,pay}/** = group:hr", "!public/** = group:hr"])
 def test_rules_refuse_pattern_syntax_they_do_not_have(tmp_path: Path, line: str) -> None:

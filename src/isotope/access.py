@@ -327,8 +327,8 @@ def held_by_hand(source: Source | None) -> str | None:
     mark = None if source is None else source.metadata.get(ACCESS_BY_HAND)
     if not mark or source is None:
         return None
-    if mark is True:  # (marked before the mark said what for: held as it was)
-        return source.uri
+    if mark is True:  # (marked before the mark said what for: held, and said what for)
+        return set_for(source.uri)
     return str(mark) if mark == set_for(source.uri) else None
 
 

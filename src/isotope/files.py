@@ -84,6 +84,15 @@ def read_file(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes]:
     return stat, data
 
 
+def _same_file(handle: int, path: Path) -> bool:
+    """Whether ``path`` is the very file opened as ``handle`` (device and inode)."""
+    try:
+        here, there = os.fstat(handle), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
 def read_opened(path: str | Path, max_bytes: int
                 ) -> tuple[os.stat_result, bytes, Path | None]:
     """:func:`read_file`, and the real path of the very file read (links followed as the
@@ -92,6 +101,10 @@ def read_opened(path: str | Path, max_bytes: int
     path = Path(path)
     with open_regular(path) as fh:
         real = opened_path(fh.fileno(), path)
+        if real is not None and not _same_file(fh.fileno(), real):
+            # (replaced while it was opened: /proc says ".../pay.md (deleted)")
+            raise LoaderError(path, "the file was replaced while it was read; ingest it "
+                              "again")
         try:
             stat = os.fstat(fh.fileno())
             if stat.st_size > max_bytes:

@@ -509,20 +509,20 @@ class Isotope:
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
         search = self._search(asker, conditions)
-        rewrites: list[str] = []
+        rewrites: list[str] | None = None  # (None: not rewritten)
         rewriting = time.perf_counter()
         if transform and not query.rstrip().endswith("?"):
             reply = self.answer_llm().complete(
                 retrieval.transform_prompt(query, self.prompts["transform"]),
                 max_tokens=120, temperature=0.0)
             rewrites = parse_questions(reply, 3)
+        rewritten = time.perf_counter() - rewriting
 
         def run() -> QueryResponse:
             response = search.run(query, k, mode, filters=filters, rewrites=rewrites,
                                   options=options, started=started)
-            if rewrites:
-                response.timings["transform"] = time.perf_counter() - rewriting - sum(
-                    response.timings.values())
+            if rewrites is not None:
+                response.timings["transform"] = rewritten
             return response
 
         # (made again elsewhere if the read replica it read from stops answering)

@@ -61,10 +61,11 @@ class Search:
     access_control: bool = False
 
     def run(self, query: str, k: int, mode: str, *,
-            filters: dict[str, Any] | None = None, rewrites: Sequence[str] = (),
+            filters: dict[str, Any] | None = None, rewrites: Sequence[str] | None = None,
             options: dict[str, Any] | None = None, started: float | None = None
             ) -> QueryResponse:
-        """The search of ``query`` (and of its ``rewrites``, fused), ``k`` results in
+        """The search of ``query`` (and of the questions the model rewrote it into,
+        ``rewrites``, fused; None: not rewritten), ``k`` results in
         ``mode``, through every step (see the module's text). ``options``: fusion's and
         retrieval's (:func:`retrieval.search`), the asker's conditions among its
         ``filters`` already; ``started``: when the search began, for the latency logged
@@ -72,7 +73,7 @@ class Search:
         the one it read stops answering)."""
         started = time.perf_counter() if started is None else started
         given = dict(options or {})
-        if rewrites:
+        if rewrites is not None:
             response = retrieval.search_many(self.store, self.embedder, query,
                                              list(rewrites), k, mode, **given)
         else:

@@ -103,7 +103,7 @@ def route(method: str, path: str) -> Operation | None:
     is, if any."""
     for op, by_method in _patterns():
         pattern = by_method.get(method)
-        if pattern is not None and pattern.fullmatch(path):
+        if pattern is not None and pattern.match(path):
             return op
     return None
 
@@ -118,15 +118,16 @@ def writes(method: str, path: str) -> bool:
 @lru_cache(maxsize=1)
 def _patterns() -> tuple[tuple[Operation, dict[str, re.Pattern[str]]], ...]:
     """Each operation's routes as expressions, by method."""
-    def compiled(template: str) -> str:
+    def compiled(template: str) -> str:  # (as Starlette's: a path may be empty)
         return re.sub(r"\\\{(\w+)(:path)?\\\}",
-                      lambda m: ".+" if m.group(2) else "[^/]+", re.escape(template))
+                      lambda m: ".*" if m.group(2) else "[^/]+", re.escape(template))
 
     found = []
     for op in OPERATIONS:
         by_method: dict[str, list[str]] = {}
         for method, template in op.http:
             by_method.setdefault(method, []).append(compiled(template))
-        found.append((op, {m: re.compile("|".join(f"(?:{p})" for p in ps))
+        # ("$" as Starlette's routes end: a trailing newline matches too)
+        found.append((op, {m: re.compile("^(?:" + "|".join(f"(?:{p})" for p in ps) + ")$")
                            for m, ps in by_method.items()}))
     return tuple(found)

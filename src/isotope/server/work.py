@@ -44,11 +44,24 @@ class Turns:
     def __init__(self, iso: Isotope, *, search_slots: int | None = None,
                  answer_slots: int | None = None) -> None:
         self.iso = iso
-        self.local = iso.answer_llm().local  # (built, not loaded)
         self.searches = asyncio.Semaphore(search_slots or os.cpu_count() or 1)
-        self.answers = asyncio.Semaphore(answer_slots or (
-            1 if self.local else iso.settings.llm_concurrency))
         self.writing = asyncio.Lock()
+        self._answer_slots = answer_slots
+        self._answers: asyncio.Semaphore | None = None
+
+    @property
+    def local(self) -> bool:
+        """Whether answers are written by a model on this machine (built, not loaded:
+        asked only when needed, so an answer model that cannot be made fails the answers
+        alone)."""
+        return bool(self.iso.answer_llm().local)
+
+    @property
+    def answers(self) -> asyncio.Semaphore:
+        if self._answers is None:
+            self._answers = asyncio.Semaphore(self._answer_slots or (
+                1 if self.local else self.iso.settings.llm_concurrency))
+        return self._answers
 
     async def search(self, *args: Any, **kwargs: Any) -> QueryResponse:
         """``iso.search`` in a worker thread, in turn."""
@@ -65,7 +78,9 @@ class Turns:
                      on_token: Callable[[str], None] | None = None) -> bool:
         """Have the model answer ``found`` (filled in) in a worker thread, in turn; the
         model is stopped when ``gone()`` says the caller left, or when this is cancelled
-        (the slot is held until it has stopped). False: the caller left."""
+        (over HTTP the slot is held until it has stopped; an MCP call cancelled by anyio
+        is cancelled again at once, and its slot freed while the model stops at its next
+        piece, as before). False: the caller left."""
         cancel = threading.Event()
         async with self.answers:
             if gone is not None and await gone():
@@ -81,10 +96,18 @@ class Turns:
                 await work
             except BaseException:  # cancelled: stop the model at its next piece
                 cancel.set()
+                work.add_done_callback(_retrieved)  # (its end is of no one's interest now)
                 with contextlib.suppress(BaseException):
                     await asyncio.shield(work)
                 raise
         return not cancel.is_set()
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Read an abandoned answer's end, so that an error of it is not logged as never
+    retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def below_roots(paths: Sequence[str], roots: Sequence[Path] | None, *, what: str,

@@ -249,7 +249,7 @@ class Replicas:
                                  f"(step {step}) yet")
                 replica.replayed = int(replayed or 0)
                 replica.lag_s = None
-                replica.checked_at = float("-inf")
+                replica.checked_at = time.monotonic()  # (looked at again within a second)
                 return
         if wrong is not None:
             self.refuse(replica, wrong)

@@ -283,7 +283,8 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
         mark, order = self.dialect.mark, self.dialect.binary_order
         found: dict[str, list[Source]] = {}
         for owner in dict.fromkeys(containers):  # (a member's name is OWNER#NAME)
-            # (between OWNER# and OWNER$ in code point order: the key's index is read)
+            # (between OWNER# and OWNER$ in code point order: SQLite reads the key's
+            # index; PostgreSQL, whose key is in its default collation, scans the rows)
             rows = self._rows(f"SELECT {_SOURCE} FROM sources WHERE uri{order} >= {mark} AND "
                               f"uri{order} < {mark}", (owner + "#", owner + "$"))
             inside = [s for s in map(self._source, rows) if s.metadata.get("container") == owner]
