@@ -34,18 +34,24 @@ CONFINE: ContextVar[tuple[Path, ...] | None] = ContextVar("isotope_confine", def
 the opened descriptor, so a link swapped in after a walk checked the path is refused."""
 
 
+def _same_file(handle: int, path: Path) -> bool:
+    """Whether ``path`` is the very file opened as ``handle`` (device and inode)."""
+    try:
+        here, there = os.fstat(handle), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
 def opened_path(handle: int, path: Path) -> Path | None:
     """Where the opened ``handle`` really is (None when the system cannot say)."""
     try:
         return Path(os.readlink(f"/proc/self/fd/{handle}"))
     except OSError:
         pass
-    try:  # no /proc: the resolved path, if it is the very file that was opened
-        real = Path(os.path.realpath(path))
-        here, there = os.fstat(handle), os.stat(real)
-    except OSError:
-        return None
-    return real if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino) else None
+    # no /proc: the resolved path, if it is the very file that was opened
+    real = Path(os.path.realpath(path))
+    return real if _same_file(handle, real) else None
 
 
 def open_regular(path: str | Path) -> BinaryIO:
@@ -82,15 +88,6 @@ def read_file(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes]:
     over ``max_bytes``) is a :class:`LoaderError` before a byte is read."""
     stat, data, _ = read_opened(path, max_bytes)
     return stat, data
-
-
-def _same_file(handle: int, path: Path) -> bool:
-    """Whether ``path`` is the very file opened as ``handle`` (device and inode)."""
-    try:
-        here, there = os.fstat(handle), os.stat(path)
-    except OSError:
-        return False
-    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def read_opened(path: str | Path, max_bytes: int

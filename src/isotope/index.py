@@ -61,7 +61,7 @@ from isotope.search import weights as weight_fit
 from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
 from isotope.search.filters import parse as parse_filters
 from isotope.search.filters import shown_text
-from isotope.search.searching import Search
+from isotope.search.searching import Search, hide_members
 from isotope.settings import Settings, index_settings, resolve, shown
 from isotope.stores import SCHEMA_VERSION, Feedback, LoggedQuery, SourceInfo, Store
 
@@ -818,7 +818,7 @@ class Isotope:
             return shown(self.store.generated_questions(sample=sample, seed=seed,
                                                         conditions=conditions))
         if chunk_id is not None:
-            self._visible_chunk(chunk_id, conditions)
+            stores.visible_chunk(self.store, chunk_id, conditions)
             return shown(self.store.generated_questions(chunk_id=chunk_id))
         if source is None:
             raise InvalidArgument("give a source, a chunk id or a sample size")
@@ -845,20 +845,12 @@ class Isotope:
             return False
         return True
 
-    def _visible_chunk(self, chunk_id: str, conditions: list[Any]) -> None:
-        """:class:`SourceNotFound` if there is no such chunk, or it may not be seen (the
-        same error: a hidden chunk is not there)."""
-        there = (self.store.visible_chunks([chunk_id], conditions) if conditions
-                 else self.store.get_chunks([chunk_id]))
-        if chunk_id not in there:
-            raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
-
     def chunk_questions(self, chunk_id: str, *, principal: Asker = None) -> ChunkQuestions:
         """A chunk by id with every question generated for it, kept and dropped (each
         dropped one with why), and whether it still waits for them;
         :class:`SourceNotFound` if there is no such chunk (or ``principal`` may not see
         it)."""
-        self._visible_chunk(chunk_id, self._conditions(principal))
+        stores.visible_chunk(self.store, chunk_id, self._conditions(principal))
         chunk = self.store.get_chunks([chunk_id]).get(chunk_id)
         if chunk is None:
             raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
@@ -918,8 +910,9 @@ class Isotope:
         conditions = self._conditions(principal)
         infos = self.store.sources(conditions)
         if conditions:
-            self._search(principal_of(principal), conditions).hide_members(
-                [(i.source.uri, i.source.metadata) for i in infos])
+            hide_members(self.store, principal_of(principal),
+                         [(i.source.uri, i.source.metadata) for i in infos],
+                         control=self.access_control)
         if check_files:
             for info in infos:
                 info.state = source_state(info.source, self._max_bytes)

@@ -107,7 +107,7 @@ class Pipeline:
         token = CONFINE.set(None if confine is None else tuple(
             Path(os.path.realpath(r)) for r in confine))
         try:
-            files, skipped, missing = self._discover(paths, include, exclude, confine)
+            files, skipped, missing = self.discover(paths, include, exclude, confine)
             report = self.ingest_files(files, progress=progress, questions=questions)
         finally:
             CONFINE.reset(token)
@@ -259,13 +259,15 @@ class Pipeline:
             return count_tokens
         return lambda text: self.embedder.count_tokens(text) or 0
 
-    # -- sequencing --------------------------------------------------------------------
-    def _discover(self, paths: Iterable[str | Path], include: Sequence[str] | None,
-                  exclude: Sequence[str] | None, confine: Sequence[Path] | None = None,
-                  ) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
+    def discover(self, paths: Iterable[str | Path], include: Sequence[str] | None,
+                 exclude: Sequence[str] | None, confine: Sequence[Path] | None = None,
+                 ) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
+        """The files an ingest of ``paths`` takes (``include``/``exclude``: the settings'
+        when None), those skipped, and the paths that cannot be read."""
         return discover(paths, self.settings.include if include is None else include,
                         self.settings.exclude if exclude is None else exclude, confine)
 
+    # -- sequencing --------------------------------------------------------------------
     def _take(self, found: Found, report: IngestReport, progress: ProgressCallback | None,
               done: int, total: int) -> None:
         """Do what the ingest does with one thing a file made (:mod:`reading`)."""

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from isotope import loaders
 from isotope.ingest import contextual
 from isotope.ingest.atomizers import SentenceAtomizer
-from isotope.ingest.discovery import discover
 from isotope.ingest.reading import Loaded, Unchanged
 from isotope.models import Chunk
 from isotope.providers import Prompt
@@ -32,10 +31,7 @@ def plan_paths(pipeline: Pipeline, paths: Iterable[str | Path], *,
     needs, and how many calls the cache already covers (files found as the ingest finds
     them)."""
     result = IngestPlan()
-    settings = pipeline.settings
-    files, result.skipped, result.errors = discover(
-        paths, settings.include if include is None else include,
-        settings.exclude if exclude is None else exclude, None)
+    files, result.skipped, result.errors = pipeline.discover(paths, include, exclude)
     return plan(pipeline, files, result)
 
 

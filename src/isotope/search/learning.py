@@ -35,7 +35,7 @@ from isotope.access import Principal
 from isotope.embedders import Embedder, Vectors
 from isotope.errors import InvalidArgument, SourceNotFound
 from isotope.models import Chunk, Condition, Origin, QueryResponse, Question
-from isotope.stores import Feedback, LoggedQuery, Store
+from isotope.stores import Feedback, LoggedQuery, Store, visible_chunk
 
 if TYPE_CHECKING:
     from isotope.reports import IngestReport
@@ -237,9 +237,7 @@ def feedback(store: Store, embedder: Embedder, query_id: str, chunk_id: str,
     if chunk_id not in entry.chunk_ids:
         raise InvalidArgument(f"chunk {chunk_id!r} was not a result of search {query_id!r}; "
                               f"its results: {', '.join(entry.chunk_ids) or 'none'}")
-    if chunk_id not in (store.visible_chunks([chunk_id], conditions) if conditions
-                        else store.get_chunks([chunk_id])):
-        raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
+    visible_chunk(store, chunk_id, conditions)
     marked = next((m for m in store.feedback(query_id=query_id) if m.chunk_id == chunk_id),
                   None)
     if marked is not None and marked.useful == useful:  # (said again: nothing new)

@@ -357,9 +357,9 @@ def _ranked(
                      if fusion == "zscore" else None)  # (RRF reads ranks alone)
         ranked = confirmed_raise(found, fuse(found, used, fusion, waiting, parts, reference),
                                  total, parts, fusion, confirmed_by)[:k]
-        for name in ("atoms-dense", "chunks-dense"):
-            for candidate in found.get(name, []):
-                if similar is not None:
+        if similar is not None:
+            for name in ("atoms-dense", "chunks-dense"):
+                for candidate in found.get(name, []):
                     similar.setdefault(candidate.chunk_id, {})[name] = candidate.score
         hits_of: dict[str, list[Hit]] = {}
         for name in sorted(found, key=lambda m: not m.startswith("questions")):

@@ -81,10 +81,10 @@ class Search:
         self._read_back(response)
         if not response.results and filters:
             self.known_keys(filters)
-        if self.conditions and any(r.source_metadata.get("attachments")
-                                   for r in response.results):
-            self.hide_members([(r.chunk.source, r.source_metadata)
-                               for r in response.results])
+        if self.conditions:
+            hide_members(self.store, self.asker, [(r.chunk.source, r.source_metadata)
+                                                  for r in response.results],
+                         control=self.access_control)
         marks = learning.marks_of(self.store, self.asker) if response.results else []
         if marks:
             learning.demote(response, learning.not_first(
@@ -126,24 +126,26 @@ class Search:
             raise FilterError(f"no chunk or source of this index has the key {named}; the "
                               f"keys it has: {shown}")
 
-    def hide_members(self, shown: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        """Leave out of each shown source's ``attachments`` (an email's metadata: the
-        names of its attachments) those stored as sources of their own that the asker
-        may not see (a list set on an attachment alone); reads the members of the shown
-        emails only."""
-        from isotope.loaders.mail import _member_name
 
-        having = [uri for uri, m in shown if m.get("attachments")]
-        if self.asker is None or not having:
-            return
-        members = self.store.members(having)
-        for uri, metadata in shown:
-            names = metadata.get("attachments")
-            # (a member is CONTAINER#NAME, NAME made unique with leading "_"s; a mailbox
-            # message's attachment is BOX#MESSAGE#NAME, its container BOX#MESSAGE)
-            hidden = {m.uri[len(uri) + 1:] for m in members.get(uri, ())
-                      if not self.asker.sees(m.access, control=self.access_control)}
-            if isinstance(names, list) and hidden:
-                metadata["attachments"] = [n for n in names if not any(
-                    h.lstrip("_") == _member_name(str(n)).lstrip("_") or h == str(n)
-                    for h in hidden)]
+def hide_members(store: Store, asker: Principal | None,
+                 shown: Sequence[tuple[str, dict[str, Any]]], *, control: bool) -> None:
+    """Leave out of each shown source's ``attachments`` (an email's metadata: the names of
+    its attachments) those stored as sources of their own that ``asker`` may not see (a
+    list set on an attachment alone; ``control``: access control is on); reads the
+    members of the shown emails only."""
+    from isotope.loaders.mail import _member_name
+
+    having = [uri for uri, m in shown if m.get("attachments")]
+    if asker is None or not having:
+        return
+    members = store.members(having)
+    for uri, metadata in shown:
+        names = metadata.get("attachments")
+        # (a member is CONTAINER#NAME, NAME made unique with leading "_"s; a mailbox
+        # message's attachment is BOX#MESSAGE#NAME, its container BOX#MESSAGE)
+        hidden = {m.uri[len(uri) + 1:] for m in members.get(uri, ())
+                  if not asker.sees(m.access, control=control)}
+        if isinstance(names, list) and hidden:
+            metadata["attachments"] = [n for n in names if not any(
+                h.lstrip("_") == _member_name(str(n)).lstrip("_") or h == str(n)
+                for h in hidden)]

@@ -11,6 +11,7 @@ from fastapi import Request, Response
 from pydantic import BaseModel
 
 from isotope.access import Principal
+from isotope.search.filters import shown_text
 from isotope.server.gate import principal_in, scope_in
 from isotope.server.operations import permit
 
@@ -39,7 +40,7 @@ def plain_text(value: Any) -> Any:
     """``value`` with every lone surrogate in its text (an escaped ``\\ud800`` in a JSON
     body) shown as U+FFFD: such text cannot be encoded for the model or the reply."""
     if isinstance(value, str):
-        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+        return shown_text(value)
     if isinstance(value, dict):
         return {plain_text(k): plain_text(v) for k, v in value.items()}
     if isinstance(value, list):

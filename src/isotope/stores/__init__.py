@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from isotope.embedders import Vectors
-from isotope.errors import InvalidArgument, InvalidIndex, MissingDependency
+from isotope.errors import InvalidArgument, InvalidIndex, MissingDependency, SourceNotFound
 from isotope.models import (
     Atom,
     Chunk,
@@ -520,6 +520,15 @@ StoreFactory = Callable[..., Store]
 """``factory(location, create=...)``: the store at ``location``."""
 
 _BACKENDS: dict[str, tuple[StoreFactory | str, str | None]] = {}
+
+
+def visible_chunk(store: Store, chunk_id: str, conditions: Sequence[Condition]) -> None:
+    """:class:`SourceNotFound` if ``store`` has no chunk ``chunk_id``, or it does not meet
+    ``conditions`` (who may see it: the same error, a hidden chunk is not there)."""
+    there = (store.visible_chunks([chunk_id], conditions) if conditions
+             else store.get_chunks([chunk_id]))
+    if chunk_id not in there:
+        raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
 
 
 def dropped_by_chunk(dropped: Sequence[DroppedQuestion]) -> dict[str, list[DroppedQuestion]]:
