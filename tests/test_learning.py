@@ -830,3 +830,24 @@ def test_a_mark_on_a_chunk_waiting_for_questions_is_learned_when_they_come(
         [mark] = iso.store.feedback(query_id=found.query_id)
         assert mark.learn == "learned"
         assert ASKED in [q.text for q in iso.questions(chunk_id=target) if q.origin == "user"]
+
+
+def test_a_mark_on_a_chunk_the_asker_may_no_longer_see_is_not_found(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A user's search returned a chunk; its source was then given a list that leaves the
+    user out. A mark on it (useful: a question learned for everyone; not useful: its
+    query kept) must not reach it: the same "not found" as a chunk that is not there."""
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(), cache=False,
+                      query_log=True, access_control=True, learn="auto") as iso:
+        iso.ingest(_docs(tmp_path / "docs"), allow=["public"])
+        bob = Principal("bob")
+        found = iso.search(ASKED, k=4, principal=bob)
+        target = _chunk_of(iso, "lighthouse")
+        assert target in [r.chunk.id for r in found.results]
+        source = iso.store.get_chunks([target])[target].source
+        iso.set_access(source, ["group:keepers"])
+        for useful in (True, False):
+            with pytest.raises(SourceNotFound, match="no chunk"):
+                iso.feedback(found.query_id or "", target, useful=useful, principal=bob)
+        assert iso.store.feedback(query_id=found.query_id) == []
+        assert ASKED not in [q.text for q in iso.questions(chunk_id=target)]
