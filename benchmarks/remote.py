@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/remote.py [--passages 60] [--concurrency 8]
         [--latency-ms 300] [--remote-embeddings] [--enrich] [--json]
+    .venv/bin/python benchmarks/remote.py --files [--passages 60] [--concurrency 8] ...
     .venv/bin/python benchmarks/remote.py --url http://GPU-BOX:8000/v1 --model NAME
         [--passages 300] [--concurrency 64] [--json]      # a real server: questions/s
 
@@ -11,6 +12,11 @@ and embeddings from hashed words), then ingests the first ``--passages`` squad-d
 passages with ``--questions now`` through the ``openai/`` provider at ``llm_concurrency =
 --concurrency``, cache off. Embeddings are the bundled local model unless
 ``--remote-embeddings``.
+
+With ``--files``, the passages are written as ``.txt`` files (one each) and ingested as a
+user does it: ``isotope ingest DIR --questions now --json`` in a process of its own, its
+settings from the environment; the stage times come from its JSON report. The JSON keys are
+the same.
 
 With ``--url`` (and ``--model``, the name the server serves), the same ingest runs against
 that server instead (a GPU box running vLLM or llama.cpp's server, see the README's
@@ -65,8 +71,38 @@ def on_server(url: str, model: str, passages: int, concurrency: int) -> dict[str
             "stage_s": {k: round(v, 2) for k, v in report.timings.items()}}
 
 
+class _Report:
+    """What the figures read of an ingest's report (in memory, or the CLI's JSON)."""
+
+    def __init__(self, questions: int, generated: int, timings: dict[str, float]) -> None:
+        self.questions, self.questions_generated, self.timings = questions, generated, timings
+
+
+def through_cli(folder: Path, files: Path, models: dict[str, Any]) -> tuple[_Report, float,
+                                                                             float]:
+    """``isotope ingest FILES --questions now --json`` in a process of its own (settings
+    from the environment, as a user sets them): its report, wall and CPU seconds."""
+    import os
+    import resource
+
+    env = {**os.environ, **{f"ISOTOPE_{k.upper()}": str(v) for k, v in models.items()}}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "isotope", "ingest", str(files),
+                           "--index", str(folder / "index"), "--questions", "now", "--json"],
+                          env=env, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"isotope ingest failed ({done.returncode}): {done.stderr[-2000:]}")
+    said = json.loads(done.stdout)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (_Report(said["questions"], said["questions_generated"], said["timings"]), wall,
+            cpu)
+
+
 def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: bool,
-        enrich: bool = False) -> dict[str, Any]:
+        enrich: bool = False, files: bool = False) -> dict[str, Any]:
     chunks, _ = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl", passages)
     with stub_server(latency_ms / 1000) as (url, spans), \
             tempfile.TemporaryDirectory() as folder:
@@ -75,13 +111,21 @@ def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: b
                                   "cache": False}
         if remote_embeddings:
             models.update(embedding_model=f"openai/stub-embed@{url}", embedding_dim=64)
-        with Isotope.open(Path(folder) / "index", **models) as iso:
-            if enrich:  # the first stage apart, untimed: then `isotope enrich`
-                iso.ingest_chunks(evaluation.chunks_of(chunks), questions="later")
-            started, cpu = time.monotonic(), time.process_time()
-            report = (iso.enrich() if enrich else
-                      iso.ingest_chunks(evaluation.chunks_of(chunks), questions="now"))
-            wall, cpu = time.monotonic() - started, time.process_time() - cpu
+        report: Any
+        if files:
+            texts = Path(folder) / "passages"
+            texts.mkdir()
+            for i, passage in enumerate(chunks):
+                (texts / f"{i:05d}.txt").write_text(passage["text"] + "\n")
+            report, wall, cpu = through_cli(Path(folder), texts, models)
+        else:
+            with Isotope.open(Path(folder) / "index", **models) as iso:
+                if enrich:  # the first stage apart, untimed: then `isotope enrich`
+                    iso.ingest_chunks(evaluation.chunks_of(chunks), questions="later")
+                started, cpu = time.monotonic(), time.process_time()
+                report = (iso.enrich() if enrich else
+                          iso.ingest_chunks(evaluation.chunks_of(chunks), questions="now"))
+                wall, cpu = time.monotonic() - started, time.process_time() - cpu
     spans.sort()
     calls = len(spans)
     first, last = (spans[0][0], max(e for _, e in spans)) if spans else (0.0, 0.0)
@@ -92,7 +136,8 @@ def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: b
     bound = ideal + report.timings.get("embed", 0.0) + report.timings.get("store", 0.0)
     return {
         "passages": passages, "concurrency": concurrency, "latency_ms": latency_ms,
-        "remote_embeddings": remote_embeddings, "run": "enrich" if enrich else "ingest",
+        "remote_embeddings": remote_embeddings,
+        "run": "files" if files else "enrich" if enrich else "ingest",
         "calls": calls, "wall_s": round(wall, 2),
         "generation_s": round(generation, 2),
         "in_flight_mean": round(busy / generation, 2) if generation else 0.0,
@@ -140,6 +185,9 @@ def main() -> None:
     parser.add_argument("--enrich", action="store_true",
                         help="time `isotope enrich` after an untimed --questions later "
                              "ingest (the generation phase alone)")
+    parser.add_argument("--files", action="store_true",
+                        help="write the passages as files and run `isotope ingest DIR` as a "
+                             "user does (a process of its own)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--url", help="a real OpenAI-compatible server instead of the stub")
     parser.add_argument("--model", default="default", help="the model name --url serves")
@@ -148,7 +196,7 @@ def main() -> None:
         print(json.dumps(on_server(args.url, args.model, args.passages, args.concurrency)))
         return
     found = run(args.passages, args.concurrency, args.latency_ms, args.remote_embeddings,
-                args.enrich)
+                args.enrich, args.files)
     if args.json:
         print(json.dumps(found))
         return

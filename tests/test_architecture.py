@@ -1,6 +1,7 @@
 """docs/architecture.md stays true: every module it names exists, every package of the
-library has a line in it, every method of the Store contract is named, and the tree stays
-in packages (the top level holds fewer than 15 modules). No model, no index."""
+library has a line in it, each part of the Store contract is listed with its members and
+counts as the code has them, every schema step is named, and the tree stays in packages
+(the top level holds fewer than 15 modules). No model, no index."""
 
 from __future__ import annotations
 
@@ -42,12 +43,66 @@ def test_every_package_has_a_line() -> None:
     assert unnamed == [], f"packages docs/architecture.md does not describe: {unnamed}"
 
 
-def test_every_store_method_is_named() -> None:
-    methods = {n for n, v in vars(Store).items() if callable(v) and not n.startswith("_")}
-    assert {"add", "search", "export_source", "pending_chunks"} <= methods
-    unnamed = sorted(m for m in methods if f"`{m}`" not in DOC and f"`{m}/" not in DOC
-                     and f"/`{m}`" not in DOC and not re.search(rf"`\w+/{m}`", DOC))
-    assert unnamed == [], f"Store methods docs/architecture.md leaves out: {unnamed}"
+def test_the_store_is_its_parts_each_listed_in_the_document() -> None:
+    """The Store is the sum of its parts (issue 43), each member of it declared by exactly
+    one part; docs/architecture.md lists every part with its members and their counts, as
+    the code has them."""
+    from isotope.stores.parts import PARTS
+
+    assert Store.__bases__ == PARTS
+    members = {n for n in dir(Store) if not n.startswith("_")}
+    declared = [n for part in PARTS for n in vars(part) if not n.startswith("_")]
+    assert sorted(declared) == sorted(members) and len(set(declared)) == len(declared)
+    listed = {m.group(1): m for m in re.finditer(
+        r"\*\*(\w+)\*\* \((\d+) members, (\d+) abstract\): ((?:`\w+`(?:,\s+)?)+)", DOC)}
+    assert sorted(listed) == sorted(p.__name__ for p in PARTS)
+    for part in PARTS:
+        found = listed[part.__name__]
+        names = re.findall(r"`(\w+)`", found.group(4))
+        own = [n for n in vars(part) if not n.startswith("_")]
+        assert sorted(names) == sorted(own), part.__name__
+        assert int(found.group(2)) == len(own), part.__name__
+        assert int(found.group(3)) == len(getattr(part, "__abstractmethods__", ())), \
+            part.__name__
+
+
+def test_every_schema_step_is_named_in_both_spellings_and_the_document() -> None:
+    """One list of named steps (issue 43) gives each engine its numbered steps; the steps
+    written once are spelled per dialect; docs/architecture.md's table names each."""
+    from isotope.stores import SCHEMA_VERSION
+    from isotope.stores.postgres_schema import STEPS as SERVER
+    from isotope.stores.schema_steps import STEPS, TYPES
+    from isotope.stores.sqlite_schema import STEPS as EMBEDDED
+
+    assert [s.number for s in STEPS] == list(range(1, SCHEMA_VERSION + 1))
+    assert sorted(EMBEDDED) == list(range(1, SCHEMA_VERSION + 1))
+    assert sorted(SERVER) == list(range(6, SCHEMA_VERSION + 1))  # (6: the first, at once)
+    for step in STEPS:
+        if step.both is not None:
+            embedded, server = EMBEDDED[step.number], SERVER[step.number]
+            assert isinstance(embedded, list) and isinstance(server, list)
+            assert len(embedded) == len(server) == len(step.both)
+            assert not any("{" in s for s in [*embedded, *server])
+            assert any(TYPES["postgres"]["json"] in s or TYPES["postgres"]["id"] in s
+                       for s in server), step.name
+    table = dict(re.findall(r"^\| (\d+) \| ([^|]+?) \|", DOC, re.M))
+    assert {int(n): name for n, name in table.items()} == {s.number: s.name for s in STEPS}
+
+
+def test_the_table_of_operations_in_the_document_is_the_code_s() -> None:
+    """docs/architecture.md's table of operations (writes, administrator, route, tool,
+    command, the library call) is ``server/operations.OPERATIONS``, row for row."""
+    from isotope.server.operations import OPERATIONS
+
+    def cell(text: str) -> str:
+        return text.strip().replace("`", "")
+
+    rows = [[cell(c) for c in line.strip("|").split("|")]
+            for line in DOC.splitlines() if re.match(r"^\| [a-z_]+ \| (yes|no) \|", line)]
+    expected = [[op.name, "yes" if op.writes else "no", "yes" if op.admin else "no",
+                 "<br>".join(f"{m} {p}" for m, p in op.http), op.mcp or "", op.cli or "",
+                 op.call] for op in OPERATIONS]
+    assert rows == expected
 
 
 def test_the_top_level_is_small() -> None:
@@ -101,24 +156,22 @@ def test_the_stores_and_access_import_nothing_from_the_search() -> None:
     assert climbing == []
 
 
-def test_a_store_that_forgets_who_may_see_shows_nothing() -> None:
+def test_a_store_that_forgets_who_may_see_cannot_be_made() -> None:
     """``visible_chunks`` returned every chunk by default: an engine that forgot it showed
-    everything to everyone. The default now refuses as soon as a condition is given."""
+    everything to everyone. The Access part has no default (issue 43): an engine that
+    implements everything else but it cannot be made."""
     import pytest
 
-    from isotope.access import Principal, condition
-    from isotope.errors import InvalidArgument
+    from isotope.stores.parts import Access
+    from isotope.stores.sqlite import SQLiteStore
 
-    class Forgetful(Store):
-        get_chunks = lambda self, ids: {i: object() for i in ids}  # noqa: E731
-
-    Forgetful.__abstractmethods__ = frozenset()  # (only what this test calls)
-    store = Forgetful()  # type: ignore[abstract]
-    bob = condition(Principal.parse("user:bob"), control=True)
-    assert bob is not None
-    with pytest.raises(InvalidArgument, match="keeps no access lists"):
-        store.visible_chunks(["c1"], [bob])
-    assert store.visible_chunks(["c1"], []) == {"c1"}
+    access = {"visible_chunks", "set_access"}
+    assert Access.__abstractmethods__ == frozenset(access) <= Store.__abstractmethods__
+    written = {n: getattr(SQLiteStore, n) for n in Store.__abstractmethods__ - access}
+    forgetful = type("Forgetful", (Store,), written)  # (all the rest an engine writes)
+    with pytest.raises(TypeError, match="visible_chunks"):
+        forgetful()
+    assert forgetful.__abstractmethods__ == frozenset(access)
 
 
 def test_the_modes_come_from_the_registered_signals() -> None:

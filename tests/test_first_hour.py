@@ -135,6 +135,21 @@ def test_an_ingest_into_a_pipe_says_how_far_the_model_is(
     assert int(generating[-1].split(", ")[-1].split()[0]) > 0  # questions counted
 
 
+def test_a_piped_ingest_says_where_each_phase_ended(
+        tmp_path: Path, examples: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The questions phase's last line could be its first event's (0 questions) when no
+    timed line came between the last reply and the end (a loaded box: the test above
+    failed so): a phase's last state is said before the next phase's first line."""
+    from isotope.cli import ingesting
+
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    monkeypatch.setattr(ingesting, "EVERY", 3600.0)  # (no timed lines at all)
+    done = runner.invoke(app, ["ingest", str(examples), "--index", str(tmp_path / "i")])
+    assert done.exit_code == 0, done.output
+    generating = [line for line in done.output.splitlines() if "] questions:" in line]
+    assert generating and int(generating[-1].split(", ")[-1].split()[0]) > 0, done.output
+
+
 def test_status_and_a_client_show_what_means_something(index: Path) -> None:
     """``status`` said ``sources_without_access 4`` with access control off, and a
     ``Client`` had no useful repr (issue 42, item 23)."""

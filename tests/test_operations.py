@@ -245,3 +245,82 @@ def test_http_and_mcp_search_answer_and_write_in_the_same_turns(
     kinds = ["search", "search", "answer", "write"]  # (ask: its search, then its answer)
     assert [k for _, k in over_http] == kinds and [k for _, k in over_mcp] == kinds
     assert len({turns for turns, _ in taken}) == 1
+
+
+def test_every_shell_makes_the_call_the_table_names(
+        server: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table names the method of ``Isotope`` each operation is; each shell is watched
+    making that call for it, over HTTP (every route), MCP (every tool) and the CLI (every
+    command), so docs/architecture.md's claim that a shell is one call of the library is
+    checked, not only its names."""
+    from typer.testing import CliRunner
+
+    from isotope.cli import app as cli
+
+    made: list[str] = []
+    for name in {op.call for op in OPERATIONS}:
+        real = getattr(Isotope, name)
+
+        def watched(self: Isotope, *args: Any, _real: Any = real, _name: str = name,
+                    **kwargs: Any) -> Any:
+            made.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Isotope, name, watched)
+    iso, docs, chunk = server["iso"], server["docs"], server["chunk"]
+    throwaway = docs.parent / "throwaway"
+    throwaway.mkdir(exist_ok=True)
+    headers = {"Authorization": f"Bearer {KEYS['admin']}"}
+    missed = []
+    for op in OPERATIONS:
+        for method, route in op.http:
+            request = _request(op, method, route, server)
+            if op.name == "delete":  # (a source that is there, so the call is made)
+                gone = throwaway / f"gone-{len(made)}.md"
+                gone.write_text("# Gone\n\nA file to delete.\n")
+                iso.ingest(gone, allow=["public"])
+                source = str(gone.resolve())
+                request = ({**request, "params": {"source": source}} if "{" not in route
+                           else {**request, "url": server["url"] + "/sources/" +
+                                 source.lstrip("/")})
+            made.clear()
+            reply = httpx.request(**request, headers=headers, timeout=60)
+            if op.call not in made:
+                missed.append(f"HTTP {method} {route}: {made} ({reply.status_code})")
+
+    async def agent() -> dict[str, list[str]]:
+        seen: dict[str, list[str]] = {}
+        client = httpx.AsyncClient(headers=headers, timeout=60)
+        async with streamable_http_client(server["url"] + "/mcp/", http_client=client) as (
+                read, write, _), ClientSession(read, write) as session:
+            await session.initialize()
+            for tool, arguments in _tool_calls(server).items():
+                made.clear()
+                await session.call_tool(tool, arguments)
+                seen[tool] = list(made)
+        return seen
+
+    for tool, seen in anyio.run(agent).items():
+        if BY_TOOL[tool].call not in seen:
+            missed.append(f"MCP {tool}: {seen}")
+    monkeypatch.setenv("ISOTOPE_QUESTION_MODEL", "fake/echo")
+    monkeypatch.setenv("ISOTOPE_ANSWER_MODEL", "fake/echo")
+    index = str(iso.settings.index)
+    source = str((docs / "coffee.md").resolve())
+    arguments = {
+        "query": ["coffee", "--raw"], "ask": ["coffee"], "questions show": [source],
+        "feedback": ["f" * 16, chunk], "list": [], "status": [], "log": [],
+        "delete": ["/no-such.md"], "questions add": [source, "Who brews coffee?"],
+        "questions edit": ["f" * 16, "Who brews tea?"], "questions disable": ["f" * 16],
+        "questions enable": ["f" * 16], "ingest": [source], "sync": [str(docs)],
+    }
+    for op in OPERATIONS:
+        if op.cli is None:
+            continue
+        made.clear()
+        done = CliRunner().invoke(cli, [*op.cli.split(), *arguments[op.cli], "--index",
+                                        index])
+        if op.call not in made:
+            missed.append(f"CLI {op.cli}: {made} ({done.exit_code}: {done.output[-300:]})")
+    assert missed == []
+    assert len({op.call for op in OPERATIONS}) >= 14

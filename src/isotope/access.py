@@ -175,6 +175,13 @@ def condition(principal: Principal | None, *, control: bool) -> Condition | None
                                         *principal.entries()))
 
 
+def conditions(principal: Principal | None, *, control: bool) -> list[Condition]:
+    """The search conditions of ``principal``: its :func:`condition`, or none for whoever
+    sees everything (the owner, an administrator)."""
+    found = condition(principal, control=control)
+    return [found] if found is not None else []
+
+
 def email_list(metadata: dict[str, Any]) -> list[str] | None:
     """An email's sender and recipients as ``user:ADDRESS`` entries (None: no address)."""
     found: list[str] = []

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from isotope import embedders, projects, providers, stores
+from isotope import access, embedders, projects, providers, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
 from isotope.access import (
@@ -31,7 +31,6 @@ from isotope.access import (
     rules_for,
     set_for,
 )
-from isotope.access import condition as access_condition
 from isotope.embedders import Embedder
 from isotope.errors import (
     InvalidArgument,
@@ -61,7 +60,7 @@ from isotope.search import weights as weight_fit
 from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
 from isotope.search.filters import parse as parse_filters
 from isotope.search.filters import shown_text
-from isotope.search.searching import Search, hide_members
+from isotope.search.searching import ChunkCounts, Search, hide_members
 from isotope.settings import Settings, index_settings, resolve, shown
 from isotope.stores import SCHEMA_VERSION, Feedback, LoggedQuery, SourceInfo, Store
 
@@ -138,7 +137,8 @@ class Isotope:
         """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""
         self.cache = Cache(settings.cache_dir / "cache.db") if settings.cache else None
         self._llms: dict[str, CachedLLM] = {}
-        self._chunks: dict[Principal | None, tuple[float, int]] = {}
+        self._counts = ChunkCounts()
+        """The chunks each asker may see, for the confidence thresholds."""
         self._fitted: tuple[float, dict[str, float] | None] = (-FITTED_FOR, None)
         self.access_control = settings.access_control
         """Sources without an access list are seen by administrators only (the
@@ -273,8 +273,7 @@ class Isotope:
     def _conditions(self, principal: Asker) -> list[Any]:
         """The search conditions of ``principal`` (none for the owner or an
         administrator)."""
-        found = access_condition(principal_of(principal), control=self.access_control)
-        return [found] if found is not None else []
+        return access.conditions(principal_of(principal), control=self.access_control)
 
     def _reassign(self, report: IngestReport, allow: Sequence[str] | None,
                   roots: Sequence[str | Path] = ()) -> None:
@@ -502,13 +501,14 @@ class Isotope:
             k = self.settings.answer_k if for_answer else self.settings.top_k
         k = _valid_k(k)
         asker = principal_of(principal)
-        conditions = self._conditions(asker)
+        conditions = access.conditions(asker, control=self.access_control)
         options = {**retrieval.fusion_options(self.settings, weights, self._fitted_weights()),
-                   "filters": parse_filters(filters) + conditions,
-                   "explain": bool(explain), "confirmed_by": self._confirming(asker)}
+                   "filters": parse_filters(filters) + conditions, "explain": bool(explain)}
         mode = mode or self.settings.mode
         transform = self.settings.query_transform if transform is None else transform
-        search = self._search(asker, conditions)
+        search = Search(self.store, self.embedder, self.settings, asker, conditions,
+                        self._counts, log=bool(self.query_log or self.settings.audit_log),
+                        max_bytes=self._max_bytes, access_control=self.access_control)
         rewrites: list[str] | None = None  # (None: not rewritten)
         rewriting = time.perf_counter()
         if transform and not query.rstrip().endswith("?"):
@@ -527,22 +527,6 @@ class Isotope:
 
         # (made again elsewhere if the read replica it read from stops answering)
         return self.store.reading(run)
-
-    def _search(self, asker: Principal | None, conditions: list[Any]) -> Search:
-        """A search by ``asker`` (see :mod:`isotope.search.searching`)."""
-        return Search(self.store, self.embedder, self.settings, asker, conditions,
-                      chunk_count=lambda: self._chunk_count(asker),
-                      log=bool(self.query_log or self.settings.audit_log),
-                      max_bytes=self._max_bytes, access_control=self.access_control)
-
-    def _confirming(self, asker: Principal | None) -> tuple[str, ...]:
-        """The questions whose match raises their chunk for ``asker``: learned ones (other
-        users' queries) only for whoever may see them (the owner, an administrator, or
-        everyone with ``show_learned``): the raise, shown by ``explain`` and in the score,
-        would otherwise tell whether someone asked a query."""
-        if asker is None or asker.admin or self.settings.show_learned:
-            return retrieval.CONFIRMING
-        return ("manual",)
 
     def log_by_default(self) -> None:
         """Log searches unless the ``query_log`` setting says otherwise (what a server,
@@ -687,22 +671,6 @@ class Isotope:
         (``refine_query``) or marked not useful, feedback per source, latency
         percentiles."""
         return learning.summary(self.store, days, _valid_k(top))
-
-    def _chunk_count(self, asker: Principal | None) -> int | None:
-        """The chunks ``asker`` may see (for the confidence thresholds: nothing hidden
-        shapes them), read at most every 30 s."""
-        now = time.monotonic()
-        known = self._chunks.get(asker)
-        if known is None or now - known[0] > 30:
-            try:
-                conditions = self._conditions(asker)
-                known = (now, int(self.store.counts(conditions)["chunks"]))
-            except Exception:  # counts are a nicety here, never a failed search
-                return None
-            if len(self._chunks) > 1_000:
-                self._chunks.clear()
-            self._chunks[asker] = known
-        return known[1]
 
     def ask(self, query: str, k: int | None = None, *, mode: str | None = None,
             transform: bool | None = None,

@@ -213,6 +213,7 @@ def _with_lines(run: Callable[[Any], Any]) -> Any:
     import time
 
     last: list[Any] = []
+    shown: list[Any] = [None]  # (the event the last line said)
     stop = threading.Event()
     started = time.monotonic()
 
@@ -220,6 +221,7 @@ def _with_lines(run: Callable[[Any], Any]) -> Any:
         return "questions" if p.stage in ("generate", "wait") else "documents"
 
     def line(p: Any) -> None:
+        shown[0] = p
         unit = "chunks" if phase(p) == "questions" else "files"
         err.print(f"[{time.monotonic() - started:5.0f} s] {phase(p)}: {_of(p)} {unit} done, "
                   f"{p.chunks} chunks, {p.atoms} atoms, {p.questions} questions")
@@ -231,6 +233,8 @@ def _with_lines(run: Callable[[Any], Any]) -> Any:
 
     def progress_cb(p: Any) -> None:
         if not last or phase(last[-1]) != phase(p):
+            if last and shown[0] is not last[-1]:
+                line(last[-1])  # where the phase ended, before the next one's first line
             line(p)
         last[:] = [p]
 

@@ -24,7 +24,7 @@ imports nothing above ``search/``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +42,50 @@ CHUNK_KEYS = frozenset({"headings", "page", "pages", "cites", "cite_keys"})
 """The metadata keys a chunk of a loaded file may have (the rest are its source's)."""
 
 
+def confirming(asker: Principal | None, show_learned: bool) -> tuple[str, ...]:
+    """The origins of the questions whose match raises their chunk for ``asker``: learned
+    ones (other users' queries) only for whoever may see them (the owner, an
+    administrator, or everyone with ``show_learned``): the raise, shown by ``explain`` and
+    in the score, would otherwise tell whether someone asked a query."""
+    if asker is None or asker.admin or show_learned:
+        return retrieval.CONFIRMING
+    return ("manual",)
+
+
+class ChunkCounts:
+    """How many chunks each asker may see (the confidence thresholds' index size: nothing
+    hidden shapes them), read from the store at most every :attr:`EVERY` seconds; one per
+    open index."""
+
+    EVERY = 30.0
+    KEEP = 1_000
+    """Askers remembered at most (then forgotten all at once)."""
+
+    def __init__(self) -> None:
+        self._known: dict[Principal | None, tuple[float, int]] = {}
+
+    def of(self, store: Store, asker: Principal | None, conditions: Sequence[Condition]
+           ) -> int | None:
+        """The chunks meeting ``conditions`` (``asker``'s), None when the store cannot
+        say (a count is a nicety here, never a failed search)."""
+        now = time.monotonic()
+        known = self._known.get(asker)
+        if known is None or now - known[0] > self.EVERY:
+            try:
+                known = (now, int(store.counts(conditions)["chunks"]))
+            except Exception:
+                return None
+            if len(self._known) > self.KEEP:
+                self._known.clear()
+            self._known[asker] = known
+        return known[1]
+
+
 @dataclass
 class Search:
     """A search of ``store`` by ``asker`` (None: the index's owner), whose ``conditions``
-    say what it may see (none: everything). ``chunk_count``: the chunks it may see (the
-    confidence thresholds' index size; None when unknown); ``log``: write the search to
+    say what it may see (none: everything). ``counts``: the index's :class:`ChunkCounts`
+    (the chunks the asker may see, for the confidence thresholds); ``log``: write the search to
     the query log; ``max_bytes``: the largest file a file reference is read back from;
     ``access_control``: whether sources without a list are hidden from users."""
 
@@ -55,7 +94,7 @@ class Search:
     settings: Settings
     asker: Principal | None
     conditions: Sequence[Condition]
-    chunk_count: Callable[[], int | None]
+    counts: ChunkCounts
     log: bool = False
     max_bytes: int = 0
     access_control: bool = False
@@ -72,7 +111,8 @@ class Search:
         (default: now). Run inside ``store.reading`` (made again on another replica if
         the one it read stops answering)."""
         started = time.perf_counter() if started is None else started
-        given = dict(options or {})
+        given = {"confirmed_by": confirming(self.asker, self.settings.show_learned),
+                 **(options or {})}
         if rewrites is not None:
             response = retrieval.search_many(self.store, self.embedder, query,
                                              list(rewrites), k, mode, **given)
@@ -90,7 +130,7 @@ class Search:
             learning.demote(response, learning.not_first(
                 marks, self.embedder.embed_one(response.query)))
         retrieval.assess(response, self.settings.deliver_score, self.settings.refine_score,
-                         chunks=self.chunk_count())
+                         chunks=self.counts.of(self.store, self.asker, self.conditions))
         if not self.settings.show_learned:
             learning.hide_learned(response)
         if self.log:

@@ -45,42 +45,50 @@ class Operation:
     """Its MCP tool."""
     cli: str | None = None
     """Its CLI command (``questions add``: a command of a group)."""
+    call: str = ""
+    """The method of :class:`isotope.Isotope` that does it, whichever shell asks
+    (``tests/test_operations.py`` watches each shell make the call)."""
 
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation("search", "searching", http=(("POST", "/search"),), mcp="search",
-              cli="query"),
-    Operation("ask", "asking", http=(("POST", "/ask"),), mcp="ask", cli="ask"),
-    Operation("answer", "answering a search", http=(("POST", "/answer"),)),
+              cli="query", call="search"),
+    Operation("ask", "asking", http=(("POST", "/ask"),), mcp="ask", cli="ask",
+              call="answer"),
+    Operation("answer", "answering a search", http=(("POST", "/answer"),), call="answer"),
     Operation("questions", "reading questions", http=(("GET", "/questions"),),
-              cli="questions show"),
+              cli="questions show", call="questions"),
     Operation("chunk_questions", "reading a chunk's questions",
-              http=(("GET", "/chunks/{chunk_id}/questions"),)),
+              http=(("GET", "/chunks/{chunk_id}/questions"),), call="chunk_questions"),
     # (a mark writes to the query log's feedback, but a read-only key may give one: what
     # it would teach waits for an administrator's review)
     Operation("feedback", "marking a result", http=(("POST", "/feedback"),),
-              mcp="feedback", cli="feedback"),
+              mcp="feedback", cli="feedback", call="feedback"),
     Operation("sources", "listing sources", http=(("GET", "/sources"),),
-              mcp="list_sources", cli="list"),
-    Operation("status", "reading the status", http=(("GET", "/status"),), cli="status"),
+              mcp="list_sources", cli="list", call="sources"),
+    Operation("status", "reading the status", http=(("GET", "/status"),), cli="status",
+              call="status"),
     Operation("log", "reading the query log", admin=True, http=(("GET", "/log"),),
-              cli="log"),
+              cli="log", call="log_summary"),
     Operation("delete", "deleting a source", writes=True, admin=True,
               http=(("DELETE", "/sources"), ("DELETE", "/sources/{source:path}")),
-              cli="delete"),
+              cli="delete", call="delete"),
     Operation("add_question", "adding a question", writes=True, admin=True,
-              http=(("POST", "/chunks/{chunk_id}/questions"),), cli="questions add"),
+              http=(("POST", "/chunks/{chunk_id}/questions"),), cli="questions add",
+              call="add_question"),
     Operation("edit_question", "editing a question", writes=True, admin=True,
-              http=(("PUT", "/questions/{question_id}"),), cli="questions edit"),
+              http=(("PUT", "/questions/{question_id}"),), cli="questions edit",
+              call="edit_question"),
     Operation("disable_question", "disabling a question", writes=True, admin=True,
-              http=(("DELETE", "/questions/{question_id}"),), cli="questions disable"),
+              http=(("DELETE", "/questions/{question_id}"),), cli="questions disable",
+              call="disable_question"),
     Operation("enable_question", "enabling a question", writes=True, admin=True,
               http=(("POST", "/questions/{question_id}/enable"),),
-              cli="questions enable"),
+              cli="questions enable", call="enable_question"),
     Operation("ingest", "ingesting", writes=True, admin=True,
-              http=(("POST", "/ingest"),), mcp="ingest", cli="ingest"),
+              http=(("POST", "/ingest"),), mcp="ingest", cli="ingest", call="ingest"),
     Operation("sync", "syncing", writes=True, admin=True, http=(("POST", "/sync"),),
-              cli="sync"),
+              cli="sync", call="sync"),
 )
 BY_NAME = {op.name: op for op in OPERATIONS}
 BY_TOOL = {op.mcp: op for op in OPERATIONS if op.mcp}

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from isotope.errors import InvalidIndex, IsotopeError, StoreError
 from isotope.redaction import redact
-from isotope.stores import SCHEMA_VERSION, describe
+from isotope.stores import KINDS, SCHEMA_VERSION, describe
+from isotope.stores.schema_steps import spelled
 
 if TYPE_CHECKING:
     import psycopg
@@ -28,7 +28,7 @@ DEFAULT_SCHEMA = "isotope"
 _NAME = re.compile(r"^(?!pg_)[a-z_][a-z0-9_]{0,62}$")
 """A schema name isotope accepts (always written quoted, so reserved words are fine)."""
 
-KW_KINDS = ("questions", "atoms", "chunks")
+KW_KINDS = KINDS
 TEXT_CONFIG = "isotope"
 """The text search configuration of pg_textsearch's bm25 indexes, made in the index's
 schema: PostgreSQL's English (Snowball) stemmer without its stop words, as near as the
@@ -133,136 +133,9 @@ def _textsearch(conn: psycopg.Connection[Any]) -> str | None:
     return None
 
 
-Step = list[str] | Callable[["psycopg.Connection[Any]", str, bool], None]
-
-STEPS: dict[int, Step] = {
-    # 1..6 as one step: the embedded store's schema 6 (sources, chunks, atoms, questions,
-    # chunks waiting for questions), vectors in the rows (pgvector halfvec), and BM25
-    # postings per kind with their statistics, kept in step by triggers
-    6: [
-        "CREATE TABLE meta (key text PRIMARY KEY, value jsonb NOT NULL)",
-        """CREATE TABLE sources (
-        uri text PRIMARY KEY, content_hash text NOT NULL, size bigint NOT NULL,
-        mtime double precision, loader text NOT NULL, ingested_at text NOT NULL,
-        metadata jsonb NOT NULL, status text NOT NULL DEFAULT 'complete', root text,
-        counts jsonb)""",
-        """CREATE TABLE chunks (
-        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL UNIQUE,
-        source text NOT NULL REFERENCES sources(uri) ON DELETE CASCADE,
-        idx integer NOT NULL, start integer NOT NULL, "end" integer NOT NULL,
-        text text NOT NULL, metadata jsonb NOT NULL, context text NOT NULL DEFAULT '',
-        hash text, enriched boolean NOT NULL DEFAULT true, ntok integer NOT NULL,
-        vector halfvec NOT NULL)""",
-        "CREATE INDEX chunks_source ON chunks(source)",
-        "CREATE INDEX chunks_pending ON chunks(source, id) WHERE NOT enriched",
-        """CREATE TABLE atoms (
-        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL UNIQUE,
-        chunk_id text NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
-        idx integer NOT NULL, start integer, "end" integer, text text NOT NULL,
-        ntok integer NOT NULL, vector halfvec NOT NULL)""",
-        "CREATE INDEX atoms_chunk ON atoms(chunk_id)",
-        """CREATE TABLE questions (
-        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL UNIQUE,
-        atom_id text NOT NULL REFERENCES atoms(id) ON DELETE CASCADE,
-        chunk_id text NOT NULL, text text NOT NULL, ntok integer NOT NULL,
-        vector halfvec NOT NULL)""",
-        "CREATE INDEX questions_atom ON questions(atom_id)",
-        "CREATE INDEX questions_chunk ON questions(chunk_id)",
-        # row count and total length per kind, in 16 slots (each writing connection
-        # adds to its own, so concurrent writers do not queue on one row); read as sums
-        "CREATE TABLE kw_stats (kind text NOT NULL, slot integer NOT NULL, n bigint NOT "
-        "NULL, total bigint NOT NULL, PRIMARY KEY (kind, slot))",
-        *(s for k in KW_KINDS for s in (
-            # each posting carries its row's length: BM25 reads the postings alone (an
-            # index-only scan), never the rows
-            f"CREATE TABLE {k}_terms (term text NOT NULL, item bigint NOT NULL REFERENCES "
-            f"{k}(row) ON DELETE CASCADE, tf integer NOT NULL, ntok integer NOT NULL, "
-            f"PRIMARY KEY (term, item) INCLUDE (tf, ntok))",
-            f"CREATE INDEX {k}_terms_item ON {k}_terms(item)",
-            f"""CREATE FUNCTION {k}_stats_add() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN INSERT INTO kw_stats AS s VALUES ('{k}', pg_backend_pid() % 16,
-              (SELECT count(*) FROM added), (SELECT coalesce(sum(ntok), 0) FROM added))
-              ON CONFLICT (kind, slot) DO UPDATE SET n = s.n + excluded.n,
-              total = s.total + excluded.total; RETURN NULL; END $$""",
-            f"""CREATE FUNCTION {k}_stats_remove() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN INSERT INTO kw_stats AS s VALUES ('{k}', pg_backend_pid() % 16,
-              -(SELECT count(*) FROM removed), -(SELECT coalesce(sum(ntok), 0) FROM removed))
-              ON CONFLICT (kind, slot) DO UPDATE SET n = s.n + excluded.n,
-              total = s.total + excluded.total; RETURN NULL; END $$""",
-            f"CREATE TRIGGER {k}_ai AFTER INSERT ON {k} REFERENCING NEW TABLE AS added "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION {k}_stats_add()",
-            f"CREATE TRIGGER {k}_ad AFTER DELETE ON {k} REFERENCING OLD TABLE AS removed "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION {k}_stats_remove()",
-        )),
-    ],
-    # 7: the generated questions that selection dropped, with why (never searched)
-    7: ["""CREATE TABLE dropped_questions (
-        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        chunk_id text NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
-        atom_id text NOT NULL, text text NOT NULL, reason text NOT NULL)""",
-        "CREATE INDEX dropped_questions_chunk ON dropped_questions(chunk_id)"],
-    # 8: each source's access list (public, user:NAME, group:NAME; NULL: none), a
-    # condition of every search (isotope.access)
-    8: ["ALTER TABLE sources ADD COLUMN access jsonb",
-        # and, with the audit_log setting, who searched what (kept audit_days)
-        """CREATE TABLE audit_log (row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        at text NOT NULL, principal text NOT NULL, query text NOT NULL, mode text NOT NULL,
-        chunk_ids jsonb NOT NULL)""",
-        "CREATE INDEX audit_log_at ON audit_log(at)"],
-    # 9: learning from use (the embedded store's step 9): the query log, feedback,
-    # each question's origin, questions a changed chunk could not carry
-    9: [  # (a schema made by a development build of step 8 may lack the audit log)
-        """CREATE TABLE IF NOT EXISTS audit_log (
-        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, at text NOT NULL,
-        principal text NOT NULL, query text NOT NULL, mode text NOT NULL,
-        chunk_ids jsonb NOT NULL)""",
-        "CREATE INDEX IF NOT EXISTS audit_log_at ON audit_log(at)",
-        "ALTER TABLE audit_log RENAME TO query_log",
-        "ALTER TABLE query_log ADD COLUMN query_id text, ADD COLUMN filters jsonb, "
-        "ADD COLUMN scores jsonb, ADD COLUMN action text, "
-        "ADD COLUMN latency_ms double precision",
-        "CREATE UNIQUE INDEX query_log_id ON query_log(query_id)",
-        """CREATE TABLE feedback (
-        query_id text NOT NULL, chunk_id text NOT NULL, useful boolean NOT NULL,
-        principal text NOT NULL, at text NOT NULL, query text NOT NULL, source text,
-        learn text, vector bytea, PRIMARY KEY (query_id, chunk_id))""",
-        "CREATE INDEX feedback_at ON feedback(at)",
-        "CREATE INDEX feedback_marks ON feedback(useful, principal)",
-        "ALTER TABLE questions ADD COLUMN origin text NOT NULL DEFAULT 'generated'",
-        "CREATE INDEX questions_kept ON questions(chunk_id) WHERE origin <> 'generated'",
-        """CREATE TABLE orphaned_questions (
-        row bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, source text NOT NULL,
-        chunk_text text NOT NULL, text text NOT NULL, origin text NOT NULL,
-        at text NOT NULL)"""],
-    # 10: each term's document frequency per kind, kept by triggers on the postings in
-    # 16 slots (as kw_stats), so BM25 reads a query term's n instead of counting its
-    # postings (a common term has hundreds of thousands at a million questions)
-    10: [s for k in KW_KINDS for s in (
-        f"CREATE TABLE {k}_df (term text NOT NULL, slot integer NOT NULL, n bigint NOT "
-        f"NULL, PRIMARY KEY (term, slot))",
-        # (writers of an older isotope wait: no posting goes uncounted before the trigger)
-        f"LOCK TABLE {k}_terms IN SHARE ROW EXCLUSIVE MODE",
-        f"INSERT INTO {k}_df SELECT term, 0, count(*) FROM {k}_terms GROUP BY term",
-        # (each statement's terms in order: two writers lock a slot's rows alike)
-        f"""CREATE FUNCTION {k}_df_add() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN INSERT INTO {k}_df AS d SELECT term, pg_backend_pid() % 16, count(*)
-          FROM added GROUP BY term ORDER BY term
-          ON CONFLICT (term, slot) DO UPDATE SET n = d.n + excluded.n; RETURN NULL; END $$""",
-        f"""CREATE FUNCTION {k}_df_remove() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN INSERT INTO {k}_df AS d SELECT term, pg_backend_pid() % 16, -count(*)
-          FROM removed GROUP BY term ORDER BY term
-          ON CONFLICT (term, slot) DO UPDATE SET n = d.n + excluded.n; RETURN NULL; END $$""",
-        f"CREATE TRIGGER {k}_terms_ai AFTER INSERT ON {k}_terms REFERENCING NEW TABLE AS "
-        f"added FOR EACH STATEMENT EXECUTE FUNCTION {k}_df_add()",
-        f"CREATE TRIGGER {k}_terms_ad AFTER DELETE ON {k}_terms REFERENCING OLD TABLE AS "
-        f"removed FOR EACH STATEMENT EXECUTE FUNCTION {k}_df_remove()",
-    )],
-    # 11: the keyword engine: pg_textsearch's bm25 indexes for a new index where the
-    # server has it (the postings above removed), else the postings
-    11: _keyword_engine,
-}
-"""Numbered steps. The first PostgreSQL schema is the embedded store's schema 6, so it is
-numbered 6; a later change is a new step (7, ...) and is never edited once released."""
+STEPS = spelled("postgres", {"keyword_engine": _keyword_engine})
+"""The steps by number (:mod:`isotope.stores.schema_steps` names and spells them): the
+first is 6, the embedded store's schema 6 at once."""
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from isotope.embedders import Vectors
 from isotope.models import Chunk, DroppedQuestion, Origin, Question, content_hash
 from isotope.stores import Kind, SourceBatch
+from isotope.stores.parts import KeptQuestions
 
 if TYPE_CHECKING:
     from isotope.stores.sql_dialect import Dialect
@@ -72,7 +73,7 @@ def covering(text: str, chunks: Sequence[Chunk]) -> Chunk | None:
     return best if share >= COVERS else None
 
 
-class SQLQuestions:
+class SQLQuestions(KeptQuestions):
     """Questions kept by hand or use, of an SQL store (a part of ``SQLStore``)."""
 
     dialect: Dialect

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from isotope.stores import LOG_ONLY, Feedback, LoggedQuery
+from isotope.stores.parts import Usage
 
 if TYPE_CHECKING:
     from isotope.stores.sql_dialect import Dialect
@@ -22,7 +23,7 @@ _LOGGED = "query_id, at, principal, query, mode, chunk_ids, scores, filters, act
 _MARK = "query_id, chunk_id, useful, principal, at, query, source, learn, vector"
 
 
-class SQLUsage:
+class SQLUsage(Usage):
     """The query log and feedback of an SQL store (a part of ``SQLStore``)."""
 
     dialect: Dialect

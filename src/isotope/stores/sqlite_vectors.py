@@ -62,8 +62,9 @@ from isotope.ann.segments import SegmentedIndex
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, StoreError
 from isotope.stores import KINDS, Kind, sqlite_keywords
+from isotope.stores.schema_steps import FTS_COLUMNS
 from isotope.stores.sqlite_keywords import KeywordBase, KeywordLayer, row_texts
-from isotope.stores.sqlite_schema import FTS_COLUMNS, set_meta
+from isotope.stores.sqlite_schema import set_meta
 
 log = logging.getLogger(__name__)
 COMPACT_AFTER = 20_000
