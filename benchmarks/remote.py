@@ -1,7 +1,7 @@
 """Ingest against a remote model server (issue 27): how busy isotope keeps it.
 
     .venv/bin/python benchmarks/remote.py [--passages 60] [--concurrency 8]
-        [--latency-ms 300] [--remote-embeddings] [--enrich] [--json]
+        [--latency-ms 300] [--remote-embeddings [--embed-latency-ms 30]] [--enrich] [--json]
     .venv/bin/python benchmarks/remote.py --files [--passages 60] [--concurrency 8] ...
     .venv/bin/python benchmarks/remote.py --url http://GPU-BOX:8000/v1 --model NAME
         [--passages 300] [--concurrency 64] [--json]      # a real server: questions/s
@@ -102,9 +102,10 @@ def through_cli(folder: Path, files: Path, models: dict[str, Any]) -> tuple[_Rep
 
 
 def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: bool,
-        enrich: bool = False, files: bool = False) -> dict[str, Any]:
+        enrich: bool = False, files: bool = False, embed_latency_ms: float = 0.0
+        ) -> dict[str, Any]:
     chunks, _ = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl", passages)
-    with stub_server(latency_ms / 1000) as (url, spans), \
+    with stub_server(latency_ms / 1000, embed_latency_ms / 1000) as (url, spans), \
             tempfile.TemporaryDirectory() as folder:
         models: dict[str, Any] = {"question_model": f"openai/stub@{url}",
                                   "openai_api_key": "stub", "llm_concurrency": concurrency,
@@ -136,7 +137,7 @@ def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: b
     bound = ideal + report.timings.get("embed", 0.0) + report.timings.get("store", 0.0)
     return {
         "passages": passages, "concurrency": concurrency, "latency_ms": latency_ms,
-        "remote_embeddings": remote_embeddings,
+        "remote_embeddings": remote_embeddings, "embed_latency_ms": embed_latency_ms,
         "run": "files" if files else "enrich" if enrich else "ingest",
         "calls": calls, "wall_s": round(wall, 2),
         "generation_s": round(generation, 2),
@@ -157,7 +158,8 @@ def run(passages: int, concurrency: int, latency_ms: float, remote_embeddings: b
 
 
 @contextlib.contextmanager
-def stub_server(delay: float) -> Iterator[tuple[str, list[tuple[float, float]]]]:
+def stub_server(delay: float, embed_delay: float = 0.0
+                ) -> Iterator[tuple[str, list[tuple[float, float]]]]:
     """The stub in a process of its own (its CPU is not isotope's): its URL, and the
     spans of its chat calls, filled in when it stops."""
     spans: list[tuple[float, float]] = []
@@ -165,8 +167,8 @@ def stub_server(delay: float) -> Iterator[tuple[str, list[tuple[float, float]]]]
         record = Path(folder) / "spans.json"
         server = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "openai_server.py"), "--delay", str(delay),
-             "--spans", str(record)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            cwd=ROOT / "tests", text=True)
+             "--embed-delay", str(embed_delay), "--spans", str(record)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT / "tests", text=True)
         assert server.stdout is not None and server.stdin is not None
         try:
             yield server.stdout.readline().strip(), spans
@@ -182,6 +184,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=300.0)
     parser.add_argument("--remote-embeddings", action="store_true")
+    parser.add_argument("--embed-latency-ms", type=float, default=0.0,
+                        help="each embeddings request of the stub takes this long (a "
+                             "remote embedding server's round trip)")
     parser.add_argument("--enrich", action="store_true",
                         help="time `isotope enrich` after an untimed --questions later "
                              "ingest (the generation phase alone)")
@@ -196,7 +201,7 @@ def main() -> None:
         print(json.dumps(on_server(args.url, args.model, args.passages, args.concurrency)))
         return
     found = run(args.passages, args.concurrency, args.latency_ms, args.remote_embeddings,
-                args.enrich, args.files)
+                args.enrich, args.files, args.embed_latency_ms)
     if args.json:
         print(json.dumps(found))
         return

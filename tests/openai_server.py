@@ -33,6 +33,8 @@ class Script:
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     delay: float = 0.0
+    embed_delay: float = 0.0
+    """Seconds each embeddings request takes (a remote server's round trip)."""
     spans: list[tuple[float, float]] = field(default_factory=list)
     """When each chat request arrived and was answered (``time.monotonic``)."""
 
@@ -59,6 +61,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
             if self.path.endswith("/embeddings"):
                 with script.lock:
                     script.requests.append(request)
+                time.sleep(script.embed_delay)
                 texts = request["input"]
                 self._send(200, {
                     "object": "list", "model": request["model"],
@@ -156,16 +159,18 @@ def serve(script: Script) -> Iterator[str]:
 
 
 def main() -> None:
-    """``python tests/openai_server.py --delay S --spans FILE``: serve in a process of its
+    """``python tests/openai_server.py --delay S [--embed-delay S] --spans FILE``: serve in
+    a process of its
     own (for benchmarks, so the client's CPU is not shared with the server's); prints the
     URL, serves until stdin closes, then writes the chat calls' spans to FILE as JSON."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--embed-delay", type=float, default=0.0)
     parser.add_argument("--spans", required=True)
     args = parser.parse_args()
-    script = Script(delay=args.delay)
+    script = Script(delay=args.delay, embed_delay=args.embed_delay)
     with serve(script) as url:
         print(url, flush=True)
         sys.stdin.read()

@@ -137,12 +137,24 @@ class Enricher:
                      if pipelined
                      else ((part, self._generate(generator, begun(part), report))
                            for part in pending))
+        def stored(part: list[PendingChunk], results: Results) -> None:
+            nonlocal done, kept_waiting
+            self._window(part, results, report)
+            done += len(part)
+            kept_waiting += sum(r is None or bool(r.failed) for r in results)
+            notify("generate", part)
+
+        # (with the pipeline, replies are embedded and stored in a thread of their own,
+        # so that this one goes on feeding the model and the first stage meanwhile)
+        storing = _Storer(stored) if pipelined else None
         try:
             for part, results in generated:
-                self._window(part, results, report)
-                done += len(part)
-                kept_waiting += sum(r is None or bool(r.failed) for r in results)
-                notify("generate", part)
+                if storing is not None:
+                    storing.put(part, results)
+                else:
+                    stored(part, results)
+            if storing is not None:
+                storing.finish()
         except ProviderError as exc:
             generated.close()
             if exc.fatal:
@@ -150,6 +162,8 @@ class Enricher:
             raise
         finally:
             generated.close()  # (a failure here stops the groups not yet started)
+            if storing is not None:
+                storing.finish(raising=False)  # (what came back is stored)
         return report
 
     def _parts(self, window: int, report: IngestReport, sources: Sequence[str] | None,
@@ -265,6 +279,48 @@ def _in_thread(call: Callable[[], _R],
 
 
 Results = list[Generated | None]
+
+
+class _Storer:
+    """Generated questions embedded and stored by ``store(part, results)`` in a thread of
+    its own, in the order given; at most :attr:`AHEAD` batches wait (``put`` then waits:
+    storing sets the pace). Its first error is raised by the next ``put`` or ``finish``."""
+
+    AHEAD = 4
+
+    def __init__(self, store: Callable[[list[PendingChunk], Results], None]) -> None:
+        self._store = store
+        self._queue: queue.Queue[tuple[list[PendingChunk], Results] | None] = queue.Queue(
+            self.AHEAD)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="isotope-store-questions",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is None:  # (after an error, the rest is only drained)
+                try:
+                    self._store(*item)
+                except BaseException as exc:
+                    self._error = exc
+
+    def put(self, part: list[PendingChunk], results: Results) -> None:
+        self._raise()
+        self._queue.put((part, results))
+
+    def finish(self, *, raising: bool = True) -> None:
+        """Wait until everything given is stored (once; then nothing)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        if raising:
+            self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 class _Fed:

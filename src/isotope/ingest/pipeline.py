@@ -128,7 +128,10 @@ class Pipeline:
     def _read_files(self, files: dict[Path, Path], report: IngestReport,
                     progress: ProgressCallback | None) -> Iterator[list[str]]:
         """The first stage, a file at a time: after each, the sources it stored or found
-        unchanged (these may have chunks waiting for questions)."""
+        unchanged (these may have chunks waiting for questions). Files are read ahead and
+        their sources embedded and stored together (:class:`_Held`): one embedding call
+        for many small files, not a round trip each."""
+        held = _Held(self, report, progress)
         for done, (path, root) in enumerate(files.items()):
             self._notify(progress, "load", str(path), done, len(files), report)
             before = [len(kept) for kept in _stored(report)]
@@ -141,14 +144,17 @@ class Pipeline:
                         break
                     if (uri := reading.uri_of(found)) is not None and uri != str(path):
                         self._notify(progress, "load", uri, done, len(files), report)
-                    self._take(found, report, progress, done, len(files))
+                    self._take(found, report, progress, done, len(files), held, path)
             except ProviderError as exc:  # this file is left out; the others go on
                 if exc.fatal:
-                    raise
+                    held.flush()  # (what was read before it is stored: the next run
+                    raise  # starts after it)
                 report.errors.append(FileError(str(path), f"language model failed: {exc}"))
                 log.warning("%s: %s", path, exc)
             yield [uri for kept, n in zip(_stored(report), before, strict=True)
                    for uri in kept[n:]]
+            if held.full() or done == len(files) - 1:
+                yield from held.flushing()
 
     def enrich(self, report: IngestReport | None = None,
                progress: ProgressCallback | None = None, *,
@@ -204,15 +210,19 @@ class Pipeline:
         meter = self._meter()
 
         def stored() -> Iterator[list[str]]:
+            held = _Held(self, report, progress)
             for done, (uri, items) in enumerate(grouped.items()):
                 text = "\n\n".join(c.text for c in items)
                 src = Source(uri=uri, content_hash=content_hash(text),
                              size=len(text.encode()), loader="chunks")
                 work = self._prepare(src, items, report, progress, done, len(grouped),
                                      document=text)
-                if work is not None:
-                    self._store(work, report, progress)
-                yield [uri]
+                if work is None:
+                    yield [uri]  # (unchanged: its chunks may still wait for questions)
+                else:
+                    held.add(work, Path(uri))
+                if held.full() or done == len(grouped) - 1:
+                    yield from held.flushing()
 
         self._then(questions, report, progress, stored())
         meter(report)
@@ -269,18 +279,21 @@ class Pipeline:
 
     # -- sequencing --------------------------------------------------------------------
     def _take(self, found: Found, report: IngestReport, progress: ProgressCallback | None,
-              done: int, total: int) -> None:
-        """Do what the ingest does with one thing a file made (:mod:`reading`)."""
+              done: int, total: int, held: _Held, path: Path) -> None:
+        """Do what the ingest does with one thing the file ``path`` made (:mod:`reading`):
+        a source is prepared and ``held`` to be embedded and stored with others."""
         if isinstance(found, FileError):
             report.errors.append(found)
             log.warning("%s: %s", found.path, found.message)
         elif isinstance(found, Unchanged):
             report.unchanged.append(found.uri)
         elif isinstance(found, Members):
+            held.flush()  # (what a container holds is stored before the rest is pruned)
             self._prune(found, report)
         else:
             source = found.source
             if (owner := source.metadata.get("container")) is not None:
+                held.flush()  # (a member reads its container's stored access list)
                 self._held().setdefault(str(owner), set()).add(source.uri)
             for warning in found.document.warnings:
                 report.warnings.append(FileError(source.uri, warning))
@@ -290,7 +303,7 @@ class Pipeline:
             work = self._prepare(source, chunks, report, progress, done, total, found.existing,
                                  document=found.document.text)
             if work is not None:
-                self._store(work, report, progress)
+                held.add(work, path)
 
     def _held(self) -> dict[str, set[str]]:
         """The members stored of each container: read once per run, kept up to date."""
@@ -419,20 +432,37 @@ class Pipeline:
                 report.contexts += 1
         return failed
 
-    def _store(self, work: Work, report: IngestReport,
-               progress: ProgressCallback | None) -> None:
-        """Embed and store one source in one transaction, its fresh chunks waiting for
-        their questions. Reused chunks bring their stored atoms, questions and vectors;
-        only the others are embedded."""
+    def _store_many(self, works: Sequence[Work], report: IngestReport,
+                    progress: ProgressCallback | None) -> Iterator[str]:
+        """Embed the fresh texts of several sources in one call, then store each source
+        in its own transaction (see :meth:`_store`), naming each once it is stored."""
+        texts = [self._texts(work) for work in works]
+        with Timer(report, "embed"):
+            vectors = self.embedder.embed([t for some in texts for t in some])
+        start = 0
+        for work, some in zip(works, texts, strict=True):
+            self._store(work, vectors[start:start + len(some)], report, progress)
+            start += len(some)
+            yield work.source.uri
+
+    def _texts(self, work: Work) -> list[str]:
+        """What :meth:`_store` embeds of a source: its fresh chunks, atoms and candidate
+        questions, in that order (marking what failed, and the fresh chunks' questions as
+        to come)."""
         work.mark_incomplete()
-        chunks = work.chunks
         for i in work.fresh:  # (questions come as enrichment)
             work.questions.setdefault(i, [[] for _ in work.atoms[i]])
-        report.atoms += len(work.fresh_atoms())
-        with Timer(report, "embed"):
-            vectors = self.embedder.embed(
-                [chunks[i].search_text for i in work.fresh]
+        chunks = work.chunks
+        return ([chunks[i].search_text for i in work.fresh]
                 + [a.text for a in work.fresh_atoms()] + [q.text for q in work.candidates()])
+
+    def _store(self, work: Work, vectors: np.ndarray, report: IngestReport,
+               progress: ProgressCallback | None) -> None:
+        """Store one source in one transaction with the ``vectors`` of its fresh texts
+        (:meth:`_texts`), its fresh chunks waiting for their questions. Reused chunks
+        bring their stored atoms, questions and vectors."""
+        chunks = work.chunks
+        report.atoms += len(work.fresh_atoms())
         assembled = assemble(work, vectors, self._select)
         batch = dataclasses.replace(
             assembled.batch, pending={chunks[i].id for i in work.fresh if work.atoms[i]})
@@ -475,6 +505,77 @@ def _noting(steps: Iterator[list[str]], into: list[str]) -> Iterator[list[str]]:
     for step in steps:
         into += step
         yield step
+
+
+HOLD_TEXTS = 256
+"""Texts (chunks and atoms) of prepared sources held to be embedded in one call: small
+files are read ahead until they hold this many, or :data:`HOLD_FILES` sources. The first
+flush holds one source, each next one twice as many as the last, so that the model's first
+calls start as soon as the first file is stored."""
+HOLD_FILES = 32
+
+
+class _Held:
+    """Sources prepared (read, chunked, atomized) and not yet embedded and stored, each
+    with the file it came from: embedded in one call and stored together (each in its own
+    transaction) once they hold enough. An embedding error stores them one at a time, so
+    that only the file whose source failed is left out."""
+
+    def __init__(self, pipeline: Pipeline, report: IngestReport,
+                 progress: ProgressCallback | None) -> None:
+        self._pipeline, self._report, self._progress = pipeline, report, progress
+        self._works: list[tuple[Work, Path]] = []
+        self._texts = 0
+        self._limit = 1  # (sources of the next flush, doubled after each)
+
+    def add(self, work: Work, path: Path) -> None:
+        self._works.append((work, path))
+        self._texts += len(work.fresh) + len(work.fresh_atoms())
+
+    def full(self) -> bool:
+        return (self._texts >= HOLD_TEXTS * self._limit / HOLD_FILES
+                or len(self._works) >= self._limit)
+
+    def flush(self) -> None:
+        """Embed and store every source held."""
+        for _ in self.flushing():
+            pass
+
+    def flushing(self) -> Iterator[list[str]]:
+        """Embed every source held in one call, then store them one at a time, each step
+        naming the source just stored (so that the model's calls for it start before the
+        next is stored)."""
+        works, self._works, self._texts = self._works, [], 0
+        if not works:
+            return
+        self._limit = min(2 * self._limit, HOLD_FILES)
+        pipeline, report = self._pipeline, self._report
+        stored = pipeline._store_many([w for w, _ in works], report, self._progress)
+        try:
+            for uri in stored:
+                yield [uri]
+            return
+        except ProviderError as exc:  # (the embedding: nothing of them is stored yet)
+            if exc.fatal or len(works) == 1:
+                if exc.fatal:
+                    raise
+                self._failed(works[0][1], exc)
+                return
+        for work, path in works:  # (one at a time: which one failed)
+            try:
+                yield from ([uri] for uri in pipeline._store_many([work], report,
+                                                                  self._progress))
+            except ProviderError as exc:
+                if exc.fatal:
+                    raise
+                self._failed(path, exc)
+
+    def _failed(self, path: Path, exc: ProviderError) -> None:
+        """The file ``path`` is left out (once, however many of its sources failed)."""
+        said = FileError(str(path), f"language model failed: {exc}")
+        if said not in self._report.errors:
+            self._report.errors.append(said)
+            log.warning("%s: %s", path, exc)
 
 
 __all__ = ["STAGES", "FileError", "IngestPlan", "IngestReport", "IsotopeError", "Pipeline",
