@@ -87,3 +87,32 @@ def test_an_embedding_that_fails_leaves_out_only_its_file(
         again = iso.ingest(folder, questions="later")
         assert [Path(u).name for u in again.added] == ["note-06.md"]
         assert len(again.unchanged) == 11
+
+
+def test_an_email_whose_embedding_fails_is_left_out_with_its_attachment(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """Stored without its email, an attachment would not have the list it follows (the
+    email's senders and recipients): a review found it stored with none, visible to all,
+    and kept so as unchanged by the next ingest. Now both are left out, and the next
+    ingest stores both, the attachment with its email's list."""
+    import shutil
+
+    folder = tmp_path / "mail"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parent.parent / "examples" / "formats" /
+                "offsite-planning.eml", folder)
+    (folder / "notes.md").write_text("# Notes\n\nThe cobalt cabinet stands in room 4.\n")
+    refusing = Watched(embedder, refuse="Hotel Almada")
+    with Isotope.open(tmp_path / "index", embedder=refusing, llm=FakeLLM(), cache=False,
+                      email_access=True) as iso:
+        report = iso.ingest(folder, questions="later")
+        assert [Path(e.path).name for e in report.errors] == ["offsite-planning.eml"]
+        assert [Path(u).name for u in report.added] == ["notes.md"]
+    with Isotope.open(tmp_path / "index", embedder=Watched(embedder), llm=FakeLLM(),
+                      cache=False, email_access=True) as iso:
+        again = iso.ingest(folder, questions="later")
+        names = sorted(Path(u).name for u in again.added)
+        assert names == ["offsite-planning.eml", "offsite-planning.eml#agenda.txt"]
+        email, attachment = (iso.store.get_source(u) for u in sorted(again.added))
+        assert email is not None and attachment is not None
+        assert attachment.access == email.access and email.access  # (its list, not none)

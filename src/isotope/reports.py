@@ -70,6 +70,19 @@ class IngestReport:
     def ok(self) -> bool:
         return not self.errors
 
+    def absorb(self, part: IngestReport) -> None:
+        """Add ``part`` (a report of some of the same run's work, kept apart by another
+        thread) into this one: counts and times summed, lists extended."""
+        for name, value in vars(part).items():
+            mine = getattr(self, name)
+            if isinstance(value, list):
+                mine.extend(value)
+            elif isinstance(value, dict):
+                for key, seconds in value.items():
+                    mine[key] = mine.get(key, 0.0) + seconds
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                setattr(self, name, mine + value)
+
 
 @dataclass
 class Progress:

@@ -137,22 +137,31 @@ class Enricher:
                      if pipelined
                      else ((part, self._generate(generator, begun(part), report))
                            for part in pending))
-        def stored(part: list[PendingChunk], results: Results) -> None:
+        def stored(part: list[PendingChunk], results: Results, tally: IngestReport) -> None:
+            """(in this thread) What storing a part did, added to the report."""
             nonlocal done, kept_waiting
-            self._window(part, results, report)
+            if tally is not report:
+                report.absorb(tally)
             done += len(part)
             kept_waiting += sum(r is None or bool(r.failed) for r in results)
             notify("generate", part)
 
+        def store(part: list[PendingChunk], results: Results) -> IngestReport:
+            """(in the storer's thread) The questions embedded and stored, counted apart."""
+            tally = IngestReport()
+            self._window(part, results, tally)
+            return tally
+
         # (with the pipeline, replies are embedded and stored in a thread of their own,
         # so that this one goes on feeding the model and the first stage meanwhile)
-        storing = _Storer(stored) if pipelined else None
+        storing = _Storer(store, stored) if pipelined else None
         try:
             for part, results in generated:
                 if storing is not None:
                     storing.put(part, results)
                 else:
-                    stored(part, results)
+                    self._window(part, results, report)
+                    stored(part, results, report)
             if storing is not None:
                 storing.finish()
         except ProviderError as exc:
@@ -283,30 +292,37 @@ Results = list[Generated | None]
 
 class _Storer:
     """Generated questions embedded and stored by ``store(part, results)`` in a thread of
-    its own, in the order given; at most :attr:`AHEAD` batches wait (``put`` then waits:
-    storing sets the pace). Its first error is raised by the next ``put`` or ``finish``."""
+    its own, in the order given, each counted in a report of its own that ``stored(part,
+    results, tally)`` takes in the caller's thread (at the next ``put`` or at ``finish``).
+    At most :attr:`AHEAD` batches wait (``put`` then waits: storing sets the pace). Its
+    first error is raised by the next ``put`` or ``finish``; after it, what is queued is
+    dropped (those chunks wait for the next run)."""
 
     AHEAD = 4
 
-    def __init__(self, store: Callable[[list[PendingChunk], Results], None]) -> None:
-        self._store = store
+    def __init__(self, store: Callable[[list[PendingChunk], Results], IngestReport],
+                 stored: Callable[[list[PendingChunk], Results, IngestReport], None]) -> None:
+        self._store, self._stored = store, stored
         self._queue: queue.Queue[tuple[list[PendingChunk], Results] | None] = queue.Queue(
             self.AHEAD)
+        self._done: queue.SimpleQueue[tuple[list[PendingChunk], Results, IngestReport]] = (
+            queue.SimpleQueue())
         self._error: BaseException | None = None
+        self._failed = False
         self._thread = threading.Thread(target=self._run, name="isotope-store-questions",
                                         daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            if self._error is None:  # (after an error, the rest is only drained)
+            if not self._failed:  # (after an error, the rest is only drained)
                 try:
-                    self._store(*item)
+                    self._done.put((*item, self._store(*item)))
                 except BaseException as exc:
-                    self._error = exc
+                    self._error, self._failed = exc, True
 
     def put(self, part: list[PendingChunk], results: Results) -> None:
-        self._raise()
+        self._take_stored()
         self._queue.put((part, results))
 
     def finish(self, *, raising: bool = True) -> None:
@@ -314,11 +330,12 @@ class _Storer:
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
-        if raising:
-            self._raise()
+        self._take_stored(raising=raising)
 
-    def _raise(self) -> None:
-        if self._error is not None:
+    def _take_stored(self, *, raising: bool = True) -> None:
+        while not self._done.empty():
+            self._stored(*self._done.get())
+        if raising and self._error is not None:
             error, self._error = self._error, None
             raise error
 

@@ -133,6 +133,7 @@ class Pipeline:
         for many small files, not a round trip each."""
         held = _Held(self, report, progress)
         for done, (path, root) in enumerate(files.items()):
+            held.at = done
             self._notify(progress, "load", str(path), done, len(files), report)
             before = [len(kept) for kept in _stored(report)]
             try:
@@ -144,7 +145,7 @@ class Pipeline:
                         break
                     if (uri := reading.uri_of(found)) is not None and uri != str(path):
                         self._notify(progress, "load", uri, done, len(files), report)
-                    self._take(found, report, progress, done, len(files), held, path)
+                    self._take(found, report, progress, done, len(files), held, str(path))
             except ProviderError as exc:  # this file is left out; the others go on
                 if exc.fatal:
                     held.flush()  # (what was read before it is stored: the next run
@@ -215,12 +216,16 @@ class Pipeline:
                 text = "\n\n".join(c.text for c in items)
                 src = Source(uri=uri, content_hash=content_hash(text),
                              size=len(text.encode()), loader="chunks")
-                work = self._prepare(src, items, report, progress, done, len(grouped),
-                                     document=text)
+                try:
+                    work = self._prepare(src, items, report, progress, done, len(grouped),
+                                         document=text)
+                except ProviderError:
+                    yield from held.flushing()  # (the sources before it are stored)
+                    raise
                 if work is None:
                     yield [uri]  # (unchanged: its chunks may still wait for questions)
                 else:
-                    held.add(work, Path(uri))
+                    held.add(work, uri)
                 if held.full() or done == len(grouped) - 1:
                     yield from held.flushing()
 
@@ -279,7 +284,7 @@ class Pipeline:
 
     # -- sequencing --------------------------------------------------------------------
     def _take(self, found: Found, report: IngestReport, progress: ProgressCallback | None,
-              done: int, total: int, held: _Held, path: Path) -> None:
+              done: int, total: int, held: _Held, path: str) -> None:
         """Do what the ingest does with one thing the file ``path`` made (:mod:`reading`):
         a source is prepared and ``held`` to be embedded and stored with others."""
         if isinstance(found, FileError):
@@ -289,11 +294,17 @@ class Pipeline:
             report.unchanged.append(found.uri)
         elif isinstance(found, Members):
             held.flush()  # (what a container holds is stored before the rest is pruned)
-            self._prune(found, report)
+            if found.owner not in held.failed:  # (nothing of a container left out goes)
+                self._prune(found, report)
         else:
             source = found.source
             if (owner := source.metadata.get("container")) is not None:
-                held.flush()  # (a member reads its container's stored access list)
+                if held.holds(str(owner)):
+                    held.flush()  # (a member reads its container's stored access list)
+                if str(owner) in held.failed:
+                    # (left out with it: stored alone, it would miss the list it follows)
+                    held.failed.add(source.uri)
+                    return
                 self._held().setdefault(str(owner), set()).add(source.uri)
             for warning in found.document.warnings:
                 report.warnings.append(FileError(source.uri, warning))
@@ -524,11 +535,16 @@ class _Held:
     def __init__(self, pipeline: Pipeline, report: IngestReport,
                  progress: ProgressCallback | None) -> None:
         self._pipeline, self._report, self._progress = pipeline, report, progress
-        self._works: list[tuple[Work, Path]] = []
+        self._works: list[tuple[Work, str]] = []
+        self.failed: set[str] = set()
+        """Sources whose embedding failed (left out, with their file)."""
         self._texts = 0
         self._limit = 1  # (sources of the next flush, doubled after each)
+        self.at = 0
+        """The file the first stage is at: a source stored later says it in its progress
+        (progress never goes back to the file it came from)."""
 
-    def add(self, work: Work, path: Path) -> None:
+    def add(self, work: Work, path: str) -> None:
         self._works.append((work, path))
         self._texts += len(work.fresh) + len(work.fresh_atoms())
 
@@ -549,6 +565,8 @@ class _Held:
         if not works:
             return
         self._limit = min(2 * self._limit, HOLD_FILES)
+        for work, _ in works:
+            work.done = max(work.done, self.at)
         pipeline, report = self._pipeline, self._report
         stored = pipeline._store_many([w for w, _ in works], report, self._progress)
         try:
@@ -559,7 +577,7 @@ class _Held:
             if exc.fatal or len(works) == 1:
                 if exc.fatal:
                     raise
-                self._failed(works[0][1], exc)
+                self._failed(*works[0], exc)
                 return
         for work, path in works:  # (one at a time: which one failed)
             try:
@@ -568,11 +586,16 @@ class _Held:
             except ProviderError as exc:
                 if exc.fatal:
                     raise
-                self._failed(path, exc)
+                self._failed(work, path, exc)
 
-    def _failed(self, path: Path, exc: ProviderError) -> None:
+    def holds(self, uri: str) -> bool:
+        """Whether the source ``uri`` is held (not stored yet)."""
+        return any(work.source.uri == uri for work, _ in self._works)
+
+    def _failed(self, work: Work, path: str, exc: ProviderError) -> None:
         """The file ``path`` is left out (once, however many of its sources failed)."""
-        said = FileError(str(path), f"language model failed: {exc}")
+        self.failed.add(work.source.uri)
+        said = FileError(path, f"language model failed: {exc}")
         if said not in self._report.errors:
             self._report.errors.append(said)
             log.warning("%s: %s", path, exc)

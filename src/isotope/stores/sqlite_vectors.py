@@ -149,6 +149,8 @@ class VectorStore:
         """The base this process last saved, kept in memory for its next compaction."""
         self._lock = threading.RLock()
         """Guards what this process holds (``_loaded``, ``_writable``), briefly."""
+        self._starting = threading.Lock()
+        """Held while a background compaction is looked for and started."""
         self._compacting = {kind: threading.Lock() for kind in KINDS}
         self._threads: dict[Kind, threading.Thread] = {}
         self.policy = "auto"
@@ -288,6 +290,10 @@ class VectorStore:
     def compact_later(self, kind: Kind, write: Writer) -> None:
         """Compact ``kind`` in a background thread if its log has grown and none runs:
         writes go on at full speed, and searches (in any process) read the log meanwhile."""
+        with self._starting:  # (two writing threads: one compaction started, and known)
+            self._compact_later(kind, write)
+
+    def _compact_later(self, kind: Kind, write: Writer) -> None:
         running = self._threads.get(kind)
         if running is not None and running.is_alive():
             if self.log_size(kind) < BEHIND:
