@@ -11,11 +11,12 @@ With a model that takes calls from several threads at once (a remote endpoint:
 ``LLM.concurrent_calls``) this is a pipeline: small groups of chunks have their calls
 running at all times, :data:`RUNNING` x ``llm_concurrency`` atoms of them (as many more
 read ahead), so the model's ``llm_concurrency`` slots stay full; a group that finishes
-starts the next one at once, from its own thread, while this thread embeds, filters and
-stores every group finished meanwhile in one batch (in the order they finish). In an
-ingest, the same thread also runs the first stage a file at a time whenever no replies
-wait to be stored, so the first calls start as soon as the first file is stored. The
-report's ``generate`` time is then the time this thread waited for the model. A local
+starts the next one at once, from its own thread, while a thread of their own
+(:class:`_Storer`) embeds, filters and stores every group finished meanwhile in one batch
+(in the order they finish). In an ingest, this thread also runs the first stage a source
+at a time whenever few replies wait, so the first calls start as soon as the first file
+is stored. The report's ``generate`` time is then the time this thread waited for the
+model. A local
 model generates a window of atoms at a time (so that many small chunks keep it as busy
 as one large one), after the first stage."""
 
