@@ -141,14 +141,14 @@ class Enricher:
         def stored(part: list[PendingChunk], results: Results, tally: IngestReport) -> None:
             """(in this thread) What storing a part did, added to the report."""
             nonlocal done, kept_waiting
-            if tally is not report:
-                report.absorb(tally)
+            report.absorb(tally)
             done += len(part)
             kept_waiting += sum(r is None or bool(r.failed) for r in results)
             notify("generate", part)
 
         def store(part: list[PendingChunk], results: Results) -> IngestReport:
-            """(in the storer's thread) The questions embedded and stored, counted apart."""
+            """(in the storer's thread, if any) The questions embedded and stored, counted
+            apart."""
             tally = IngestReport()
             self._window(part, results, tally)
             return tally
@@ -161,8 +161,7 @@ class Enricher:
                 if storing is not None:
                     storing.put(part, results)
                 else:
-                    self._window(part, results, report)
-                    stored(part, results, report)
+                    stored(part, results, store(part, results))
             if storing is not None:
                 storing.finish()
         except ProviderError as exc:

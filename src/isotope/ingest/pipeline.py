@@ -538,7 +538,6 @@ class _Held:
         self._works: list[tuple[Work, str]] = []
         self.failed: set[str] = set()
         """Sources whose embedding failed (left out, with their file)."""
-        self._texts = 0
         self._limit = 1  # (sources of the next flush, doubled after each)
         self.at = 0
         """The file the first stage is at: a source stored later says it in its progress
@@ -546,11 +545,10 @@ class _Held:
 
     def add(self, work: Work, path: str) -> None:
         self._works.append((work, path))
-        self._texts += len(work.fresh) + len(work.fresh_atoms())
 
     def full(self) -> bool:
-        return (self._texts >= HOLD_TEXTS * self._limit / HOLD_FILES
-                or len(self._works) >= self._limit)
+        texts = sum(len(work.fresh) + len(work.fresh_atoms()) for work, _ in self._works)
+        return texts >= HOLD_TEXTS * self._limit / HOLD_FILES or len(self._works) >= self._limit
 
     def flush(self) -> None:
         """Embed and store every source held."""
@@ -561,7 +559,7 @@ class _Held:
         """Embed every source held in one call, then store them one at a time, each step
         naming the source just stored (so that the model's calls for it start before the
         next is stored)."""
-        works, self._works, self._texts = self._works, [], 0
+        works, self._works = self._works, []
         if not works:
             return
         self._limit = min(2 * self._limit, HOLD_FILES)
@@ -574,9 +572,9 @@ class _Held:
                 yield [uri]
             return
         except ProviderError as exc:  # (the embedding: nothing of them is stored yet)
-            if exc.fatal or len(works) == 1:
-                if exc.fatal:
-                    raise
+            if exc.fatal:
+                raise
+            if len(works) == 1:
                 self._failed(*works[0], exc)
                 return
         for work, path in works:  # (one at a time: which one failed)
