@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import sys
 import threading
 import time
 import zlib
+from base64 import b64encode
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +37,8 @@ class Script:
     delay: float = 0.0
     embed_delay: float = 0.0
     """Seconds each embeddings request takes (a remote server's round trip)."""
+    float_vectors: bool = False
+    """Embeddings as lists of numbers even when base64 is asked (as some servers do)."""
     spans: list[tuple[float, float]] = field(default_factory=list)
     """When each chat request arrived and was answered (``time.monotonic``)."""
 
@@ -65,8 +69,9 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 texts = request["input"]
                 self._send(200, {
                     "object": "list", "model": request["model"],
-                    "data": [{"object": "embedding", "index": i, "embedding": _embed(t)}
-                             for i, t in enumerate(texts)],
+                    "data": [{"object": "embedding", "index": i, "embedding": _embed(
+                        t, base64=request.get("encoding_format") == "base64"
+                        and not script.float_vectors)} for i, t in enumerate(texts)],
                     "usage": {"prompt_tokens": 10, "total_tokens": 10},
                 })
                 return
@@ -111,11 +116,14 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
 EMBED_DIM = 64
 
 
-def _embed(text: str) -> list[float]:
-    """A bag of hashed words: texts sharing words get similar vectors."""
+def _embed(text: str, *, base64: bool = False) -> list[float] | str:
+    """A bag of hashed words: texts sharing words get similar vectors (with ``base64``,
+    its float32 bytes in base64, as OpenAI's API sends them when asked)."""
     vector = [0.0] * EMBED_DIM
     for word in re.findall(r"\w+", text.lower()):
         vector[zlib.crc32(word.encode()) % EMBED_DIM] += 1.0
+    if base64:
+        return b64encode(struct.pack(f"<{EMBED_DIM}f", *vector)).decode()
     return vector
 
 

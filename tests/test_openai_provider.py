@@ -186,13 +186,14 @@ def test_litellm_is_an_optional_extra_named_in_the_error(
         create("litellm/anthropic/claude-3-5-haiku-latest", Settings())
 
 
-def test_embeddings_from_an_openai_compatible_endpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("floats", [False, True], ids=["base64", "numbers"])
+def test_embeddings_from_an_openai_compatible_endpoint(tmp_path: Path, floats: bool) -> None:
     from isotope.errors import IsotopeError
 
     from conftest import FakeLLM
     from openai_server import EMBED_DIM
 
-    script = Script()
+    script = Script(float_vectors=floats)  # (a server that ignores the format asked)
     with serve(script) as url:
         with pytest.raises(IsotopeError, match="ISOTOPE_EMBEDDING_DIM"):
             Isotope.open(tmp_path / "x", embedding_model=f"openai/test-embed@{url}")
@@ -206,6 +207,8 @@ def test_embeddings_from_an_openai_compatible_endpoint(tmp_path: Path) -> None:
             top = iso.search("When does the gym close in the evening?", k=1).results[0]
             assert "gym" in top.matched_questions[0].atom
         assert any(r.get("input") for r in script.requests)
+        assert all(r.get("encoding_format") == "base64" for r in script.requests
+                   if r.get("input"))
 
 
 def test_the_model_server_is_kept_busy_while_questions_are_stored(

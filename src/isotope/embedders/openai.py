@@ -4,6 +4,7 @@ provider (:mod:`isotope.providers.openai`)."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,12 +35,12 @@ class OpenAIEmbedder(Embedder):
     def embed_batch(self, texts: Sequence[str]) -> Vectors:
         """On the endpoint's own loop and client (one for the process)."""
         async def run(client: Any) -> Vectors:
-            response = await self._client.call(
+            reply = await self._client.call(
                 self.model_id, sum(len(t) for t in texts) // 4,
-                lambda: client.embeddings.create(model=self.model, input=list(texts)),
+                lambda: self._client.post(client, self.model_id, "/embeddings", {
+                    "model": self.model, "input": list(texts), "encoding_format": "base64"}),
             )
-            data = sorted(response.data, key=lambda d: d.index)
-            vectors = np.array([d.embedding for d in data], dtype=np.float32)
+            vectors = self._vectors(reply, len(texts))
             if vectors.ndim != 2 or vectors.shape[1] != self.dim:
                 raise ProviderError(
                     f"{self.model_id} returned vectors of shape {vectors.shape}, expected "
@@ -48,3 +49,24 @@ class OpenAIEmbedder(Embedder):
             return normalize(vectors)
 
         return self._client.submit(run)
+
+    def _vectors(self, reply: dict[str, Any], n: int) -> np.ndarray:
+        """The reply's vectors in the order of the texts: base64 of float32 as asked (as
+        the SDK asks too), or lists of numbers from a server that ignores the format."""
+        try:
+            data = sorted(reply["data"], key=lambda d: int(d["index"]))
+            vectors = [np.frombuffer(base64.b64decode(d["embedding"]), dtype=np.float32)
+                       if isinstance(d["embedding"], str)
+                       else np.asarray(d["embedding"], dtype=np.float32) for d in data]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProviderError(f"{self.model_id}: an embeddings reply without its vectors "
+                                f"({exc})") from exc
+        if len(vectors) != n:
+            raise ProviderError(f"{self.model_id}: {len(vectors)} vectors for {n} texts")
+        wrong = next((v for v in vectors if v.shape != (self.dim,)), None)
+        if wrong is not None:
+            raise ProviderError(
+                f"{self.model_id} returned vectors of {wrong.size} numbers where "
+                f"{self.dim} were expected; set ISOTOPE_EMBEDDING_DIM to the model's "
+                "dimension")
+        return np.stack(vectors) if vectors else np.zeros((0, self.dim), np.float32)
