@@ -134,28 +134,42 @@ def measure(path: Path, location: Any, synthesis: scale.Synthesis, n_queries: in
                 scale.ms(cold, 50) / max(result["hybrid_p50_ms"], 1e-9), 2)
             # recall@10 of the principal's question search against an exact search over
             # what it may see (the embedded copy's vectors, recomputed at float32)
-            truth = scale.exact_baseline(embedded, synthesis)["questions"]
-            conn = embedded.store._conn()  # type: ignore[attr-defined]
-            for share, who in principals.items():
-                made = condition(who, control=True)
-                assert made is not None
-                allowed = embedded.store._allowed([made])  # type: ignore[attr-defined]
-                found, expected = [], []
-                for q in queries:
-                    hits = store.search("questions", vectors[q], 10, [made])
-                    found.append([(h.chunk_id, h.text) for h in hits])
-                    rows = [int(i) for i, _, _ in truth.search(vectors[q], 10, allowed)]
-                    named = dict(((r, (c, t)) for r, c, t in conn.execute(
-                        "SELECT rowid, chunk_id, text FROM questions WHERE rowid IN "
-                        f"({','.join('?' * len(rows))})", rows))) if rows else {}
-                    expected.append([named[r] for r in rows])
-                result[f"recall_at_10_{share}"] = scale.recall(found, expected)
-                result[f"visible_chunks_{share}"] = len(allowed)
+            for share, (recalled, visible) in principal_recall(
+                    store, embedded, synthesis, queries, vectors, principals).items():
+                result[f"recall_at_10_{share}"] = recalled
+                result[f"visible_chunks_{share}"] = visible
         finally:
             result["remove_lists_s"] = round(lists(iso, False), 2)
             if location != path:
                 lists(embedded, False)
     return result
+
+
+def principal_recall(store: Any, embedded: Any, synthesis: scale.Synthesis, queries: list[str],
+                     vectors: dict[str, Any], principals: dict[str, Principal]
+                     ) -> dict[str, tuple[float, int]]:
+    """For each principal: recall@10 of ``store``'s question search against an exact
+    search over what it may see in ``embedded`` (the scale index, its lists given; its
+    vectors recomputed at float32), items compared by chunk and text (row numbers differ
+    between copies); and how many chunks it may see."""
+    truth = scale.exact_baseline(embedded, synthesis)["questions"]
+    conn = embedded.store._conn()
+    said: dict[str, tuple[float, int]] = {}
+    for share, who in principals.items():
+        made = condition(who, control=True)
+        assert made is not None
+        allowed = embedded.store._allowed([made])
+        found, expected = [], []
+        for q in queries:
+            hits = store.search("questions", vectors[q], 10, [made])
+            found.append([(h.chunk_id, h.text) for h in hits])
+            rows = [int(i) for i, _, _ in truth.search(vectors[q], 10, allowed)]
+            named = dict(((r, (c, t)) for r, c, t in conn.execute(
+                "SELECT rowid, chunk_id, text FROM questions WHERE rowid IN "
+                f"({','.join('?' * len(rows))})", rows))) if rows else {}
+            expected.append([named[r] for r in rows])
+        said[share] = (scale.recall(found, expected), len(allowed))
+    return said
 
 
 if __name__ == "__main__":

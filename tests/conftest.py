@@ -253,9 +253,70 @@ def postings_url(postings_server: str) -> str:
     return _fresh_schema(postings_server)
 
 
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Chroma server (``chroma run`` from the chromadb wheel) on a free loopback
+    port, for the whole session; stopped at the end. Yields ``chroma+http://HOST:PORT``."""
+    pytest.importorskip("chromadb", reason="pip install 'isotopedb[chroma]'")
+    with chroma_running(tmp_path_factory.mktemp("chroma")) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def chroma_running(folder: Path, port: int | None = None) -> Iterator[str]:
+    """``chroma run`` on ``folder`` on loopback (on ``port``, else a free one) until the
+    block ends."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    if port is None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+    command = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
+    server = subprocess.Popen([command, "run", "--path", str(folder), "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("chroma run did not start") from None
+                time.sleep(0.2)
+        yield f"chroma+http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+_PREFIXES = iter(range(1, 1_000_000))
+
+
 def location_of(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The fresh index location ``request.param`` names: ``sqlite``, ``postgresql``
-    (pg_textsearch) or ``postings`` (PostgreSQL without pg_textsearch)."""
+    (pg_textsearch), ``postings`` (PostgreSQL without pg_textsearch), ``chroma`` (the
+    embedded store with its vectors in a Chroma folder) or ``chroma-server`` (in a real
+    Chroma server, collections of their own): the Chroma ones set
+    ``ISOTOPE_VECTOR_BACKEND`` for the test (see :func:`open_store`)."""
+    if request.param in ("chroma", "chroma-server"):
+        backend = "chroma"
+        if request.param == "chroma-server":
+            pytest.importorskip("chromadb", reason="pip install 'isotopedb[chroma]'")
+            backend = f"{request.getfixturevalue('chroma_server')}/t{next(_PREFIXES)}"
+        patch = request.getfixturevalue("monkeypatch")
+        patch.setenv("ISOTOPE_VECTOR_BACKEND", backend)
+        return str(tmp_path / "index")
     if request.param == "postgresql":
         return str(request.getfixturevalue("postgres_url"))
     if request.param == "postings":
@@ -269,7 +330,22 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return location_of(request, tmp_path)
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "postings"])
+def open_store(location: str) -> Any:
+    """``stores.open(location)`` with the vector backend the test's location names (as
+    ``Isotope.open`` applies the setting)."""
+    import os
+
+    from isotope import stores
+    from isotope.stores import VectorBackend
+
+    opened = stores.open(location)
+    backend = os.environ.get("ISOTOPE_VECTOR_BACKEND")
+    if backend:
+        opened.set_vector_backend(VectorBackend(backend, explicit=True))
+    return opened
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "postings", "chroma", "chroma-server"])
 def every_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where each engine keeps a fresh index, PostgreSQL with both keyword engines (the
     store contract and the access matrix run on all three)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from isotope import Isotope
@@ -36,8 +37,11 @@ def _open(index: Path, embedder: Embedder, llm: FakeLLM) -> Isotope:
     return Isotope.open(index, embedder=embedder, llm=llm, cache=False)
 
 
+@pytest.mark.parametrize("backend", ["usearch", "chroma"])
 def test_later_is_searchable_at_once_without_the_model_and_enrich_completes_it(
-        tmp_path: Path, embedder: Embedder) -> None:
+        tmp_path: Path, embedder: Embedder, backend: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ISOTOPE_VECTOR_BACKEND", backend)
     llm = FakeLLM()
     with _open(tmp_path / "index", embedder, llm) as iso:
         report = iso.ingest(_docs(tmp_path / "docs"), questions="later")

@@ -17,8 +17,9 @@ from isotope import Isotope
 from isotope.access import Principal
 from isotope.embedders import Embedder
 from isotope.errors import InvalidArgument, SourceNotFound
+from isotope.stores import VectorBackend
 
-from conftest import FakeLLM
+from conftest import FakeLLM, location_of
 
 FACTS = {
     "lighthouse": "The old lighthouse on Skerry Point was automated in 1987 and its "
@@ -36,6 +37,13 @@ def _docs(folder: Path) -> Path:
     for name, text in FACTS.items():
         (folder / f"{name}.md").write_text(f"# {name.title()}\n\n{text}\n")
     return folder
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "chroma"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Both engines, and the embedded one with its vectors in Chroma (a learned question
+    is a vector added, a disabled one a vector deleted)."""
+    return location_of(request, tmp_path)
 
 
 @pytest.fixture
@@ -267,8 +275,10 @@ def test_learned_questions_outlive_everything_that_keeps_their_chunk(
         assert iso.search(ASKED, k=1, mode="questions-dense").results[0].chunk.source \
             .endswith("lighthouse.md")
 
-        copied = tmp_path / "copy"
-        copy_index(location, copied)
+        copied = tmp_path / "copy"  # (into the backend the test runs on, as the CLI does)
+        backend = os.environ.get("ISOTOPE_VECTOR_BACKEND")
+        copy_index(location, copied,
+                   backend=VectorBackend(backend, explicit=True) if backend else None)
         with Isotope.open(copied, embedder=embedder, llm=FakeLLM(), cache=False) as other:
             assert [q.text for q in other.questions(str(lighthouse.resolve()))
                     if q.origin == "user"] == [ASKED]

@@ -18,6 +18,7 @@ from isotope.search.filters import parse
 from isotope.stores import ChunkQuestions, SourceBatch, Store
 
 import support
+from conftest import open_store
 
 DOCS = {
     "/docs/garage.md": ["The parking garage opens at six in the morning.",
@@ -30,13 +31,14 @@ DOCS = {
 
 @pytest.fixture
 def location(every_location: str) -> str:
-    """Every engine: embedded, and PostgreSQL with each keyword engine."""
+    """Every engine: embedded (its vectors with usearch, in a Chroma folder, in a Chroma
+    server), and PostgreSQL with each keyword engine."""
     return every_location
 
 
 @pytest.fixture
 def store(location: str) -> Iterator[Store]:
-    opened = stores.open(location)
+    opened = open_store(location)
     yield opened
     opened.close()
 

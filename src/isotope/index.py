@@ -62,7 +62,14 @@ from isotope.search.filters import parse as parse_filters
 from isotope.search.filters import shown_text
 from isotope.search.searching import ChunkCounts, Search, hide_members
 from isotope.settings import Settings, index_settings, resolve, shown
-from isotope.stores import SCHEMA_VERSION, Feedback, LoggedQuery, SourceInfo, Store
+from isotope.stores import (
+    SCHEMA_VERSION,
+    Feedback,
+    LoggedQuery,
+    SourceInfo,
+    Store,
+    VectorBackend,
+)
 
 MAX_K = 10_000
 """The most results a query may ask for."""
@@ -93,6 +100,9 @@ class IndexStatus(BaseModel):
     models: dict[str, str]
     prompt_versions: dict[str, str]
     settings: dict[str, Any]
+    vector_backend: str = "usearch"
+    """Where the vectors are kept: ``usearch`` (the index's own files), ``chroma`` (a
+    Chroma folder inside the index) or the Chroma server's URL."""
     keyword_engine: str = "fts5"
     """What ranks keyword search: ``fts5`` (embedded), ``pg_textsearch`` or ``postings``
     (PostgreSQL; chosen when the index was made, from what the server has)."""
@@ -127,6 +137,12 @@ class Isotope:
         self.settings = settings
         self.embedder = embedder
         store.set_vector_index(settings.vector_index)
+        token = settings.chroma_token
+        self.vector_backend = store.set_vector_backend(VectorBackend(
+            settings.vector_backend, (origins or {}).get("vector_backend", "default")
+            not in ("default", "index"), token.get_secret_value() if token else None,
+            settings.chroma_tenant, settings.chroma_database, settings.chroma_timeout))
+        """Where the index keeps its vectors (``usearch``, ``chroma`` or a Chroma URL)."""
         store.set_read_replicas(settings.read_replicas, settings.replica_max_lag,
                                 settings.replica_wait)
         store.set_keyword_index(settings.keyword_index)
@@ -999,6 +1015,7 @@ class Isotope:
             },
             prompt_versions=prompt_specs.versions(self.prompts),
             settings=shown(self.settings),
+            vector_backend=self.vector_backend,
             keyword_engine=self.store.keyword_engine,
             replicas=self.store.replicas(),
         )

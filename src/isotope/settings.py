@@ -205,6 +205,19 @@ class StorageSettings(BaseModel):
         "auto", description="Vector index of each kind of item: auto (exact below 20,000 "
         "items, HNSW over int8 vectors from there), exact, or hnsw; applied when the "
         "vectors are next compacted (isotope compact)")
+    vector_backend: str = Field(
+        "usearch", description="Where a new index keeps its vectors: usearch (its own "
+        "files), chroma (a Chroma folder inside the index), or a Chroma server as "
+        "chroma+http://HOST:PORT/PREFIX (PREFIX names its collections); an index keeps the "
+        "backend it was made with")
+    chroma_token: SecretStr | None = Field(
+        None, description="Token of the Chroma server (sent as a bearer token; never shown)")
+    chroma_tenant: str | None = Field(None, description="Tenant on the Chroma server "
+                                      "(default: Chroma's)")
+    chroma_database: str | None = Field(None, description="Database on the Chroma server "
+                                        "(default: Chroma's)")
+    chroma_timeout: float = Field(30.0, gt=0, le=3600, description="Seconds a call to the "
+                                  "Chroma server may take before it fails with a message")
     keyword_index: KeywordIndex = Field(
         "auto", description="What keyword (BM25) search reads: auto (FTS5, and for atoms "
         "and chunks from 20,000 rows saved postings that rank as FTS5 does, several times "
@@ -279,6 +292,15 @@ class StorageSettings(BaseModel):
     @classmethod
     def _replica_urls(cls, value: Any) -> Any:
         return _globs(value)
+
+    @field_validator("vector_backend")
+    @classmethod
+    def _backend(cls, value: str) -> str:
+        head = value.partition("://")[0].lower() if "://" in value else ""
+        if value not in ("usearch", "chroma") and head not in ("chroma+http", "chroma+https"):
+            raise ValueError("use usearch, chroma, or a Chroma server as "
+                             "chroma+http://HOST:PORT/PREFIX")
+        return value
 
 
 class ModelSettings(BaseModel):
@@ -560,7 +582,7 @@ INDEX_FIELDS: tuple[str, ...] = (
 LOCAL_FIELDS: tuple[str, ...] = (
     "index", "project", "projects_dir", "cache_dir", "model_dir", "openai_api_key",
     "api_keys", "api_keys_file", "serve_roots", "max_upload_mb", "allowed_hosts",
-    "allowed_origins", "body_timeout",
+    "allowed_origins", "body_timeout", "chroma_token", "chroma_timeout",
 )
 """Settings of a machine or a call, never saved in an index."""
 

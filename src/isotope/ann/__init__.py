@@ -19,7 +19,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -145,7 +145,14 @@ def write_array(path: Path, array: npt.NDArray[np.generic]) -> None:
     write_file(path, save)
 
 
-def search_groups(index: VectorIndex, query: Vectors, k: int, per_group: int,
+class Searchable(Protocol):
+    """What :func:`search_groups` widens: a vector index, or a store's search."""
+
+    def search(self, query: Vectors, k: int, allowed: Ids | None = None
+               ) -> list[tuple[int, int, float]]: ...
+
+
+def search_groups(index: Searchable, query: Vectors, k: int, per_group: int,
                   allowed: Ids | None = None) -> list[tuple[int, list[tuple[int, float]]]]:
     """The ``k`` groups whose items are nearest to ``query``, best first, each with its up
     to ``per_group`` best ``(id, score)``: a search widened until ``k`` groups are found

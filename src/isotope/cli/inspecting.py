@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Column, Table
@@ -13,6 +13,9 @@ from rich.text import Text
 from isotope.cli.console import display, err, errors, labelled, out, print_json
 from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, WaitOpt, app, open_index
 from isotope.errors import IsotopeError
+
+if TYPE_CHECKING:
+    from isotope.stores import VectorBackend
 
 
 @app.command("list")
@@ -252,7 +255,7 @@ def copy_command(
             raise IsotopeError(f"no index at {stores.describe(where[0])}; give the index "
                                "directory or URL to copy")
         report = copy_index(where[0], where[1], resume=resume, progress=progress,
-                            vector_build=_vector_build())
+                            vector_build=_vector_build(), backend=_vector_backend())
     if as_json:
         print_json({"from": report.source, "to": report.target, "sources": len(report.sources),
                     "skipped": len(report.skipped), "chunks": report.chunks,
@@ -260,6 +263,27 @@ def copy_command(
         return
     out.print(f"copied {len(report.sources)} sources ({report.chunks} chunks, {report.atoms} "
               f"atoms, {report.questions} questions) from {report.source} to {report.target}")
+
+
+def _vector_backend() -> VectorBackend | None:
+    """Where a new embedded target keeps its vectors (the vector_backend and chroma_*
+    settings, from .env and the environment); None when they are not set."""
+    from isotope.errors import SettingsError
+    from isotope.settings import resolve
+    from isotope.stores import VectorBackend
+
+    try:
+        chosen, origins = resolve(None)
+    except SettingsError as exc:  # (warned of by _vector_build)
+        if "vector_backend" in str(exc) or "chroma" in str(exc):
+            raise
+        return None
+    if origins.get("vector_backend") == "default":
+        return None
+    token = chosen.chroma_token
+    return VectorBackend(chosen.vector_backend, True,
+                         token.get_secret_value() if token else None, chosen.chroma_tenant,
+                         chosen.chroma_database, chosen.chroma_timeout)
 
 
 def _vector_build() -> tuple[str, str, int]:

@@ -43,12 +43,14 @@ from isotope.stores.records import (
     SourceBatch,
     SourceInfo,
     StoredChunk,
+    VectorBackend,
 )
 
 __all__ = [
     "KINDS", "SCHEMA_VERSION", "AuditEntry", "ChunkQuestions", "Feedback", "Hit",
     "Inspection", "Kind", "LoggedQuery", "PendingChunk", "SourceBatch", "SourceInfo",
-    "Store", "StoredChunk", "describe", "exists", "open", "register", "scheme",
+    "Store", "StoredChunk", "VectorBackend", "describe", "exists", "open", "register",
+    "scheme",
     "visible_chunk",
 ]
 

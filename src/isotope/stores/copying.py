@@ -34,7 +34,8 @@ class CopyReport:
 
 def copy_index(source: str | Path, target: str | Path, *, resume: bool = False,
                progress: Callable[[int, int, str], None] | None = None,
-               vector_build: tuple[str, str, int] = ("hnsw", "auto", 0)) -> CopyReport:
+               vector_build: tuple[str, str, int] = ("hnsw", "auto", 0),
+               backend: stores.VectorBackend | None = None) -> CopyReport:
     """Copy the index at ``source`` into ``target`` (a directory or a store URL; created
     if missing), under the target's writer lock. The target must hold no sources, unless
     ``resume``: then the sources it holds unchanged (same content hash) are skipped, as
@@ -42,11 +43,14 @@ def copy_index(source: str | Path, target: str | Path, *, resume: bool = False,
     description (settings, embedding model) is written last, so an interrupted copy is
     not mistaken for a finished one. ``vector_build``: the index a PostgreSQL target's
     question vectors get, and the memory and workers it builds its vector indexes with at
-    the end (the ``pg_vector_index`` and ``hnsw_build_*`` settings)."""
+    the end (the ``pg_vector_index`` and ``hnsw_build_*`` settings); ``backend``: where a
+    new embedded target keeps its vectors (the ``vector_backend`` setting)."""
     src = stores.open(source, create=False)
     try:
         dst = stores.open(target, create=True)
         dst.set_vector_build(*vector_build)
+        if backend is not None:
+            dst.set_vector_backend(backend)
         try:
             with dst.writer():
                 return _copy(src, dst, stores.describe(source), stores.describe(target),

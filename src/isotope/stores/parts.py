@@ -15,6 +15,7 @@ every abstract method of each part, and a part's defaults are correct but do les
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -34,6 +35,7 @@ from isotope.stores.records import (
     SourceBatch,
     SourceInfo,
     StoredChunk,
+    VectorBackend,
 )
 
 T = TypeVar("T")
@@ -353,6 +355,17 @@ class Upkeep:
     def set_keyword_index(self, policy: str) -> None:
         """What keyword search reads: ``auto`` (by size), ``fts5`` or ``postings``
         (saved BM25 postings). Default: the store has one kind only."""
+
+    def set_vector_backend(self, backend: VectorBackend) -> str:
+        """Where the vectors are kept (``usearch``: the store's own; ``chroma``: a Chroma
+        folder inside the index, or a server's URL): the index keeps the backend it was
+        made with (another one set is warned of), which this returns. Default: the store
+        keeps its own vectors."""
+        if backend.name != "usearch" and backend.explicit:
+            logging.getLogger(__name__).warning(
+                "vector_backend = %s is for an embedded index; the index at %s keeps its "
+                "vectors itself", backend.name, getattr(self, "where", "this store"))
+        return "usearch"
 
     def set_read_replicas(self, urls: Sequence[str], max_lag: float = 5.0,
                           wait: float = 1.0) -> None:

@@ -156,3 +156,20 @@ class SourceInfo:
     """``current``, ``changed``, ``missing`` or ``incomplete`` (``Isotope.sources``)."""
     pending: int = 0
     """Chunks still waiting for their questions (``isotope enrich``)."""
+
+
+@dataclass(frozen=True)
+class VectorBackend:
+    """The ``vector_backend`` settings an index is opened with (see
+    :meth:`isotope.stores.parts.Upkeep.set_vector_backend`)."""
+
+    name: str = "usearch"
+    """``usearch``, ``chroma`` (embedded) or ``chroma+http(s)://HOST:PORT/PREFIX``."""
+    explicit: bool = False
+    """Set by the user (not the default): an index made with another backend is an error."""
+    token: str | None = field(default=None, repr=False)
+    """The Chroma server's token (never shown)."""
+    tenant: str | None = None
+    database: str | None = None
+    timeout: float = 30.0
+    """Seconds a call to a Chroma server may take."""

@@ -367,11 +367,16 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
                     conn.execute(f"UPDATE sources SET access = {d.mark}, metadata = "
                                  f"{d.mark} WHERE uri = {d.mark}",
                                  (value, d.json_param(metadata), uri))
+                self._access_changed(conn, [r[0] for r in rows])
             return len(rows)
 
         changed = self._retried(change)
         self._after_write()
         return changed
+
+    def _access_changed(self, conn: Any, uris: Sequence[str]) -> None:
+        """(in the transaction that changed the access lists of ``uris``) What an engine
+        keeps beside the rows about who may see them. Default: nothing."""
 
     def _hits(self, kind: Kind, scored: list[tuple[int, float]]) -> list[Hit]:
         """Search hits for ``(row, score)`` pairs, in their order (rows gone since are

@@ -12,6 +12,7 @@ vectors logged, vector and keyword search, compaction and repair.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -27,7 +28,13 @@ import numpy.typing as npt
 
 from isotope.ann import search_groups
 from isotope.embedders import Vectors
-from isotope.errors import IndexDamaged, InvalidArgument, InvalidIndex, StoreError
+from isotope.errors import (
+    IndexDamaged,
+    IndexLocked,
+    InvalidArgument,
+    InvalidIndex,
+    StoreError,
+)
 from isotope.models import Condition
 from isotope.stores import (
     KINDS,
@@ -36,6 +43,14 @@ from isotope.stores import (
     Hit,
     Inspection,
     Kind,
+    VectorBackend,
+)
+from isotope.stores.chroma_vectors import (
+    ChromaPlace,
+    ChromaVectors,
+    is_backend,
+    metadata_rows,
+    place_of,
 )
 from isotope.stores.keywords import query_words
 from isotope.stores.sql_core import SQLStore
@@ -84,6 +99,8 @@ class SQLiteStore(SQLStore):
         """Rows meeting some filters, with the index's state they were read at."""
         self._vectors = VectorStore(self.directory / "vectors", self._conn, self.snapshot,
                                     self.get_meta, self._dim)
+        self._chroma: ChromaVectors | None = None
+        """Where the vectors are kept when Chroma holds them (``vector_backend``)."""
         self._writing = False
         """This process holds the writer lock (writes may then compact the vectors)."""
         self.read_only = not writable(self.directory, db)
@@ -104,6 +121,10 @@ class SQLiteStore(SQLStore):
                 + (" (the index is read-only, so it cannot be migrated in place)"
                    if self.read_only and (version or 0) < SCHEMA_VERSION else "")
             )
+        if isinstance(made := self.get_meta("vector_backend"), dict):
+            # (an index made with Chroma reads it however it is opened: the setting's
+            # token and timeout come with set_vector_backend)
+            self._chroma = self._chroma_of(made, VectorBackend("chroma"))
         if not self.read_only and self.get_meta("state") is None:
             self.set_meta("state", uuid.uuid4().hex)
         if not self.read_only:
@@ -201,6 +222,8 @@ class SQLiteStore(SQLStore):
 
     def close(self) -> None:
         self._vectors.wait()  # a background compaction finishes its work
+        if self._chroma is not None:
+            self._chroma.close()
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -238,12 +261,77 @@ class SQLiteStore(SQLStore):
         """Compact, in the background, the vectors of each kind whose log has grown, when
         this process holds the writer lock (a write without it leaves that to the next
         write, or to :meth:`compact`)."""
+        if self._chroma is not None:  # (sent under the writer lock: taken if free)
+            if self._writing:
+                self._send()
+            else:
+                with contextlib.suppress(IndexLocked), self.writer():
+                    self._send()
+            return
         if self._writing:
             for kind in KINDS:
                 self._vectors.compact_later(kind, self._write)
 
     def settle(self) -> None:
         self._vectors.wait()
+
+    # -- where the vectors are kept ----------------------------------------------------
+    def set_vector_backend(self, backend: VectorBackend) -> str:
+        """Chroma (embedded or a server) for a new index whose setting says so; an index
+        keeps the backend it was made with (a different one set by the user is warned of:
+        ``isotope copy`` moves an index to another). Sends the vector writes a crash left
+        pending when the writer lock is free."""
+        if not is_backend(backend.name):
+            raise InvalidArgument(f"vector_backend {backend.name!r}: use usearch, chroma, or "
+                                  "a server as chroma+http://HOST:PORT/PREFIX")
+        made = self.get_meta("vector_backend")
+        if (made is None and backend.name != "usearch" and not self.read_only
+                and not self._rows("SELECT 1 FROM sources LIMIT 1")):
+            place = place_of(backend.name, default_prefix=f"isotope-{uuid.uuid4().hex[:12]}",
+                             tenant=backend.tenant, database=backend.database)
+            made = {"name": "chroma", "url": place.url, "prefix": place.prefix,
+                    "tenant": place.tenant, "database": place.database}
+            self.set_meta("vector_backend", made)
+        name = "usearch" if made is None else str(made.get("url") or made["name"])
+        if backend.explicit and backend.name != name:
+            log.warning("the index at %s keeps its vectors with %s (it was made so); "
+                        "vector_backend = %s applies to a new index (`isotope copy` it "
+                        "into one)", self.directory, name, backend.name)
+        if made is not None:
+            self._chroma = self._chroma_of(made, backend)
+            if not self.read_only and any(self._chroma.log_size(k) for k in KINDS):
+                try:  # (what a crash left pending, when no other process writes)
+                    with self.writer():
+                        self._send()
+                except (StoreError, IndexLocked) as exc:
+                    log.warning("%s", exc)
+        return name
+
+    def _chroma_of(self, made: dict[str, Any], backend: VectorBackend) -> ChromaVectors:
+        """The Chroma collections the index's meta names (``made``)."""
+        place = ChromaPlace(made.get("url"), str(made["prefix"]), made.get("tenant"),
+                            made.get("database"))
+        return ChromaVectors(place, self.directory / "chroma", self._conn,
+                             token=backend.token, timeout=backend.timeout)
+
+    def _send(self) -> None:
+        """Send the pending vector writes to Chroma (under the writer lock)."""
+        assert self._chroma is not None
+        self._chroma.send(lambda: self._write(LOG_ONLY),
+                          lambda kind, items: metadata_rows(self._conn(), kind, items))
+
+    def _access_changed(self, conn: sqlite3.Connection, uris: Sequence[str]) -> None:
+        """With Chroma: the items of sources whose access list changed are logged again,
+        so that their metadata (who may see them) is sent with the next write."""
+        if self._chroma is None:
+            return
+        marks = ",".join("?" * len(uris))
+        for kind in KINDS:
+            join = "" if kind == "chunks" else f" JOIN {kind} t ON t.chunk_id = c.id"
+            item = "c.rowid" if kind == "chunks" else "t.rowid"
+            conn.execute(
+                f"INSERT INTO vector_log(kind, item, grp, vector) SELECT '{kind}', {item}, "
+                f"c.rowid, X'' FROM chunks c{join} WHERE c.source IN ({marks})", list(uris))
 
     def set_vector_index(self, policy: str) -> None:
         if policy not in POLICIES:
@@ -263,7 +351,10 @@ class SQLiteStore(SQLStore):
         implementation. Run it under the writer lock."""
         done: dict[str, str] = {}
         self._vectors.wait()
-        for kind in KINDS:
+        if self._chroma is not None:
+            self._send()
+            done = dict.fromkeys(KINDS, "chroma")
+        for kind in KINDS if self._chroma is None else ():
             self._vectors.compact(kind, self._write, force=True)
             done[kind] = str(self._vectors.bases().get(kind, {}).get("impl", "exact"))
         if not self.read_only:
@@ -281,7 +372,11 @@ class SQLiteStore(SQLStore):
     @guarded
     def search(self, kind: Kind, vector: Vectors, k: int,
                filters: Sequence[Condition] = ()) -> list[Hit]:
-        found = self._vectors.index(kind).search(vector, k, self._allowed(filters))
+        if self._chroma is not None:
+            found = self._chroma.search(kind, vector, k, filters, self._meeting_of,
+                                        self._chunks_meeting)
+        else:
+            found = self._vectors.index(kind).search(vector, k, self._allowed(filters))
         return self._hits(kind, [(item, score) for item, _, score in found])
 
     @guarded
@@ -291,13 +386,30 @@ class SQLiteStore(SQLStore):
     ) -> list[tuple[str, list[Hit]]]:
         if k <= 0:
             return []
-        groups = search_groups(self._vectors.index(kind), vector, k, per_chunk,
-                               self._allowed(filters))
+        if self._chroma is not None:
+            groups = search_groups(_Searched(self, kind, filters), vector, k, per_chunk)
+        else:
+            groups = search_groups(self._vectors.index(kind), vector, k, per_chunk,
+                                   self._allowed(filters))
         hits = self._hits(kind, [hit for _, found in groups for hit in found])
         by_chunk: dict[str, list[Hit]] = {}
         for hit in hits:
             by_chunk.setdefault(hit.chunk_id, []).append(hit)
         return list(by_chunk.items())
+
+    def _meeting_of(self, kind: Kind, filters: Sequence[Condition], items: list[int]
+                    ) -> set[int]:
+        """Those of ``items`` of ``kind`` whose chunks meet ``filters``."""
+        clause, params = where(filters)
+        marks = ",".join("?" * len(items))
+        join = "" if kind == "chunks" else f" CROSS JOIN {kind} t ON t.chunk_id = c.id"
+        item = "c.rowid" if kind == "chunks" else "t.rowid"
+        return {int(r[0]) for r in self._conn().execute(
+            f"SELECT {item} FROM sources s CROSS JOIN chunks c ON c.source = s.uri{join} "
+            f"WHERE {item} IN ({marks}) AND {clause}", [*items, *params])}
+
+    def _chunks_meeting(self, filters: Sequence[Condition]) -> npt.NDArray[np.int64]:
+        return self._rows_meeting("chunks", filters)
 
     def _allowed(self, filters: Sequence[Condition]) -> npt.NDArray[np.int64] | None:
         """The rowids of the chunks meeting ``filters``, sorted (None: no filter)."""
@@ -335,7 +447,7 @@ class SQLiteStore(SQLStore):
         words = query_words(query)
         if not words or k <= 0:
             return []
-        postings = self._vectors.keywords(kind)
+        postings = self._vectors.keywords(kind) if self._chroma is None else None
         if postings is not None:  # the saved postings (large kinds): FTS5's ranking
             # (with filters, among the rows that meet them: a condition, not a cut)
             allowed = self._rows_meeting(kind, filters) if filters else None
@@ -368,12 +480,15 @@ class SQLiteStore(SQLStore):
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         if not rows:
             return {}  # (without loading the kind's vectors)
+        if self._chroma is not None:
+            return self._chroma.get(kind, rows)
         ids, vectors = self._vectors.index(kind).get(np.array(rows, dtype=np.int64))
         return dict(zip((int(i) for i in ids), vectors, strict=True))
 
     def inspect(self) -> Inspection:
         """See :func:`isotope.stores.sqlite_check.inspect`."""
-        return inspect(self._conn(), self.snapshot, self._vectors, self.table_rows,
+        return inspect(self._conn(), self.snapshot, self._chroma or self._vectors,
+                       self.table_rows,
                        self._lost_rows, read_only=self.read_only, db=self.directory / DB_NAME)
 
     def repair(self, embed: Callable[[list[str]], Vectors] | None = None) -> None:
@@ -391,9 +506,16 @@ class SQLiteStore(SQLStore):
                          "(SELECT id FROM chunks)")
             for kind in KINDS:
                 conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
+        if self._chroma is not None:
+            self._send()
         for kind in KINDS:
             embed_rows = None if embed is None else partial(self._embed_rows, kind, embed)
-            self._vectors.rebuild(kind, self._write, self.table_rows(kind), embed_rows)
+            if self._chroma is not None:
+                self._chroma.rebuild(kind, self.table_rows(kind), embed_rows,
+                                     lambda kind, items: metadata_rows(self._conn(), kind,
+                                                                       items))
+            else:
+                self._vectors.rebuild(kind, self._write, self.table_rows(kind), embed_rows)
 
     def table_rows(self, kind: Kind) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Every rowid of ``kind`` (sorted) with the rowid of its chunk."""
@@ -422,6 +544,21 @@ class SQLiteStore(SQLStore):
 
     def disk_size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
+
+
+class _Searched:
+    """A kind's Chroma search with its filters, as :func:`isotope.ann.search_groups`
+    widens it."""
+
+    def __init__(self, store: SQLiteStore, kind: Kind, filters: Sequence[Condition]) -> None:
+        self._store, self._kind, self._filters = store, kind, filters
+
+    def search(self, query: Vectors, k: int, allowed: npt.NDArray[np.int64] | None = None
+               ) -> list[tuple[int, int, float]]:
+        store = self._store
+        assert store._chroma is not None
+        return store._chroma.search(self._kind, query, k, self._filters, store._meeting_of,
+                                    store._chunks_meeting)
 
 
 def _blob(vector: Vectors) -> bytes:

@@ -1,0 +1,432 @@
+"""Chroma as the vector backend of an embedded index (``vector_backend = chroma``, or a
+real ``chroma run`` server on loopback): who may see and filters as conditions inside
+Chroma's search, the two stores kept consistent across a SIGKILL between their writes,
+``check`` and ``--repair``, a server that is down or silent, the setting and the token as
+a user sees them, and ``isotope copy`` between usearch, Chroma and PostgreSQL. The store
+contract, the access matrix, learning and enrichment run on Chroma too (their own files).
+Real stores and the bundled embedder; no language model (questions are written by hand,
+or come later)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from isotope import Isotope, stores
+from isotope.cli import app
+from isotope.embedders import Embedder
+from isotope.errors import StoreError
+from isotope.models import ACCESS_KEY, Atom, Chunk, Condition, Question, Source, content_hash
+from isotope.search.filters import parse
+from isotope.stores import SourceBatch, Store, VectorBackend
+from isotope.stores.copying import copy_index
+
+from conftest import chroma_running, location_of, open_store
+
+pytest.importorskip("chromadb", reason="pip install 'isotopedb[chroma]'")
+runner = CliRunner()
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(params=["chroma", "chroma-server"])
+def place(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh embedded index whose vectors are in a Chroma folder, or in a server."""
+    return location_of(request, tmp_path)
+
+
+def _batch(embedder: Embedder, uri: str, texts: list[str], access: list[str] | None,
+           loader: str = "text") -> SourceBatch:
+    chunks = [Chunk(text=t, source=uri, index=i, start=0, end=len(t))
+              for i, t in enumerate(texts)]
+    atoms = [Atom(text=c.text, chunk_id=c.id, index=0, start=0, end=len(c.text))
+             for c in chunks]
+    questions = [Question(text=f"What about {c.text.split()[1]}?", atom_id=a.id,
+                          chunk_id=c.id) for c, a in zip(chunks, atoms, strict=True)]
+    return SourceBatch(
+        source=Source(uri=uri, content_hash=content_hash("".join(texts)), loader=loader,
+                      access=access, root="/docs"),
+        chunks=chunks, atoms=atoms, questions=questions,
+        chunk_vectors=embedder.embed(texts), atom_vectors=embedder.embed(texts),
+        question_vectors=embedder.embed([q.text for q in questions]))
+
+
+def _filled(location: str, embedder: Embedder) -> Store:
+    """40 hidden sources about the garage (nearest to the query), 6 visible ones about
+    other things, 3 without a list."""
+    store = open_store(location)
+    with store.writer():
+        for i in range(40):
+            store.add(_batch(embedder, f"/docs/hr/garage{i}.md",
+                             [f"The garage gate {i} opens at {i % 12} in the morning."],
+                             ["group:hr"]))
+        for i in range(6):
+            store.add(_batch(embedder, f"/docs/public/note{i}.md",
+                             [f"The canteen serves soup number {i} on Fridays."],
+                             ["public"], loader="markdown"))
+        for i in range(3):
+            store.add(_batch(embedder, f"/docs/open/memo{i}.txt",
+                             [f"A memo about parking permits, part {i}."], None))
+    return store
+
+
+def test_who_may_see_and_filters_are_conditions_inside_chromas_search(
+        place: str, embedder: Embedder) -> None:
+    store = _filled(place, embedder)
+    try:
+        query = embedder.embed(["When does the garage gate open?"])[0]
+        public = Condition(ACCESS_KEY, "eq", (False, "public"))
+        for kind in ("questions", "atoms", "chunks"):
+            hits = store.search(kind, query, 5, [public])
+            assert len(hits) == 5  # (never fewer than k while k may be seen)
+            assert all("canteen" in h.text or "canteen" in h.atom for h in hits)
+            unlisted = Condition(ACCESS_KEY, "eq", (True, "public"))
+            assert len(store.search(kind, query, 9, [unlisted])) == 9
+            assert store.search(kind, query, 5, [Condition(ACCESS_KEY, "eq", (False,))]) == []
+        # conditions Chroma cannot say (a glob) are read from SQLite, still inside it
+        hits = store.search("chunks", query, 3, parse({"source": "/docs/open/*"}))
+        assert len(hits) == 3 and all("memo" in h.text for h in hits)
+        hits = store.search("chunks", query, 6, parse({"type": "markdown"}))
+        assert len(hits) == 6 and all("canteen" in h.text for h in hits)
+        grouped = store.search_by_chunk("questions", query, 4, filters=[public])
+        assert len(grouped) == 4
+        assert store.check() == []
+    finally:
+        store.close()
+
+
+def test_a_changed_access_list_is_sent_to_chroma_with_the_next_write(
+        place: str, embedder: Embedder) -> None:
+    store = _filled(place, embedder)
+    try:
+        query = embedder.embed(["When does the garage gate open?"])[0]
+        public = Condition(ACCESS_KEY, "eq", (False, "public"))
+        with store.writer():
+            store.set_access(["/docs/hr/garage3.md"], ["public"])
+        hits = store.search("questions", query, 1, [public])
+        assert "garage gate 3" in hits[0].atom
+        chroma = store._chroma  # type: ignore[attr-defined]
+        assert chroma.log_size("questions") == 0  # (sent: Chroma's own where found it)
+        with store.writer():
+            store.set_access(["/docs/hr/garage3.md"], ["group:hr"])
+        assert all("garage" not in h.atom for h in store.search("questions", query, 5,
+                                                                  [public]))
+    finally:
+        store.close()
+
+
+_KILLED = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+from isotope import Isotope
+from isotope.stores import chroma_vectors
+where = {where!r}
+if where == "before":  # the rows committed in SQLite, nothing sent to Chroma yet
+    chroma_vectors.ChromaVectors.send = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+else:  # Chroma holds the vectors, the log entries are not deleted yet
+    upsert = chroma_vectors.ChromaVectors._upsert
+    def killed(self, *a, **k):
+        upsert(self, *a, **k)
+        os.kill(os.getpid(), signal.SIGKILL)
+    chroma_vectors.ChromaVectors._upsert = killed
+with Isotope.open({index!r}, vector_backend="chroma", cache=False) as iso:
+    iso.ingest({docs!r}, questions="later")
+"""
+
+
+@pytest.mark.parametrize("where", ["before", "during"])
+def test_a_sigkill_between_the_two_stores_is_finished_on_the_next_open(
+        tmp_path: Path, where: str) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "gym.md").write_text("# Gym\n\nThe gym closes at ten in the evening.\n")
+    (docs / "pool.md").write_text("# Pool\n\nThe pool is heated to twenty-eight degrees.\n")
+    index = tmp_path / "index"
+    with Isotope.open(index, vector_backend="chroma", cache=False) as iso:
+        iso.ingest(docs / "pool.md", questions="later")  # (sent whole)
+    done = subprocess.run([sys.executable, "-c", _KILLED.format(
+        tests=str(TESTS), where=where, index=str(index), docs=str(docs))],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == -9, done.stderr[-2000:]
+    import sqlite3
+
+    with sqlite3.connect(index / "isotope.db") as conn:  # (the rows, and what is pending)
+        assert conn.execute("SELECT count(*) FROM vector_log").fetchone()[0] > 0
+        assert conn.execute("SELECT count(*) FROM sources").fetchone()[0] == 2
+    with Isotope.open(index, cache=False) as iso:  # (the next open sends the rest)
+        assert iso.status().vector_backend == "chroma"
+        assert iso.store._chroma.log_size("chunks") == 0  # type: ignore[attr-defined]
+        assert iso.check() == []
+        counts = iso.counts()
+        chroma = iso.store._chroma  # type: ignore[attr-defined]
+        assert chroma.count("chunks") == counts["chunks"] == 2
+        assert chroma.count("atoms") == counts["atoms"]
+        top = iso.search("When does the gym close?", k=1, mode="chunks-dense").results[0]
+        assert top.chunk.source.endswith("gym.md")
+
+
+def test_searches_see_writes_not_sent_yet(tmp_path: Path, embedder: Embedder) -> None:
+    """Another process writes while this one holds the writer lock (so its entries wait,
+    as when a crash came between the two stores): a search reads Chroma and the pending
+    log together, Chroma's stale answers for the items the log touches left out."""
+    with Isotope.open(tmp_path / "index", embedder=embedder, vector_backend="chroma",
+                      cache=False) as iso:
+        iso.ingest_chunks(["A memo about parking permits."], source="memo",
+                          questions="later")
+        iso.ingest_chunks(["The gym closes at ten in the evening."], source="gym",
+                          questions="later")
+        store = iso.store
+        chroma = store._chroma  # type: ignore[attr-defined]
+        with store.writer():  # (held: nothing is sent while another holds it)
+            other = stores.open(tmp_path / "index")
+            other.delete_source("gym")  # (its row number is given to the pool's chunk)
+            other.add(_batch(embedder, "/docs/pool.md", ["The pool is heated to "
+                                                         "twenty-eight degrees."], None))
+            other.set_access(["memo"], ["group:cars"])
+            other.close()
+        assert chroma.log_size("chunks") > 0
+        gym = embedder.embed(["When does the gym close in the evening?"])[0]
+        pool = embedder.embed(["The pool is heated to twenty-eight degrees."])[0]
+        found = iso.search("When does the gym close in the evening?", k=2,
+                           mode="chunks-dense").results
+        assert [r.chunk.source for r in found] == ["/docs/pool.md", "memo"]
+        assert abs(found[0].score - float(gym @ pool)) < 0.02  # (its own vector's score)
+        cars = iso.search("parking permits", k=2, mode="chunks-dense",
+                          principal="user:ann,group:cars").results
+        assert cars[0].chunk.source == "memo"  # (its new list, not yet sent)
+        assert "memo" not in [r.chunk.source for r in iso.search(
+            "parking permits", k=2, mode="chunks-dense", principal="user:bob").results]
+        iso.ingest_chunks(["The library lends books for three weeks."], source="library",
+                          questions="later")  # (a write: everything pending is sent)
+        assert chroma.log_size("chunks") == 0 and chroma.count("chunks") == 3
+        assert iso.search("parking permits", k=2, mode="chunks-dense",
+                          principal="group:cars").results[0].chunk.source == "memo"
+        assert iso.check() == []
+
+
+def test_check_finds_vectors_missing_or_extra_in_chroma_and_repair_mends_them(
+        place: str, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in {"gym": "The gym closes at ten in the evening.",
+                       "pool": "The pool is heated to twenty-eight degrees.",
+                       "library": "The library lends books for three weeks."}.items():
+        (docs / f"{name}.md").write_text(f"# {name.title()}\n\n{text}\n")
+    ingested = runner.invoke(app, ["ingest", str(docs), "--index", place, "--questions",
+                                   "later", "--json"])
+    assert ingested.exit_code == 0, ingested.output
+    with Isotope.open(place, cache=False) as iso:
+        chroma = iso.store._chroma  # type: ignore[attr-defined]
+        collection = chroma._collection("chunks")
+        held = collection.get(include=["embeddings", "metadatas"])
+        collection.delete(ids=held["ids"][:2])  # lost
+        collection.upsert(ids=["999999"], embeddings=[held["embeddings"][0]],
+                          metadatas=[{"chunk": 999999, "open": True}])  # belongs to no row
+    checked = runner.invoke(app, ["check", "--index", place, "--json"])
+    assert checked.exit_code == 1
+    problems = json.loads(checked.output)["problems"]
+    assert any("2 chunks have no vector" in p for p in problems), problems
+    assert any("1 vectors of chunks" in p and "belong to no row" in p for p in problems)
+    repaired = runner.invoke(app, ["check", "--repair", "--index", place, "--json"])
+    assert repaired.exit_code == 0, repaired.output
+    assert runner.invoke(app, ["check", "--index", place]).exit_code == 0
+    with Isotope.open(place, cache=False) as iso:
+        assert iso.store._chroma.count("chunks") == 3  # type: ignore[attr-defined]
+        top = iso.search("How long can I keep a book?", k=1, mode="chunks-dense").results[0]
+        assert top.chunk.source.endswith("library.md")
+
+
+@pytest.fixture
+def silent() -> Iterator[int]:
+    """A port that takes connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield int(listener.getsockname()[1])
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def test_a_silent_server_fails_with_a_message_instead_of_hanging(
+        tmp_path: Path, silent: int, embedder: Embedder) -> None:
+    url = f"chroma+http://127.0.0.1:{silent}/isotope"
+    with Isotope.open(tmp_path / "index", embedder=embedder, vector_backend=url,
+                      chroma_timeout=1, cache=False) as iso:
+        with pytest.raises(StoreError, match=r"did not answer within 1 s.*chroma_timeout"):
+            iso.ingest_chunks(["The gym closes at ten."], source="gym", questions="later")
+        assert iso.counts()["chunks"] == 1  # (stored; its vector waits in the log)
+        with pytest.raises(StoreError, match="did not answer within 1 s"):
+            iso.search("When does the gym close?", mode="chunks-dense")
+
+
+def test_a_server_that_is_down_loses_nothing_and_catches_up(
+        tmp_path: Path, embedder: Embedder) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    folder = tmp_path / "chroma"
+    with chroma_running(folder, port=port) as url:
+        backend = f"{url}/campus"
+        iso = Isotope.open(tmp_path / "index", embedder=embedder, vector_backend=backend,
+                           cache=False)
+        iso.ingest_chunks(["The gym closes at ten in the evening."], source="gym",
+                          questions="later")
+    try:  # (the server stopped)
+        with pytest.raises(StoreError, match=rf"Chroma server {re.escape(backend)} failed"):
+            iso.ingest_chunks(["The pool is heated to twenty-eight degrees."],
+                              source="pool", questions="later")
+        with pytest.raises(StoreError, match="Chroma server"):
+            iso.search("How warm is the pool?", mode="chunks-dense")
+        assert iso.counts()["chunks"] == 2
+    finally:
+        iso.close()
+    runner_said = runner.invoke(app, ["query", "How warm is the pool?", "--raw",
+                                      "--mode", "chunks-dense", "--index",
+                                      str(tmp_path / "index")])
+    assert runner_said.exit_code != 0
+    assert len([line for line in runner_said.output.splitlines() if line.strip()]) <= 2
+    assert "Chroma server" in runner_said.output and "Traceback" not in runner_said.output
+    # (back: the next open sends what waited)
+    with (chroma_running(folder, port=port),
+          Isotope.open(tmp_path / "index", embedder=embedder, cache=False) as iso):
+        assert iso.check() == []
+        top = iso.search("How warm is the pool?", k=1, mode="chunks-dense").results[0]
+        assert top.chunk.source == "pool"
+
+
+def test_status_names_the_backend_and_never_shows_the_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chroma_server: str) -> None:
+    monkeypatch.setenv("ISOTOPE_VECTOR_BACKEND", f"{chroma_server}/status")
+    monkeypatch.setenv("ISOTOPE_CHROMA_TOKEN", "s3cret-chroma-token")
+    index = str(tmp_path / "index")
+    ingested = runner.invoke(app, ["ingest", str(TESTS.parent / "examples" / "handbook.md"),
+                                   "--index", index, "--questions", "later"])
+    assert ingested.exit_code == 0, ingested.output
+    status = runner.invoke(app, ["status", "--index", index, "--json"])
+    assert json.loads(status.output)["vector_backend"] == f"{chroma_server}/status"
+    for command in (["status", "--index", index, "--json"], ["config", "--index", index],
+                    ["config", "--index", index, "--json"]):
+        said = runner.invoke(app, command)
+        assert said.exit_code == 0, said.output
+        assert "s3cret-chroma-token" not in said.output
+    monkeypatch.delenv("ISOTOPE_VECTOR_BACKEND")
+    with Isotope.open(index, cache=False) as iso:  # (the index keeps its backend)
+        assert iso.status().vector_backend == f"{chroma_server}/status"
+
+
+def test_an_index_keeps_the_backend_it_was_made_with(
+        tmp_path: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture) -> None:
+    with Isotope.open(tmp_path / "plain", embedder=embedder, cache=False) as iso:
+        iso.ingest_chunks(["The gym closes at ten."], source="gym", questions="later")
+    with Isotope.open(tmp_path / "plain", embedder=embedder, cache=False,
+                      vector_backend="chroma") as iso:
+        assert iso.status().vector_backend == "usearch"
+    assert "applies to a new index" in caplog.text and "isotope copy" in caplog.text
+    with pytest.raises(Exception, match="chroma\\+http://HOST:PORT/PREFIX"):
+        Isotope.open(tmp_path / "other", embedder=embedder, vector_backend="redis")
+
+
+def test_copy_moves_an_index_between_usearch_chroma_and_postgresql(
+        tmp_path: Path, embedder: Embedder, postgres_url: str, chroma_server: str) -> None:
+    docs = {f"/docs/n{i}.md": [f"Note {i}: the {w} opens at {i} o'clock."]
+            for i, w in enumerate(["garage", "pool", "gym", "library", "canteen", "museum"])}
+    first = tmp_path / "usearch"
+    store = stores.open(first)
+    for uri, texts in docs.items():
+        store.add(_batch(embedder, uri, texts, None))
+    store.set_meta("embedding", {"model_id": embedder.model_id, "dim": embedder.dim})
+    store.close()
+    query = embedder.embed(["When does the museum open?"])[0]
+
+    def ranked(location: str | Path) -> list[str]:
+        opened = stores.open(location)
+        try:
+            return [h.chunk_id for h in opened.search("questions", query, 4)]
+        finally:
+            opened.close()
+
+    expected = ranked(first)
+    chain = [(tmp_path / "chroma", VectorBackend("chroma", True)),
+             (postgres_url, None),
+             (tmp_path / "served", VectorBackend(f"{chroma_server}/copied", True)),
+             (tmp_path / "back", None)]
+    before: str | Path = first
+    for target, backend in chain:
+        report = copy_index(before, target, backend=backend)
+        assert len(report.sources) == len(docs)
+        assert ranked(target) == expected, target
+        check = stores.open(target)
+        assert check.check() == []
+        check.close()
+        before = target
+    made = stores.open(tmp_path / "served")
+    assert made.set_vector_backend(VectorBackend()) == f"{chroma_server}/copied"
+    made.close()
+
+
+def test_vectors_read_back_from_chroma_are_the_ones_stored(place: str,
+                                                         embedder: Embedder) -> None:
+    store = _filled(place, embedder)
+    try:
+        batch = store.export_source("/docs/public/note2.md")
+        assert batch is not None
+        again = embedder.embed(["The canteen serves soup number 2 on Fridays."])[0]
+        assert np.allclose(batch.chunk_vectors[0], again, atol=2e-3)
+    finally:
+        store.close()
+
+
+
+def test_chromas_nearest_are_the_true_nearest(place: str, embedder: Embedder) -> None:
+    """The ann suite's measure on Chroma's side: its top 10 against brute force over the
+    same vectors, unfiltered and with who may see (as the usearch and exact indexes are
+    held to in test_vector_index)."""
+    words = ["garage", "pool", "gym", "library", "canteen", "museum", "park", "station",
+             "office", "clinic", "school", "market"]
+    store = open_store(place)
+    texts: dict[str, str] = {}
+    try:
+        with store.writer():
+            for i in range(120):
+                uri = f"/docs/n{i}.md"
+                texts[uri] = (f"The {words[i % 12]} near {words[(i * 5) % 12]} opens at "
+                              f"{i % 24} and closes at {(i * 7) % 24}.")
+                store.add(_batch(embedder, uri, [texts[uri]],
+                                 ["public"] if i % 3 == 0 else ["group:staff"]))
+        uris = list(texts)
+        vectors = embedder.embed([texts[u] for u in uris])
+        public = Condition(ACCESS_KEY, "eq", (False, "public"))
+        for query in ("When does the museum open?", "clinic near the school",
+                      "closing time of the pool"):
+            scores = vectors @ embedder.embed_one(query)
+            for conditions, seen in (([], range(120)), ([public], range(0, 120, 3))):
+                truth = sorted(seen, key=lambda i: -scores[i])[:10]
+                hits = store.search("chunks", embedder.embed_one(query), 10, conditions)
+                chunk_uri = {c.id: c.source for c in store.get_chunks(
+                    [h.chunk_id for h in hits]).values()}
+                found = [uris.index(chunk_uri[h.chunk_id]) for h in hits]
+                assert len(set(found) & set(truth)) >= 9, (query, conditions)
+                assert [round(h.score, 2) for h in hits] == sorted(
+                    (round(h.score, 2) for h in hits), reverse=True)
+    finally:
+        store.close()
