@@ -120,8 +120,46 @@ def test_a_changed_access_list_is_sent_to_chroma_with_the_next_write(
             store.set_access(["/docs/hr/garage3.md"], ["group:hr"])
         assert all("garage" not in h.atom for h in store.search("questions", query, 5,
                                                                   [public]))
+        # a list taken away leaves nothing behind in Chroma (its metadata merges keys)
+        with store.writer():
+            store.set_access(["/docs/public/note0.md"], None)
+        canteen = embedder.embed(["soup number 0"])[0]
+        assert all("number 0 " not in h.text for h in store.search("chunks", canteen, 6,
+                                                                     [public]))
+        assert any("number 0 " in h.text for h in store.search(
+            "chunks", canteen, 6, [Condition(ACCESS_KEY, "eq", (True, "public"))]))
+        assert store.check() == []
     finally:
         store.close()
+
+
+def test_many_chunks_meeting_a_filter_are_asked_in_parts(
+        place: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    from isotope.stores import chroma_vectors
+
+    monkeypatch.setattr(chroma_vectors, "IN_LIMIT", 2)  # (Chroma fails past ~32,000)
+    store = _filled(place, embedder)
+    try:
+        query = embedder.embed(["parking permits"])[0]
+        hits = store.search("chunks", query, 3, parse({"source": "/docs/open/*"}))
+        assert sorted(h.text for h in hits) == [f"A memo about parking permits, part {i}."
+                                                for i in range(3)]
+    finally:
+        store.close()
+
+
+def test_two_indexes_never_share_a_servers_collections(
+        tmp_path: Path, embedder: Embedder, chroma_server: str) -> None:
+    url = f"{chroma_server}/shared-prefix"
+    with Isotope.open(tmp_path / "a", embedder=embedder, vector_backend=url,
+                      cache=False) as first:
+        first.ingest_chunks(["The gym closes at ten."], source="gym", questions="later")
+    with Isotope.open(tmp_path / "b", embedder=embedder, vector_backend=url,
+                      cache=False) as second:
+        with pytest.raises(StoreError, match="holds another index's vectors"):
+            second.ingest_chunks(["The pool is warm."], source="pool", questions="later")
+    with Isotope.open(tmp_path / "a", embedder=embedder, cache=False) as first:
+        assert first.check() == []
 
 
 _KILLED = """

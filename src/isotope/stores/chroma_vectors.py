@@ -53,6 +53,9 @@ EF_SEARCH = 200
 search (who may see 1% of the index) keeps only the allowed items of what it explores:
 filtered recall@10 at 100k questions varied from 0.93 to 0.98 between two builds of the
 same index at 100; twice as broad cost no measurable latency there."""
+IN_LIMIT = 20_000
+"""Chunk rows in one ``$in`` (Chroma's embedded engine fails past about 32,000: more are
+asked in several searches, their answers merged)."""
 SEND = 2_000
 """Vectors sent to Chroma in one call (under its maximum batch size)."""
 Writer = Callable[[], AbstractContextManager[sqlite3.Connection]]
@@ -71,6 +74,9 @@ class ChromaPlace:
     prefix: str
     tenant: str | None = None
     database: str | None = None
+    owner: str | None = None
+    """The index's id, kept in its collections' metadata: a collection of that name made
+    by another index is refused, not shared."""
 
     def describe(self, folder: Path) -> str:
         return (f"the Chroma server {self.url}" if self.url
@@ -113,6 +119,9 @@ class ChromaVectors:
         self._client: Any = None
         self._collections: dict[Kind, Any] = {}
         self._lock = threading.RLock()
+        """Guards the client and the collections (not held during searches or sends)."""
+        self._sending = threading.Lock()
+        """One send at a time in this process (others wait on the writer lock)."""
         self.policy = "auto"
         self.keyword_policy = "auto"
 
@@ -125,9 +134,17 @@ class ChromaVectors:
         with self._lock:
             found = self._collections.get(kind)
             if found is None:
+                name = f"{self.place.prefix}-{kind}"
+                owner = {"isotope_index": self.place.owner} if self.place.owner else None
                 found = self._call(lambda: self._connect().get_or_create_collection(
-                    f"{self.place.prefix}-{kind}", embedding_function=None,
+                    name, embedding_function=None, metadata=owner,
                     configuration={"hnsw": {"space": "cosine", "ef_search": EF_SEARCH}}))
+                if owner and (found.metadata or {}).get("isotope_index") != owner[
+                        "isotope_index"]:
+                    raise StoreError(
+                        f"the collection {name} in {self.where} holds another index's "
+                        "vectors; give this index a prefix of its own "
+                        "(chroma+http://HOST:PORT/PREFIX)")
                 self._collections[kind] = found
             return found
 
@@ -235,7 +252,7 @@ class ChromaVectors:
         """Send every pending write to Chroma, then delete those log entries (the caller
         holds the writer lock). Returns how many items were sent."""
         sent = 0
-        with self._lock:
+        with self._sending:
             for kind in KINDS:
                 rows = self._log(kind)
                 if not rows:
@@ -300,14 +317,13 @@ class ChromaVectors:
         touched, adds, relabeled = self.pending(kind)
         if relabeled:  # (their vectors from Chroma, their metadata from SQLite)
             adds.update(self._held_vectors(kind, relabeled))
-        where = self.where_of(filters, chunks_meeting)
         found: list[tuple[int, int, float]] = []
-        if where is not NOTHING:
+        for where in self.where_of(filters, chunks_meeting):
             collection = self._collection(kind)
-            asked = k + len(touched)
-            reply = self._call(lambda: collection.query(
-                query_embeddings=[np.asarray(query, dtype=np.float32)], n_results=asked,
-                where=where, include=["distances"]))  # (metadata would cost 4x the query)
+            reply = self._call(functools.partial(
+                collection.query, query_embeddings=[np.asarray(query, dtype=np.float32)],
+                n_results=k + len(touched), where=where,
+                include=["distances"]))  # (metadata would cost 4x the query)
             scored = [(int(i), 1.0 - float(d)) for i, d in zip(reply["ids"][0],
                                                               reply["distances"][0],
                                                               strict=True)
@@ -343,27 +359,30 @@ class ChromaVectors:
                                             reply["metadatas"], strict=True)}
 
     def where_of(self, filters: Sequence[Condition], chunks_meeting: ChunksMeeting
-                 ) -> dict[str, Any] | object | None:
-        """``filters`` as a Chroma ``where`` (None: no condition; :data:`NOTHING`: none
-        can match)."""
+                 ) -> list[dict[str, Any] | None]:
+        """``filters`` as Chroma ``where`` clauses, one per search to run (their answers
+        merged): none when nothing can match, ``[None]`` when there is no condition, more
+        than one when the chunks meeting what Chroma cannot say are too many for one
+        ``$in`` (:data:`IN_LIMIT`)."""
         clauses: list[dict[str, Any]] = []
         rest: list[Condition] = []
         for cond in filters:
             said = _said(cond)
             if said is NOTHING_SAID:
-                return NOTHING
+                return []
             if said is None:
                 rest.append(cond)
             else:
                 clauses.append(said)
+        parts: list[list[dict[str, Any]]] = [clauses]
         if rest:  # (what Chroma cannot say: the chunks meeting it, from SQLite)
-            rows = chunks_meeting(rest)
-            if not len(rows):
-                return NOTHING
-            clauses.append({"chunk": {"$in": [int(r) for r in rows]}})
-        if not clauses:
-            return None
-        return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+            rows = [int(r) for r in chunks_meeting(rest)]
+            if not rows:
+                return []
+            parts = [[*clauses, {"chunk": {"$in": rows[start:start + IN_LIMIT]}}]
+                     for start in range(0, len(rows), IN_LIMIT)]
+        return [None if not part else part[0] if len(part) == 1 else {"$and": part}
+                for part in parts]
 
     def get(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         """The vectors of the items ``rows`` of ``kind`` (those that have one)."""
@@ -468,10 +487,6 @@ class ChromaVectors:
         return sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())
 
 
-NOTHING = object()
-"""A ``where`` no item can meet (the conditions SQLite read meet no chunk)."""
-
-
 NOTHING_SAID: dict[str, Any] = {"\x00nothing": True}
 """The clause of a condition nothing meets (an asker with no entry and no unlisted)."""
 
@@ -499,7 +514,8 @@ def _said(cond: Condition) -> dict[str, Any] | None:
 
 def metadata_rows(conn: sqlite3.Connection, kind: Kind, items: list[int]
                   ) -> dict[int, dict[str, Any]]:
-    """The Chroma metadata of ``items`` of ``kind``, as SQLite has them now."""
+    """The Chroma metadata of ``items`` of ``kind``, as SQLite has them now (every key,
+    None where there is no value: Chroma then removes the key)."""
     import json
 
     found: dict[int, dict[str, Any]] = {}
@@ -512,15 +528,14 @@ def metadata_rows(conn: sqlite3.Connection, kind: Kind, items: list[int]
                 f"SELECT {item}, c.rowid, s.uri, s.loader, json_extract(s.metadata, "
                 f"'$.type'), s.access FROM chunks c JOIN sources s ON s.uri = c.source{join} "
                 f"WHERE {item} IN ({marks})", part):
-            about: dict[str, Any] = {"chunk": int(chunk), "source": str(uri),
-                                     "loader": str(loader or "")}
-            if isinstance(kind_type, str):
-                about["type"] = kind_type
             listed = json.loads(access) if access is not None else None
-            about["open"] = listed is None
-            if listed:
-                about["access"] = [str(e) for e in listed]
-            found[int(row)] = about
+            # (every key written, None for none: Chroma keeps a key an update leaves out,
+            # and a list taken away must not stay behind)
+            found[int(row)] = {
+                "chunk": int(chunk), "source": str(uri), "loader": str(loader or ""),
+                "type": kind_type if isinstance(kind_type, str) else None,
+                "open": listed is None,
+                "access": [str(e) for e in listed] if listed else None}
     return found
 
 

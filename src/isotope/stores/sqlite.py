@@ -290,7 +290,8 @@ class SQLiteStore(SQLStore):
             place = place_of(backend.name, default_prefix=f"isotope-{uuid.uuid4().hex[:12]}",
                              tenant=backend.tenant, database=backend.database)
             made = {"name": "chroma", "url": place.url, "prefix": place.prefix,
-                    "tenant": place.tenant, "database": place.database}
+                    "tenant": place.tenant, "database": place.database,
+                    "owner": uuid.uuid4().hex}
             self.set_meta("vector_backend", made)
         name = "usearch" if made is None else str(made.get("url") or made["name"])
         if backend.explicit and backend.name != name:
@@ -310,7 +311,7 @@ class SQLiteStore(SQLStore):
     def _chroma_of(self, made: dict[str, Any], backend: VectorBackend) -> ChromaVectors:
         """The Chroma collections the index's meta names (``made``)."""
         place = ChromaPlace(made.get("url"), str(made["prefix"]), made.get("tenant"),
-                            made.get("database"))
+                            made.get("database"), made.get("owner"))
         return ChromaVectors(place, self.directory / "chroma", self._conn,
                              token=backend.token, timeout=backend.timeout)
 
