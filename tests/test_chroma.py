@@ -154,10 +154,10 @@ def test_two_indexes_never_share_a_servers_collections(
     with Isotope.open(tmp_path / "a", embedder=embedder, vector_backend=url,
                       cache=False) as first:
         first.ingest_chunks(["The gym closes at ten."], source="gym", questions="later")
-    with Isotope.open(tmp_path / "b", embedder=embedder, vector_backend=url,
-                      cache=False) as second:
-        with pytest.raises(StoreError, match="holds another index's vectors"):
-            second.ingest_chunks(["The pool is warm."], source="pool", questions="later")
+    with (Isotope.open(tmp_path / "b", embedder=embedder, vector_backend=url,
+                       cache=False) as second,
+          pytest.raises(StoreError, match="holds another index's vectors")):
+        second.ingest_chunks(["The pool is warm."], source="pool", questions="later")
     with Isotope.open(tmp_path / "a", embedder=embedder, cache=False) as first:
         assert first.check() == []
 
