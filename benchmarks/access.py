@@ -53,11 +53,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     synthesis = scale.Synthesis(scale.real_bank())
-    path = scale.WORK / f"scale-{args.questions}"
-    if not (path / "built.json").exists():
-        print(f"building {args.questions:,} questions in {path}", file=sys.stderr)
-        built = scale.build(path, synthesis, args.questions)
-        (path / "built.json").write_text(json.dumps(built))
+    path = scale.built_index(synthesis, args.questions)
     location: Any = path
     server = None
     if args.engine == "postgresql":

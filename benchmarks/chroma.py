@@ -21,12 +21,8 @@ import argparse
 import contextlib
 import json
 import shutil
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,37 +32,11 @@ import access
 import scale
 from isotope.access import Principal
 from isotope.stores import VectorBackend
+from isotope.stores.chroma_vectors import local_server
 from isotope.stores.copying import copy_index
 
 KEYS = ("dense_p50_ms", "hybrid_p50_ms", "filtered_recall_at_10_1%",
         "filtered_recall_at_10_10%", "bytes_per_question", "build_questions_per_s")
-
-
-@contextlib.contextmanager
-def chroma_server(folder: Path) -> Iterator[str]:
-    """``chroma run`` (the chromadb wheel's server) on ``folder``, on a free loopback
-    port, until the block ends: its ``chroma+http://`` URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    command = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
-    server = subprocess.Popen([command, "run", "--path", str(folder), "--host", "127.0.0.1",
-                               "--port", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    sys.exit("chroma run did not start")
-                time.sleep(0.2)
-        yield f"chroma+http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 def measure(name: str, source: Path, target: Path, backend: VectorBackend,
@@ -111,11 +81,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     synthesis = scale.Synthesis(scale.real_bank())
-    path = scale.WORK / f"scale-{args.questions}"
-    if not (path / "built.json").exists():
-        print(f"building {args.questions:,} questions in {path}", file=sys.stderr)
-        (path / "built.json").write_text(json.dumps(scale.build(path, synthesis,
-                                                                args.questions)))
+    path = scale.built_index(synthesis, args.questions)
     with scale.open_index(path, synthesis) as iso:
         synthesis.atoms = iso.store.counts()["atoms"]
     queries = [synthesis.query_text(i) for i in range(args.queries)]
@@ -132,7 +98,7 @@ def main() -> None:
                     ("chroma", VectorBackend("chroma", True), None)]
                 if not args.no_server:
                     folder = work / "server-data"
-                    url = stack.enter_context(chroma_server(folder))
+                    url = stack.enter_context(local_server(folder))
                     runs.append(("chroma_server",
                                  VectorBackend(f"{url}/bench", True, timeout=600), folder))
                 for name, backend, extra in runs:

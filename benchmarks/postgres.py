@@ -267,11 +267,7 @@ def scale_run(url: str, questions: int, clients: int, seconds: float, n_queries:
               as_json: bool = False, replicas: int = 0, server_handle: Any = None,
               vector_index: str = "hnsw") -> None:
     synthesis = scale.Synthesis(scale.real_bank())
-    path = scale.WORK / f"scale-{questions}"
-    if not (path / "built.json").exists():
-        (path / "built.json").parent.mkdir(parents=True, exist_ok=True)
-        built = scale.build(path, synthesis, questions)
-        (path / "built.json").write_text(json.dumps(built))
+    path = scale.built_index(synthesis, questions)
     target = at_schema(url, scale_schema(questions, vector_index))
     copy_s = ensure_copy(path, target, vector_index)
     timing = scale.WORK / f"pg-copy-{scale_schema(questions, vector_index)}.json"

@@ -328,6 +328,17 @@ def resting_bytes(path: Path) -> int:
     return named + sum(p.stat().st_size for p in path.glob("isotope.db*"))
 
 
+def built_index(synthesis: Synthesis, questions: int) -> Path:
+    """The scale index of ``questions`` questions in the work folder, built first if it is
+    not there (the access, chroma and postgres benchmarks measure on it)."""
+    path = WORK / f"scale-{questions}"
+    if not (path / "built.json").exists():
+        print(f"building {questions:,} questions in {path}", file=sys.stderr)
+        built = build(path, synthesis, questions)
+        (path / "built.json").write_text(json.dumps(built))
+    return path
+
+
 # -- measuring ---------------------------------------------------------------------------
 def exact_baseline(iso: Isotope, synthesis: Synthesis) -> dict[str, ExactIndex]:
     """Each kind's vectors at float32, recomputed from the markers of the stored texts."""

@@ -262,42 +262,12 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-@contextlib.contextmanager
-def chroma_running(folder: Path, port: int | None = None) -> Iterator[str]:
+def chroma_running(folder: Path, port: int | None = None) -> Any:
     """``chroma run`` on ``folder`` on loopback (on ``port``, else a free one) until the
-    block ends."""
-    import shutil
-    import socket
-    import subprocess
-    import sys
-    import time
-    import urllib.request
+    block ends (:func:`isotope.stores.chroma_vectors.local_server`)."""
+    from isotope.stores.chroma_vectors import local_server
 
-    if port is None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-    command = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
-    server = subprocess.Popen([command, "run", "--path", str(folder), "--host", "127.0.0.1",
-                               "--port", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("chroma run did not start") from None
-                time.sleep(0.2)
-        yield f"chroma+http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+    return local_server(folder, port)
 
 
 _PREFIXES = iter(range(1, 1_000_000))

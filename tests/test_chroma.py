@@ -272,8 +272,9 @@ def test_check_finds_vectors_missing_or_extra_in_chroma_and_repair_mends_them(
     checked = runner.invoke(app, ["check", "--index", place, "--json"])
     assert checked.exit_code == 1
     problems = json.loads(checked.output)["problems"]
-    assert any("2 chunks have no vector" in p for p in problems), problems
-    assert any("1 vectors of chunks" in p and "belong to no row" in p for p in problems)
+    assert any("2 chunks have no sound vector" in p for p in problems), problems
+    assert any("1 vectors of chunks in the Chroma" in p and "belong to no row" in p
+               for p in problems)
     repaired = runner.invoke(app, ["check", "--repair", "--index", place, "--json"])
     assert repaired.exit_code == 0, repaired.output
     assert runner.invoke(app, ["check", "--index", place]).exit_code == 0

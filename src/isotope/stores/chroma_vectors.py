@@ -27,11 +27,12 @@ a server reading the index while a command writes it wants a Chroma server)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from isotope.embedders import Vectors
 from isotope.errors import InvalidArgument, MissingDependency, StoreError
 from isotope.models import ACCESS_KEY, Condition
 from isotope.stores import KINDS, Kind
+from isotope.stores.sqlite_vectors import compare
 
 log = logging.getLogger(__name__)
 SCHEMES = ("chroma+http", "chroma+https")
@@ -433,23 +435,7 @@ class ChromaVectors:
             ids, groups = self.held(kind)
         except StoreError as exc:
             return [(str(exc), none)]
-        rows, chunks = table
-        problems: list[tuple[str, Ids]] = []
-        missing = np.setdiff1d(rows, ids)
-        if len(missing):
-            problems.append((f"{len(missing)} {kind} have no vector in {self.where} "
-                             "(`isotope check --repair` embeds them again)", missing))
-        extra = np.setdiff1d(ids, rows)
-        if len(extra):
-            problems.append((f"{len(extra)} vectors of {kind} in {self.where} belong to no "
-                             "row (`isotope check --repair` deletes them)", none))
-        both, at_rows, at_ids = np.intersect1d(rows, ids, return_indices=True)
-        wrong = both[chunks[at_rows] != groups[at_ids]] if len(both) else none
-        if len(wrong):
-            problems.append((f"{len(wrong)} vectors of {kind} in {self.where} are filed "
-                             "under the wrong chunk (`isotope check --repair` files them "
-                             "again)", wrong))
-        return problems
+        return compare(kind, table, (ids, groups), f" in {self.where}")
 
     def rebuild(self, kind: Kind, table: tuple[Ids, Ids],
                 embed_rows: Callable[[Ids], Vectors] | None,
@@ -537,6 +523,48 @@ def metadata_rows(conn: sqlite3.Connection, kind: Kind, items: list[int]
                 "open": listed is None,
                 "access": [str(e) for e in listed] if listed else None}
     return found
+
+
+@contextlib.contextmanager
+def local_server(folder: Path, port: int | None = None, *, wait: float = 60.0
+                 ) -> Iterator[str]:
+    """A Chroma server (``chroma run`` from the chromadb wheel) on ``folder``, on loopback
+    (``port``, else a free one), until the block ends: its ``chroma+http://`` URL. For
+    trying a server on one machine, and for the tests and benchmarks."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    if port is None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+    command = shutil.which("chroma", path=str(Path(sys.executable).parent)) or "chroma"
+    server = subprocess.Popen([command, "run", "--path", str(folder), "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise StoreError(f"`{command} run` did not start on port {port} "
+                                     f"(install it with: pip install 'isotopedb[chroma]')"
+                                     ) from None
+                time.sleep(0.2)
+        yield f"chroma+http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 def _raise(error: BaseException) -> None:

@@ -588,7 +588,6 @@ class VectorStore:
         except IndexDamaged as exc:
             return [(str(exc), table[0])]
         ids, groups = index.ids()
-        rows, chunks = table
         problems: list[tuple[str, Ids]] = []
         saved = (info or {}).get("keywords")
         if info and saved:
@@ -598,20 +597,33 @@ class VectorStore:
                 problems.append((f"the {kind} keyword postings {path} are missing or damaged "
                                  "(keyword search uses FTS5 meanwhile): `isotope compact` "
                                  "or `isotope check --repair` makes them again", none))
-        missing = np.setdiff1d(rows, ids)
-        if len(missing):
-            problems.append((f"{len(missing)} {kind} have no sound vector (`isotope check "
-                             "--repair` embeds them again)", missing))
-        extra = np.setdiff1d(ids, rows)
-        if len(extra):
-            problems.append((f"{len(extra)} vectors of {kind} belong to no row (`isotope "
-                             "check --repair` drops them)", none))
-        both, at_rows, at_ids = np.intersect1d(rows, ids, return_indices=True)
-        wrong = both[chunks[at_rows] != groups[at_ids]] if len(both) else none
-        if len(wrong):
-            problems.append((f"{len(wrong)} vectors of {kind} are filed under the wrong chunk "
-                             "(`isotope check --repair` files them again)", wrong))
-        return problems
+        return problems + compare(kind, table, (ids, groups))
+
+
+def compare(kind: Kind, table: tuple[Ids, Ids], held: tuple[Ids, Ids], place: str = ""
+            ) -> list[tuple[str, Ids]]:
+    """The vectors ``held`` (ids, chunk rows; sorted) of ``kind`` against the table's
+    ``(rowids, chunk rowids)``: rows without a vector, vectors of no row, vectors filed
+    under another chunk, each problem with the table rows it touches (``place``: where
+    the vectors are, said after ``kind``)."""
+    ids, groups = held
+    rows, chunks = table
+    none = np.zeros(0, dtype=np.int64)
+    problems: list[tuple[str, Ids]] = []
+    missing = np.setdiff1d(rows, ids)
+    if len(missing):
+        problems.append((f"{len(missing)} {kind} have no sound vector{place} (`isotope "
+                         "check --repair` embeds them again)", missing))
+    extra = np.setdiff1d(ids, rows)
+    if len(extra):
+        problems.append((f"{len(extra)} vectors of {kind}{place} belong to no row "
+                         "(`isotope check --repair` drops them)", none))
+    both, at_rows, at_ids = np.intersect1d(rows, ids, return_indices=True)
+    wrong = both[chunks[at_rows] != groups[at_ids]] if len(both) else none
+    if len(wrong):
+        problems.append((f"{len(wrong)} vectors of {kind}{place} are filed under the "
+                         "wrong chunk (`isotope check --repair` files them again)", wrong))
+    return problems
 
 
 def _tags(info: dict[str, Any] | None) -> set[str]:
