@@ -112,6 +112,18 @@ class IndexStatus(BaseModel):
 
 
 log = logging.getLogger(__name__)
+
+
+def vector_backend(settings: Settings, origins: dict[str, str]) -> VectorBackend:
+    """The ``vector_backend`` and ``chroma_*`` settings as a store takes them (set by the
+    user unless ``origins`` says the value is the default or the index's own)."""
+    token = settings.chroma_token
+    return VectorBackend(settings.vector_backend,
+                         origins.get("vector_backend", "default") not in ("default", "index"),
+                         token.get_secret_value() if token else None, settings.chroma_tenant,
+                         settings.chroma_database, settings.chroma_timeout)
+
+
 FITTED_FOR = 10.0
 """Seconds an open index keeps the fitted signal weights before reading them again."""
 
@@ -137,11 +149,7 @@ class Isotope:
         self.settings = settings
         self.embedder = embedder
         store.set_vector_index(settings.vector_index)
-        token = settings.chroma_token
-        self.vector_backend = store.set_vector_backend(VectorBackend(
-            settings.vector_backend, (origins or {}).get("vector_backend", "default")
-            not in ("default", "index"), token.get_secret_value() if token else None,
-            settings.chroma_tenant, settings.chroma_database, settings.chroma_timeout))
+        self.vector_backend = store.set_vector_backend(vector_backend(settings, origins or {}))
         """Where the index keeps its vectors (``usearch``, ``chroma`` or a Chroma URL)."""
         store.set_read_replicas(settings.read_replicas, settings.replica_max_lag,
                                 settings.replica_wait)

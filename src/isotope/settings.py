@@ -296,11 +296,21 @@ class StorageSettings(BaseModel):
     @field_validator("vector_backend")
     @classmethod
     def _backend(cls, value: str) -> str:
-        head = value.partition("://")[0].lower() if "://" in value else ""
-        if value not in ("usearch", "chroma") and head not in ("chroma+http", "chroma+https"):
+        if not is_vector_backend(value):
             raise ValueError("use usearch, chroma, or a Chroma server as "
                              "chroma+http://HOST:PORT/PREFIX")
         return value
+
+
+CHROMA_SCHEMES = ("chroma+http", "chroma+https")
+"""The URL schemes of a Chroma server in the ``vector_backend`` setting."""
+
+
+def is_vector_backend(value: str) -> bool:
+    """Whether ``value`` names a vector backend: ``usearch``, ``chroma`` or a Chroma
+    server's URL."""
+    head = value.partition("://")[0].lower() if "://" in value else ""
+    return value in ("usearch", "chroma") or head in CHROMA_SCHEMES
 
 
 class ModelSettings(BaseModel):

@@ -269,8 +269,8 @@ def _vector_backend() -> VectorBackend | None:
     """Where a new embedded target keeps its vectors (the vector_backend and chroma_*
     settings, from .env and the environment); None when they are not set."""
     from isotope.errors import SettingsError
+    from isotope.index import vector_backend
     from isotope.settings import resolve
-    from isotope.stores import VectorBackend
 
     try:
         chosen, origins = resolve(None)
@@ -280,10 +280,7 @@ def _vector_backend() -> VectorBackend | None:
         return None
     if origins.get("vector_backend") == "default":
         return None
-    token = chosen.chroma_token
-    return VectorBackend(chosen.vector_backend, True,
-                         token.get_secret_value() if token else None, chosen.chroma_tenant,
-                         chosen.chroma_database, chosen.chroma_timeout)
+    return vector_backend(chosen, origins)
 
 
 def _vector_build() -> tuple[str, str, int]:

@@ -40,13 +40,7 @@ class OpenAIEmbedder(Embedder):
                 lambda: self._client.post(client, self.model_id, "/embeddings", {
                     "model": self.model, "input": list(texts), "encoding_format": "base64"}),
             )
-            vectors = self._vectors(reply, len(texts))
-            if vectors.ndim != 2 or vectors.shape[1] != self.dim:
-                raise ProviderError(
-                    f"{self.model_id} returned vectors of shape {vectors.shape}, expected "
-                    f"(n, {self.dim}); set ISOTOPE_EMBEDDING_DIM to the model's dimension"
-                )
-            return normalize(vectors)
+            return normalize(self._vectors(reply, len(texts)))
 
         return self._client.submit(run)
 

@@ -45,11 +45,12 @@ from isotope.ann import Ids, dot
 from isotope.embedders import Vectors
 from isotope.errors import InvalidArgument, MissingDependency, StoreError
 from isotope.models import ACCESS_KEY, Condition
-from isotope.stores import KINDS, Kind
+from isotope.settings import CHROMA_SCHEMES
+from isotope.stores import KINDS, Kind, scheme
+from isotope.stores.sqlite_sql import ITEM_JOIN
 from isotope.stores.sqlite_vectors import compare
 
 log = logging.getLogger(__name__)
-SCHEMES = ("chroma+http", "chroma+https")
 EF_SEARCH = 200
 """The breadth of a Chroma collection's HNSW search (Chroma's default: 100). A filtered
 search (who may see 1% of the index) keeps only the allowed items of what it explores:
@@ -85,18 +86,13 @@ class ChromaPlace:
                 else f"the Chroma folder {folder}")
 
 
-def is_backend(value: str) -> bool:
-    """Whether ``value`` names a vector backend (``usearch``, ``chroma`` or a Chroma URL)."""
-    return value in ("usearch", "chroma") or _scheme(value) in SCHEMES
-
-
 def place_of(value: str, *, default_prefix: str, tenant: str | None = None,
              database: str | None = None) -> ChromaPlace:
     """The Chroma place a ``vector_backend`` value names (``chroma``: embedded)."""
     if value == "chroma":
         return ChromaPlace(None, default_prefix)
     parts = urlsplit(value)
-    if _scheme(value) not in SCHEMES or not parts.hostname:
+    if scheme(value) not in CHROMA_SCHEMES or not parts.hostname:
         raise InvalidArgument(f"vector_backend {value!r}: use usearch, chroma, or a server "
                               "as chroma+http://HOST:PORT/PREFIX")
     if parts.username or parts.password:
@@ -106,17 +102,15 @@ def place_of(value: str, *, default_prefix: str, tenant: str | None = None,
     return ChromaPlace(value, prefix, tenant, database)
 
 
-def _scheme(value: str) -> str:
-    return value.partition("://")[0].lower() if "://" in value else ""
-
-
 class ChromaVectors:
     """Each kind's vectors in a Chroma collection, with the pending writes of
     ``vector_log`` (see the module's text)."""
 
     def __init__(self, place: ChromaPlace, folder: Path, conn: Callable[[], sqlite3.Connection],
-                 *, token: str | None, timeout: float) -> None:
+                 *, meeting: Meeting, chunks_meeting: ChunksMeeting, token: str | None,
+                 timeout: float) -> None:
         self.place, self.folder, self._conn = place, folder, conn
+        self._meeting, self._chunks_meeting = meeting, chunks_meeting
         self._token, self._timeout = token, timeout
         self._client: Any = None
         self._collections: dict[Kind, Any] = {}
@@ -124,8 +118,6 @@ class ChromaVectors:
         """Guards the client and the collections (not held during searches or sends)."""
         self._sending = threading.Lock()
         """One send at a time in this process (others wait on the writer lock)."""
-        self.policy = "auto"
-        self.keyword_policy = "auto"
 
     @property
     def where(self) -> str:
@@ -165,7 +157,7 @@ class ChromaVectors:
             self._client = chromadb.PersistentClient(path=str(self.folder), settings=settings)
             return self._client
         parts = urlsplit(self.place.url)
-        ssl = _scheme(self.place.url) == "chroma+https"
+        ssl = scheme(self.place.url) == "chroma+https"
         token = self._token if self._token is not None else _token_setting()
         headers = {"Authorization": f"Bearer {token}"} if token else None
         extra = {k: v for k, v in (("tenant", self.place.tenant),
@@ -220,25 +212,9 @@ class ChromaVectors:
             self._client = None
 
     # -- sending the pending writes ------------------------------------------------------
-    def pending(self, kind: Kind) -> tuple[set[int], dict[int, tuple[int, Vectors]], set[int]]:
-        """What the log holds for ``kind``: the items it touches, those it adds (their chunk
-        row and vector), and those whose last entries only change their metadata (Chroma
-        holds their vector, under metadata that is out of date)."""
-        touched: set[int] = set()
-        adds: dict[int, tuple[int, Vectors]] = {}
-        relabeled: set[int] = set()
-        for _, item, grp, vector in self._log(kind):
-            item = int(item)
-            touched.add(item)
-            if vector is None:
-                adds.pop(item, None)
-                relabeled.discard(item)
-            elif len(vector):
-                adds[item] = (int(grp), _vector(vector))
-                relabeled.discard(item)
-            elif item not in adds:
-                relabeled.add(item)
-        return touched, adds, relabeled
+    def pending(self, kind: Kind) -> Pending:
+        """What the log holds for ``kind`` (see :class:`Pending`)."""
+        return Pending.of(self._log(kind))
 
     def _log(self, kind: Kind) -> list[tuple[Any, ...]]:
         return self._conn().execute(
@@ -249,8 +225,7 @@ class ChromaVectors:
         return int(self._conn().execute(
             "SELECT COUNT(*) FROM vector_log WHERE kind = ?", (kind,)).fetchone()[0])
 
-    def send(self, write: Writer, metadata: Callable[[Kind, list[int]], dict[int, dict[str, Any]]]
-             ) -> int:
+    def send(self, write: Writer) -> int:
         """Send every pending write to Chroma, then delete those log entries (the caller
         holds the writer lock). Returns how many items were sent."""
         sent = 0
@@ -259,25 +234,14 @@ class ChromaVectors:
                 rows = self._log(kind)
                 if not rows:
                     continue
-                last: dict[int, tuple[Any, ...]] = {}
-                added: dict[int, tuple[Any, ...]] = {}
-                for row in rows:
-                    item = int(row[1])
-                    last[item] = row
-                    if row[3] is None:
-                        added.pop(item, None)
-                    elif len(row[3]):
-                        added[item] = row
-                gone = [i for i, r in last.items() if r[3] is None]
-                fresh = [i for i in last if i in added and last[i][3] is not None]
-                relabel = [i for i, r in last.items()
-                           if r[3] is not None and not len(r[3]) and i not in added]
+                pending = Pending.of(rows)
+                fresh, relabel = list(pending.adds), list(pending.relabeled)
                 collection = self._collection(kind)
-                about = metadata(kind, fresh + relabel)
-                self._delete(collection, gone)
-                self._upsert(collection, fresh, np.stack([_vector(added[i][3]) for i in fresh])
+                about = metadata_rows(self._conn(), kind, fresh + relabel)
+                self._delete(collection, list(pending.gone))
+                self._upsert(collection, fresh, np.stack([pending.adds[i][1] for i in fresh])
                              if fresh else np.zeros((0, 0), np.float32),
-                             [about.get(i) or {"chunk": int(added[i][2]), "open": False}
+                             [about.get(i) or {"chunk": pending.adds[i][0], "open": False}
                               for i in fresh])
                 # (an item without its row any more: its last entry deletes it)
                 relabel = [i for i in relabel if i in about]
@@ -285,7 +249,7 @@ class ChromaVectors:
                 with write() as conn:
                     conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?",
                                  (kind, int(rows[-1][0])))
-                sent += len(last)
+                sent += len(pending.touched)
         return sent
 
     def _delete(self, collection: Any, items: Sequence[int]) -> None:
@@ -309,18 +273,18 @@ class ChromaVectors:
                 metadatas=list(about[start:start + SEND])))
 
     # -- reads -------------------------------------------------------------------------
-    def search(self, kind: Kind, query: Vectors, k: int, filters: Sequence[Condition],
-               meeting: Meeting, chunks_meeting: ChunksMeeting
+    def search(self, kind: Kind, query: Vectors, k: int, filters: Sequence[Condition]
                ) -> list[tuple[int, int, float]]:
         """The ``k`` nearest items of ``kind`` meeting ``filters``: ``(item, chunk row,
         score)``, best first."""
         if k <= 0:
             return []
-        touched, adds, relabeled = self.pending(kind)
-        if relabeled:  # (their vectors from Chroma, their metadata from SQLite)
-            adds.update(self._held_vectors(kind, relabeled))
+        pending = self.pending(kind)
+        touched, adds = pending.touched, dict(pending.adds)
+        if pending.relabeled:  # (their vectors from Chroma, their metadata from SQLite)
+            adds.update(self._held_vectors(kind, pending.relabeled))
         found: list[tuple[int, int, float]] = []
-        for where in self.where_of(filters, chunks_meeting):
+        for where in self.where_of(filters):
             collection = self._collection(kind)
             reply = self._call(functools.partial(
                 collection.query, query_embeddings=[np.asarray(query, dtype=np.float32)],
@@ -335,21 +299,26 @@ class ChromaVectors:
         if adds:
             items = list(adds)
             if filters:
-                items = sorted(meeting(kind, filters, items))
+                items = sorted(self._meeting(kind, filters, items))
             if items:
                 scores = dot(np.stack([adds[i][1] for i in items]), query)
                 found += [(i, adds[i][0], float(s)) for i, s in zip(items, scores, strict=True)]
         found.sort(key=lambda hit: -hit[2])
         return found[:k]
 
+    def searching(self, kind: Kind, filters: Sequence[Condition]) -> _Searched:
+        """:meth:`search` of ``kind`` with ``filters``, as
+        :func:`isotope.ann.search_groups` widens it."""
+        return _Searched(self, kind, filters)
+
     def _chunk_rows(self, kind: Kind, items: list[int]) -> dict[int, int]:
         """The chunk row of each of ``items`` of ``kind`` still in SQLite."""
         if kind == "chunks" or not items:
             return {i: i for i in items}
-        marks = ",".join("?" * len(items))
+        item, join = ITEM_JOIN[kind]
         return {int(r[0]): int(r[1]) for r in self._conn().execute(
-            f"SELECT t.rowid, c.rowid FROM {kind} t JOIN chunks c ON c.id = t.chunk_id "
-            f"WHERE t.rowid IN ({marks})", items)}
+            f"SELECT {item}, c.rowid FROM chunks c{join} WHERE {item} IN "
+            f"({','.join('?' * len(items))})", items)}
 
     def _held_vectors(self, kind: Kind, items: set[int]) -> dict[int, tuple[int, Vectors]]:
         """The vectors Chroma holds for ``items``, with their chunk rows."""
@@ -360,8 +329,7 @@ class ChromaVectors:
                 for i, vector, about in zip(reply["ids"], reply["embeddings"],
                                             reply["metadatas"], strict=True)}
 
-    def where_of(self, filters: Sequence[Condition], chunks_meeting: ChunksMeeting
-                 ) -> list[dict[str, Any] | None]:
+    def where_of(self, filters: Sequence[Condition]) -> list[dict[str, Any] | None]:
         """``filters`` as Chroma ``where`` clauses, one per search to run (their answers
         merged): none when nothing can match, ``[None]`` when there is no condition, more
         than one when the chunks meeting what Chroma cannot say are too many for one
@@ -378,7 +346,7 @@ class ChromaVectors:
                 clauses.append(said)
         parts: list[list[dict[str, Any]]] = [clauses]
         if rest:  # (what Chroma cannot say: the chunks meeting it, from SQLite)
-            rows = [int(r) for r in chunks_meeting(rest)]
+            rows = [int(r) for r in self._chunks_meeting(rest)]
             if not rows:
                 return []
             parts = [[*clauses, {"chunk": {"$in": rows[start:start + IN_LIMIT]}}]
@@ -390,10 +358,10 @@ class ChromaVectors:
         """The vectors of the items ``rows`` of ``kind`` (those that have one)."""
         if not rows:
             return {}
-        touched, adds, relabeled = self.pending(kind)
-        touched -= relabeled  # (Chroma holds their vectors)
-        found = {i: adds[i][1] for i in rows if i in adds}
-        asked = [str(i) for i in rows if i not in touched]
+        pending = self.pending(kind)
+        found = {i: pending.adds[i][1] for i in rows if i in pending.adds}
+        # (Chroma holds the vectors of the items relabeled)
+        asked = [str(i) for i in rows if i not in pending.touched - pending.relabeled]
         if asked:
             collection = self._collection(kind)
             reply = self._call(lambda: collection.get(ids=asked, include=["embeddings"]))
@@ -415,10 +383,10 @@ class ChromaVectors:
             if len(reply["ids"]) < 10_000:
                 break
             offset += 10_000
-        touched, adds, relabeled = self.pending(kind)
-        for item in touched - relabeled - set(adds):
+        pending = self.pending(kind)
+        for item in pending.gone:
             items.pop(item, None)
-        for item, (grp, _) in adds.items():
+        for item, (grp, _) in pending.adds.items():
             items[item] = grp
         ids = np.array(sorted(items), dtype=np.int64)
         return ids, np.array([items[int(i)] for i in ids], dtype=np.int64)
@@ -438,8 +406,7 @@ class ChromaVectors:
         return compare(kind, table, (ids, groups), f" in {self.where}")
 
     def rebuild(self, kind: Kind, table: tuple[Ids, Ids],
-                embed_rows: Callable[[Ids], Vectors] | None,
-                metadata: Callable[[Kind, list[int]], dict[int, dict[str, Any]]]) -> int:
+                embed_rows: Callable[[Ids], Vectors] | None) -> int:
         """Make Chroma hold exactly the table's rows (the pending writes sent first by the
         caller): vectors belonging to no row deleted, rows without one (or filed under
         another chunk) embedded again with ``embed_rows`` (if given), every metadata
@@ -453,24 +420,66 @@ class ChromaVectors:
         lost = np.union1d(np.setdiff1d(rows, ids), wrong)
         kept = [int(i) for i in np.setdiff1d(both, wrong)]
         for start in range(0, len(kept), SEND):  # (their metadata, as SQLite has it now)
-            about = metadata(kind, kept[start:start + SEND])
+            about = metadata_rows(self._conn(), kind, kept[start:start + SEND])
             part = [i for i in kept[start:start + SEND] if i in about]
             self._update(collection, part, [about[i] for i in part])
         if embed_rows is None or not len(lost):
             return len(lost)
         for start in range(0, len(lost), SEND):
             part = [int(i) for i in lost[start:start + SEND]]
-            about = metadata(kind, part)
+            about = metadata_rows(self._conn(), kind, part)
             self._upsert(collection, part,
                          np.asarray(embed_rows(lost[start:start + SEND]), dtype=np.float32),
                          [about.get(i) or {"chunk": int(chunks[np.searchsorted(rows, i)]),
                                            "open": False} for i in part])
         return 0
 
-    def disk_size(self) -> int:
-        if self.place.url is not None or not self.folder.exists():
-            return 0
-        return sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file())
+
+@dataclass
+class Pending:
+    """What the log holds for a kind, each item's entries folded in order: the items it
+    touches, those it adds (their chunk row and vector: an add not deleted since; an
+    access change after it keeps it an add), and those whose entries only change their
+    metadata (Chroma holds their vector, under metadata that is out of date)."""
+
+    touched: set[int]
+    adds: dict[int, tuple[int, Vectors]]
+    relabeled: set[int]
+
+    @property
+    def gone(self) -> set[int]:
+        """The items whose last entry deletes them."""
+        return self.touched - self.adds.keys() - self.relabeled
+
+    @classmethod
+    def of(cls, rows: Sequence[tuple[Any, ...]]) -> Pending:
+        """Fold log rows ``(seq, item, group, vector)``: a vector adds, none deletes, an
+        empty one changes the metadata only."""
+        made = cls(set(), {}, set())
+        for _, item, grp, vector in rows:
+            item = int(item)
+            made.touched.add(item)
+            if vector is None:
+                made.adds.pop(item, None)
+                made.relabeled.discard(item)
+            elif len(vector):
+                made.adds[item] = (int(grp), _vector(vector))
+                made.relabeled.discard(item)
+            elif item not in made.adds:
+                made.relabeled.add(item)
+        return made
+
+
+class _Searched:
+    """A kind's Chroma search with its filters (:meth:`ChromaVectors.searching`)."""
+
+    def __init__(self, vectors: ChromaVectors, kind: Kind, filters: Sequence[Condition]
+                 ) -> None:
+        self._vectors, self._kind, self._filters = vectors, kind, filters
+
+    def search(self, query: Vectors, k: int, allowed: Ids | None = None
+               ) -> list[tuple[int, int, float]]:
+        return self._vectors.search(self._kind, query, k, self._filters)
 
 
 NOTHING_SAID: dict[str, Any] = {"\x00nothing": True}
@@ -505,8 +514,7 @@ def metadata_rows(conn: sqlite3.Connection, kind: Kind, items: list[int]
     import json
 
     found: dict[int, dict[str, Any]] = {}
-    join = ("" if kind == "chunks" else f" JOIN {kind} t ON t.chunk_id = c.id")
-    item = "c.rowid" if kind == "chunks" else "t.rowid"
+    item, join = ITEM_JOIN[kind]
     for start in range(0, len(items), 900):
         part = items[start:start + 900]
         marks = ",".join("?" * len(part))

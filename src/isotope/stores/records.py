@@ -166,7 +166,7 @@ class VectorBackend:
     name: str = "usearch"
     """``usearch``, ``chroma`` (embedded) or ``chroma+http(s)://HOST:PORT/PREFIX``."""
     explicit: bool = False
-    """Set by the user (not the default): an index made with another backend is an error."""
+    """Set by the user (not the default): an index made with another backend warns."""
     token: str | None = field(default=None, repr=False)
     """The Chroma server's token (never shown)."""
     tenant: str | None = None

@@ -36,6 +36,7 @@ from isotope.errors import (
     StoreError,
 )
 from isotope.models import Condition
+from isotope.settings import is_vector_backend
 from isotope.stores import (
     KINDS,
     LOG_ONLY,
@@ -45,13 +46,7 @@ from isotope.stores import (
     Kind,
     VectorBackend,
 )
-from isotope.stores.chroma_vectors import (
-    ChromaPlace,
-    ChromaVectors,
-    is_backend,
-    metadata_rows,
-    place_of,
-)
+from isotope.stores.chroma_vectors import ChromaPlace, ChromaVectors, place_of
 from isotope.stores.keywords import query_words
 from isotope.stores.sql_core import SQLStore
 from isotope.stores.sql_dialect import SQLITE
@@ -66,7 +61,7 @@ from isotope.stores.sqlite_connection import (
 )
 from isotope.stores.sqlite_keywords import KeywordLayer
 from isotope.stores.sqlite_schema import schema_version, set_meta, upgrade
-from isotope.stores.sqlite_sql import CHUNK_ROWID, where
+from isotope.stores.sqlite_sql import CHUNK_ROWID, ITEM_JOIN, where
 from isotope.stores.sqlite_vectors import KEYWORD_POLICIES, POLICIES, VectorStore, release
 
 log = logging.getLogger(__name__)
@@ -281,7 +276,7 @@ class SQLiteStore(SQLStore):
         keeps the backend it was made with (a different one set by the user is warned of:
         ``isotope copy`` moves an index to another). Sends the vector writes a crash left
         pending when the writer lock is free."""
-        if not is_backend(backend.name):
+        if not is_vector_backend(backend.name):
             raise InvalidArgument(f"vector_backend {backend.name!r}: use usearch, chroma, or "
                                   "a server as chroma+http://HOST:PORT/PREFIX")
         made = self.get_meta("vector_backend")
@@ -313,13 +308,13 @@ class SQLiteStore(SQLStore):
         place = ChromaPlace(made.get("url"), str(made["prefix"]), made.get("tenant"),
                             made.get("database"), made.get("owner"))
         return ChromaVectors(place, self.directory / "chroma", self._conn,
+                             meeting=self._meeting_of, chunks_meeting=self._chunks_meeting,
                              token=backend.token, timeout=backend.timeout)
 
     def _send(self) -> None:
         """Send the pending vector writes to Chroma (under the writer lock)."""
         assert self._chroma is not None
-        self._chroma.send(lambda: self._write(LOG_ONLY),
-                          lambda kind, items: metadata_rows(self._conn(), kind, items))
+        self._chroma.send(lambda: self._write(LOG_ONLY))
 
     def _access_changed(self, conn: sqlite3.Connection, uris: Sequence[str]) -> None:
         """With Chroma: the items of sources whose access list changed are logged again,
@@ -328,8 +323,7 @@ class SQLiteStore(SQLStore):
             return
         marks = ",".join("?" * len(uris))
         for kind in KINDS:
-            join = "" if kind == "chunks" else f" JOIN {kind} t ON t.chunk_id = c.id"
-            item = "c.rowid" if kind == "chunks" else "t.rowid"
+            item, join = ITEM_JOIN[kind]
             conn.execute(
                 f"INSERT INTO vector_log(kind, item, grp, vector) SELECT '{kind}', {item}, "
                 f"c.rowid, X'' FROM chunks c{join} WHERE c.source IN ({marks})", list(uris))
@@ -355,9 +349,10 @@ class SQLiteStore(SQLStore):
         if self._chroma is not None:
             self._send()
             done = dict.fromkeys(KINDS, "chroma")
-        for kind in KINDS if self._chroma is None else ():
-            self._vectors.compact(kind, self._write, force=True)
-            done[kind] = str(self._vectors.bases().get(kind, {}).get("impl", "exact"))
+        else:
+            for kind in KINDS:
+                self._vectors.compact(kind, self._write, force=True)
+                done[kind] = str(self._vectors.bases().get(kind, {}).get("impl", "exact"))
         if not self.read_only:
             conn = self._conn()
             release(conn)
@@ -374,8 +369,7 @@ class SQLiteStore(SQLStore):
     def search(self, kind: Kind, vector: Vectors, k: int,
                filters: Sequence[Condition] = ()) -> list[Hit]:
         if self._chroma is not None:
-            found = self._chroma.search(kind, vector, k, filters, self._meeting_of,
-                                        self._chunks_meeting)
+            found = self._chroma.search(kind, vector, k, filters)
         else:
             found = self._vectors.index(kind).search(vector, k, self._allowed(filters))
         return self._hits(kind, [(item, score) for item, _, score in found])
@@ -388,7 +382,8 @@ class SQLiteStore(SQLStore):
         if k <= 0:
             return []
         if self._chroma is not None:
-            groups = search_groups(_Searched(self, kind, filters), vector, k, per_chunk)
+            groups = search_groups(self._chroma.searching(kind, filters), vector, k,
+                                   per_chunk)
         else:
             groups = search_groups(self._vectors.index(kind), vector, k, per_chunk,
                                    self._allowed(filters))
@@ -403,10 +398,9 @@ class SQLiteStore(SQLStore):
         """Those of ``items`` of ``kind`` whose chunks meet ``filters``."""
         clause, params = where(filters)
         marks = ",".join("?" * len(items))
-        join = "" if kind == "chunks" else f" CROSS JOIN {kind} t ON t.chunk_id = c.id"
-        item = "c.rowid" if kind == "chunks" else "t.rowid"
+        item, join = ITEM_JOIN[kind]  # (plain joins: from the items given, not every chunk)
         return {int(r[0]) for r in self._conn().execute(
-            f"SELECT {item} FROM sources s CROSS JOIN chunks c ON c.source = s.uri{join} "
+            f"SELECT {item} FROM sources s JOIN chunks c ON c.source = s.uri{join} "
             f"WHERE {item} IN ({marks}) AND {clause}", [*items, *params])}
 
     def _chunks_meeting(self, filters: Sequence[Condition]) -> npt.NDArray[np.int64]:
@@ -512,9 +506,7 @@ class SQLiteStore(SQLStore):
         for kind in KINDS:
             embed_rows = None if embed is None else partial(self._embed_rows, kind, embed)
             if self._chroma is not None:
-                self._chroma.rebuild(kind, self.table_rows(kind), embed_rows,
-                                     lambda kind, items: metadata_rows(self._conn(), kind,
-                                                                       items))
+                self._chroma.rebuild(kind, self.table_rows(kind), embed_rows)
             else:
                 self._vectors.rebuild(kind, self._write, self.table_rows(kind), embed_rows)
 
@@ -545,21 +537,6 @@ class SQLiteStore(SQLStore):
 
     def disk_size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())
-
-
-class _Searched:
-    """A kind's Chroma search with its filters, as :func:`isotope.ann.search_groups`
-    widens it."""
-
-    def __init__(self, store: SQLiteStore, kind: Kind, filters: Sequence[Condition]) -> None:
-        self._store, self._kind, self._filters = store, kind, filters
-
-    def search(self, query: Vectors, k: int, allowed: npt.NDArray[np.int64] | None = None
-               ) -> list[tuple[int, int, float]]:
-        store = self._store
-        assert store._chroma is not None
-        return store._chroma.search(self._kind, query, k, self._filters, store._meeting_of,
-                                    store._chunks_meeting)
 
 
 def _blob(vector: Vectors) -> bytes:

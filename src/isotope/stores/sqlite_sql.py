@@ -16,6 +16,13 @@ CHUNK_ROWID: dict[Kind, str] = {
 }
 """SQL for the rowid of the chunk of an item ``t`` of each kind."""
 
+ITEM_JOIN: dict[Kind, tuple[str, str]] = {
+    "questions": ("t.rowid", " JOIN questions t ON t.chunk_id = c.id"),
+    "atoms": ("t.rowid", " JOIN atoms t ON t.chunk_id = c.id"),
+    "chunks": ("c.rowid", ""),
+}
+"""For each kind, its items' rowid and the join that reaches them from chunks ``c``."""
+
 ORPHANS = {
     "questions without their atom": "SELECT c.source FROM questions q LEFT JOIN chunks c ON "
     "c.id = q.chunk_id WHERE NOT EXISTS (SELECT 1 FROM atoms a WHERE a.id = q.atom_id)",
