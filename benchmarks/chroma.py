@@ -104,6 +104,7 @@ def main() -> None:
                 for name, backend, extra in runs:
                     results[name] = measure(name, path, work / name, backend, synthesis,
                                             embedded, queries, extra)
+                    print(f"  {name}: {json.dumps(results[name])}", file=sys.stderr)
             finally:
                 access.lists(embedded, False)
     finally:

@@ -236,7 +236,7 @@ def postings_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 _SCHEMAS = iter(range(1, 1_000_000))
 
 
-def _fresh_schema(server: str) -> str:
+def fresh_schema(server: str) -> str:
     separator = "&" if "?" in server else "?"
     return f"{server}{separator}schema=t{next(_SCHEMAS)}"
 
@@ -244,13 +244,13 @@ def _fresh_schema(server: str) -> str:
 @pytest.fixture
 def postgres_url(postgres_server: str) -> str:
     """A PostgreSQL index location of its own (a fresh schema in the test server)."""
-    return _fresh_schema(postgres_server)
+    return fresh_schema(postgres_server)
 
 
 @pytest.fixture
 def postings_url(postings_server: str) -> str:
     """A PostgreSQL index location of its own on the server without pg_textsearch."""
-    return _fresh_schema(postings_server)
+    return fresh_schema(postings_server)
 
 
 @pytest.fixture(scope="session")
@@ -276,16 +276,19 @@ _PREFIXES = iter(range(1, 1_000_000))
 def location_of(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The fresh index location ``request.param`` names: ``sqlite``, ``postgresql``
     (pg_textsearch), ``postings`` (PostgreSQL without pg_textsearch), ``chroma`` (the
-    embedded store with its vectors in a Chroma folder) or ``chroma-server`` (in a real
-    Chroma server, collections of their own): the Chroma ones set
+    embedded store with its vectors in a Chroma folder), ``chroma-server`` (in a real
+    Chroma server, collections of their own) or ``postgresql-chroma`` (PostgreSQL with its
+    vectors in that Chroma server): the Chroma ones set
     ``ISOTOPE_VECTOR_BACKEND`` for the test (see :func:`open_store`)."""
-    if request.param in ("chroma", "chroma-server"):
+    if request.param in ("chroma", "chroma-server", "postgresql-chroma"):
         backend = "chroma"
-        if request.param == "chroma-server":
+        if request.param != "chroma":
             pytest.importorskip("chromadb", reason="pip install 'isotopedb[chroma]'")
             backend = f"{request.getfixturevalue('chroma_server')}/t{next(_PREFIXES)}"
         patch = request.getfixturevalue("monkeypatch")
         patch.setenv("ISOTOPE_VECTOR_BACKEND", backend)
+        if request.param == "postgresql-chroma":
+            return str(request.getfixturevalue("postgres_url"))
         return str(tmp_path / "index")
     if request.param == "postgresql":
         return str(request.getfixturevalue("postgres_url"))
@@ -315,10 +318,12 @@ def open_store(location: str) -> Any:
     return opened
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "postings", "chroma", "chroma-server"])
+@pytest.fixture(params=["sqlite", "postgresql", "postings", "chroma", "chroma-server",
+                        "postgresql-chroma"])
 def every_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where each engine keeps a fresh index, PostgreSQL with both keyword engines (the
-    store contract and the access matrix run on all three)."""
+    """Where each engine keeps a fresh index: PostgreSQL with both keyword engines, and
+    the vectors in Chroma beside SQLite and PostgreSQL (the store contract and the access
+    matrix run on every one)."""
     return location_of(request, tmp_path)
 
 

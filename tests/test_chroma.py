@@ -31,16 +31,17 @@ from isotope.search.filters import parse
 from isotope.stores import SourceBatch, Store, VectorBackend
 from isotope.stores.copying import copy_index
 
-from conftest import chroma_running, location_of, open_store
+from conftest import chroma_running, fresh_schema, location_of, open_store
 
 pytest.importorskip("chromadb", reason="pip install 'isotopedb[chroma]'")
 runner = CliRunner()
 TESTS = Path(__file__).parent
 
 
-@pytest.fixture(params=["chroma", "chroma-server"])
+@pytest.fixture(params=["chroma", "chroma-server", "postgresql-chroma"])
 def place(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh embedded index whose vectors are in a Chroma folder, or in a server."""
+    """A fresh index whose vectors are in a Chroma folder or a server: embedded, or in
+    PostgreSQL (with a server)."""
     return location_of(request, tmp_path)
 
 
@@ -168,7 +169,7 @@ sys.path.insert(0, {tests!r})
 from isotope import Isotope
 from isotope.stores import chroma_vectors
 where = {where!r}
-if where == "before":  # the rows committed in SQLite, nothing sent to Chroma yet
+if where == "before":  # the rows committed, nothing sent to Chroma yet
     chroma_vectors.ChromaVectors.send = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
 else:  # Chroma holds the vectors, the log entries are not deleted yet
     upsert = chroma_vectors.ChromaVectors._upsert
@@ -176,32 +177,37 @@ else:  # Chroma holds the vectors, the log entries are not deleted yet
         upsert(self, *a, **k)
         os.kill(os.getpid(), signal.SIGKILL)
     chroma_vectors.ChromaVectors._upsert = killed
-with Isotope.open({index!r}, vector_backend="chroma", cache=False) as iso:
+with Isotope.open({index!r}, vector_backend={backend!r}, cache=False) as iso:
     iso.ingest({docs!r}, questions="later")
 """
 
 
 @pytest.mark.parametrize("where", ["before", "during"])
+@pytest.mark.parametrize("rows", ["sqlite", "postgresql"])
 def test_a_sigkill_between_the_two_stores_is_finished_on_the_next_open(
-        tmp_path: Path, where: str) -> None:
+        tmp_path: Path, where: str, rows: str, request: pytest.FixtureRequest) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "gym.md").write_text("# Gym\n\nThe gym closes at ten in the evening.\n")
     (docs / "pool.md").write_text("# Pool\n\nThe pool is heated to twenty-eight degrees.\n")
-    index = tmp_path / "index"
-    with Isotope.open(index, vector_backend="chroma", cache=False) as iso:
+    index, backend = str(tmp_path / "index"), "chroma"
+    if rows == "postgresql":  # (its rows in PostgreSQL, its vectors in a Chroma server)
+        index = request.getfixturevalue("postgres_url")
+        backend = f"{request.getfixturevalue('chroma_server')}/killed-{where}"
+    with Isotope.open(index, vector_backend=backend, cache=False) as iso:
         iso.ingest(docs / "pool.md", questions="later")  # (sent whole)
     done = subprocess.run([sys.executable, "-c", _KILLED.format(
-        tests=str(TESTS), where=where, index=str(index), docs=str(docs))],
+        tests=str(TESTS), where=where, index=index, backend=backend, docs=str(docs))],
         capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == -9, done.stderr[-2000:]
-    import sqlite3
-
-    with sqlite3.connect(index / "isotope.db") as conn:  # (the rows, and what is pending)
-        assert conn.execute("SELECT count(*) FROM vector_log").fetchone()[0] > 0
-        assert conn.execute("SELECT count(*) FROM sources").fetchone()[0] == 2
+    opened = stores.open(index)  # (the rows, and what is pending: opening sends nothing)
+    try:
+        assert opened.counts()["sources"] == 2
+        assert opened._chroma.log_size("chunks") > 0  # type: ignore[attr-defined]
+    finally:
+        opened.close()
     with Isotope.open(index, cache=False) as iso:  # (the next open sends the rest)
-        assert iso.status().vector_backend == "chroma"
+        assert iso.status().vector_backend == backend
         assert iso.store._chroma.log_size("chunks") == 0  # type: ignore[attr-defined]
         assert iso.check() == []
         counts = iso.counts()
@@ -210,6 +216,102 @@ def test_a_sigkill_between_the_two_stores_is_finished_on_the_next_open(
         assert chroma.count("atoms") == counts["atoms"]
         top = iso.search("When does the gym close?", k=1, mode="chunks-dense").results[0]
         assert top.chunk.source.endswith("gym.md")
+
+
+def test_writers_side_by_side_in_postgresql_leave_chroma_whole(
+        postgres_url: str, chroma_server: str, embedder: Embedder) -> None:
+    """Four writers at once, each on connections of its own (as four processes): one
+    sends at a time (the index's send lock), and each deletes only the log entries it
+    sent (one that commits later may hold smaller numbers): nothing is lost, nothing
+    deleted comes back."""
+    backend = VectorBackend(f"{chroma_server}/writers", True)
+    batches = {n: [_batch(embedder, f"/docs/w{n}-{i}.md", [f"Writer {n} wrote note {i} "
+                                                          f"about the garage gate."], None)
+                   for i in range(12)] for n in range(4)}
+    failed: list[BaseException] = []
+
+    def write(n: int) -> None:
+        store = stores.open(postgres_url)
+        try:
+            store.set_vector_backend(backend)
+            for i, batch in enumerate(batches[n]):
+                store.add(batch)
+                if i % 4 == 3:
+                    store.delete_source(f"/docs/w{n}-{i - 2}.md")
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            store.close()
+
+    made = stores.open(postgres_url)
+    made.set_vector_backend(backend)
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failed, failed
+    try:
+        assert made.check() == []  # (Chroma with what is still pending)
+        made.repair()  # (sends what waits: Chroma alone then holds exactly the rows)
+        chroma = made._chroma  # type: ignore[attr-defined]
+        counts = made.counts()
+        assert counts["sources"] == 4 * 9
+        assert [chroma.log_size(k) for k in ("chunks", "atoms", "questions")] == [0, 0, 0]
+        assert (chroma.count("chunks"), chroma.count("questions")) == (counts["chunks"],
+                                                                      counts["questions"])
+        assert made.check() == []
+    finally:
+        made.close()
+
+
+def test_a_sender_in_postgresql_deletes_only_the_log_entries_it_sent(
+        postgres_url: str, chroma_server: str) -> None:
+    """An entry numbered before the ones a sender read, committed after it read them (a
+    slower writer), is still there after the sender deletes what it sent."""
+    from isotope.stores.postgres_chroma import PostgresRows
+
+    sender, slow = stores.open(postgres_url), stores.open(postgres_url)
+    try:
+        sender.set_vector_backend(VectorBackend(f"{chroma_server}/log", True))
+        logged = "INSERT INTO vector_log(kind, item, grp) VALUES ('chunks', %s, %s)"
+        with slow._write() as late:  # type: ignore[attr-defined]
+            late.execute(logged, (1, 1))  # (numbered first, committed last)
+            with sender._write() as conn:  # type: ignore[attr-defined]
+                conn.execute(logged, (2, 2))
+            rows = PostgresRows(sender)  # type: ignore[arg-type]
+            read = rows.log("chunks")
+        assert [int(r[1]) for r in read] == [2]
+        rows.forget("chunks", read)
+        assert [int(r[1]) for r in rows.log("chunks")] == [1]
+    finally:
+        sender.close()
+        slow.close()
+
+
+def test_postgresql_keeps_its_vectors_in_a_chroma_server_and_drops_them_with_it(
+        postgres_url: str, chroma_server: str, embedder: Embedder) -> None:
+    from isotope.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=r"give a Chroma server, chroma\+http://"):
+        Isotope.open(postgres_url, embedder=embedder, vector_backend="chroma", cache=False)
+    backend = f"{chroma_server}/dropped"
+    with Isotope.open(postgres_url, embedder=embedder, vector_backend=backend,
+                      cache=False) as iso:
+        iso.ingest_chunks(["The gym closes at ten in the evening."], source="gym",
+                          questions="later")
+        assert iso.status().vector_backend == backend
+        store = iso.store
+        assert store._rows(  # type: ignore[attr-defined]
+            "SELECT count(*) FROM chunks WHERE vector IS NOT NULL")[0][0] == 0
+        assert store._chroma.count("chunks") == 1  # type: ignore[attr-defined]
+        store.drop()  # type: ignore[attr-defined]
+    import chromadb
+
+    port = int(chroma_server.rsplit(":", 1)[1])
+    names = [c.name for c in chromadb.HttpClient(host="127.0.0.1", port=port)
+             .list_collections()]
+    assert not [n for n in names if n.startswith("dropped-")], names
 
 
 def test_searches_see_writes_not_sent_yet(tmp_path: Path, embedder: Embedder) -> None:
@@ -386,7 +488,8 @@ def test_an_index_keeps_the_backend_it_was_made_with(
 
 
 def test_copy_moves_an_index_between_usearch_chroma_and_postgresql(
-        tmp_path: Path, embedder: Embedder, postgres_url: str, chroma_server: str) -> None:
+        tmp_path: Path, embedder: Embedder, postgres_url: str, postgres_server: str,
+        chroma_server: str) -> None:
     docs = {f"/docs/n{i}.md": [f"Note {i}: the {w} opens at {i} o'clock."]
             for i, w in enumerate(["garage", "pool", "gym", "library", "canteen", "museum"])}
     first = tmp_path / "usearch"
@@ -408,6 +511,7 @@ def test_copy_moves_an_index_between_usearch_chroma_and_postgresql(
     chain = [(tmp_path / "chroma", VectorBackend("chroma", True)),
              (postgres_url, None),
              (tmp_path / "served", VectorBackend(f"{chroma_server}/copied", True)),
+             (fresh_schema(postgres_server), VectorBackend(f"{chroma_server}/pg", True)),
              (tmp_path / "back", None)]
     before: str | Path = first
     for target, backend in chain:

@@ -17,7 +17,7 @@ from isotope.cli import app
 from isotope.embedders import Embedder
 from isotope.ingest.pipeline import Progress
 
-from conftest import FakeLLM
+from conftest import FakeLLM, location_of
 
 runner = CliRunner()
 PARKING = ("# Parking\n\nThe parking garage opens at six in the morning. Visitors park on "
@@ -33,17 +33,20 @@ def _docs(folder: Path) -> Path:
     return folder
 
 
-def _open(index: Path, embedder: Embedder, llm: FakeLLM) -> Isotope:
+def _open(index: Path | str, embedder: Embedder, llm: FakeLLM) -> Isotope:
     return Isotope.open(index, embedder=embedder, llm=llm, cache=False)
 
 
-@pytest.mark.parametrize("backend", ["usearch", "chroma"])
+@pytest.fixture(params=["sqlite", "chroma", "postgresql-chroma"])
+def later_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The embedded index, and its vectors in Chroma beside SQLite and PostgreSQL."""
+    return location_of(request, tmp_path)
+
+
 def test_later_is_searchable_at_once_without_the_model_and_enrich_completes_it(
-        tmp_path: Path, embedder: Embedder, backend: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ISOTOPE_VECTOR_BACKEND", backend)
+        tmp_path: Path, embedder: Embedder, later_location: str) -> None:
     llm = FakeLLM()
-    with _open(tmp_path / "index", embedder, llm) as iso:
+    with _open(later_location, embedder, llm) as iso:
         report = iso.ingest(_docs(tmp_path / "docs"), questions="later")
         assert llm.calls == 0 and report.questions == 0
         assert report.waiting_chunks == report.chunks == 2

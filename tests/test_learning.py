@@ -39,10 +39,10 @@ def _docs(folder: Path) -> Path:
     return folder
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "chroma"])
+@pytest.fixture(params=["sqlite", "postgresql", "chroma", "postgresql-chroma"])
 def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Both engines, and the embedded one with its vectors in Chroma (a learned question
-    is a vector added, a disabled one a vector deleted)."""
+    """Both engines, each with its vectors in Chroma too (a learned question is a vector
+    added, a disabled one a vector deleted)."""
     return location_of(request, tmp_path)
 
 
@@ -277,6 +277,8 @@ def test_learned_questions_outlive_everything_that_keeps_their_chunk(
 
         copied = tmp_path / "copy"  # (into the backend the test runs on, as the CLI does)
         backend = os.environ.get("ISOTOPE_VECTOR_BACKEND")
+        if backend and "://" in backend:  # (a server: collections of its own)
+            backend += "-copy"
         copy_index(location, copied,
                    backend=VectorBackend(backend, explicit=True) if backend else None)
         with Isotope.open(copied, embedder=embedder, llm=FakeLLM(), cache=False) as other:

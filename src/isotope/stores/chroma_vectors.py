@@ -1,17 +1,20 @@
 """The vectors of an embedded index kept in Chroma (``vector_backend = chroma``, or a
 server's ``chroma+http://HOST:PORT/PREFIX``), one collection per kind of item.
 
-**Two stores, no shared transaction.** SQLite stays the source of truth for everything
-but the vectors' index. A write commits its rows and their vectors into the
-``vector_log`` table in one transaction, as with usearch: those are the pending vector
-writes. Then, under the writer lock, they are sent to Chroma (upserts and deletes by the
-item's row id, each of which can be repeated) and only then deleted from the log, in a
+**Two stores, no shared transaction.** The relational side (SQLite, or PostgreSQL) stays
+the source of truth for everything but the vectors' index; what this module reads of it
+is a :class:`Rows` (:mod:`isotope.stores.sqlite_chroma`,
+:mod:`isotope.stores.postgres_chroma`). A write commits its rows and their vectors into
+the ``vector_log`` table in one transaction, as with usearch: those are the pending vector
+writes. Then, under a lock only one process holds (the embedded store's writer lock,
+PostgreSQL's advisory lock), they are sent to Chroma (upserts and deletes by the item's
+row id, each of which can be repeated) and only then deleted from the log, in a
 transaction of their own. A crash between the two leaves them in the log: the next write,
-the next open that can take the writer lock, or ``isotope check --repair`` sends them
-again. Until then a search reads Chroma and the log together: the items the log touches
-are left out of Chroma's answer (it is asked for as many more), and those the log adds
-are searched exactly. Sends are made under the writer lock only, so two processes never
-send at once (a late send could otherwise bring back an item deleted meanwhile).
+the next open that can take the lock, or ``isotope check --repair`` sends them again.
+Until then a search reads Chroma and the log together: the items the log touches are left
+out of Chroma's answer (it is asked for as many more), and those the log adds are searched
+exactly. Two processes never send at once (a late send could otherwise bring back an item
+deleted meanwhile).
 
 **Metadata.** Each vector carries its chunk's row id, its source, the source's loader and
 ``type``, and its access list (``open`` when the source has none), so that who may see is
@@ -30,13 +33,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -47,7 +48,6 @@ from isotope.errors import InvalidArgument, MissingDependency, StoreError
 from isotope.models import ACCESS_KEY, Condition
 from isotope.settings import CHROMA_SCHEMES
 from isotope.stores import KINDS, Kind, scheme
-from isotope.stores.sqlite_sql import ITEM_JOIN
 from isotope.stores.sqlite_vectors import compare
 
 log = logging.getLogger(__name__)
@@ -61,11 +61,35 @@ IN_LIMIT = 20_000
 asked in several searches, their answers merged)."""
 SEND = 2_000
 """Vectors sent to Chroma in one call (under its maximum batch size)."""
-Writer = Callable[[], AbstractContextManager[sqlite3.Connection]]
-Meeting = Callable[[Kind, Sequence[Condition], list[int]], set[int]]
-"""The items (of those given) whose chunks meet the conditions, read from SQLite."""
-ChunksMeeting = Callable[[Sequence[Condition]], Ids]
-"""The chunk row ids meeting the conditions, read from SQLite."""
+
+
+class Rows(Protocol):
+    """The relational side of an index whose vectors Chroma keeps: its log of pending
+    vector writes, and the rows Chroma's metadata and the conditions it cannot say are
+    read from."""
+
+    def log(self, kind: Kind) -> list[tuple[Any, ...]]:
+        """The pending writes of ``kind``, ``(seq, item, chunk row, vector)`` in order
+        (see :meth:`Pending.of`)."""
+
+    def log_size(self, kind: Kind) -> int:
+        """How many entries of ``kind`` are pending."""
+
+    def forget(self, kind: Kind, entries: Sequence[tuple[Any, ...]]) -> None:
+        """Delete these log entries (Chroma has them), in a transaction of their own."""
+
+    def chunk_rows(self, kind: Kind, items: list[int]) -> dict[int, int]:
+        """The chunk row of each of ``items`` of ``kind`` still stored."""
+
+    def metadata(self, kind: Kind, items: list[int]) -> dict[int, dict[str, Any]]:
+        """The Chroma metadata of ``items`` of ``kind`` as stored now (:func:`about`)."""
+
+    def meeting(self, kind: Kind, filters: Sequence[Condition], items: list[int]
+                ) -> set[int]:
+        """Those of ``items`` of ``kind`` whose chunks meet ``filters``."""
+
+    def chunks_meeting(self, filters: Sequence[Condition]) -> Ids:
+        """The row of every chunk meeting ``filters``."""
 
 
 @dataclass(frozen=True)
@@ -106,11 +130,9 @@ class ChromaVectors:
     """Each kind's vectors in a Chroma collection, with the pending writes of
     ``vector_log`` (see the module's text)."""
 
-    def __init__(self, place: ChromaPlace, folder: Path, conn: Callable[[], sqlite3.Connection],
-                 *, meeting: Meeting, chunks_meeting: ChunksMeeting, token: str | None,
+    def __init__(self, place: ChromaPlace, folder: Path, rows: Rows, *, token: str | None,
                  timeout: float) -> None:
-        self.place, self.folder, self._conn = place, folder, conn
-        self._meeting, self._chunks_meeting = meeting, chunks_meeting
+        self.place, self.folder, self._rows = place, folder, rows
         self._token, self._timeout = token, timeout
         self._client: Any = None
         self._collections: dict[Kind, Any] = {}
@@ -206,6 +228,16 @@ class ChromaVectors:
                 + "; nothing is lost: the index's pending vector writes are sent on the "
                 "next write or by `isotope check --repair`") from exc
 
+    def drop(self) -> None:
+        """Delete the index's collections (the index is being removed)."""
+        client = self._connect()
+        for kind in KINDS:
+            name = f"{self.place.prefix}-{kind}"
+            with contextlib.suppress(Exception):  # (one never made: nothing to delete)
+                self._collection(kind)
+                self._call(functools.partial(client.delete_collection, name))
+        self.close()
+
     def close(self) -> None:
         with self._lock:
             self._collections.clear()
@@ -214,30 +246,25 @@ class ChromaVectors:
     # -- sending the pending writes ------------------------------------------------------
     def pending(self, kind: Kind) -> Pending:
         """What the log holds for ``kind`` (see :class:`Pending`)."""
-        return Pending.of(self._log(kind))
-
-    def _log(self, kind: Kind) -> list[tuple[Any, ...]]:
-        return self._conn().execute(
-            "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? ORDER BY seq",
-            (kind,)).fetchall()
+        return Pending.of(self._rows.log(kind))
 
     def log_size(self, kind: Kind) -> int:
-        return int(self._conn().execute(
-            "SELECT COUNT(*) FROM vector_log WHERE kind = ?", (kind,)).fetchone()[0])
+        return self._rows.log_size(kind)
 
-    def send(self, write: Writer) -> int:
+    def send(self) -> int:
         """Send every pending write to Chroma, then delete those log entries (the caller
-        holds the writer lock). Returns how many items were sent."""
+        holds the lock that keeps other processes' sends out). Returns how many items were
+        sent."""
         sent = 0
         with self._sending:
             for kind in KINDS:
-                rows = self._log(kind)
+                rows = self._rows.log(kind)
                 if not rows:
                     continue
                 pending = Pending.of(rows)
                 fresh, relabel = list(pending.adds), list(pending.relabeled)
                 collection = self._collection(kind)
-                about = metadata_rows(self._conn(), kind, fresh + relabel)
+                about = self._rows.metadata(kind, fresh + relabel)
                 self._delete(collection, list(pending.gone))
                 self._upsert(collection, fresh, np.stack([pending.adds[i][1] for i in fresh])
                              if fresh else np.zeros((0, 0), np.float32),
@@ -246,9 +273,7 @@ class ChromaVectors:
                 # (an item without its row any more: its last entry deletes it)
                 relabel = [i for i in relabel if i in about]
                 self._update(collection, relabel, [about[i] for i in relabel])
-                with write() as conn:
-                    conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?",
-                                 (kind, int(rows[-1][0])))
+                self._rows.forget(kind, rows)
                 sent += len(pending.touched)
         return sent
 
@@ -294,12 +319,12 @@ class ChromaVectors:
                                                               reply["distances"][0],
                                                               strict=True)
                       if int(i) not in touched]
-            chunks = self._chunk_rows(kind, [i for i, _ in scored])
+            chunks = self._rows.chunk_rows(kind, [i for i, _ in scored])
             found += [(i, chunks[i], score) for i, score in scored if i in chunks]
         if adds:
             items = list(adds)
             if filters:
-                items = sorted(self._meeting(kind, filters, items))
+                items = sorted(self._rows.meeting(kind, filters, items))
             if items:
                 scores = dot(np.stack([adds[i][1] for i in items]), query)
                 found += [(i, adds[i][0], float(s)) for i, s in zip(items, scores, strict=True)]
@@ -310,15 +335,6 @@ class ChromaVectors:
         """:meth:`search` of ``kind`` with ``filters``, as
         :func:`isotope.ann.search_groups` widens it."""
         return _Searched(self, kind, filters)
-
-    def _chunk_rows(self, kind: Kind, items: list[int]) -> dict[int, int]:
-        """The chunk row of each of ``items`` of ``kind`` still in SQLite."""
-        if kind == "chunks" or not items:
-            return {i: i for i in items}
-        item, join = ITEM_JOIN[kind]
-        return {int(r[0]): int(r[1]) for r in self._conn().execute(
-            f"SELECT {item}, c.rowid FROM chunks c{join} WHERE {item} IN "
-            f"({','.join('?' * len(items))})", items)}
 
     def _held_vectors(self, kind: Kind, items: set[int]) -> dict[int, tuple[int, Vectors]]:
         """The vectors Chroma holds for ``items``, with their chunk rows."""
@@ -346,7 +362,7 @@ class ChromaVectors:
                 clauses.append(said)
         parts: list[list[dict[str, Any]]] = [clauses]
         if rest:  # (what Chroma cannot say: the chunks meeting it, from SQLite)
-            rows = [int(r) for r in self._chunks_meeting(rest)]
+            rows = [int(r) for r in self._rows.chunks_meeting(rest)]
             if not rows:
                 return []
             parts = [[*clauses, {"chunk": {"$in": rows[start:start + IN_LIMIT]}}]
@@ -420,14 +436,14 @@ class ChromaVectors:
         lost = np.union1d(np.setdiff1d(rows, ids), wrong)
         kept = [int(i) for i in np.setdiff1d(both, wrong)]
         for start in range(0, len(kept), SEND):  # (their metadata, as SQLite has it now)
-            about = metadata_rows(self._conn(), kind, kept[start:start + SEND])
+            about = self._rows.metadata(kind, kept[start:start + SEND])
             part = [i for i in kept[start:start + SEND] if i in about]
             self._update(collection, part, [about[i] for i in part])
         if embed_rows is None or not len(lost):
             return len(lost)
         for start in range(0, len(lost), SEND):
             part = [int(i) for i in lost[start:start + SEND]]
-            about = metadata_rows(self._conn(), kind, part)
+            about = self._rows.metadata(kind, part)
             self._upsert(collection, part,
                          np.asarray(embed_rows(lost[start:start + SEND]), dtype=np.float32),
                          [about.get(i) or {"chunk": int(chunks[np.searchsorted(rows, i)]),
@@ -507,30 +523,16 @@ def _said(cond: Condition) -> dict[str, Any] | None:
     return None
 
 
-def metadata_rows(conn: sqlite3.Connection, kind: Kind, items: list[int]
-                  ) -> dict[int, dict[str, Any]]:
-    """The Chroma metadata of ``items`` of ``kind``, as SQLite has them now (every key,
-    None where there is no value: Chroma then removes the key)."""
-    import json
-
-    found: dict[int, dict[str, Any]] = {}
-    item, join = ITEM_JOIN[kind]
-    for start in range(0, len(items), 900):
-        part = items[start:start + 900]
-        marks = ",".join("?" * len(part))
-        for row, chunk, uri, loader, kind_type, access in conn.execute(
-                f"SELECT {item}, c.rowid, s.uri, s.loader, json_extract(s.metadata, "
-                f"'$.type'), s.access FROM chunks c JOIN sources s ON s.uri = c.source{join} "
-                f"WHERE {item} IN ({marks})", part):
-            listed = json.loads(access) if access is not None else None
-            # (every key written, None for none: Chroma keeps a key an update leaves out,
-            # and a list taken away must not stay behind)
-            found[int(row)] = {
-                "chunk": int(chunk), "source": str(uri), "loader": str(loader or ""),
-                "type": kind_type if isinstance(kind_type, str) else None,
-                "open": listed is None,
-                "access": [str(e) for e in listed] if listed else None}
-    return found
+def about(chunk: int, source: str, loader: str | None, kind_type: Any,
+          access: list[Any] | None) -> dict[str, Any]:
+    """An item's Chroma metadata: its chunk's row, its source, the source's loader and
+    metadata ``type``, and its access list (``open`` when there is none). Every key is
+    written, None where there is no value (Chroma's update keeps a key it is not given:
+    a list taken away must not stay behind)."""
+    return {"chunk": int(chunk), "source": str(source), "loader": str(loader or ""),
+            "type": kind_type if isinstance(kind_type, str) else None,
+            "open": access is None,
+            "access": [str(e) for e in access] if access else None}
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ check/repair. The writes and reads both engines share are in
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ import random
 import re
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -44,14 +46,18 @@ import numpy as np
 from isotope.embedders import Vectors
 from isotope.errors import IndexLocked, InvalidArgument, InvalidIndex, IsotopeError, StoreError
 from isotope.models import Condition
+from isotope.settings import is_vector_backend
 from isotope.stores import (
     KINDS,
     SCHEMA_VERSION,
     Hit,
     Inspection,
     Kind,
+    VectorBackend,
     describe,
 )
+from isotope.stores import postgres_chroma as chroma_rows
+from isotope.stores.chroma_vectors import ChromaPlace, ChromaVectors, place_of
 from isotope.stores.keywords import K1, Tokenizer, query_terms, query_words
 from isotope.stores.postgres_replicas import (
     CONNECT_TIMEOUT,
@@ -225,6 +231,8 @@ class PostgresStore(SQLStore):
         """The ``pg_vector_index`` setting (an index keeps the one it was made with)."""
         self._identity: int | None = None
         """The primary's system identifier (its standbys have the same)."""
+        self._chroma: ChromaVectors | None = None
+        """The Chroma server that keeps the vectors (``vector_backend``), if one does."""
         self.set_read_replicas([])  # (those the location names)
         conn = self._conn()
         version = self._guard(lambda: schema_version(conn, self.schema))
@@ -263,6 +271,10 @@ class PostgresStore(SQLStore):
         runs, with pg_textsearch 1.2 or newer (an index made by 1.0 or 1.1 stays behind
         on the standbys after an upgrade until it is made again: REINDEX); else keyword
         searches read the primary."""
+        if isinstance(made := self.get_meta("vector_backend"), dict):
+            # (an index made with Chroma reads it however it is opened: the setting's
+            # token and timeout come with set_vector_backend)
+            self._chroma = self._chroma_of(made, VectorBackend("chroma"))
 
     def _said_postings(self) -> None:
         """An index that keeps its own postings on a server with pg_textsearch says once
@@ -340,6 +352,8 @@ class PostgresStore(SQLStore):
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         if not rows:
             return {}
+        if self._chroma is not None:
+            return self._chroma.get(kind, rows)
         return {int(row): vector.to_numpy() for row, vector in self._rows(
             f"SELECT row, vector FROM {kind} WHERE row = ANY(%s)", (rows,))}
 
@@ -563,6 +577,8 @@ class PostgresStore(SQLStore):
             self._rows(f"SELECT pg_advisory_unlock{how}(hashtext(%s))", (key,))
 
     def close(self) -> None:
+        if self._chroma is not None:
+            self._chroma.close()
         if self._replicas is not None:
             self._replicas.close()
         with self._conns_lock:
@@ -570,6 +586,91 @@ class PostgresStore(SQLStore):
                 close_quietly(conn)
             self._conns.clear()
         self._local.conn = None
+
+    # -- where the vectors are kept ----------------------------------------------------
+    def set_vector_backend(self, backend: VectorBackend) -> str:
+        """pgvector columns (``usearch``, the default, names the store's own vectors), or
+        a Chroma server for a new index whose setting names one
+        (:mod:`isotope.stores.postgres_chroma`); an index keeps what it was made with (a
+        different setting is warned of: ``isotope copy`` moves an index to another).
+        Sends what a crash left pending when no other process is sending."""
+        if not is_vector_backend(backend.name):
+            raise InvalidArgument(f"vector_backend {backend.name!r}: use usearch, chroma, or "
+                                  "a server as chroma+http://HOST:PORT/PREFIX")
+        made = self.get_meta("vector_backend")
+        if made is None and backend.name != "usearch" and not self._rows(
+                "SELECT 1 FROM sources LIMIT 1"):
+            if backend.name == "chroma":
+                raise InvalidArgument(
+                    f"vector_backend = chroma keeps a Chroma folder inside an embedded index; "
+                    f"{self.where} is on a server: give a Chroma server, "
+                    "chroma+http://HOST:PORT/PREFIX (or leave vector_backend = usearch: "
+                    "pgvector keeps the vectors)")
+            place = place_of(backend.name, default_prefix=f"isotope-{uuid.uuid4().hex[:12]}",
+                             tenant=backend.tenant, database=backend.database)
+            with self._write(lock=f"isotope-dim:{self.schema}") as conn:
+                row = conn.execute("SELECT value FROM meta WHERE key = 'vector_backend'"
+                                   ).fetchone()
+                if row is None:  # (no other process made it so meanwhile)
+                    chroma_rows.prepare(conn, self.schema)
+                    from psycopg.types.json import Jsonb
+
+                    conn.execute("INSERT INTO meta(key, value) VALUES ('vector_backend', %s)",
+                                 (Jsonb({"name": "chroma", "url": place.url,
+                                         "prefix": place.prefix, "tenant": place.tenant,
+                                         "database": place.database,
+                                         "owner": uuid.uuid4().hex}),))
+            made = self.get_meta("vector_backend")
+        name = "usearch" if not isinstance(made, dict) else str(made.get("url"))
+        if backend.explicit and backend.name != name:
+            log.warning("%s keeps its vectors %s (it was made so); vector_backend = %s "
+                        "applies to a new index (`isotope copy` it into one)", self.where,
+                        "in pgvector columns" if name == "usearch" else f"with {name}",
+                        backend.name)
+        if isinstance(made, dict):
+            self._chroma = self._chroma_of(made, backend)
+            if any(self._chroma.log_size(k) for k in KINDS):
+                try:  # (what a crash left pending)
+                    self._send()
+                except StoreError as exc:
+                    log.warning("%s", exc)
+        return name
+
+    def _chroma_of(self, made: dict[str, Any], backend: VectorBackend) -> ChromaVectors:
+        """The Chroma collections the index's meta names (``made``)."""
+        place = ChromaPlace(made.get("url"), str(made["prefix"]), made.get("tenant"),
+                            made.get("database"), made.get("owner"))
+        return ChromaVectors(place, Path(), chroma_rows.PostgresRows(self),
+                             token=backend.token, timeout=backend.timeout)
+
+    def _after_write(self) -> None:
+        if self._chroma is not None:
+            self._send()
+
+    def _send(self, wait: float = 0.0) -> None:
+        """Send the pending vector writes to Chroma, holding the index's send lock (an
+        advisory lock: one sender at a time); when another process holds it, its sends
+        take these too (it reads the log again before letting go), unless ``wait``
+        seconds see it free."""
+        assert self._chroma is not None
+        key = f"isotope-chroma:{self.schema}"
+        deadline = time.monotonic() + wait
+        while not self._rows("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))[0][0]:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.2)
+        try:
+            for _ in range(4):  # (writers that committed while it sent)
+                if not self._chroma.send():
+                    break
+        finally:
+            self._rows("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+
+    def _access_changed(self, conn: psycopg.Connection[Any], uris: Sequence[str]) -> None:
+        """With Chroma: the items of sources whose access lists changed are logged again,
+        so that their metadata (who may see them) is sent after the write."""
+        if self._chroma is not None:
+            chroma_rows.relabel(conn, uris)
 
     # -- meta --------------------------------------------------------------------------
 
@@ -658,7 +759,9 @@ class PostgresStore(SQLStore):
     def missing_indexes(self, conn: psycopg.Connection[Any] | None = None) -> list[Kind]:
         """The kinds whose vector index is missing (a bulk load cut short leaves them so:
         searches then scan every row; :meth:`check` says so and :meth:`repair` makes
-        them)."""
+        them). None where Chroma keeps the vectors."""
+        if self._chroma is not None:
+            return []
         return [kind for kind in KINDS if self._index_name(kind) not in self._indexes(conn)]
 
     def missing_bm25(self, conn: psycopg.Connection[Any] | None = None) -> list[Kind]:
@@ -799,6 +902,16 @@ class PostgresStore(SQLStore):
         tokenizer (``COPY``); a bm25 index (pg_textsearch) reads the rows' text itself."""
         from pgvector import HalfVector, Vector
 
+        if self._chroma is not None:  # (the vectors logged for Chroma, the column empty)
+            terms = self._terms(texts) if self.keyword_engine == "postings" else None
+            rows = self._insert(conn, kind, f"{columns}, ntok", [
+                (*value, n) for value, n in zip(
+                    values, [t[1] for t in terms] if terms else [0] * len(values),
+                    strict=True)])
+            if terms is not None:
+                self._postings(conn, kind, rows, terms)
+            chroma_rows.log_rows(conn, kind, rows, chunk_rows, vectors)
+            return rows
         typed = Vector if kind == "questions" and self.question_index == "diskann" else \
             HalfVector
         if self.keyword_engine == "pg_textsearch":
@@ -847,6 +960,9 @@ class PostgresStore(SQLStore):
                filters: Sequence[Condition] = ()) -> list[Hit]:
         from pgvector import HalfVector, Vector
 
+        if self._chroma is not None:
+            found = self._chroma.search(kind, vector, k, filters)
+            return self._hits(kind, [(item, score) for item, _, score in found])
         dim = self._stored_dim()
         if k <= 0 or dim is None:
             return []
@@ -1062,6 +1178,10 @@ class PostgresStore(SQLStore):
                 found.problems.append(
                     f"the bm25 index of {kind} is missing (a bulk load was cut short): "
                     "keyword searches of it fail; run check --repair")
+            if self._chroma is not None:
+                for kind in KINDS:
+                    found.problems += [problem for problem, _ in self._chroma.check(
+                        kind, self.table_rows(kind))]
             if self._stored_dim() is not None:
                 for kind in self.missing_indexes():
                     found.problems.append(
@@ -1086,6 +1206,11 @@ class PostgresStore(SQLStore):
                         conn.execute(f"INSERT INTO {kind}_df SELECT term, 0, count(*) FROM "
                                      f"{kind}_terms GROUP BY term")
             self._build_indexes()  # those a bulk load cut short did not make
+            if self._chroma is not None:
+                self._send(wait=60.0)
+                for kind in KINDS:
+                    self._chroma.rebuild(kind, self.table_rows(kind), None if embed is None
+                                         else functools.partial(self._embed_rows, kind, embed))
 
     def disk_size(self) -> int | None:
         rows = self._rows("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class "
@@ -1104,6 +1229,8 @@ class PostgresStore(SQLStore):
                                "with it")
         with self._write() as conn:
             conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
+        if self._chroma is not None:  # (its collections go with it)
+            self._chroma.drop()
 
 
 def _version(text: str) -> tuple[int, ...]:

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from isotope.ann import Ids
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged
 from isotope.models import (
@@ -291,6 +292,29 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
             if inside:
                 found[owner] = inside
         return found
+
+    def table_rows(self, kind: Kind) -> tuple[Ids, Ids]:
+        """Every row number of ``kind`` (sorted) with the row number of its chunk (what
+        its vectors are checked against)."""
+        row = self.dialect.row
+        chunk = (f"t.{row}" if kind == "chunks" else
+                 f"(SELECT c.{row} FROM chunks c WHERE c.id = t.chunk_id)")
+        rows = [r for r in self._rows(f"SELECT t.{row}, {chunk} FROM {kind} t ORDER BY "
+                                      f"t.{row}") if r[1] is not None]
+        return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+                np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows)))
+
+    def _embed_rows(self, kind: Kind, embed: Callable[[list[str]], Vectors], rows: Ids
+                    ) -> Vectors:
+        """Vectors of items of ``kind`` made again from their stored text (a chunk's with
+        its context, as ingest embeds it)."""
+        d, wanted = self.dialect, [int(r) for r in rows]
+        found = dict(self._rows(f"SELECT {d.row}, {'id' if kind == 'chunks' else 'text'} "
+                                f"FROM {kind} WHERE {d.any_of(d.row)}", (d.many(wanted),)))
+        if kind == "chunks":
+            chunks = self.get_chunks(list(found.values()))
+            return embed([chunks[found[r]].search_text for r in wanted])
+        return embed([found[r] for r in wanted])
 
     def get_chunks(self, ids: Sequence[str]) -> dict[str, Chunk]:
         rows = self._of("chunks", _CHUNK, "id", list(ids), self.dialect.row)

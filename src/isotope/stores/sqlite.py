@@ -51,6 +51,7 @@ from isotope.stores.keywords import query_words
 from isotope.stores.sql_core import SQLStore
 from isotope.stores.sql_dialect import SQLITE
 from isotope.stores.sqlite_check import inspect
+from isotope.stores.sqlite_chroma import SQLiteRows
 from isotope.stores.sqlite_connection import (
     DB_NAME,
     connect,
@@ -61,7 +62,7 @@ from isotope.stores.sqlite_connection import (
 )
 from isotope.stores.sqlite_keywords import KeywordLayer
 from isotope.stores.sqlite_schema import schema_version, set_meta, upgrade
-from isotope.stores.sqlite_sql import CHUNK_ROWID, ITEM_JOIN, where
+from isotope.stores.sqlite_sql import where
 from isotope.stores.sqlite_vectors import KEYWORD_POLICIES, POLICIES, VectorStore, release
 
 log = logging.getLogger(__name__)
@@ -307,26 +308,20 @@ class SQLiteStore(SQLStore):
         """The Chroma collections the index's meta names (``made``)."""
         place = ChromaPlace(made.get("url"), str(made["prefix"]), made.get("tenant"),
                             made.get("database"), made.get("owner"))
-        return ChromaVectors(place, self.directory / "chroma", self._conn,
-                             meeting=self._meeting_of, chunks_meeting=self._chunks_meeting,
-                             token=backend.token, timeout=backend.timeout)
+        rows = SQLiteRows(self._conn, lambda: self._write(LOG_ONLY), self._chunks_meeting)
+        return ChromaVectors(place, self.directory / "chroma", rows, token=backend.token,
+                             timeout=backend.timeout)
 
     def _send(self) -> None:
         """Send the pending vector writes to Chroma (under the writer lock)."""
         assert self._chroma is not None
-        self._chroma.send(lambda: self._write(LOG_ONLY))
+        self._chroma.send()
 
     def _access_changed(self, conn: sqlite3.Connection, uris: Sequence[str]) -> None:
         """With Chroma: the items of sources whose access list changed are logged again,
         so that their metadata (who may see them) is sent with the next write."""
-        if self._chroma is None:
-            return
-        marks = ",".join("?" * len(uris))
-        for kind in KINDS:
-            item, join = ITEM_JOIN[kind]
-            conn.execute(
-                f"INSERT INTO vector_log(kind, item, grp, vector) SELECT '{kind}', {item}, "
-                f"c.rowid, X'' FROM chunks c{join} WHERE c.source IN ({marks})", list(uris))
+        if self._chroma is not None:
+            SQLiteRows.relabel(conn, uris)
 
     def set_vector_index(self, policy: str) -> None:
         if policy not in POLICIES:
@@ -392,16 +387,6 @@ class SQLiteStore(SQLStore):
         for hit in hits:
             by_chunk.setdefault(hit.chunk_id, []).append(hit)
         return list(by_chunk.items())
-
-    def _meeting_of(self, kind: Kind, filters: Sequence[Condition], items: list[int]
-                    ) -> set[int]:
-        """Those of ``items`` of ``kind`` whose chunks meet ``filters``."""
-        clause, params = where(filters)
-        marks = ",".join("?" * len(items))
-        item, join = ITEM_JOIN[kind]  # (plain joins: from the items given, not every chunk)
-        return {int(r[0]) for r in self._conn().execute(
-            f"SELECT {item} FROM sources s JOIN chunks c ON c.source = s.uri{join} "
-            f"WHERE {item} IN ({marks}) AND {clause}", [*items, *params])}
 
     def _chunks_meeting(self, filters: Sequence[Condition]) -> npt.NDArray[np.int64]:
         return self._rows_meeting("chunks", filters)
@@ -509,31 +494,6 @@ class SQLiteStore(SQLStore):
                 self._chroma.rebuild(kind, self.table_rows(kind), embed_rows)
             else:
                 self._vectors.rebuild(kind, self._write, self.table_rows(kind), embed_rows)
-
-    def table_rows(self, kind: Kind) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Every rowid of ``kind`` (sorted) with the rowid of its chunk."""
-        rows = self._conn().execute(
-            f"SELECT t.rowid, {CHUNK_ROWID[kind]} FROM {kind} t ORDER BY t.rowid").fetchall()
-        sound = [r for r in rows if r[1] is not None]
-        return (np.fromiter((r[0] for r in sound), dtype=np.int64, count=len(sound)),
-                np.fromiter((r[1] for r in sound), dtype=np.int64, count=len(sound)))
-
-    def _embed_rows(self, kind: Kind, embed: Callable[[list[str]], Vectors],
-                    rows: npt.NDArray[np.int64]) -> Vectors:
-        """Vectors of items of ``kind`` made again from their stored text (a chunk's with
-        its context, as ingest embeds it)."""
-        marks = ",".join("?" * len(rows))
-        params = [int(r) for r in rows]
-        if kind == "chunks":
-            ids = dict(self._conn().execute(
-                f"SELECT rowid, id FROM chunks WHERE rowid IN ({marks})", params).fetchall())
-            chunks = self.get_chunks(list(ids.values()))
-            texts = [chunks[ids[r]].search_text for r in params]
-        else:
-            found = dict(self._conn().execute(
-                f"SELECT rowid, text FROM {kind} WHERE rowid IN ({marks})", params).fetchall())
-            texts = [found[r] for r in params]
-        return embed(texts)
 
     def disk_size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())

@@ -1,0 +1,87 @@
+"""The embedded store's side of vectors kept in Chroma (a
+:class:`isotope.stores.chroma_vectors.Rows`): its ``vector_log`` table, read and emptied,
+and the rows Chroma's metadata and the conditions it cannot say are read from."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from isotope.ann import Ids
+from isotope.models import Condition
+from isotope.stores import KINDS, Kind
+from isotope.stores.chroma_vectors import about
+from isotope.stores.sqlite_sql import ITEM_JOIN, where
+
+
+class SQLiteRows:
+    """What :class:`isotope.stores.chroma_vectors.ChromaVectors` reads of an embedded
+    index. ``write``: a write transaction that leaves the index's state as it is (the
+    log's entries are no change a search sees); ``chunks_meeting``: the store's (it keeps
+    what a principal's searches ask again)."""
+
+    def __init__(self, conn: Callable[[], sqlite3.Connection],
+                 write: Callable[[], AbstractContextManager[sqlite3.Connection]],
+                 chunks_meeting: Callable[[Sequence[Condition]], Ids]) -> None:
+        self._conn, self._write = conn, write
+        self.chunks_meeting = chunks_meeting
+
+    def log(self, kind: Kind) -> list[tuple[Any, ...]]:
+        return self._conn().execute(
+            "SELECT seq, item, grp, vector FROM vector_log WHERE kind = ? ORDER BY seq",
+            (kind,)).fetchall()
+
+    def log_size(self, kind: Kind) -> int:
+        return int(self._conn().execute(
+            "SELECT COUNT(*) FROM vector_log WHERE kind = ?", (kind,)).fetchone()[0])
+
+    def forget(self, kind: Kind, entries: Sequence[tuple[Any, ...]]) -> None:
+        if entries:  # (one writer: every entry up to the last one read was read)
+            with self._write() as conn:
+                conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?",
+                             (kind, int(entries[-1][0])))
+
+    def chunk_rows(self, kind: Kind, items: list[int]) -> dict[int, int]:
+        if kind == "chunks" or not items:
+            return {i: i for i in items}
+        item, join = ITEM_JOIN[kind]
+        return {int(r[0]): int(r[1]) for r in self._conn().execute(
+            f"SELECT {item}, c.rowid FROM chunks c{join} WHERE {item} IN "
+            f"({','.join('?' * len(items))})", items)}
+
+    def metadata(self, kind: Kind, items: list[int]) -> dict[int, dict[str, Any]]:
+        found: dict[int, dict[str, Any]] = {}
+        item, join = ITEM_JOIN[kind]
+        for start in range(0, len(items), 900):
+            part = items[start:start + 900]
+            marks = ",".join("?" * len(part))
+            for row, chunk, uri, loader, kind_type, access in self._conn().execute(
+                    f"SELECT {item}, c.rowid, s.uri, s.loader, json_extract(s.metadata, "
+                    f"'$.type'), s.access FROM chunks c JOIN sources s ON s.uri = c.source"
+                    f"{join} WHERE {item} IN ({marks})", part):
+                found[int(row)] = about(chunk, uri, loader, kind_type,
+                                        json.loads(access) if access is not None else None)
+        return found
+
+    def meeting(self, kind: Kind, filters: Sequence[Condition], items: list[int]
+                ) -> set[int]:
+        clause, params = where(filters)
+        marks = ",".join("?" * len(items))
+        item, join = ITEM_JOIN[kind]  # (plain joins: from the items given, not every chunk)
+        return {int(r[0]) for r in self._conn().execute(
+            f"SELECT {item} FROM sources s JOIN chunks c ON c.source = s.uri{join} "
+            f"WHERE {item} IN ({marks}) AND {clause}", [*items, *params])}
+
+    @staticmethod
+    def relabel(conn: sqlite3.Connection, uris: Sequence[str]) -> None:
+        """Log again (an entry with an empty vector: their metadata only) the items of
+        sources whose access lists changed, in the transaction that changed them."""
+        marks = ",".join("?" * len(uris))
+        for kind in KINDS:
+            item, join = ITEM_JOIN[kind]
+            conn.execute(
+                f"INSERT INTO vector_log(kind, item, grp, vector) SELECT '{kind}', {item}, "
+                f"c.rowid, X'' FROM chunks c{join} WHERE c.source IN ({marks})", list(uris))
