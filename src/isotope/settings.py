@@ -207,9 +207,9 @@ class StorageSettings(BaseModel):
         "vectors are next compacted (isotope compact)")
     vector_backend: str = Field(
         "usearch", description="Where a new index keeps its vectors: usearch (its own "
-        "files), chroma (a Chroma folder inside the index), or a Chroma server as "
-        "chroma+http://HOST:PORT/PREFIX (PREFIX names its collections); an index keeps the "
-        "backend it was made with")
+        "files; pgvector in PostgreSQL), chroma (a Chroma folder inside an embedded index), "
+        "or a Chroma server as chroma+http://HOST:PORT/PREFIX (PREFIX names its "
+        "collections; embedded or PostgreSQL); an index keeps the backend it was made with")
     chroma_token: SecretStr | None = Field(
         None, description="Token of the Chroma server (sent as a bearer token; never shown)")
     chroma_tenant: str | None = Field(None, description="Tenant on the Chroma server "

@@ -53,7 +53,9 @@ def prepare(conn: psycopg.Connection[Any], schema: str) -> None:
         conn.execute(f"ALTER TABLE {kind} ALTER COLUMN vector DROP NOT NULL")
         conn.execute(f"DROP INDEX IF EXISTS {kind}_hnsw")
         conn.execute(f"DROP INDEX IF EXISTS {kind}_diskann")
-        conn.execute(f"CREATE OR REPLACE TRIGGER {kind}_vector_gone AFTER DELETE ON {kind} "
+        # (dropped and made: PostgreSQL 13 has no CREATE OR REPLACE TRIGGER)
+        conn.execute(f"DROP TRIGGER IF EXISTS {kind}_vector_gone ON {kind}")
+        conn.execute(f"CREATE TRIGGER {kind}_vector_gone AFTER DELETE ON {kind} "
                      f"REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION "
                      f"\"{schema}\".isotope_vector_gone('{kind}')")
 
