@@ -314,6 +314,32 @@ def test_postgresql_keeps_its_vectors_in_a_chroma_server_and_drops_them_with_it(
     assert not [n for n in names if n.startswith("dropped-")], names
 
 
+def test_a_read_only_index_with_a_chroma_folder_says_what_to_do(tmp_path: Path) -> None:
+    """Chroma writes its folder as it opens it: a read-only one (a read-only mount) is
+    one line naming the folder and the way out, not a database error."""
+    import os
+    import shutil
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("a read-only mount needs root and unshare")
+    index = tmp_path / "index"
+    ingested = runner.invoke(app, ["ingest", str(TESTS.parent / "examples" / "handbook.md"),
+                                   "--index", str(index), "--questions", "later"],
+                             env={"ISOTOPE_VECTOR_BACKEND": "chroma"})
+    assert ingested.exit_code == 0, ingested.output
+    script = (f"mount --bind {index} {index} && mount -o remount,bind,ro {index} {index} "
+              '&& exec "$@"')
+    said = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", sys.executable, "-m",
+                           "isotope", "query", "How many vacation days?", "--raw",
+                           "--index", str(index)], capture_output=True, text=True,
+                          env={**os.environ, "ISOTOPE_CACHE": "false"}, timeout=300)
+    if "mount" in said.stderr and "isotope" not in said.stderr:
+        pytest.skip(f"no read-only mount here: {said.stderr.strip()}")
+    assert said.returncode != 0
+    assert f"the Chroma folder {index / 'chroma'} is read-only" in said.stderr
+    assert "Traceback" not in said.stderr
+
+
 def test_searches_see_writes_not_sent_yet(tmp_path: Path, embedder: Embedder) -> None:
     """Another process writes while this one holds the writer lock (so its entries wait,
     as when a crash came between the two stores): a search reads Chroma and the pending

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -176,6 +177,12 @@ class ChromaVectors:
         settings = ChromaSettings(anonymized_telemetry=False)
         if self.place.url is None:
             self.folder.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.folder, os.W_OK):  # (Chroma writes its folder as it opens)
+                raise StoreError(
+                    f"the Chroma folder {self.folder} is read-only, and Chroma cannot open "
+                    "its folder without writing to it: copy the index folder somewhere "
+                    "writable and open it there (an index meant to be read-only keeps its "
+                    "vectors in usearch or a Chroma server: `isotope copy` moves them)")
             self._client = chromadb.PersistentClient(path=str(self.folder), settings=settings)
             return self._client
         parts = urlsplit(self.place.url)
