@@ -340,6 +340,93 @@ def test_a_read_only_index_with_a_chroma_folder_says_what_to_do(tmp_path: Path) 
     assert "Traceback" not in said.stderr
 
 
+def test_a_reader_sees_what_another_process_sent_to_the_embedded_folder(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A long-lived reader (a server) and an ingest in another process: Chroma's graph in
+    the reader's memory does not see the other's writes; the index's send mark makes it
+    reopen the folder, so the new source is found (and a deleted one is not)."""
+    index = tmp_path / "index"
+    with Isotope.open(index, embedder=embedder, vector_backend="chroma", cache=False) as iso:
+        iso.ingest_chunks(["The gym closes at ten in the evening."], source="gym",
+                          questions="later")
+    with Isotope.open(index, embedder=embedder, cache=False) as reader:
+        asked = "How warm is the heated pool?"
+        assert [r.chunk.source for r in reader.search(asked, k=2,
+                                                      mode="chunks-dense").results] == ["gym"]
+        writer = ("from isotope import Isotope\n"
+                  f"with Isotope.open({str(index)!r}, cache=False) as other:\n"
+                  "    other.ingest_chunks(['The pool is heated to twenty-eight degrees.'], "
+                  "source='pool', questions='later')\n"
+                  "    other.delete('gym')\n")
+        done = subprocess.run([sys.executable, "-c", writer], capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert [r.chunk.source for r in reader.search(asked, k=2,
+                                                      mode="chunks-dense").results] == ["pool"]
+        assert reader.check() == []
+
+
+def test_a_process_that_opened_postgresql_before_it_took_chroma_follows_it(
+        postgres_url: str, chroma_server: str, embedder: Embedder) -> None:
+    """A server opened the empty schema with the default setting; an ingest then made it
+    keep its vectors in Chroma: the server's searches and writes follow (none lands in
+    the emptied pgvector columns, none is left out of Chroma)."""
+    early, relabels = stores.open(postgres_url), stores.open(postgres_url)
+    try:
+        assert early.search("chunks", embedder.embed(["gym"])[0], 1) == []
+        assert relabels.counts()["sources"] == 0
+        with Isotope.open(postgres_url, embedder=embedder, cache=False,
+                          vector_backend=f"{chroma_server}/follow") as iso:
+            iso.ingest_chunks(["The gym closes at ten in the evening."], source="gym",
+                              questions="later")
+        relabels.set_access(["gym"], ["group:staff"])  # (its first act since: who may see)
+        public = Condition(ACCESS_KEY, "eq", (True, "public"))
+        query = embedder.embed(["When does the gym close?"])[0]
+        assert early.search("chunks", query, 1, [public]) == []
+        relabels.set_access(["gym"], None)
+        hits = early.search("chunks", embedder.embed(["When does the gym close?"])[0], 1)
+        assert [h.text for h in hits] == ["The gym closes at ten in the evening."]
+        early.add(_batch(embedder, "/docs/pool.md", ["The pool is heated to twenty-eight "
+                                                     "degrees."], None))
+        assert early.check() == []
+        assert early._chroma.count("chunks") == 2  # type: ignore[attr-defined]
+    finally:
+        early.close()
+        relabels.close()
+
+
+def test_entries_committed_while_another_process_sends_are_sent_by_it(
+        postgres_url: str, chroma_server: str, embedder: Embedder) -> None:
+    """A writer that cannot take the send lock leaves its entries to the holder, which
+    looks at the log again after letting the lock go: none is left waiting."""
+    backend = VectorBackend(f"{chroma_server}/stranded", True)
+    holder, writer = stores.open(postgres_url), stores.open(postgres_url)
+    try:
+        holder.set_vector_backend(backend)
+        writer.set_vector_backend(backend)
+        chroma = holder._chroma  # type: ignore[attr-defined]
+        send, wrote = chroma.send, []
+
+        def send_then_another_writes() -> int:
+            sent = send()
+            if not sent and not wrote:  # (the holder's last look, its lock still held)
+                wrote.append(True)
+                other = threading.Thread(target=writer.add, args=(_batch(
+                    embedder, "/docs/pool.md", ["The pool is heated."], None),))
+                other.start()
+                other.join()
+            return int(sent)
+
+        chroma.send = send_then_another_writes
+        holder.add(_batch(embedder, "/docs/gym.md", ["The gym closes at ten."], None))
+        assert wrote
+        assert [chroma.log_size(k) for k in ("chunks", "atoms", "questions")] == [0, 0, 0]
+        assert chroma.count("chunks") == 2
+    finally:
+        holder.close()
+        writer.close()
+
+
 def test_searches_see_writes_not_sent_yet(tmp_path: Path, embedder: Embedder) -> None:
     """Another process writes while this one holds the writer lock (so its entries wait,
     as when a crash came between the two stores): a search reads Chroma and the pending

@@ -24,9 +24,11 @@ sent). Conditions Chroma cannot say (source globs, metadata values, registry col
 become one condition on the chunk, still inside the search: the chunks meeting them,
 read from SQLite, as ``chunk $in [...]``.
 
-The embedded mode keeps a ``PersistentClient`` folder, ``chroma/``, inside the index; it
-is meant for one process at a time (Chroma's own files are not shared between processes:
-a server reading the index while a command writes it wants a Chroma server)."""
+The embedded mode keeps a ``PersistentClient`` folder, ``chroma/``, inside the index. Its
+graph is held in memory by each process that opened it, and does not see what another
+process writes: each send changes a mark in the index (:meth:`Rows.sent`), and a process
+that finds the mark changed by someone else reopens the folder before it reads (one
+client per folder in a process, shared by every index object opened on it)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -77,7 +79,12 @@ class Rows(Protocol):
         """How many entries of ``kind`` are pending."""
 
     def forget(self, kind: Kind, entries: Sequence[tuple[Any, ...]]) -> None:
-        """Delete these log entries (Chroma has them), in a transaction of their own."""
+        """Delete these log entries (Chroma has them), in a transaction of their own that
+        also changes the :meth:`sent` mark."""
+
+    def sent(self) -> Any:
+        """A mark that changes each time something is sent to Chroma (None: no mark is
+        kept, where every process reads one Chroma server)."""
 
     def chunk_rows(self, kind: Kind, items: list[int]) -> dict[int, int]:
         """The chunk row of each of ``items`` of ``kind`` still stored."""
@@ -137,6 +144,8 @@ class ChromaVectors:
         self._token, self._timeout = token, timeout
         self._client: Any = None
         self._collections: dict[Kind, Any] = {}
+        self._folder: _Folder | None = None
+        """The embedded folder's client this object uses (shared in the process)."""
         self._lock = threading.RLock()
         """Guards the client and the collections (not held during searches or sends)."""
         self._sending = threading.Lock()
@@ -149,6 +158,9 @@ class ChromaVectors:
     # -- the client --------------------------------------------------------------------
     def _collection(self, kind: Kind) -> Any:
         with self._lock:
+            if self._folder is not None and self._client is not self._folder.client:
+                self._client = None  # (the folder was reopened: its collections too)
+                self._collections.clear()
             found = self._collections.get(kind)
             if found is None:
                 name = f"{self.place.prefix}-{kind}"
@@ -183,7 +195,17 @@ class ChromaVectors:
                     "its folder without writing to it: copy the index folder somewhere "
                     "writable and open it there (an index meant to be read-only keeps its "
                     "vectors in usearch or a Chroma server: `isotope copy` moves them)")
-            self._client = chromadb.PersistentClient(path=str(self.folder), settings=settings)
+            with _FOLDERS_LOCK:
+                if self._folder is None:
+                    key = str(self.folder.resolve())
+                    self._folder = _FOLDERS.get(key)
+                    if self._folder is None:
+                        self._folder = _FOLDERS[key] = _Folder(key, self._rows.sent())
+                    self._folder.users += 1
+                if self._folder.client is None:
+                    self._folder.client = chromadb.PersistentClient(path=self._folder.key,
+                                                                    settings=settings)
+                self._client = self._folder.client
             return self._client
         parts = urlsplit(self.place.url)
         ssl = scheme(self.place.url) == "chroma+https"
@@ -219,9 +241,13 @@ class ChromaVectors:
         return client
 
     def _call(self, call: Callable[[], Any]) -> Any:
-        """``call()``, its failure one clear error naming the Chroma place."""
+        """``call()``, its failure one clear error naming the Chroma place (an embedded
+        folder is not reopened meanwhile)."""
         try:
-            return call()
+            if self._folder is None:
+                return call()
+            with self._folder.using():
+                return call()
         except (StoreError, MissingDependency, InvalidArgument):
             raise
         except Exception as exc:
@@ -235,13 +261,22 @@ class ChromaVectors:
                 + "; nothing is lost: the index's pending vector writes are sent on the "
                 "next write or by `isotope check --repair`") from exc
 
+    def _on(self, kind: Kind, method: str, **arguments: Any) -> Any:
+        """One call of a method of ``kind``'s collection (fetched inside the call: an
+        embedded folder may have been reopened since)."""
+        return self._call(lambda: getattr(self._collection(kind), method)(**arguments))
+
     def drop(self) -> None:
-        """Delete the index's collections (the index is being removed)."""
-        client = self._connect()
+        """Delete the index's collections (the index is being removed; one another index
+        owns is left alone)."""
+        client = self._call(self._connect)
         for kind in KINDS:
             name = f"{self.place.prefix}-{kind}"
-            with contextlib.suppress(Exception):  # (one never made: nothing to delete)
-                self._collection(kind)
+            try:
+                found = client.get_collection(name)
+            except Exception:  # (never made: nothing to delete)
+                continue
+            if (found.metadata or {}).get("isotope_index") == self.place.owner:
                 self._call(functools.partial(client.delete_collection, name))
         self.close()
 
@@ -249,6 +284,41 @@ class ChromaVectors:
         with self._lock:
             self._collections.clear()
             self._client = None
+            if self._folder is not None:
+                with _FOLDERS_LOCK:
+                    self._folder.users -= 1
+                    if self._folder.users <= 0:  # (the last user: Chroma lets it go)
+                        _FOLDERS.pop(self._folder.key, None)
+                        self._folder.reopen(None)
+                self._folder = None
+
+    def _fresh(self) -> None:
+        """An embedded folder that another process sent to since this process's client
+        read it is reopened (Chroma's graph in memory does not see another process's
+        writes)."""
+        if self.place.url is not None:
+            return
+        self._connect()
+        folder, mark = self._folder, self._rows.sent()
+        if folder is None or folder.mark == mark:
+            return
+        with folder.lock:  # (a send of this process first: its own mark)
+            mark = self._rows.sent()
+            if folder.mark != mark:
+                log.debug("%s changed in another process: reopened", self.where)
+                folder.reopen(mark)
+        self._connect()
+
+    def _writing(self) -> contextlib.AbstractContextManager[Any]:
+        """Held while this process writes to an embedded folder: another thread of it
+        does not reopen the folder meanwhile."""
+        self._connect()
+        return self._folder.lock if self._folder is not None else contextlib.nullcontext()
+
+    def _sent_here(self) -> None:
+        """This process sent: its client holds what it sent (the mark is its own)."""
+        if self._folder is not None:
+            self._folder.mark = self._rows.sent()
 
     # -- sending the pending writes ------------------------------------------------------
     def pending(self, kind: Kind) -> Pending:
@@ -263,7 +333,8 @@ class ChromaVectors:
         holds the lock that keeps other processes' sends out). Returns how many items were
         sent."""
         sent = 0
-        with self._sending:
+        with self._sending, self._writing():
+            self._fresh()
             for kind in KINDS:
                 rows = self._rows.log(kind)
                 if not rows:
@@ -281,6 +352,7 @@ class ChromaVectors:
                 relabel = [i for i in relabel if i in about]
                 self._update(collection, relabel, [about[i] for i in relabel])
                 self._rows.forget(kind, rows)
+                self._sent_here()
                 sent += len(pending.touched)
         return sent
 
@@ -311,17 +383,17 @@ class ChromaVectors:
         score)``, best first."""
         if k <= 0:
             return []
+        self._fresh()
         pending = self.pending(kind)
         touched, adds = pending.touched, dict(pending.adds)
         if pending.relabeled:  # (their vectors from Chroma, their metadata from SQLite)
             adds.update(self._held_vectors(kind, pending.relabeled))
         found: list[tuple[int, int, float]] = []
         for where in self.where_of(filters):
-            collection = self._collection(kind)
-            reply = self._call(functools.partial(
-                collection.query, query_embeddings=[np.asarray(query, dtype=np.float32)],
-                n_results=k + len(touched), where=where,
-                include=["distances"]))  # (metadata would cost 4x the query)
+            reply = self._on(kind, "query",
+                             query_embeddings=[np.asarray(query, dtype=np.float32)],
+                             n_results=k + len(touched), where=where,
+                             include=["distances"])  # (metadata would cost 4x the query)
             scored = [(int(i), 1.0 - float(d)) for i, d in zip(reply["ids"][0],
                                                               reply["distances"][0],
                                                               strict=True)
@@ -345,9 +417,8 @@ class ChromaVectors:
 
     def _held_vectors(self, kind: Kind, items: set[int]) -> dict[int, tuple[int, Vectors]]:
         """The vectors Chroma holds for ``items``, with their chunk rows."""
-        collection = self._collection(kind)
-        reply = self._call(functools.partial(collection.get, ids=[str(i) for i in items],
-                                             include=["embeddings", "metadatas"]))
+        reply = self._on(kind, "get", ids=[str(i) for i in items],
+                         include=["embeddings", "metadatas"])
         return {int(i): (int(about["chunk"]), np.asarray(vector, dtype=np.float32))
                 for i, vector, about in zip(reply["ids"], reply["embeddings"],
                                             reply["metadatas"], strict=True)}
@@ -381,13 +452,13 @@ class ChromaVectors:
         """The vectors of the items ``rows`` of ``kind`` (those that have one)."""
         if not rows:
             return {}
+        self._fresh()
         pending = self.pending(kind)
         found = {i: pending.adds[i][1] for i in rows if i in pending.adds}
         # (Chroma holds the vectors of the items relabeled)
         asked = [str(i) for i in rows if i not in pending.touched - pending.relabeled]
         if asked:
-            collection = self._collection(kind)
-            reply = self._call(lambda: collection.get(ids=asked, include=["embeddings"]))
+            reply = self._on(kind, "get", ids=asked, include=["embeddings"])
             for item, vector in zip(reply["ids"], reply["embeddings"], strict=True):
                 found[int(item)] = np.asarray(vector, dtype=np.float32)
         return found
@@ -395,12 +466,11 @@ class ChromaVectors:
     def held(self, kind: Kind) -> tuple[Ids, Ids]:
         """Every item of ``kind`` Chroma holds with its chunk row, the log's pending writes
         applied (sorted by item)."""
-        collection = self._collection(kind)
+        self._fresh()
         items: dict[int, int] = {}
         offset = 0
         while True:
-            reply = self._call(functools.partial(collection.get, include=["metadatas"],
-                                                 limit=10_000, offset=offset))
+            reply = self._on(kind, "get", include=["metadatas"], limit=10_000, offset=offset)
             for item, about in zip(reply["ids"], reply["metadatas"], strict=True):
                 items[int(item)] = int((about or {}).get("chunk", -1))
             if len(reply["ids"]) < 10_000:
@@ -415,7 +485,7 @@ class ChromaVectors:
         return ids, np.array([items[int(i)] for i in ids], dtype=np.int64)
 
     def count(self, kind: Kind) -> int:
-        return int(self._call(lambda: self._collection(kind).count()))
+        return int(self._on(kind, "count"))
 
     # -- checks and repair ---------------------------------------------------------------
     def check(self, kind: Kind, table: tuple[Ids, Ids]) -> list[tuple[str, Ids]]:
@@ -434,6 +504,15 @@ class ChromaVectors:
         caller): vectors belonging to no row deleted, rows without one (or filed under
         another chunk) embedded again with ``embed_rows`` (if given), every metadata
         sent again. Returns how many rows are left without a vector."""
+        with self._writing():
+            try:
+                return self._rebuild(kind, table, embed_rows)
+            finally:  # (other processes reopen an embedded folder)
+                self._rows.forget(kind, [])
+                self._sent_here()
+
+    def _rebuild(self, kind: Kind, table: tuple[Ids, Ids],
+                 embed_rows: Callable[[Ids], Vectors] | None) -> int:
         ids, groups = self.held(kind)
         rows, chunks = table
         collection = self._collection(kind)
@@ -456,6 +535,48 @@ class ChromaVectors:
                          [about.get(i) or {"chunk": int(chunks[np.searchsorted(rows, i)]),
                                            "open": False} for i in part])
         return 0
+
+
+@dataclass
+class _Folder:
+    """The one Chroma client of an embedded folder in this process (Chroma keeps one
+    system per folder), shared by every index object opened on it."""
+
+    key: str
+    mark: Any
+    """The index's :meth:`Rows.sent` mark as of which the client read the folder."""
+    client: Any = None
+    users: int = 0
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    """Held by a write of this process, and to reopen."""
+    _calls: int = 0
+    _idle: threading.Condition = field(default_factory=threading.Condition)
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[None]:
+        """One call on the client (a reopen waits for the calls in flight)."""
+        with self._idle:
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._calls -= 1
+                self._idle.notify_all()
+
+    def reopen(self, mark: Any) -> None:
+        """Let Chroma's client go, and its graph in memory with it, once no call is in
+        flight; the next use opens the folder again (as of ``mark``)."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._calls == 0)
+            if self.client is not None:
+                with contextlib.suppress(Exception):
+                    self.client.close()
+            self.client, self.mark = None, mark
+
+
+_FOLDERS: dict[str, _Folder] = {}
+_FOLDERS_LOCK = threading.Lock()
 
 
 @dataclass

@@ -233,6 +233,8 @@ class PostgresStore(SQLStore):
         """The primary's system identifier (its standbys have the same)."""
         self._chroma: ChromaVectors | None = None
         """The Chroma server that keeps the vectors (``vector_backend``), if one does."""
+        self._backend = VectorBackend("chroma")
+        """The vector_backend setting given (its token and timeout)."""
         self.set_read_replicas([])  # (those the location names)
         conn = self._conn()
         version = self._guard(lambda: schema_version(conn, self.schema))
@@ -352,6 +354,7 @@ class PostgresStore(SQLStore):
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         if not rows:
             return {}
+        self._stored_dim()  # (the index may keep its vectors in Chroma now)
         if self._chroma is not None:
             return self._chroma.get(kind, rows)
         return {int(row): vector.to_numpy() for row, vector in self._rows(
@@ -509,9 +512,11 @@ class PostgresStore(SQLStore):
         """``call()`` (a search: its snapshots) on one read replica, chosen once, made
         again on another (or the primary) if that one stops answering. Reads outside
         it (an ingest's, a copy's, learning's) read the primary."""
-        if self._replicas is None or getattr(self._local, "in_reading", False):
+        if (self._replicas is None or getattr(self._local, "in_reading", False)
+                or self._chroma is not None):
             return call()  # (no replicas, or inside a read already: its pick holds, even
-            # the primary when no replica was healthy)
+            # the primary when no replica was healthy; with Chroma, the primary: the log
+            # and Chroma are read together, as of now)
         self._local.in_reading = True
         try:
             for _ in range(len(self._replicas.replicas) + 1):
@@ -611,7 +616,9 @@ class PostgresStore(SQLStore):
             with self._write(lock=f"isotope-dim:{self.schema}") as conn:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'vector_backend'"
                                    ).fetchone()
-                if row is None:  # (no other process made it so meanwhile)
+                empty = not conn.execute("SELECT 1 FROM sources UNION ALL SELECT 1 FROM meta "
+                                         "WHERE key = 'vector_dim' LIMIT 1").fetchone()
+                if row is None and empty:  # (no other process wrote or made it so meanwhile)
                     chroma_rows.prepare(conn, self.schema)
                     from psycopg.types.json import Jsonb
 
@@ -627,6 +634,7 @@ class PostgresStore(SQLStore):
                         "applies to a new index (`isotope copy` it into one)", self.where,
                         "in pgvector columns" if name == "usearch" else f"with {name}",
                         backend.name)
+        self._backend = backend
         if isinstance(made, dict):
             self._chroma = self._chroma_of(made, backend)
             if any(self._chroma.log_size(k) for k in KINDS):
@@ -648,27 +656,41 @@ class PostgresStore(SQLStore):
             self._send()
 
     def _send(self, wait: float = 0.0) -> None:
-        """Send the pending vector writes to Chroma, holding the index's send lock (an
-        advisory lock: one sender at a time); when another process holds it, its sends
-        take these too (it reads the log again before letting go), unless ``wait``
-        seconds see it free."""
+        """Send the pending vector writes to Chroma, holding the index's send lock (one
+        sender at a time). When another process holds it, that one sends these too: a
+        sender looks at the log again after letting the lock go, and takes it again while
+        entries wait (a writer commits before it tries the lock, so none is stranded)."""
         assert self._chroma is not None
+        while True:
+            try:
+                with self._send_lock(wait):
+                    while self._chroma.send():
+                        pass
+            except IndexLocked:
+                return  # (the holder sends them)
+            if not self._rows("SELECT EXISTS (SELECT 1 FROM vector_log)")[0][0]:
+                return
+
+    @contextmanager
+    def _send_lock(self, wait: float) -> Iterator[None]:
+        """The index's send lock (an advisory lock of this connection's session); raises
+        IndexLocked after ``wait`` seconds of another process holding it."""
         key = f"isotope-chroma:{self.schema}"
         deadline = time.monotonic() + wait
         while not self._rows("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))[0][0]:
             if time.monotonic() >= deadline:
-                return
+                raise IndexLocked(f"{self.where}: another process is sending vectors to "
+                                  "Chroma; try again when it is done (or pass --wait)")
             time.sleep(0.2)
         try:
-            for _ in range(4):  # (writers that committed while it sent)
-                if not self._chroma.send():
-                    break
+            yield
         finally:
             self._rows("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
 
     def _access_changed(self, conn: psycopg.Connection[Any], uris: Sequence[str]) -> None:
         """With Chroma: the items of sources whose access lists changed are logged again,
         so that their metadata (who may see them) is sent after the write."""
+        self._follow_backend()
         if self._chroma is not None:
             chroma_rows.relabel(conn, uris)
 
@@ -693,6 +715,7 @@ class PostgresStore(SQLStore):
         reads a ``vector(dim)`` column, made so while the table is empty."""
         if self._dims == dim:
             return
+        self._follow_backend()
         stored = self.get_meta("vector_dim")
         if stored is not None and int(stored) != dim:
             raise InvalidIndex(f"{self.where} holds vectors of {stored} dimensions, not "
@@ -704,7 +727,10 @@ class PostgresStore(SQLStore):
                 if row is not None and int(row[0]) != dim:
                     raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, "
                                        f"not {dim}; use the index's embedding model")
-                if row is None:
+                if row is None and self._chroma is None and conn.execute(
+                        "SELECT 1 FROM meta WHERE key = 'vector_backend'").fetchone():
+                    self._follow_backend()  # (made so meanwhile, by another process)
+                if row is None and self._chroma is None:  # (with Chroma: no pgvector index)
                     self._choose_vector_index(conn, dim)
                 if not self._bulk:  # (again if a bulk load was cut short before making them)
                     for kind in self.missing_indexes(conn):
@@ -856,10 +882,12 @@ class PostgresStore(SQLStore):
             return
         with self._write() as conn:
             for kind in KINDS:
-                conn.execute(f"DROP INDEX IF EXISTS {kind}_hnsw")
-                conn.execute(f"DROP INDEX IF EXISTS {kind}_diskann")
+                # (qualified: a name not in the schema is looked for along the search
+                # path, and another index's in public would go)
+                conn.execute(f'DROP INDEX IF EXISTS "{self.schema}".{kind}_hnsw')
+                conn.execute(f'DROP INDEX IF EXISTS "{self.schema}".{kind}_diskann')
                 if self.keyword_engine == "pg_textsearch":
-                    conn.execute(f"DROP INDEX IF EXISTS {kind}_bm25")
+                    conn.execute(f'DROP INDEX IF EXISTS "{self.schema}".{kind}_bm25')
         self._bulk, self._dims = True, None
         try:
             yield
@@ -871,8 +899,17 @@ class PostgresStore(SQLStore):
     def _stored_dim(self) -> int | None:
         if self._dims is None:
             value = self.get_meta("vector_dim")
+            if value is not None:
+                self._follow_backend()
             self._dims = int(value) if value is not None else None
         return self._dims
+
+    def _follow_backend(self) -> None:
+        """Another process may have made this empty index keep its vectors in Chroma
+        since it was opened here: read so before its first vectors are read or written."""
+        if self._chroma is None and isinstance(made := self.get_meta("vector_backend"),
+                                               dict):
+            self._chroma = self._chroma_of(made, self._backend)
 
     def _terms(self, texts: Sequence[str]) -> list[tuple[dict[str, int], int]]:
         """Each text's term frequencies and length, as FTS5 counts them."""
@@ -960,10 +997,10 @@ class PostgresStore(SQLStore):
                filters: Sequence[Condition] = ()) -> list[Hit]:
         from pgvector import HalfVector, Vector
 
+        dim = self._stored_dim()  # (first: the index may keep its vectors in Chroma now)
         if self._chroma is not None:
             found = self._chroma.search(kind, vector, k, filters)
             return self._hits(kind, [(item, score) for item, _, score in found])
-        dim = self._stored_dim()
         if k <= 0 or dim is None:
             return []
         flat = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -1155,7 +1192,8 @@ class PostgresStore(SQLStore):
         losing their parents), and vector or bm25 indexes a bulk load cut short left
         missing."""
         found = Inspection()
-        with self.snapshot():
+        with (self._send_lock(60.0) if self._chroma is not None else contextlib.nullcontext()),\
+                self.snapshot():  # (with Chroma: no send while the two are compared)
             for uri, lost in self._lost_rows():
                 found.problems.append(f"{uri}: source lost rows since it was stored ({lost})")
                 found.damaged_sources.append(uri)
@@ -1207,10 +1245,13 @@ class PostgresStore(SQLStore):
                                      f"{kind}_terms GROUP BY term")
             self._build_indexes()  # those a bulk load cut short did not make
             if self._chroma is not None:
-                self._send(wait=60.0)
-                for kind in KINDS:
-                    self._chroma.rebuild(kind, self.table_rows(kind), None if embed is None
-                                         else functools.partial(self._embed_rows, kind, embed))
+                with self._send_lock(60.0):  # (no other sender while Chroma is mended)
+                    while self._chroma.send():
+                        pass
+                    for kind in KINDS:
+                        self._chroma.rebuild(kind, self.table_rows(kind), None if embed is
+                                             None else functools.partial(self._embed_rows,
+                                                                         kind, embed))
 
     def disk_size(self) -> int | None:
         rows = self._rows("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class "
@@ -1227,10 +1268,10 @@ class PostgresStore(SQLStore):
             raise IsotopeError(f"{self.where}: the vector extension lives in schema "
                                f"{self.schema}; dropping it would take every index's vectors "
                                "with it")
+        if self._chroma is not None:  # (its collections first: a failure leaves the index)
+            self._chroma.drop()
         with self._write() as conn:
             conn.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
-        if self._chroma is not None:  # (its collections go with it)
-            self._chroma.drop()
 
 
 def _version(text: str) -> tuple[int, ...]:

@@ -51,8 +51,8 @@ def prepare(conn: psycopg.Connection[Any], schema: str) -> None:
         "SELECT TG_ARGV[0], g.row FROM gone g; RETURN NULL; END $$")
     for kind in KINDS:
         conn.execute(f"ALTER TABLE {kind} ALTER COLUMN vector DROP NOT NULL")
-        conn.execute(f"DROP INDEX IF EXISTS {kind}_hnsw")
-        conn.execute(f"DROP INDEX IF EXISTS {kind}_diskann")
+        conn.execute(f'DROP INDEX IF EXISTS "{schema}".{kind}_hnsw')  # (qualified: see
+        conn.execute(f'DROP INDEX IF EXISTS "{schema}".{kind}_diskann')  # bulk())
         # (dropped and made: PostgreSQL 13 has no CREATE OR REPLACE TRIGGER)
         conn.execute(f"DROP TRIGGER IF EXISTS {kind}_vector_gone ON {kind}")
         conn.execute(f"CREATE TRIGGER {kind}_vector_gone AFTER DELETE ON {kind} "
@@ -102,6 +102,9 @@ class PostgresRows:
             with self._store._write() as conn:
                 conn.execute("DELETE FROM vector_log WHERE seq = ANY(%s)",
                              ([int(e[0]) for e in entries],))
+
+    def sent(self) -> Any:
+        return None  # (every process reads the one server)
 
     def chunk_rows(self, kind: Kind, items: list[int]) -> dict[int, int]:
         if kind == "chunks" or not items:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -14,7 +15,11 @@ from isotope.ann import Ids
 from isotope.models import Condition
 from isotope.stores import KINDS, Kind
 from isotope.stores.chroma_vectors import about
+from isotope.stores.sqlite_schema import set_meta
 from isotope.stores.sqlite_sql import ITEM_JOIN, where
+
+SENT = "chroma_sent"
+"""The meta key changed by each send to Chroma (:meth:`SQLiteRows.sent`)."""
 
 
 class SQLiteRows:
@@ -39,10 +44,16 @@ class SQLiteRows:
             "SELECT COUNT(*) FROM vector_log WHERE kind = ?", (kind,)).fetchone()[0])
 
     def forget(self, kind: Kind, entries: Sequence[tuple[Any, ...]]) -> None:
-        if entries:  # (one writer: every entry up to the last one read was read)
-            with self._write() as conn:
+        with self._write() as conn:
+            if entries:  # (one writer: every entry up to the last one read was read)
                 conn.execute("DELETE FROM vector_log WHERE kind = ? AND seq <= ?",
                              (kind, int(entries[-1][0])))
+            set_meta(conn, SENT, uuid.uuid4().hex)
+
+    def sent(self) -> Any:
+        found = self._conn().execute("SELECT value FROM meta WHERE key = ?",
+                                     (SENT,)).fetchone()
+        return found[0] if found else None
 
     def chunk_rows(self, kind: Kind, items: list[int]) -> dict[int, int]:
         if kind == "chunks" or not items:
