@@ -37,7 +37,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -566,15 +566,21 @@ class PostgresStore(SQLStore):
         with self._index_lock(wait, shared=True):
             yield
 
+    def _index_lock(self, wait: float, *, shared: bool) -> AbstractContextManager[None]:
+        return self._advisory(f"isotope-index:{self.schema}", wait, shared=shared, busy=(
+            f"{self.where} is being repaired by another process; try again when it is "
+            "done (or pass --wait SECONDS)"))
+
     @contextmanager
-    def _index_lock(self, wait: float, *, shared: bool) -> Iterator[None]:
-        key = f"isotope-index:{self.schema}"
+    def _advisory(self, key: str, wait: float, *, shared: bool, busy: str
+                  ) -> Iterator[None]:
+        """The advisory lock ``key`` of this connection's session; IndexLocked (``busy``)
+        after ``wait`` seconds of another session holding it."""
         how = "_shared" if shared else ""
         deadline = time.monotonic() + wait
         while not self._rows(f"SELECT pg_try_advisory_lock{how}(hashtext(%s))", (key,))[0][0]:
             if time.monotonic() >= deadline:
-                raise IndexLocked(f"{self.where} is being repaired by another process; try "
-                                  "again when it is done (or pass --wait SECONDS)")
+                raise IndexLocked(busy)
             time.sleep(0.2)
         try:
             yield
@@ -671,21 +677,11 @@ class PostgresStore(SQLStore):
             if not self._rows("SELECT EXISTS (SELECT 1 FROM vector_log)")[0][0]:
                 return
 
-    @contextmanager
-    def _send_lock(self, wait: float) -> Iterator[None]:
-        """The index's send lock (an advisory lock of this connection's session); raises
-        IndexLocked after ``wait`` seconds of another process holding it."""
-        key = f"isotope-chroma:{self.schema}"
-        deadline = time.monotonic() + wait
-        while not self._rows("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))[0][0]:
-            if time.monotonic() >= deadline:
-                raise IndexLocked(f"{self.where}: another process is sending vectors to "
-                                  "Chroma; try again when it is done (or pass --wait)")
-            time.sleep(0.2)
-        try:
-            yield
-        finally:
-            self._rows("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+    def _send_lock(self, wait: float) -> AbstractContextManager[None]:
+        """The index's send lock: one process at a time sends to Chroma."""
+        return self._advisory(f"isotope-chroma:{self.schema}", wait, shared=False, busy=(
+            f"{self.where}: another process is sending vectors to Chroma; try again when "
+            "it is done (or pass --wait SECONDS)"))
 
     def _access_changed(self, conn: psycopg.Connection[Any], uris: Sequence[str]) -> None:
         """With Chroma: the items of sources whose access lists changed are logged again,
