@@ -427,6 +427,37 @@ def test_entries_committed_while_another_process_sends_are_sent_by_it(
         writer.close()
 
 
+def test_an_export_reads_a_source_again_when_it_changed_while_it_was_read(
+        postgres_url: str, chroma_server: str, embedder: Embedder) -> None:
+    """`isotope copy` of a live index: a source replaced (and sent) between the export's
+    snapshot of its rows and its read of Chroma is read again, not called damaged."""
+    backend = VectorBackend(f"{chroma_server}/live", True)
+    reader, writer = stores.open(postgres_url), stores.open(postgres_url)
+    try:
+        reader.set_vector_backend(backend)
+        writer.set_vector_backend(backend)
+        reader.add(_batch(embedder, "/docs/gym.md", ["The gym closes at ten."], None))
+        chroma = reader._chroma  # type: ignore[attr-defined]
+        get, changed = chroma.get, []
+
+        def get_after_a_change(kind: str, rows: list[int]) -> object:
+            if not changed:
+                changed.append(True)
+                writer.add(_batch(embedder, "/docs/gym.md", ["The gym closes at nine now."],
+                                  None))
+            return get(kind, rows)
+
+        chroma.get = get_after_a_change
+        batch = reader.export_source("/docs/gym.md")
+        assert batch is not None and changed
+        assert [c.text for c in batch.chunks] == ["The gym closes at nine now."]
+        assert np.allclose(batch.chunk_vectors[0], embedder.embed(
+            ["The gym closes at nine now."])[0], atol=2e-3)
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_searches_see_writes_not_sent_yet(tmp_path: Path, embedder: Embedder) -> None:
     """Another process writes while this one holds the writer lock (so its entries wait,
     as when a crash came between the two stores): a search reads Chroma and the pending

@@ -555,6 +555,21 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
         return found
 
     def export_source(self, uri: str) -> SourceBatch | None:
+        for _ in range(3):
+            try:
+                return self._export(uri)
+            except _VectorsLost as lost:
+                # (vectors kept outside the snapshot, a Chroma server, may have moved on
+                # to the source's next version: read again if it changed, else damaged)
+                now, before = self.get_source(uri), lost.source
+                if now is None:
+                    return None
+                if (now.content_hash, now.ingested_at) == (before.content_hash,
+                                                           before.ingested_at):
+                    raise
+        return self._export(uri)
+
+    def _export(self, uri: str) -> SourceBatch | None:
         d = self.dialect
         with self.snapshot():
             source = self.get_source(uri)
@@ -570,8 +585,8 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
         lost = [kind for kind, rows in zip(vectors, (chunks, atoms, questions), strict=True)
                 if any(r[0] not in vectors[kind] for r in rows)]
         if lost:
-            raise IndexDamaged(f"{uri}: vectors of its {', '.join(lost)} are missing in "
-                               f"{self.where}; run `isotope check --repair` first")
+            raise _VectorsLost(source, f"{uri}: vectors of its {', '.join(lost)} are missing "
+                               f"in {self.where}; run `isotope check --repair` first")
         return SourceBatch(
             source=source,
             chunks=[self._chunk(c[1:9]) for c in chunks],
@@ -584,6 +599,14 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
             chunk_hashes=[c[9] or content_hash(c[6]) for c in chunks],
             pending={c[1] for c in chunks if not c[10]},
             dropped=dropped)
+
+
+class _VectorsLost(IndexDamaged):
+    """A source exported without some of its vectors (as its snapshot read it)."""
+
+    def __init__(self, source: Source, message: str) -> None:
+        super().__init__(message)
+        self.source = source
 
 
 def _atom(row: Sequence[Any]) -> Atom:
