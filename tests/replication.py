@@ -132,6 +132,11 @@ class Cluster:
         for standby in self.standbys:
             self.stop(standby)
         self.primary.cleanup()
+        primary = Path(self.primary.pgdata)
+        if (primary / "postmaster.pid").exists():  # (pgserver stops it only when its
+            # handle list holds this process alone: after a CI run it was left running)
+            subprocess.run(self._as_server(self.bin / "pg_ctl", "-D", primary, "-m", "fast",
+                                           "-w", "stop"), capture_output=True, timeout=120)
 
 
 def cluster(base: Path, standbys: int = 2) -> Iterator[Cluster]:
