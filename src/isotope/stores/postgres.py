@@ -723,9 +723,8 @@ class PostgresStore(SQLStore):
                 if row is not None and int(row[0]) != dim:
                     raise InvalidIndex(f"{self.where} holds vectors of {row[0]} dimensions, "
                                        f"not {dim}; use the index's embedding model")
-                if row is None and self._chroma is None and conn.execute(
-                        "SELECT 1 FROM meta WHERE key = 'vector_backend'").fetchone():
-                    self._follow_backend()  # (made so meanwhile, by another process)
+                if row is None:  # (made Chroma's meanwhile by another process?)
+                    self._follow_backend()
                 if row is None and self._chroma is None:  # (with Chroma: no pgvector index)
                     self._choose_vector_index(conn, dim)
                 if not self._bulk:  # (again if a bulk load was cut short before making them)
@@ -935,26 +934,20 @@ class PostgresStore(SQLStore):
         tokenizer (``COPY``); a bm25 index (pg_textsearch) reads the rows' text itself."""
         from pgvector import HalfVector, Vector
 
+        terms = self._terms(texts) if self.keyword_engine == "postings" else None
+        counts = [n for _, n in terms] if terms is not None else [0] * len(values)
         if self._chroma is not None:  # (the vectors logged for Chroma, the column empty)
-            terms = self._terms(texts) if self.keyword_engine == "postings" else None
             rows = self._insert(conn, kind, f"{columns}, ntok", [
-                (*value, n) for value, n in zip(
-                    values, [t[1] for t in terms] if terms else [0] * len(values),
-                    strict=True)])
-            if terms is not None:
-                self._postings(conn, kind, rows, terms)
+                (*value, n) for value, n in zip(values, counts, strict=True)])
             chroma_rows.log_rows(conn, kind, rows, chunk_rows, vectors)
-            return rows
-        typed = Vector if kind == "questions" and self.question_index == "diskann" else \
-            HalfVector
-        if self.keyword_engine == "pg_textsearch":
-            return self._insert(conn, kind, f"{columns}, ntok, vector", [
-                (*value, 0, typed(v)) for value, v in zip(values, vectors, strict=True)])
-        terms = self._terms(texts)
-        rows = self._insert(conn, kind, f"{columns}, ntok, vector", [
-            (*value, n, typed(v))
-            for value, (_, n), v in zip(values, terms, vectors, strict=True)])
-        self._postings(conn, kind, rows, terms)
+        else:
+            typed = Vector if kind == "questions" and self.question_index == "diskann" \
+                else HalfVector
+            rows = self._insert(conn, kind, f"{columns}, ntok, vector", [
+                (*value, n, typed(v)) for value, n, v in zip(values, counts, vectors,
+                                                              strict=True)])
+        if terms is not None:
+            self._postings(conn, kind, rows, terms)
         return rows
 
     @staticmethod
