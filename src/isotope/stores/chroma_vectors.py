@@ -306,8 +306,7 @@ class ChromaVectors:
             mark = self._rows.sent()
             if folder.mark != mark:
                 log.debug("%s changed in another process: reopened", self.where)
-                folder.reopen(mark)
-        self._connect()
+                folder.reopen(mark)  # (this object's next call opens it: _collection)
 
     def _writing(self) -> contextlib.AbstractContextManager[Any]:
         """Held while this process writes to an embedded folder: another thread of it
