@@ -34,3 +34,19 @@ def test_the_scale_benchmarks_queries_are_the_same_in_every_process() -> None:
         assert done.returncode == 0, done.stderr
         seen.add(done.stdout)
     assert len(seen) == 1, seen
+
+
+def test_the_two_hop_questions_keep_their_rules(capsys: object) -> None:
+    """benchmarks/graph.py's 60 questions (issue 46): each answering passage shares no
+    content word with its question, and the check catches one that does."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import graph
+
+    passages, items = graph.load()
+    assert len(items) == 60 and sum(i["cross_article"] for i in items) == 30
+    assert graph.check(passages, items) == 0
+    by_pid = {str(p["pid"]): p for p in passages}
+    item = dict(items[0])
+    word = sorted(graph.content_words(by_pid[str(item["second_pid"])]["text"]))[0]
+    item["question"] = item["question"].rstrip("?") + f" {word}s?"  # (a plural counts)
+    assert any("shares" in p for p in graph.problems(item, by_pid))

@@ -1,0 +1,223 @@
+"""Two-hop questions over every squad-dev passage (issue 46): does the search bring both
+passages a question needs?
+
+    .venv/bin/python benchmarks/graph.py --check          # the questions' rules only
+    .venv/bin/python benchmarks/graph.py --questions later [--ask]
+    .venv/bin/python benchmarks/graph.py [--ask]          # with generated questions
+
+``benchmarks/data/two_hop.jsonl`` holds 60 hand-written questions, each needing two
+passages joined by an entity (the bridge): the first passage links what the question
+names to the bridge, the second mentions the bridge and holds the answer. Half join two
+articles. ``--check`` verifies the rules every question must keep: both passages exist,
+the answer is in the second and not in the first, the bridge (or an alias) is in both
+and not in the question, and the second passage shares **no content word** with the
+question (stopwords and the answer-type words below aside; plural variants count as the
+same word), so no keyword shortcut leads to it.
+
+Every one of ../shared/eval/squad-dev's passages is ingested as one chunk (its own
+source), with the default offline models (``--questions later``: no model is called and
+the question signals are empty; the default generates them, which takes hours on two
+cores the first time: replies are cached in ``benchmarks/out/cache-graph``). Then for
+each mode: the share of questions with both gold passages in the top 5, with the
+answering passage in the top 5, and with the first passage in the top 5; ``--ask``: the
+share of ``ask`` answers that contain the answer (the local answer model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from isotope import Isotope
+from isotope.ingest.pipeline import Progress
+from isotope.search import evaluation
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
+QUESTIONS = ROOT / "benchmarks" / "data" / "two_hop.jsonl"
+OUT = ROOT / "benchmarks" / "out"
+K = 5
+
+STOPWORDS = frozenset("""
+a an the i me my mine myself we us our ours ourselves you your yours yourself yourselves
+he him his himself she her hers herself it its itself they them their theirs themselves
+one ones someone something anyone anything everyone everything this that these those such
+am is are was were be been being do does did doing done have has had having will would
+shall should can could may might must ought not no nor only own same so than too very
+just also and or but if then else because as until while though although whether either
+neither of at by for with about against between into through during before after above
+below to from up down in out on off over under again further once upon within without
+along across among around behind beyond near toward towards onto via per since till
+unless whereas yet thus hence etc here there all any both each few more most other some
+another what which who whom whose when where why how ll re ve
+""".split())
+ANSWER_TYPES = frozenset(
+    "name named called year years city country person born many much date number place"
+    .split())
+"""Words that say what kind of answer is asked for; the answering passage may share them."""
+
+
+def content_words(text: str) -> set[str]:
+    """Lowercase runs of letters (accents kept) or of digits, without stopwords, answer
+    types and single letters."""
+    return {w for w in re.findall(r"[^\W\d_]+|\d+", text.lower())
+            if len(w) > 1 and w not in STOPWORDS and w not in ANSWER_TYPES}
+
+
+def _variants(word: str) -> set[str]:
+    if word.isdigit():
+        return {word}
+    found = {word, word + "s", word + "es"}
+    if word.endswith("s"):
+        found.add(word[:-1])
+    if word.endswith("es"):
+        found.add(word[:-2])
+    if word.endswith("ies"):
+        found.add(word[:-3] + "y")
+    if word.endswith("y"):
+        found.add(word[:-1] + "ies")
+    return found
+
+
+def shared_words(question: str, passage: str) -> set[str]:
+    """The question's content words found in ``passage`` (plural variants included)."""
+    theirs = content_words(passage)
+    return {w for w in content_words(question) if _variants(w) & theirs}
+
+
+def problems(item: dict[str, Any], passages: dict[str, dict[str, Any]]) -> list[str]:
+    """Every rule ``item`` breaks (empty when it keeps them all)."""
+    first, second = passages.get(str(item["first_pid"])), passages.get(str(item["second_pid"]))
+    if first is None or second is None or first is second:
+        return ["first_pid and second_pid must be two passages of squad-dev"]
+    said: list[str] = []
+    question, answer = item["question"], item["answer"]
+    names = [item["bridge"], *item.get("bridge_aliases", [])]
+    if answer not in second["text"]:
+        said.append("the answer is not in the second passage")
+    if answer.lower() in first["text"].lower() or answer.lower() in question.lower():
+        said.append("the answer is in the first passage or the question")
+    for passage, which in ((first, "first"), (second, "second")):
+        if not any(n.lower() in passage["text"].lower() for n in names):
+            said.append(f"the bridge is not in the {which} passage")
+    if any(n.lower() in question.lower() for n in names):
+        said.append("the question names the bridge")
+    shared = shared_words(question, second["text"])
+    if shared:
+        said.append(f"the question shares {sorted(shared)} with the second passage")
+    if item["cross_article"] != (first.get("title") != second.get("title")):
+        said.append("cross_article does not match the passages' titles")
+    return said
+
+
+def load() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    passages = [json.loads(line) for line in (DATA / "passages.jsonl").open()]
+    items = [json.loads(line) for line in QUESTIONS.open()]
+    return passages, items
+
+
+def check(passages: list[dict[str, Any]], items: list[dict[str, Any]]) -> int:
+    """Print every broken rule; returns how many questions break one."""
+    by_pid = {str(p["pid"]): p for p in passages}
+    bad = 0
+    for item in items:
+        for problem in problems(item, by_pid):
+            print(f"{item['id']}: {problem}")
+        bad += bool(problems(item, by_pid))
+    cross = sum(bool(i["cross_article"]) for i in items)
+    print(f"{len(items)} questions ({cross} joining two articles), {bad} breaking a rule")
+    return bad
+
+
+def measure(iso: Isotope, items: list[dict[str, Any]], modes: list[str], ask: bool
+            ) -> dict[str, Any]:
+    """Each mode's shares (percent) of questions with both passages, the answering one and
+    the first one in the top ``K``; with ``ask``, answers containing the answer."""
+    search = evaluation.searcher(iso)
+    said: dict[str, Any] = {}
+    for mode in modes:
+        both = second = first = 0
+        times: list[float] = []
+        missed: list[str] = []
+        for item in items:
+            started = time.perf_counter()
+            found, _, _ = search(item["question"], mode, K)
+            times.append(time.perf_counter() - started)
+            a, b = str(item["first_pid"]) in found, str(item["second_pid"]) in found
+            first, second, both = first + a, second + b, both + (a and b)
+            if not (a and b):
+                missed.append(item["id"])
+        n = len(items)
+        times.sort()
+        said[mode] = {"both_at_5": round(100 * both / n, 1),
+                      "answering_at_5": round(100 * second / n, 1),
+                      "first_at_5": round(100 * first / n, 1),
+                      "p50_ms": round(1000 * times[n // 2], 2), "missed": missed}
+    if ask:
+        contained = 0
+        for item in items:
+            reply = iso.ask(item["question"]).answer or ""
+            contained += item["answer"].lower() in reply.lower()
+        said["ask_contains_answer"] = round(100 * contained / len(items), 1)
+    return said
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="only check the questions' rules (exit 1 when one is broken)")
+    parser.add_argument("--questions", choices=["now", "later"], default="now",
+                        help="later: ingest without generating questions (no model call)")
+    parser.add_argument("--ask", action="store_true",
+                        help="also ask every question (the local answer model)")
+    parser.add_argument("--reuse-index", action="store_true",
+                        help="search the index a previous run built, without ingesting")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    passages, items = load()
+    broken = check(passages, items)
+    if broken or args.check:
+        sys.exit(1 if broken else 0)
+    index = OUT / f"graph-{len(passages)}-{args.questions}"
+    started = time.perf_counter()
+
+    def progress(p: Progress) -> None:
+        if p.stage == "store" and p.sources_done % 50 == 0:
+            print(f"{p.sources_done}/{p.sources_total} passages, {p.questions} questions, "
+                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+    with Isotope.open(index, cache_dir=OUT / "cache-graph") as iso:
+        if not args.reuse_index:
+            iso.ingest_chunks(evaluation.chunks_of(passages), progress=progress,
+                              questions=args.questions)
+        ingest_s = round(time.perf_counter() - started, 1)
+        modes = ["hybrid", "chunks-bm25", "chunks-dense"]
+        if args.questions == "now":
+            modes.insert(1, evaluation.WITHOUT_QUESTIONS)
+        said = {"passages": len(passages), "questions": len(items),
+                "generated_questions": iso.store.counts()["questions"],
+                "ingest_s": None if args.reuse_index else ingest_s,
+                **measure(iso, items, modes, args.ask)}
+    (OUT / f"graph-{args.questions}.json").write_text(json.dumps(said, indent=1))
+    if args.json:
+        print(json.dumps(said, indent=1))
+        return
+    print(f"{len(items)} two-hop questions over {len(passages)} passages "
+          f"({said['generated_questions']} generated questions)")
+    print(f"| mode | both at {K} | answering at {K} | first at {K} | p50 ms |")
+    print("|---|---|---|---|---|")
+    for mode in modes:
+        m = said[mode]
+        print(f"| {mode} | {m['both_at_5']} | {m['answering_at_5']} | {m['first_at_5']} | "
+              f"{m['p50_ms']} |")
+    if args.ask:
+        print(f"ask contains the answer: {said['ask_contains_answer']} %")
+
+
+if __name__ == "__main__":
+    main()
