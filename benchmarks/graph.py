@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from isotope import Isotope
-from isotope.ingest.pipeline import Progress
 from isotope.search import evaluation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quality import passages_done
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
@@ -185,12 +187,7 @@ def main() -> None:
         sys.exit(1 if broken else 0)
     index = OUT / f"graph-{len(passages)}-{args.questions}"
     started = time.perf_counter()
-
-    def progress(p: Progress) -> None:
-        if p.stage == "store" and p.sources_done % 50 == 0:
-            print(f"{p.sources_done}/{p.sources_total} passages, {p.questions} questions, "
-                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
-
+    progress = passages_done(50)
     with Isotope.open(index, cache_dir=OUT / "cache-graph") as iso:
         if not args.reuse_index:
             iso.ingest_chunks(evaluation.chunks_of(passages), progress=progress,

@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from isotope import Isotope
@@ -45,12 +46,7 @@ def main() -> None:
                                         args.passages)
     index = OUT / f"quality-{args.passages}-{args.generation}"
     started = time.perf_counter()
-
-    def progress(p: Progress) -> None:
-        if p.stage == "store" and p.sources_done % 10 == 0:
-            print(f"{p.sources_done}/{p.sources_total} passages, {p.questions} questions, "
-                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
-
+    progress = passages_done(10)
     with Isotope.open(index, cache_dir=CACHE, generation=args.generation) as iso:
         if args.reuse_index:
             print(f"reusing {index}: {iso.status().counts}", file=sys.stderr)
@@ -91,6 +87,18 @@ def main() -> None:
     (OUT / f"quality-{args.passages}.json").write_text(json.dumps(
         {"modes": [m.__dict__ for m in result.modes],
          "keyword": [m.__dict__ for m in keyword_scores]}, indent=1, default=str))
+
+
+def passages_done(every: int) -> Callable[[Progress], None]:
+    """An ingest's progress, printed every ``every`` passages (one source each)."""
+    started = time.perf_counter()
+
+    def progress(p: Progress) -> None:
+        if p.stage == "store" and p.sources_done % every == 0:
+            print(f"{p.sources_done}/{p.sources_total} passages, {p.questions} questions, "
+                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+    return progress
 
 
 def _table(scores: list[evaluation.ModeScores], base: evaluation.ModeScores) -> None:
