@@ -5,9 +5,10 @@ benchmark's index (``benchmarks/scale.py``; built first if it is not there).
         --questions 100000 --json
 
 The scale index is copied (``isotope copy``: every source with its vectors, no model) into
-an index kept with usearch, one with its vectors in an embedded Chroma folder, and one in
-a real ``chroma run`` server on loopback (``--no-server``: not that one), each copy timed
-with its compaction (the build rate). Then on each: questions-dense and hybrid p50 (k=10,
+an index kept with usearch, one with its vectors in an embedded Chroma folder
+(``--no-embedded``: not that one), and one in a real ``chroma run`` server on loopback
+(``--no-server``: not that one), each copy timed with its compaction (the build rate).
+Then on each: questions-dense and hybrid p50 (k=10,
 the query's embedding is the stand-in's, from its marker), the recall@10 of the question
 search of a principal who may see 1% and 10% of the sources (every source gets the list
 ``group:gN`` as in ``benchmarks/access.py``) against an exact search over what it may see,
@@ -77,6 +78,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--no-server", action="store_true",
                         help="leave out the Chroma server (embedded Chroma and usearch only)")
+    parser.add_argument("--no-embedded", action="store_true",
+                        help="leave out embedded Chroma (the server and usearch only)")
     parser.add_argument("--keep", action="store_true", help="keep the copies")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -94,8 +97,9 @@ def main() -> None:
             access.lists(embedded, True)  # (what the exact search says each may see)
             try:
                 runs: list[tuple[str, VectorBackend, Path | None]] = [
-                    ("usearch", VectorBackend("usearch", True), None),
-                    ("chroma", VectorBackend("chroma", True), None)]
+                    ("usearch", VectorBackend("usearch", True), None)]
+                if not args.no_embedded:
+                    runs.append(("chroma", VectorBackend("chroma", True), None))
                 if not args.no_server:
                     folder = work / "server-data"
                     url = stack.enter_context(local_server(folder))
