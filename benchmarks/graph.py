@@ -128,9 +128,10 @@ def check(passages: list[dict[str, Any]], items: list[dict[str, Any]]) -> int:
     by_pid = {str(p["pid"]): p for p in passages}
     bad = 0
     for item in items:
-        for problem in problems(item, by_pid):
+        broken = problems(item, by_pid)
+        for problem in broken:
             print(f"{item['id']}: {problem}")
-        bad += bool(problems(item, by_pid))
+        bad += bool(broken)
     cross = sum(bool(i["cross_article"]) for i in items)
     print(f"{len(items)} questions ({cross} joining two articles), {bad} breaking a rule")
     return bad

@@ -36,7 +36,7 @@ def test_the_scale_benchmarks_queries_are_the_same_in_every_process() -> None:
     assert len(seen) == 1, seen
 
 
-def test_the_two_hop_questions_keep_their_rules(capsys: object) -> None:
+def test_the_two_hop_questions_keep_their_rules() -> None:
     """benchmarks/graph.py's 60 questions (issue 46): each answering passage shares no
     content word with its question, and the check catches one that does."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
