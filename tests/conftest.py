@@ -59,6 +59,32 @@ def paraphrase(fact: str) -> str:
     return f"Regarding {turned[0].lower()}{turned[1:]}, what holds?"
 
 
+NAME = re.compile(r"[A-Z][\w'-]*(?:\s+(?:of\s+|de\s+)?[A-Z][\w'-]*)*")
+TYPES = {"Utzon": "person", "Chopin": "person", "Sydney": "building", "Copenhagen": "place",
+         "Warsaw": "place"}
+
+
+def facts_of(passage: str) -> str:
+    """The reply a model writes for a passage's facts (setting graph): the runs of
+    capitalised words of its sentences are the entities (typed by :data:`TYPES`), and in
+    each sentence the words between the first two are the relation between them."""
+    names: list[str] = []
+    relations = []
+    for sentence in re.split(r"(?<=\.)\s+", passage.strip()):
+        found = [(m.group(0).removeprefix("The ").strip(), m.start(), m.end())
+                 for m in NAME.finditer(sentence)]
+        found = [f for f in found if f[0] and f[0] not in ("The", "A", "It")]
+        names += [name for name, _, _ in found if name not in names]
+        if len(found) > 1:
+            between = sentence[found[0][2]:found[1][1]].strip(" ,")
+            relations.append(f"{found[0][0]} | {between} | {found[1][0]}")
+    if not names:
+        return "Entities: none\nRelations: none"
+    typed = [f"{name} ({next((t for w, t in TYPES.items() if w in name), 'thing')})"
+             for name in names]
+    return "Entities: " + "; ".join(typed) + "\nRelations: " + "; ".join(relations)
+
+
 class FakeLLM(LLM):
     """Replies like a well-behaved model, at the provider boundary only.
 
@@ -99,6 +125,10 @@ class FakeLLM(LLM):
             about = title.group(1) if title else " ".join(
                 re.sub(r"[#*]", "", document).split()[:4])
             return f"Context: This chunk is from the document about {about}."
+        if "New task: no questions" in user:  # the chunk's facts (setting graph)
+            passage = re.sub(r"\[\d+\] ", "", user.split("Passage:\n", 1)[1].split(
+                "\n\nNew task", 1)[0])
+            return facts_of(passage)
         listing = re.search(r"Statements:\n(.*?)\n\n", user, re.S)
         if listing:  # one call per chunk: a JSON object of questions per statement
             facts = re.findall(r"^(\d+)\. (.*)$", listing.group(1), re.M)

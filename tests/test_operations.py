@@ -76,6 +76,8 @@ def _request(op: Operation, method: str, route: str, server: dict[str, Any]
         "ask": {"json": {"query": "coffee", "k": 1}},
         "answer": {"json": {"query": "coffee"}},
         "questions": {"params": {"sample": 1}},
+        "graph": {"params": {"entity": "coffee"}},
+        "read_graph": {"params": {"query": "coffee"}},
         "feedback": {"json": {"query_id": "f" * 16, "chunk_id": server["chunk"]}},
         "delete": {"params": {"source": "/no-such.md"}} if "{" not in route else {},
         "add_question": {"json": {"text": "Which team brews cardamom coffee?"}},
@@ -124,7 +126,9 @@ def test_every_route_of_the_table_refuses_whom_the_table_says(server: dict[str, 
 def _tool_calls(server: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {"search": {"query": "coffee", "k": 1}, "ask": {"query": "coffee", "k": 1},
             "feedback": {"query_id": "f" * 16, "chunk_id": server["chunk"]},
-            "list_sources": {}, "ingest": {"paths": [str(server["docs"] / "coffee.md")]}}
+            "list_sources": {}, "ingest": {"paths": [str(server["docs"] / "coffee.md")]},
+            "read_graph": {}, "search_nodes": {"query": "coffee"},
+            "open_nodes": {"names": ["coffee"]}}
 
 
 @pytest.mark.parametrize("key", [*KEYS, None])
@@ -313,6 +317,7 @@ def test_every_shell_makes_the_call_the_table_names(
         "delete": ["/no-such.md"], "questions add": [source, "Who brews coffee?"],
         "questions edit": ["f" * 16, "Who brews tea?"], "questions disable": ["f" * 16],
         "questions enable": ["f" * 16], "ingest": [source], "sync": [str(docs)],
+        "entities": [], "graph show": ["coffee"], "graph export": [],
     }
     for op in OPERATIONS:
         if op.cli is None:

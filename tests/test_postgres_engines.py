@@ -187,7 +187,7 @@ def test_an_index_from_the_old_server_opens_says_how_to_move_and_moves_with_copy
     assert any("isotope copy" in m and "pg_textsearch" in m for m in said), said
     with iso:
         assert iso.store.keyword_engine == "postings"
-        assert iso.status().schema_version == 11  # (upgraded in place; postings kept)
+        assert iso.status().schema_version == 12  # (upgraded in place; postings kept)
         assert iso.check() == []
         query = "How many vacation days do new employees get?"
         before = [r.chunk.id for r in iso.search(query, k=3).results]

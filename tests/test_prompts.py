@@ -24,6 +24,7 @@ KNOWN = {  # name: (version, hash of the text): a text change must bump the vers
     "questions": ("q1", "f43b764048769b21"),
     "questions-chunk": ("qc1", "4ccb2a5df0197ab8"),
     "questions-numbered": ("qn1", "6494481efb59543c"),
+    "graph": ("g1", "44e4b36cb31b4a9a"),
     "questions-repair": ("r1", "082d76ceb70690df"),
     "atomizer": ("a2", "11841d2e75728f0e"),
     "context": ("context-1", "668ec501fe32ac3c"),
@@ -85,7 +86,7 @@ def test_an_overridden_question_prompt_redoes_questions_only(
     assert second.llm_calls == first.atoms
     assert second.llm_cache_hits == first.chunks  # the atomizer's replies
     assert status.prompt_versions["questions"] == f"q1 (overridden by {brief / 'questions.txt'})"
-    assert status.prompt_versions["answer"] == "ans4" and len(status.prompt_versions) == 8
+    assert status.prompt_versions["answer"] == "ans4" and len(status.prompt_versions) == 9
 
 
 def test_config_shows_overridden_prompts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -45,6 +45,8 @@ from isotope.ingest.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
 from isotope.ingest.maintenance import RepairReport, source_state
 from isotope.ingest.pipeline import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
 from isotope.ingest.questions import parse_questions
+from isotope.knowledge import memory
+from isotope.knowledge.facts import MAX_HOPS, GraphEntity, Neighbourhood
 from isotope.models import (
     Chunk,
     ChunkQuestions,
@@ -950,6 +952,41 @@ class Isotope:
         sources still waiting for their questions): :meth:`status` without the walk of
         the disk; of what ``principal`` may see only."""
         return self.store.counts(self._conditions(principal))
+
+    # -- the knowledge graph -----------------------------------------------------------
+    def entities(self, top: int = 20, *, match: str | None = None,
+                 principal: Asker = None) -> list[GraphEntity]:
+        """The entities named in the atoms (setting ``graph``), most chunks first, of
+        what ``principal`` may see only; ``match``: only those whose name, type or a
+        statement naming them holds it (case ignored)."""
+        if top < 1:
+            raise InvalidArgument(f"top must be at least 1, not {top}")
+        return self.store.entities(self._conditions(principal), top=top, match=match)
+
+    def graph(self, entity: str, *, hops: int = 1, principal: Asker = None) -> Neighbourhood:
+        """The entity ``entity`` names (by any of its names or aliases) and what is up to
+        ``hops`` relations away (1 to 3), read from what ``principal`` may see.
+        :class:`SourceNotFound` when no chunk it may see names that entity."""
+        if not 1 <= hops <= MAX_HOPS:
+            raise InvalidArgument(f"hops must be 1 to {MAX_HOPS}, not {hops}")
+        found = self.store.neighbourhood(entity, self._conditions(principal), hops=hops)
+        if found is None:
+            raise SourceNotFound(f"no entity named {entity!r} in the index's graph (`isotope "
+                                 "entities` lists them; the graph is made with the setting "
+                                 "graph = true)")
+        return found
+
+    def memory_graph(self, *, query: str | None = None, names: Sequence[str] | None = None,
+                     principal: Asker = None) -> memory.MemoryGraph:
+        """The graph in the MCP Memory server's shapes (what its ``read_graph``,
+        ``search_nodes`` with ``query`` or ``open_nodes`` with ``names`` reply), of what
+        ``principal`` may see."""
+        conditions = self._conditions(principal)
+        if names is not None:
+            return memory.open_nodes(self.store, names, conditions)
+        if query is not None:
+            return memory.search_nodes(self.store, query, conditions)
+        return memory.read_graph(self.store, conditions)
 
     # -- access ------------------------------------------------------------------------
     def set_access(self, pattern: str | Path, allow: Sequence[str] | None) -> list[str]:

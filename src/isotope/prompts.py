@@ -61,6 +61,12 @@ class PromptSpec:
 
 _NO_PRONOUNS = ("Every question must make sense on its own: name people, places and things "
                 "explicitly; never use pronouns such as he, she, it, they or this.")
+_NUMBERED = ("You write search questions for a document index. You get a passage whose "
+             "statements are numbered like [1], and the number of one statement. Write "
+             "questions that this statement answers. " + _NO_PRONOUNS + " Write one question "
+             "per line, with no numbering and no answers.")
+"""The numbered question prompt's system text, which the graph prompt shares (batched
+decoding then evaluates a chunk once for its questions and its facts)."""
 
 DEFAULTS: tuple[PromptSpec, ...] = (
     PromptSpec(
@@ -80,12 +86,16 @@ DEFAULTS: tuple[PromptSpec, ...] = (
         "Passage:\n$chunk\n\nStatements:\n$statements\n\nWrite $n questions for each of the "
         "$count statements."),
     PromptSpec(
-        "questions-numbered", "qn1",
-        "You write search questions for a document index. You get a passage whose statements "
-        "are numbered like [1], and the number of one statement. Write questions that this "
-        "statement answers. " + _NO_PRONOUNS + " Write one question per line, with no "
-        "numbering and no answers.",
+        "questions-numbered", "qn1", _NUMBERED,
         "Passage:\n$passage\n\nWrite $n different questions answered by statement [$number]."),
+    PromptSpec(
+        "graph", "g1", _NUMBERED,
+        "Passage:\n$passage\n\nNew task: no questions. List the names in the passage and "
+        "how they relate. Reply with exactly two lines in this format:\nEntities: NAME "
+        "(TYPE); NAME (TYPE, also OTHER NAME)\nRelations: SUBJECT | PREDICATE | OBJECT; "
+        "SUBJECT | PREDICATE | OBJECT\nFor example:\nEntities: Marie Curie (person, also "
+        "Curie); Warsaw (place); Nobel Prize (award)\nRelations: Marie Curie | was born in | "
+        "Warsaw; Marie Curie | won | Nobel Prize"),
     PromptSpec(
         "questions-repair", "r1", "",
         "Your reply was not in the requested format. Reply again with only the questions, one "
@@ -127,6 +137,9 @@ PROMPTS: dict[str, PromptSpec] = {p.name: p for p in DEFAULTS}
 CONTENT = ("questions", "questions-chunk", "questions-numbered")
 """Prompts whose output is stored in every index (the question prompts); the atomizer's
 and the context's count when those features are on."""
+GRAPH = ("graph",)
+"""The prompt of a chunk's entities and relations (setting ``graph``): in the fingerprint
+only when it is on."""
 
 
 def load(prompts_dir: Path | None) -> dict[str, PromptSpec]:

@@ -418,6 +418,9 @@ class QuestionSettings(BaseModel):
         "(local models; others use atom)"
     )
     max_repairs: int = Field(2, ge=0, le=20, description="Retries of a reply in the wrong format")
+    graph: bool = Field(
+        False, description="A knowledge graph: the question model also names each chunk's "
+        "entities and relations (one more prompt per chunk, decoded with its questions)")
     min_question_similarity: float = Field(
         0.3, ge=-1, le=1, description="Drop questions less similar (cosine) to their atom"
     )
@@ -578,6 +581,7 @@ INDEX_FIELDS: tuple[str, ...] = (
     "min_atom_words",
     "questions_per_atom",
     "generation",
+    "graph",
     "min_question_similarity",
     "dedup_threshold",
     "chunk_size",

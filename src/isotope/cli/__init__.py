@@ -8,6 +8,7 @@ import sys
 from isotope.cli import (  # noqa: F401 (commands)
     access_commands,
     evaluating,
+    graph_commands,
     ingesting,
     inspecting,
     learning_commands,
@@ -17,6 +18,7 @@ from isotope.cli import (  # noqa: F401 (commands)
 )
 from isotope.cli.access_commands import access_app
 from isotope.cli.console import err, labelled, visible
+from isotope.cli.graph_commands import graph_app
 from isotope.cli.learning_commands import weights_app
 from isotope.cli.project_commands import project_app
 from isotope.cli.questions_view import questions_app
@@ -33,7 +35,7 @@ def paragraphs(doc: str) -> str:
 
 for _command in (*app.registered_commands, *project_app.registered_commands,
                  *access_app.registered_commands, *questions_app.registered_commands,
-                 *weights_app.registered_commands):
+                 *weights_app.registered_commands, *graph_app.registered_commands):
     if _command.help is None and _command.callback is not None and _command.callback.__doc__:
         _command.help = paragraphs(_command.callback.__doc__)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from isotope.knowledge.facts import AtomFacts
 from isotope.models import Atom, Chunk, DroppedQuestion, Question, Source, content_hash
 from isotope.stores import SourceBatch, StoredChunk
 
@@ -103,6 +104,7 @@ def assemble(work: Work, vectors: np.ndarray, select: Select) -> Assembled:
     questions, question_vectors, dropped = split(candidates, reasons, question_vectors)
     chunk_rows = dict(zip(fresh, chunk_vectors, strict=True))
     atom_parts, question_parts = [atom_vectors], [question_vectors]
+    facts: list[AtomFacts] = []
     for i, stored in work.reused.items():
         chunk_rows[i] = stored.vector[0]
         new_atoms = work.atoms[i]
@@ -114,6 +116,8 @@ def assemble(work: Work, vectors: np.ndarray, select: Select) -> Assembled:
         dropped += [q.model_copy(update={"atom_id": renamed[q.atom_id].id,
                                          "chunk_id": chunks[i].id})
                     for q in stored.dropped if q.atom_id in renamed]
+        facts += [AtomFacts(renamed[f.atom_id].id, chunks[i].id, f.entities, f.relations,
+                            f.aliases) for f in stored.facts if f.atom_id in renamed]
         atom_parts.append(stored.atom_vectors)
         question_parts.append(stored.question_vectors)
     batch = SourceBatch(
@@ -124,6 +128,7 @@ def assemble(work: Work, vectors: np.ndarray, select: Select) -> Assembled:
         question_vectors=_stack(question_parts, vectors),
         replaces=work.replaces,
         dropped=dropped,
+        facts=facts,
     )
     return Assembled(batch, sum(1 for why in reasons if why))
 

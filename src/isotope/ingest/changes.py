@@ -19,18 +19,22 @@ holds)."""
 CONTEXT_SETTINGS = ("chunk_context", "context_chars")
 """Settings of contextual enrichment: part of the pipeline's fingerprint only when it is on
 (so indexes made before it existed stay current)."""
+GRAPH_SETTINGS = ("graph",)
+"""The knowledge graph's setting: in the fingerprint only when on (as the context's)."""
 
 
 def fingerprint(settings: IngestSettings, prompts: dict[str, PromptSpec], model_id: str) -> str:
     """What a source's stored content depends on: a source made under another fingerprint
     is generated again. Settings that do not change the content (how chunks are stored)
     stay out, so adding such a setting does not invalidate indexes."""
-    left_out = NOT_CONTENT + (() if settings.chunk_context else CONTEXT_SETTINGS)
+    left_out = NOT_CONTENT + (() if settings.chunk_context else CONTEXT_SETTINGS) + (
+        () if settings.graph else GRAPH_SETTINGS)
     content = {k: v for k, v in index_settings(settings).items() if k not in left_out}
     # The prompts whose output is stored (as they were listed before the prompts moved to
     # one module, so existing fingerprints are unchanged).
     used = (("context",) if settings.chunk_context else ()) + prompt_specs.CONTENT + (
-        ("atomizer",) if settings.atomizer == "llm" else ())
+        ("atomizer",) if settings.atomizer == "llm" else ()) + (
+        prompt_specs.GRAPH if settings.graph else ())
     return stable_id(sorted(content.items()), *prompt_specs.fingerprint(prompts, used),
                      model_id)
 

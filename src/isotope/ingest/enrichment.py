@@ -240,7 +240,8 @@ class Enricher:
         done = [
             ChunkQuestions(p.chunk.id, [kept[i] for i in by_chunk.get(p.chunk.id, [])],
                            vectors[by_chunk.get(p.chunk.id, [])] if kept else vectors[:0],
-                           complete=not r.failed, dropped=dropped_of.get(p.chunk.id, []))
+                           complete=not r.failed, dropped=dropped_of.get(p.chunk.id, []),
+                           facts=[f for f in r.facts if f])
             for p, r in zip(part, results, strict=True) if r is not None]
         with Timer(report, "store"):
             self.store.add_questions(done)

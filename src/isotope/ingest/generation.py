@@ -14,6 +14,13 @@ Modes (setting ``generation``):
 
 A reply with no usable question (empty, not in the format, cut off) is retried with a
 repair message at most ``max_repairs`` times; after that the atom is reported and skipped.
+
+With ``graph``, each chunk also gets one prompt for its entities and relations
+(:mod:`isotope.knowledge.facts`), sent with its question prompts: in batched decoding it
+is one more sequence of the same call, sharing the chunk's evaluated prefix (its system
+text is the numbered prompts'). Each entity and relation goes to the atoms that name it.
+Asking every atom's call for its facts as well was measured first: the local model listed
+the whole passage's entities in every reply (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from isotope.ingest.questions import SYSTEM, parse_questions, question_prompt
+from isotope.knowledge.facts import AtomFacts, attribute, parse_facts
 from isotope.models import Atom, Chunk
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM, BatchGenerationError, Prompt
@@ -44,6 +52,8 @@ class Generated:
     questions: list[list[str]]
     failed: dict[int, str] = field(default_factory=dict)
     calls: int = 0
+    facts: list[AtomFacts] = field(default_factory=list)
+    """Per atom, the entities and relations it names (setting ``graph``; else empty)."""
 
 
 def chunk_prompt(chunk: str, atoms: Sequence[str], n: int,
@@ -72,6 +82,14 @@ def numbered_prompts(chunk: Chunk, atoms: Sequence[Atom], n: int,
     passage = numbered_passage(chunk, atoms)
     return [spec.render(passage=passage, n=n, number=number)
             for number in range(1, len(atoms) + 1)]
+
+
+def facts_prompt(chunk: Chunk, atoms: Sequence[Atom],
+                 spec: PromptSpec = PROMPTS["graph"]) -> Prompt:
+    """The prompt for a chunk's entities and relations: the numbered passage as the
+    numbered question prompts give it, after the same system text (so that batched
+    decoding evaluates the chunk once for both)."""
+    return spec.render(passage=numbered_passage(chunk, atoms))
 
 
 def chunk_schema(count: int, n: int) -> dict[str, Any]:
@@ -110,14 +128,19 @@ class QuestionGenerator:
     """Writes ``n`` questions per atom with ``llm`` in the given mode."""
 
     def __init__(self, llm: LLM, *, n: int, mode: Mode = "atom", temperature: float = 0.5,
-                 max_repairs: int = 2, prompts: dict[str, PromptSpec] | None = None) -> None:
+                 max_repairs: int = 2, prompts: dict[str, PromptSpec] | None = None,
+                 graph: bool = False) -> None:
         self.llm = llm
         self.prompts = prompts or PROMPTS
         self.n = n
         self.mode = mode
         self.temperature = temperature
         self.max_repairs = max_repairs
+        self.graph = graph
         self.max_tokens = QUESTION_TOKENS * n + 40
+        # (batched decoding ends a reply at its first line break when one question is
+        # asked: the facts' reply needs a few lines)
+        self.stop_after = max(n, 2) if graph else n
 
     def window(self, concurrency: int) -> int:
         """How many atoms to hand :meth:`generate_many` at once to keep the model busy:
@@ -139,11 +162,17 @@ class QuestionGenerator:
                       "json_schema": chunk_schema(len(atoms), self.n)}
         elif self.mode == "batched" and _can_sample(self.llm):
             prompts = numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
-            kwargs["batched"] = self.n
+            prompts += [self._facts_prompt(chunk, atoms)] if self.graph else []
+            kwargs["batched"] = self.stop_after
         else:
             prompts = [question_prompt(chunk.text, a.text, self.n, self.prompts["questions"])
                        for a in atoms]
         hits = self.llm.cached(prompts, temperature=self.temperature, **kwargs)
+        if self.graph and not (self.mode == "batched" and _can_sample(self.llm)):
+            facts = self._facts_prompt(chunk, atoms)
+            hits += self.llm.cached([facts], temperature=self.temperature,
+                                    max_tokens=self.max_tokens)
+            prompts.append(facts)
         return prompts, sum(hits)
 
     def generate(self, chunk: Chunk, atoms: Sequence[Atom]) -> Generated:
@@ -160,8 +189,30 @@ class QuestionGenerator:
             todo = self._batched(groups, results)
         else:
             todo = [(g, i) for g, (_, atoms) in enumerate(groups) for i in range(len(atoms))]
+        if self.graph and not (self.mode == "batched" and _can_sample(self.llm)):
+            self._facts(groups, results)
         self._per_atom(groups, todo, results)
         return results
+
+    def _facts_prompt(self, chunk: Chunk, atoms: Sequence[Atom]) -> Prompt:
+        return facts_prompt(chunk, atoms, self.prompts["graph"])
+
+    def _read_facts(self, result: Generated, atoms: Sequence[Atom], reply: str | None) -> None:
+        """A chunk's facts from its reply, given to the atoms that name them (a failed
+        call leaves it without: the graph is not worth a retry)."""
+        if reply is not None:
+            result.facts = attribute(parse_facts(reply), atoms)
+
+    def _facts(self, groups: Sequence[tuple[Chunk, Sequence[Atom]]],
+               results: list[Generated]) -> None:
+        """One call per chunk for its entities and relations (remote providers run them
+        concurrently)."""
+        asked = [g for g, (_, atoms) in enumerate(groups) if atoms]
+        replies, _ = self._complete([self._facts_prompt(*groups[g]) for g in asked],
+                                    self.max_tokens)
+        for g, reply in zip(asked, replies, strict=True):
+            results[g].calls += 1
+            self._read_facts(results[g], groups[g][1], reply)
 
     def _complete(self, prompts: list[Prompt], max_tokens: int,
                   **kwargs: Any) -> tuple[list[str | None], dict[int, str]]:
@@ -234,11 +285,16 @@ class QuestionGenerator:
         no question, which are then asked one by one with repairs."""
         replies: list[list[str]] = self.llm.sample_batched(
             [numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
+             + ([self._facts_prompt(chunk, atoms)] if self.graph and atoms else [])
              for chunk, atoms in groups],
-            max_tokens=self.max_tokens, temperature=self.temperature, questions=self.n)
+            max_tokens=self.max_tokens, temperature=self.temperature,
+            questions=self.stop_after)
         missing: list[tuple[int, int]] = []
         for g, per_atom in enumerate(replies):
             results[g].calls += len(per_atom)
+            if self.graph and groups[g][1]:
+                self._read_facts(results[g], groups[g][1], per_atom[-1])
+                per_atom = per_atom[:-1]
             for i, reply in enumerate(per_atom):
                 results[g].questions[i] = parse_questions(reply, self.n)
                 if not results[g].questions[i]:

@@ -252,7 +252,7 @@ class Pipeline:
         return QuestionGenerator(
             self.llm(), n=self.settings.questions_per_atom, mode=self.settings.generation,
             temperature=self.settings.temperature, max_repairs=self.settings.max_repairs,
-            prompts=self.prompts,
+            prompts=self.prompts, graph=self.settings.graph,
         )
 
     def chunk(self, document: loaders.Document, uri: str,

@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from isotope import __version__, errors
 from isotope.index import Isotope
-from isotope.server import routes_questions, routes_search, routes_sources
+from isotope.server import routes_graph, routes_questions, routes_search, routes_sources
 from isotope.server.auth import Keys
 from isotope.server.gate import Gate, own_hosts, unprefixed
 from isotope.server.http import DISK_FULL, disk_full
@@ -168,6 +168,7 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
 
     app.include_router(routes_search.router(iso, turns))
     app.include_router(routes_questions.router(iso, turns))
+    app.include_router(routes_graph.router(iso))
     app.include_router(routes_sources.router(iso, turns, roots=roots, uploads=uploads,
                                              max_bytes=max_bytes))
 

@@ -185,6 +185,42 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
                         if k in ("uri", "loader", "state", "chunks", "atoms", "questions",
                                  "chunks_waiting") or k == "metadata"} for info in infos])
 
+    # The MCP Memory server's tools, names and shapes: an agent that reads that server
+    # reads isotope's graph (setting graph) the same way.
+    async def graph_of(ctx: Context, name: str, **asked: Any  # type: ignore[type-arg]
+                       ) -> CallToolResult:
+        who = _allowed(ctx, name, principal, remote)
+        found = await anyio.to_thread.run_sync(
+            lambda: iso.memory_graph(principal=who, **asked))
+        return _reply(found)
+
+    @server.tool()
+    async def read_graph(ctx: Context) -> CallToolResult:  # type: ignore[type-arg]
+        """Read the whole knowledge graph of the user's documents: entities (name,
+        entityType, observations: the statements naming each) and relations (from, to,
+        relationType), as the MCP Memory server's read_graph."""
+        return await graph_of(ctx, "read_graph")
+
+    @server.tool()
+    async def search_nodes(ctx: Context,  # type: ignore[type-arg]
+                           query: Annotated[str, Field(
+                               min_length=1, max_length=200,
+                               description="Text to find in entity names, types and "
+                               "observations (case ignored)")]) -> CallToolResult:
+        """Find entities of the knowledge graph whose name, type or observations hold the
+        query, with the relations that touch them (as the MCP Memory server's
+        search_nodes)."""
+        return await graph_of(ctx, "search_nodes", query=query)
+
+    @server.tool()
+    async def open_nodes(ctx: Context,  # type: ignore[type-arg]
+                         names: Annotated[list[str], Field(
+                             min_length=1, max_length=100,
+                             description="Entity names (or aliases)")]) -> CallToolResult:
+        """Open entities of the knowledge graph by name, with the relations that touch
+        them (as the MCP Memory server's open_nodes)."""
+        return await graph_of(ctx, "open_nodes", names=names)
+
     if writable:
         @server.tool()
         async def ingest(ctx: Context,  # type: ignore[type-arg]

@@ -68,6 +68,18 @@ OPERATIONS: tuple[Operation, ...] = (
               mcp="list_sources", cli="list", call="sources"),
     Operation("status", "reading the status", http=(("GET", "/status"),), cli="status",
               call="status"),
+    Operation("entities", "listing entities", http=(("GET", "/entities"),), cli="entities",
+              call="entities"),
+    Operation("graph", "reading an entity's neighbourhood", http=(("GET", "/graph"),),
+              cli="graph show", call="graph"),
+    # (the MCP Memory server's tools, in its shapes: an agent reads isotope's graph as it
+    # reads that server's)
+    Operation("read_graph", "reading the graph", http=(("GET", "/graph/memory"),),
+              mcp="read_graph", cli="graph export", call="memory_graph"),
+    Operation("search_nodes", "searching the graph", mcp="search_nodes",
+              call="memory_graph"),
+    Operation("open_nodes", "opening entities of the graph", mcp="open_nodes",
+              call="memory_graph"),
     Operation("log", "reading the query log", admin=True, http=(("GET", "/log"),),
               cli="log", call="log_summary"),
     Operation("delete", "deleting a source", writes=True, admin=True,

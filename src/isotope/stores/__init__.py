@@ -24,6 +24,7 @@ from isotope.models import Condition, DroppedQuestion, GeneratedQuestion
 from isotope.stores.parts import (
     Access,
     Content,
+    Graph,
     KeptQuestions,
     KeywordSearch,
     Upkeep,
@@ -54,13 +55,14 @@ __all__ = [
     "visible_chunk",
 ]
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 LOG_ONLY = "isotope\x1flog-only"
 """Named among a write's sources: it changes nothing a search reads (the audit log), so
 the index keeps its state id (and what is kept by it, such as a principal's rows)."""
 
 
-class Store(Content, VectorSearch, KeywordSearch, Access, Usage, KeptQuestions, Upkeep):
+class Store(Content, VectorSearch, KeywordSearch, Access, Usage, KeptQuestions, Graph,
+            Upkeep):
     """An index's storage: the sum of the parts in :mod:`isotope.stores.parts`, each
     covering one concern."""
 

@@ -9,6 +9,7 @@ every abstract method of each part, and a part's defaults are correct but do les
   everything);
 - :class:`Usage`: the query log and feedback;
 - :class:`KeptQuestions`: questions added by hand or learned from use;
+- :class:`Graph`: the knowledge graph, entities and relations named in the atoms;
 - :class:`Upkeep`: snapshots, the writer lock, checks and repair, compaction, policies,
   read replicas.
 """
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 
 from isotope.embedders import Vectors
 from isotope.errors import InvalidArgument
+from isotope.knowledge.facts import GraphEntity, GraphRelation, Neighbourhood
 from isotope.models import Chunk, Condition, GeneratedQuestion, Question, Source
 from isotope.stores.records import (
     ChunkQuestions,
@@ -286,6 +288,44 @@ class KeptQuestions(ABC):
         text (source, chunk_text, text, origin, at), kept, never searched."""
 
 
+class Graph(ABC):
+    """The knowledge graph: entities and relations named in the atoms (setting
+    ``graph``), stored with the chunk they were read from and read back through the
+    chunks a reader may see."""
+
+    @abstractmethod
+    def resolve_entity(self, name: str, conditions: Sequence[Condition] = ()) -> str:
+        """The key of the entity ``name`` names: its own, or the one it is an alias of
+        (an alias named in a chunk meeting ``conditions``)."""
+
+    @abstractmethod
+    def entities(self, conditions: Sequence[Condition] = (), *, top: int = 20,
+                 keys: Sequence[str] | None = None, match: str | None = None
+                 ) -> list[GraphEntity]:
+        """The entities named in chunks meeting ``conditions``, most chunks first; only
+        ``keys`` when given; only those whose name, type or a statement naming them holds
+        ``match`` (case ignored) when given."""
+
+    @abstractmethod
+    def relations(self, conditions: Sequence[Condition] = (), *,
+                  keys: Sequence[str] | None = None, limit: int | None = None
+                  ) -> list[GraphRelation]:
+        """The relations stated in chunks meeting ``conditions`` (each with those chunks),
+        only those with an end in ``keys`` when given, in the order they were stored."""
+
+    @abstractmethod
+    def neighbourhood(self, name: str, conditions: Sequence[Condition] = (), *,
+                      hops: int = 1, limit: int = 500) -> Neighbourhood | None:
+        """The entity ``name`` and the relations up to ``hops`` away from it, read from
+        chunks meeting ``conditions`` (None: no such entity there)."""
+
+    @abstractmethod
+    def observations(self, keys: Sequence[str], conditions: Sequence[Condition] = (), *,
+                     per_entity: int = 20) -> dict[str, list[str]]:
+        """The statements (atom texts) naming each entity, in chunks meeting
+        ``conditions``."""
+
+
 class Upkeep:
     """How a store is held and kept: consistent reads, one writer, integrity checks and
     repair, compaction, bulk loads, the vector and keyword index policies, read replicas.
@@ -396,7 +436,7 @@ class Upkeep:
         return call()
 
 
-PARTS = (Content, VectorSearch, KeywordSearch, Access, Usage, KeptQuestions, Upkeep)
+PARTS = (Content, VectorSearch, KeywordSearch, Access, Usage, KeptQuestions, Graph, Upkeep)
 
 
 def part_of(method: str) -> type | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from isotope.embedders import Vectors
+from isotope.knowledge.facts import AtomFacts
 from isotope.models import Atom, Chunk, DroppedQuestion, Question, Source
 
 Kind = Literal["questions", "atoms", "chunks"]
@@ -39,6 +40,8 @@ class SourceBatch:
     dropped: list[DroppedQuestion] = field(default_factory=list)
     """Generated questions that selection left out, with why: kept for inspection
     (:meth:`Store.generated_questions`), never searched."""
+    facts: list[AtomFacts] = field(default_factory=list)
+    """The entities and relations named in its atoms (setting ``graph``)."""
 
 
 @dataclass
@@ -60,6 +63,8 @@ class ChunkQuestions:
     vectors: Vectors
     complete: bool = True
     dropped: list[DroppedQuestion] = field(default_factory=list)
+    facts: list[AtomFacts] = field(default_factory=list)
+    """The entities and relations named in its atoms (replacing any it had)."""
 
 
 @dataclass
@@ -74,6 +79,7 @@ class StoredChunk:
     question_vectors: Vectors
     context: str = ""
     dropped: list[DroppedQuestion] = field(default_factory=list)
+    facts: list[AtomFacts] = field(default_factory=list)
 
 
 @dataclass

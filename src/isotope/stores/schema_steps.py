@@ -284,6 +284,29 @@ STEPS: tuple[Step, ...] = (
     # pg_textsearch's bm25 indexes for a new index where the server has it (the postings
     # removed), else the postings: the engine looks at the server
     Step(11, "the server's keyword engine", sqlite=[], postgres="keyword_engine"),
+    # the knowledge graph (setting graph): each entity named in an atom (its key merges
+    # names, isotope.knowledge.facts.entity_key), each relation an atom states, and the
+    # aliases the model named; rows of a chunk go with it, so access follows the chunk's
+    # source and a relation seen in two sources stays while one holds it; an alias
+    # is read only through the chunk that named it
+    Step(12, "entities, relations and aliases named in the atoms",
+         both=[
+             """CREATE TABLE IF NOT EXISTS mentions ({id}, entity {text} NOT NULL,
+             name {text} NOT NULL, type {text} NOT NULL, atom_id {text} NOT NULL,
+             chunk_id {text} NOT NULL REFERENCES chunks(id) ON DELETE CASCADE)""",
+             "CREATE INDEX IF NOT EXISTS mentions_entity ON mentions(entity, chunk_id)",
+             "CREATE INDEX IF NOT EXISTS mentions_chunk ON mentions(chunk_id)",
+             """CREATE TABLE IF NOT EXISTS relations ({id}, subject {text} NOT NULL,
+             predicate {text} NOT NULL, object {text} NOT NULL, atom_id {text} NOT NULL,
+             chunk_id {text} NOT NULL REFERENCES chunks(id) ON DELETE CASCADE)""",
+             "CREATE INDEX IF NOT EXISTS relations_subject ON relations(subject)",
+             "CREATE INDEX IF NOT EXISTS relations_object ON relations(object)",
+             "CREATE INDEX IF NOT EXISTS relations_chunk ON relations(chunk_id)",
+             """CREATE TABLE IF NOT EXISTS entity_aliases (alias {text} NOT NULL,
+             entity {text} NOT NULL, chunk_id {text} NOT NULL REFERENCES chunks(id)
+             ON DELETE CASCADE, PRIMARY KEY (alias, chunk_id))""",
+             "CREATE INDEX IF NOT EXISTS entity_aliases_entity ON entity_aliases(entity)",
+             "CREATE INDEX IF NOT EXISTS entity_aliases_chunk ON entity_aliases(chunk_id)"]),
 )
 """Every step, in order."""
 

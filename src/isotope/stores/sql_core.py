@@ -33,6 +33,7 @@ import numpy as np
 from isotope.ann import Ids
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged
+from isotope.knowledge.facts import AtomFacts
 from isotope.models import (
     ACCESS_BY_HAND,
     Atom,
@@ -58,6 +59,7 @@ from isotope.stores import (
     dropped_by_chunk,
 )
 from isotope.stores.sql_dialect import Dialect
+from isotope.stores.sql_graph import SQLGraph
 from isotope.stores.sql_questions import DISABLED, SQLQuestions, of_chunk
 from isotope.stores.sql_usage import SQLUsage
 
@@ -70,7 +72,7 @@ _CHUNK = 'id, source, idx, start, "end", text, metadata, context'
 _ATOM = 'id, chunk_id, idx, start, "end", text'
 
 
-class SQLStore(SQLQuestions, SQLUsage, Store):
+class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
     """A relational store's writes and reads, against :attr:`dialect` and its hooks."""
 
     dialect: Dialect
@@ -180,6 +182,7 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
             self._add_questions(conn, batch.questions, batch.question_vectors,
                                 [row_of.get(q.chunk_id) for q in batch.questions])
             self._add_dropped(conn, batch.dropped)
+            self._add_facts(conn, batch.facts)
             if kept:
                 self._carry(conn, kept, batch, hashes, row_of)
 
@@ -235,6 +238,9 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
                              f"reason NOT LIKE {d.mark}", (item.chunk_id, DISABLED + " (%"))
                 self._add_dropped(conn, [x.model_copy(update={"chunk_id": item.chunk_id})
                                          for x in item.dropped])
+                self._drop_facts(conn, item.chunk_id)
+                self._add_facts(conn, [AtomFacts(f.atom_id, item.chunk_id, f.entities,
+                                                 f.relations, f.aliases) for f in item.facts])
                 conn.execute(f"UPDATE chunks SET enriched = {d.mark} WHERE {d.row} = {d.mark}",
                              (item.complete, chunk_row))
                 conn.execute(d.add_questions_count, (added - had, uri))  # for `check`
@@ -529,6 +535,7 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
             atoms = self._of("atoms", _ATOM, "chunk_id", ids, "chunk_id, idx")
             questions = self._questions_of([a[1] for a in atoms])
             dropped = dropped_by_chunk(self._dropped(ids))
+            facts = self._facts_of(ids)
             vectors = self._vectors_of_all(chunks, atoms, questions)
         atoms_of: dict[str, list[tuple[Any, ...]]] = {}
         for a in atoms:
@@ -551,7 +558,8 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
                                     origin=q[4]) for q in own_questions],
                 question_vectors=_stack([vectors["questions"][q[0]] for q in own_questions]),
                 context=context,
-                dropped=dropped.get(chunk_id, []))
+                dropped=dropped.get(chunk_id, []),
+                facts=facts.get(chunk_id, []))
         return found
 
     def export_source(self, uri: str) -> SourceBatch | None:
@@ -581,6 +589,7 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
             atoms = self._of("atoms", _ATOM, "chunk_id", ids, d.row)
             questions = self._questions_of([a[1] for a in atoms])
             dropped = self._dropped(ids)
+            facts = self._facts_of(ids)
             vectors = self._vectors_of_all(chunks, atoms, questions)
         lost = [kind for kind, rows in zip(vectors, (chunks, atoms, questions), strict=True)
                 if any(r[0] not in vectors[kind] for r in rows)]
@@ -598,7 +607,8 @@ class SQLStore(SQLQuestions, SQLUsage, Store):
             question_vectors=_stack([vectors["questions"][q[0]] for q in questions]),
             chunk_hashes=[c[9] or content_hash(c[6]) for c in chunks],
             pending={c[1] for c in chunks if not c[10]},
-            dropped=dropped)
+            dropped=dropped,
+            facts=[f for c in chunks for f in facts.get(c[1], [])])
 
 
 class _VectorsLost(IndexDamaged):

@@ -1,0 +1,343 @@
+"""The knowledge graph (issue 46): entities and relations named in the atoms by the
+question model in the same call as the questions, merged by key and alias, stored on
+both engines and read back only through what a principal may see; the CLI, the export
+in the MCP Memory server's format, read by the real server from npm. The model's reply
+is the deterministic fake (conftest's ``facts_of``); one test goes through the real local
+model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from isotope import Isotope
+from isotope.access import Principal
+from isotope.embedders import Embedder
+from isotope.errors import SourceNotFound
+from isotope.knowledge.facts import (
+    AtomFacts,
+    attribute,
+    entity_key,
+    parse_facts,
+)
+from isotope.models import Atom
+from isotope.settings import Settings
+from isotope.stores import ChunkQuestions
+
+from conftest import FakeLLM
+
+OPERA = "The Sydney Opera House was designed by Jørn Utzon in the late fifties."
+BORN = "Jørn Utzon was born in Copenhagen in the spring of 1918."
+PRIZE = "Utzon received the Pritzker Prize for his lifetime of buildings."
+RULES = "*.md = public\nhr/** = group:hr\n"
+ANN = Principal("ann", ("hr",))
+EVE = Principal("eve")
+
+
+def _docs(folder: Path) -> Path:
+    (folder / "hr").mkdir(parents=True)
+    (folder / "opera.md").write_text(OPERA + "\n")
+    (folder / "hr" / "utzon.md").write_text(f"{BORN} {PRIZE}\n")
+    (folder / ".isotope-access").write_text(RULES)
+    return folder
+
+
+def _open(location: str | Path, embedder: Embedder, llm: FakeLLM | None = None,
+          **settings: object) -> Isotope:
+    return Isotope.open(location, embedder=embedder, llm=llm or FakeLLM(), cache=False,
+                        graph=True, access_control=True, **settings)
+
+
+def _predicates(iso: Isotope, name: str, hops: int, who: Principal | None = None) -> set[str]:
+    return {r.predicate for r in iso.graph(name, hops=hops, principal=who).relations}
+
+
+# -- reading the model's reply -----------------------------------------------------------
+def test_facts_are_read_from_the_reply_and_anything_malformed_is_skipped() -> None:
+    facts = parse_facts(
+        "Entities: Frédéric Chopin (person, also Chopin); Warsaw (place); (broken;  ;\n"
+        "**Relations:** Frédéric Chopin | born in | Warsaw; Chopin | knew; a | b | a\n"
+        "Relation: Warsaw | capital of | Poland.\n"
+        "Where was Frédéric Chopin born?\n"
+        "Entities: none")
+    assert facts.entities == [("Frédéric Chopin", "person"), ("Warsaw", "place"),
+                              ("Poland", "thing")]
+    assert facts.relations == [("Frédéric Chopin", "born in", "Warsaw"),
+                               ("Warsaw", "capital of", "Poland")]
+    assert facts.aliases == [("Chopin", "Frédéric Chopin")]
+    assert not parse_facts("Where was Chopin born?\nWhat did he write?")
+
+
+def test_names_of_one_entity_share_a_key_and_a_surname_joins_its_person() -> None:
+    assert entity_key("The Eiffel Tower") == entity_key("eiffel tower.") == entity_key(
+        "Eiffel-Tower") == "eiffel tower"
+    assert entity_key("Jørn Utzon") != entity_key("Jorn Utzon")  # (ø is a letter of its own)
+    assert entity_key("Frédéric Chopin") == entity_key("Frederic CHOPIN")
+    atoms = [Atom(text="Frédéric Chopin left Warsaw.", chunk_id="c"),
+             Atom(text="Chopin studied at the University of Paris.", chunk_id="c", index=1)]
+    first, second = attribute(parse_facts(
+        "Entities: Frédéric Chopin (person); Chopin (person); Warsaw (place); University "
+        "of Paris (organisation); Paris (place)\nRelations: Chopin | studied at | "
+        "University of Paris"), atoms)
+    assert second.entities == [("Frédéric Chopin", "person"),
+                               ("University of Paris", "organisation")]
+    assert second.relations == [("Frédéric Chopin", "studied at", "University of Paris")]
+    assert ("Chopin", "Frédéric Chopin") in first.aliases + second.aliases
+
+
+def test_a_chunk_s_facts_go_to_the_atoms_that_name_them() -> None:
+    atoms = [Atom(text=OPERA, chunk_id="c", index=0), Atom(text=BORN, chunk_id="c", index=1),
+             Atom(text="The University of Copenhagen opened in 1479.", chunk_id="c",
+                  index=2)]
+    facts = parse_facts(
+        "Entities: Sydney Opera House (building, also the Opera House); Jørn Utzon "
+        "(person); Copenhagen (place); University of Copenhagen (organisation); Mars "
+        "(planet)\n"
+        "Relations: Jørn Utzon | designed | Sydney Opera House; Utzon | born in | "
+        "Copenhagen; Jørn Utzon | lived on | Mars")
+    first, second, third = attribute(facts, atoms)
+    assert first.entities == [("Sydney Opera House", "building"), ("Jørn Utzon", "person")]
+    assert first.relations == [("Jørn Utzon", "designed", "Sydney Opera House")]
+    # (his surname; a name inside a longer one is that one's; Mars is named nowhere)
+    assert second.entities == [("Jørn Utzon", "person"), ("Copenhagen", "place")]
+    assert third.entities == [("University of Copenhagen", "organisation")]
+    assert [f.atom_id for f in (first, second, third)] == [a.id for a in atoms]
+    assert not any(e[0] == "Mars" for f in (first, second, third) for e in f.entities)
+    assert not any("Mars" in r for f in (first, second, third) for r in f.relations)
+
+
+def test_the_graph_prompts_are_in_the_fingerprint_only_when_it_is_on(
+        tmp_path: Path, embedder: Embedder) -> None:
+    from isotope.ingest import changes
+    from isotope.prompts import PROMPTS
+
+    off = changes.fingerprint(Settings(), PROMPTS, "m")
+    assert changes.fingerprint(Settings(graph=False), PROMPTS, "m") == off
+    assert changes.fingerprint(Settings(graph=True), PROMPTS, "m") != off
+
+
+# -- stored, merged, and seen as one may see it --------------------------------------------
+def test_two_hops_reach_across_sources_and_a_hidden_source_counts_nowhere(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    model = FakeLLM()
+    with _open(location, embedder, model) as iso:
+        report = iso.ingest(_docs(tmp_path / "docs"))
+        assert report.ok
+        # a call per atom for its questions, a call per chunk for its facts
+        assert model.calls == 3 + 2
+        one = iso.graph("Sydney Opera House")
+        assert {(r.subject, r.predicate, r.object) for r in one.relations} == {
+            ("sydney opera house", "was designed by", "jørn utzon")}
+        two = iso.graph("sydney opera house", hops=2)
+        names = {e.name for e in two.entities}
+        assert {"Sydney Opera House", "Jørn Utzon", "Copenhagen", "Pritzker Prize"} <= names
+        assert {"was born in", "received the"} <= {r.predicate for r in two.relations}
+        # "Utzon" alone in the chunk that names Jørn Utzon is his alias: one entity
+        assert iso.graph("Utzon").center.name == "Jørn Utzon"
+        assert [e.name for e in iso.entities(50) if "Utzon" in e.name] == ["Jørn Utzon"]
+        utzon = next(e for e in iso.entities(50) if e.name == "Jørn Utzon")
+        assert (utzon.type, utzon.chunks) == ("person", 2)
+
+        # who may not see hr/ sees nothing of it: not the entity, not the relation, not
+        # the counts, not the statements, not by alias, not in the export
+        assert _predicates(iso, "Sydney Opera House", 2, EVE) == {"was designed by"}
+        assert "Copenhagen" not in {e.name for e in iso.entities(50, principal=EVE)}
+        seen = next(e for e in iso.entities(50, principal=EVE) if e.name == "Jørn Utzon")
+        assert (seen.chunks, seen.mentions) == (1, 1)
+        for hidden in ("Copenhagen", "Pritzker Prize", "Utzon"):
+            with pytest.raises(SourceNotFound):
+                iso.graph(hidden, principal=EVE)
+        assert iso.entities(principal=EVE, match="copenhagen") == []
+        assert iso.entities(principal=EVE, match="spring of 1918") == []
+        assert [e.name for e in iso.entities(principal=ANN, match="spring of 1918")] == [
+            "Jørn Utzon", "Copenhagen"]
+        shown = json.dumps(iso.memory_graph(principal=EVE))
+        assert "Copenhagen" not in shown and "1918" not in shown and "Pritzker" not in shown
+        assert "Copenhagen" in json.dumps(iso.memory_graph(principal=ANN))
+        assert _predicates(iso, "Jørn Utzon", 1, ANN) == {
+            "was designed by", "was born in", "received the"}
+
+
+def test_a_relation_seen_in_two_sources_stays_while_one_holds_it(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a.md", "b.md"):
+        (docs / name).write_text(BORN + "\n")
+    with _open(location, embedder) as iso:
+        iso.ingest(docs)
+        relation, = iso.graph("Copenhagen").relations
+        assert len(relation.chunks) == 2
+        iso.delete(docs / "a.md")
+        relation, = iso.graph("Copenhagen").relations
+        assert len(relation.chunks) == 1
+        iso.delete(docs / "b.md")
+        with pytest.raises(SourceNotFound):
+            iso.graph("Copenhagen")
+        assert iso.entities() == []
+
+
+def test_a_changed_file_redoes_the_graph_of_its_changed_chunks_only(
+        tmp_path: Path, embedder: Embedder) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    first = "Jørn Utzon was born in Copenhagen. " * 40
+    (docs / "u.md").write_text(f"{first}\n\n{OPERA}\n")
+    model = FakeLLM()
+    with _open(tmp_path / "index", embedder, model, chunk_size=64, chunk_overlap=0) as iso:
+        iso.ingest(docs)
+        assert "was designed by" in _predicates(iso, "Jørn Utzon", 1)
+        (docs / "u.md").write_text(f"{first}\n\nThe Sydney Opera House was opened by "
+                                   "Elizabeth II in the autumn.\n")
+        calls = model.calls
+        iso.ingest(docs)
+        asked = model.calls - calls
+        assert 0 < asked < calls  # (the unchanged chunks kept their facts)
+        assert _predicates(iso, "Jørn Utzon", 1) == {"was born in"}  # (kept, not asked)
+        assert _predicates(iso, "Sydney Opera House", 1) == {"was opened by"}
+
+
+def test_questions_later_and_enrich_make_the_graph_with_the_questions(
+        tmp_path: Path, embedder: Embedder) -> None:
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(_docs(tmp_path / "docs"), questions="later")
+        assert iso.entities() == []
+        iso.enrich()
+        assert {"Sydney Opera House", "Copenhagen"} <= {e.name for e in iso.entities()}
+
+
+def test_an_alias_named_later_merges_what_was_stored_under_it(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A name stored alone, then named by the model as another's alias (in any source):
+    the two become one entity, with what each held."""
+    with _open(tmp_path / "index", embedder) as iso:
+        docs = tmp_path / "docs"
+        docs.mkdir()
+        (docs / "a.md").write_text("The Opera House of Sydney stands on Bennelong Point.\n")
+        (docs / "b.md").write_text(OPERA + "\n")
+        iso.ingest(docs)
+        assert len([e for e in iso.entities(50) if "Opera" in e.name]) == 2
+        chunk = iso.sources()[1].source.uri
+        chunk_id = next(c.id for c in iso.store.export_source(chunk).chunks)  # type: ignore[union-attr]
+        iso.store.add_questions([ChunkQuestions(chunk_id, [], embedder.embed([])[:0], facts=[
+            AtomFacts("a1", chunk_id, [("Sydney Opera House", "building")], [],
+                      [("Opera House of Sydney", "Sydney Opera House")])])])
+        merged, = (e for e in iso.entities(50) if "Opera" in e.name)
+        assert merged.name == "Sydney Opera House" and merged.chunks == 2
+        assert iso.graph("Opera House of Sydney").center.key == "sydney opera house"
+
+
+def test_a_copy_carries_the_graph(tmp_path: Path, embedder: Embedder) -> None:
+    from isotope.cli import app
+
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        before = [(e.name, e.chunks) for e in iso.entities(50)]
+    result = CliRunner().invoke(app, ["copy", str(tmp_path / "index"), str(tmp_path / "to")])
+    assert result.exit_code == 0, result.output
+    with _open(tmp_path / "to", embedder) as copied:
+        assert [(e.name, e.chunks) for e in copied.entities(50)] == before
+        assert "was born in" in _predicates(copied, "Jørn Utzon", 1)
+
+
+# -- the command line and the MCP Memory server's file -------------------------------------
+def test_the_commands_show_list_and_export_the_graph(tmp_path: Path, embedder: Embedder
+                                                     ) -> None:
+    from isotope.cli import app
+
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+    runner = CliRunner()
+    index = ["--index", str(tmp_path / "index")]
+    listed = runner.invoke(app, ["entities", "--top", "2", "--json", *index])
+    assert listed.exit_code == 0, listed.output
+    top = json.loads(listed.output)
+    assert [e["name"] for e in top] == ["Jørn Utzon", "Copenhagen"]  # (ties: by key)
+    assert set(top[0]) == {"key", "name", "type", "chunks", "mentions"}
+    shown = runner.invoke(app, ["graph", "Sydney Opera House", "--hops", "2", "--json",
+                                *index])
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.output)
+    assert data["center"]["name"] == "Sydney Opera House" and data["hops"] == 2
+    assert {"subject": "jørn utzon", "predicate": "was born in", "object": "copenhagen"
+            }.items() <= next(r for r in data["relations"]
+                              if r["predicate"] == "was born in").items()
+    table = runner.invoke(app, ["graph", "Utzon", *index])
+    assert table.exit_code == 0 and "Copenhagen" in table.output and "person" in table.output
+    hidden = runner.invoke(app, ["graph", "Copenhagen", "--as", "user:eve", *index])
+    assert hidden.exit_code != 0 and "no entity named 'Copenhagen'" in hidden.output
+    assert runner.invoke(app, ["graph", "X", "--hops", "4", *index]).exit_code != 0
+    out = tmp_path / "memory.jsonl"
+    exported = runner.invoke(app, ["graph", "export", "--format", "memory-jsonl", "-o",
+                                   str(out), "--as", "user:eve", *index])
+    assert exported.exit_code == 0, exported.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {"type": "relation", "from": "Sydney Opera House", "to": "Jørn Utzon",
+            "relationType": "was designed by"} in lines
+    assert not any("Copenhagen" in json.dumps(line) for line in lines)
+    for command in (["graph", "--help"], ["graph", "export", "--help"], ["entities", "--help"]):
+        assert runner.invoke(app, command).exit_code == 0
+
+
+def memory_server() -> Path | None:
+    """The MCP Memory server's script, installed from npm by ``scripts/setup.sh``."""
+    root = Path(__file__).resolve().parents[1]
+    script = (root / ".venv" / "node" / "node_modules" / "@modelcontextprotocol" /
+              "server-memory" / "dist" / "index.js")
+    return script if script.exists() and shutil.which("node") else None
+
+
+def test_the_memory_server_from_npm_reads_the_export(tmp_path: Path, embedder: Embedder
+                                                     ) -> None:
+    script = memory_server()
+    if script is None:
+        pytest.skip("the MCP Memory server is not installed (scripts/setup.sh installs it "
+                    "with npm)")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        ours = iso.memory_graph(query="copenhagen")
+    from isotope.cli import app
+
+    out = tmp_path / "memory.jsonl"
+    result = CliRunner().invoke(app, ["graph", "export", "--format", "memory-jsonl", "-o",
+                                      str(out), "--index", str(tmp_path / "index")])
+    assert result.exit_code == 0, result.output
+    calls = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "isotope-test", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "search_nodes", "arguments": {"query": "copenhagen"}}},
+    ]
+    done = subprocess.run(
+        ["node", str(script)], input="".join(json.dumps(c) + "\n" for c in calls),
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "MEMORY_FILE_PATH": str(out)})
+    replies = {r.get("id"): r for r in map(json.loads, done.stdout.splitlines())}
+    assert 2 in replies, done.stderr
+    theirs = replies[2]["result"]["structuredContent"]
+    assert sorted(e["name"] for e in theirs["entities"]) == sorted(
+        e["name"] for e in ours["entities"]) == ["Copenhagen", "Jørn Utzon"]
+    assert {json.dumps(r, sort_keys=True) for r in theirs["relations"]} >= {
+        json.dumps({"from": "Jørn Utzon", "relationType": "was born in",
+                    "to": "Copenhagen"}, sort_keys=True)}
+
+
+def test_the_real_local_model_names_entities_in_its_question_calls(
+        tmp_path: Path, embedder: Embedder) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "opera.md").write_text(OPERA + "\n")
+    with Isotope.open(tmp_path / "index", embedder=embedder, cache=False, graph=True,
+                      questions_per_atom=2) as iso:
+        report = iso.ingest(docs)
+        assert report.ok and report.questions > 0
+        names = {entity_key(e.name) for e in iso.entities(50)}
+        assert "sydney opera house" in names or "jørn utzon" in names, names
