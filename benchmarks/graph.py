@@ -4,6 +4,7 @@ passages a question needs?
     .venv/bin/python benchmarks/graph.py --check          # the questions' rules only
     .venv/bin/python benchmarks/graph.py --questions later [--ask]
     .venv/bin/python benchmarks/graph.py [--ask]          # with generated questions
+    .venv/bin/python benchmarks/graph.py --questions later --graph   # the graph signal
 
 ``benchmarks/data/two_hop.jsonl`` holds 60 hand-written questions, each needing two
 passages joined by an entity (the bridge): the first passage links what the question
@@ -21,6 +22,12 @@ cores the first time: replies are cached in ``benchmarks/out/cache-graph``). The
 each mode: the share of questions with both gold passages in the top 5, with the
 answering passage in the top 5, and with the first passage in the top 5; ``--ask``: the
 share of ``ask`` answers that contain the answer (the local answer model).
+
+``--graph`` builds the index with the knowledge graph (setting ``graph``) and adds the
+``graph`` mode and ``hybrid`` with the graph signal at the weights of ``--graph-weights``.
+With ``--questions later`` the chunks' entities and relations are generated alone (one
+prompt per chunk, batched; the chunks keep waiting for their questions), so the graph is
+measured against hybrid without generated questions in an hour rather than many.
 """
 
 from __future__ import annotations
@@ -34,7 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from isotope import Isotope
+from isotope.ingest.generation import facts_prompt
+from isotope.knowledge.facts import attribute, parse_facts
 from isotope.search import evaluation
+from isotope.stores import ChunkQuestions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quality import passages_done
@@ -137,11 +147,50 @@ def check(passages: list[dict[str, Any]], items: list[dict[str, Any]]) -> int:
     return bad
 
 
+def facts_only(iso: Isotope, window: int = 32) -> int:
+    """The entities and relations of every chunk waiting for its questions, generated
+    alone (the local model's batched decoding, one prompt per chunk; replies cached) and
+    stored with no question, the chunks left waiting. Returns the relations stored."""
+    llm = iso.llm(iso.settings.question_model)
+    spec = iso.prompts["graph"]
+    done = relations = 0
+    pending = iso.store.pending_chunks(1_000_000)
+    empty = iso.embedder.embed(["x"])[:0]
+    for start in range(0, len(pending), window):
+        part = pending[start:start + window]
+        replies = llm.sample_batched([[facts_prompt(p.chunk, p.atoms, spec)] for p in part],
+                                     max_tokens=200, temperature=0.5, questions=2)
+        stored = []
+        for p, (reply,) in zip(part, replies, strict=True):
+            facts = [f for f in attribute(parse_facts(reply), p.atoms) if f]
+            relations += sum(len(f.relations) for f in facts)
+            stored.append(ChunkQuestions(p.chunk.id, [], empty, complete=False, facts=facts))
+        iso.store.add_questions(stored)
+        done += len(part)
+        print(f"facts of {done}/{len(pending)} chunks", file=sys.stderr)
+    return relations
+
+
+def _searcher(iso: Isotope) -> evaluation.Search:
+    """evaluation.searcher, and ``hybrid graph=W``: hybrid with the graph signal at W."""
+    plain = evaluation.searcher(iso)
+
+    def search(query: str, mode: str, k: int) -> tuple[list[str], float, str]:
+        if not mode.startswith("hybrid graph="):
+            return plain(query, mode, k)
+        weight = float(mode.split("=", 1)[1])
+        response = iso.search(query, k, mode="hybrid", weights={"graph": weight})
+        return ([evaluation.passage_id(r.chunk) for r in response.results],
+                response.top_score, response.suggested_action)
+
+    return search
+
+
 def measure(iso: Isotope, items: list[dict[str, Any]], modes: list[str], ask: bool
             ) -> dict[str, Any]:
     """Each mode's shares (percent) of questions with both passages, the answering one and
     the first one in the top ``K``; with ``ask``, answers containing the answer."""
-    search = evaluation.searcher(iso)
+    search = _searcher(iso)
     said: dict[str, Any] = {}
     for mode in modes:
         both = second = first = 0
@@ -181,32 +230,52 @@ def main() -> None:
     parser.add_argument("--reuse-index", action="store_true",
                         help="search the index a previous run built, without ingesting")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--graph", action="store_true",
+                        help="with the knowledge graph: adds the graph mode and hybrid with it")
+    parser.add_argument("--graph-weights", default="0.5,1,2",
+                        help="the graph signal's weights in hybrid (with --graph)")
+    parser.add_argument("--passages", type=int, default=None,
+                        help="only the first N passages and the questions' gold passages "
+                        "(a quicker, easier run: fewer passages to tell apart)")
     args = parser.parse_args()
     passages, items = load()
     broken = check(passages, items)
     if broken or args.check:
         sys.exit(1 if broken else 0)
-    index = OUT / f"graph-{len(passages)}-{args.questions}"
+    if args.passages is not None:
+        gold = {str(i[k]) for i in items for k in ("first_pid", "second_pid")}
+        passages = [p for n, p in enumerate(passages)
+                    if n < args.passages or str(p["pid"]) in gold]
+    name = f"{args.questions}{'-graph' if args.graph else ''}"
+    index = OUT / f"graph-{len(passages)}-{name}"
     started = time.perf_counter()
     progress = passages_done(50)
-    with Isotope.open(index, cache_dir=OUT / "cache-graph") as iso:
+    with Isotope.open(index, cache_dir=OUT / "cache-graph", graph=args.graph) as iso:
         if not args.reuse_index:
             iso.ingest_chunks(evaluation.chunks_of(passages), progress=progress,
                               questions=args.questions)
+            if args.graph and args.questions == "later":
+                facts_only(iso)
         ingest_s = round(time.perf_counter() - started, 1)
         modes = ["hybrid", "chunks-bm25", "chunks-dense"]
         if args.questions == "now":
             modes.insert(1, evaluation.WITHOUT_QUESTIONS)
+        if args.graph:
+            modes += ["graph", *(f"hybrid graph={w}" for w in args.graph_weights.split(","))]
         said = {"passages": len(passages), "questions": len(items),
                 "generated_questions": iso.store.counts()["questions"],
+                "entities": len(iso.entities(1_000_000)) if args.graph else None,
+                "relations": len(iso.store.relations()) if args.graph else None,
                 "ingest_s": None if args.reuse_index else ingest_s,
                 **measure(iso, items, modes, args.ask)}
-    (OUT / f"graph-{args.questions}.json").write_text(json.dumps(said, indent=1))
+    (OUT / f"graph-{len(passages)}-{name}.json").write_text(json.dumps(said, indent=1))
     if args.json:
         print(json.dumps(said, indent=1))
         return
     print(f"{len(items)} two-hop questions over {len(passages)} passages "
-          f"({said['generated_questions']} generated questions)")
+          f"({said['generated_questions']} generated questions" + (
+              f", {said['entities']} entities, {said['relations']} relations)"
+              if args.graph else ")"))
     print(f"| mode | both at {K} | answering at {K} | first at {K} | p50 ms |")
     print("|---|---|---|---|---|")
     for mode in modes:

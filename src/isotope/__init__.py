@@ -28,6 +28,7 @@ from isotope.errors import (
 )
 from isotope.index import IndexStatus, Isotope
 from isotope.ingest.pipeline import IngestReport, Progress
+from isotope.knowledge.facts import GraphEntity, GraphRelation, Neighbourhood
 from isotope.models import (
     Atom,
     Chunk,
@@ -45,6 +46,8 @@ __all__ = [
     "Atom",
     "Chunk",
     "Client",
+    "GraphEntity",
+    "GraphRelation",
     "IndexDamaged",
     "IndexLocked",
     "IndexStatus",
@@ -57,6 +60,7 @@ __all__ = [
     "MatchedQuestion",
     "MissingDependency",
     "ModelMismatch",
+    "Neighbourhood",
     "Progress",
     "QueryResponse",
     "Question",

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlencode
 
 from isotope.errors import InvalidArgument, IsotopeError, SourceNotFound
+from isotope.knowledge.facts import GraphEntity, Neighbourhood
 from isotope.models import GeneratedQuestion, QueryResponse, SearchResult
 from isotope.reports import IngestReport, listed_source
 from isotope.stores import SourceInfo
@@ -104,6 +105,24 @@ class Client:
         from isotope.index import IndexStatus
 
         return IndexStatus.model_validate(self._call("GET", "/status"))
+
+    def entities(self, top: int = 20, *, match: str | None = None) -> list[GraphEntity]:
+        """As :meth:`Isotope.entities`."""
+        query = {k: v for k, v in {"top": top, "match": match}.items() if v is not None}
+        return [GraphEntity(**e) for e in self._call("GET", "/entities?" + urlencode(query))]
+
+    def graph(self, entity: str, *, hops: int = 1) -> Neighbourhood:
+        """As :meth:`Isotope.graph`."""
+        return Neighbourhood.from_json(self._call(
+            "GET", "/graph?" + urlencode({"entity": entity, "hops": hops})))
+
+    def memory_graph(self, *, query: str | None = None,
+                     names: Sequence[str] | None = None) -> dict[str, Any]:
+        """As :meth:`Isotope.memory_graph`."""
+        asked = [("query", query)] if query is not None else []
+        asked += [("names", n) for n in names or ()]
+        found: dict[str, Any] = self._call("GET", "/graph/memory?" + urlencode(asked))
+        return found
 
     # -- writing -----------------------------------------------------------------------
     def ingest(self, paths: str | Path | Iterable[str | Path], *,

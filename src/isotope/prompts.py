@@ -94,7 +94,7 @@ DEFAULTS: tuple[PromptSpec, ...] = (
         "how they relate. Reply with exactly two lines in this format:\nEntities: NAME "
         "(TYPE); NAME (TYPE, also OTHER NAME)\nRelations: SUBJECT | PREDICATE | OBJECT; "
         "SUBJECT | PREDICATE | OBJECT\nFor example:\nEntities: Marie Curie (person, also "
-        "Curie); Warsaw (place); Nobel Prize (award)\nRelations: Marie Curie | was born in | "
+        "Curie); Warsaw (place); Nobel Prize (award)\nRelations: Marie Curie | born in | "
         "Warsaw; Marie Curie | won | Nobel Prize"),
     PromptSpec(
         "questions-repair", "r1", "",

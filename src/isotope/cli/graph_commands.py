@@ -4,9 +4,10 @@ knowledge graph named in the atoms (setting ``graph``)."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import sys
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -15,6 +16,13 @@ from isotope.cli.console import err, errors, fail, out, print_json
 from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, ShowByDefault, app, open_index
 from isotope.knowledge import memory
 from isotope.knowledge.facts import MAX_HOPS
+
+
+class Format(enum.StrEnum):
+    """What ``isotope graph export`` writes."""
+
+    memory_jsonl = "memory-jsonl"
+
 
 graph_app = typer.Typer(
     cls=ShowByDefault,
@@ -62,9 +70,9 @@ def graph_command(
 
 @graph_app.command("export")
 def export_command(
-    fmt: Annotated[Literal["memory-jsonl"], typer.Option(
+    fmt: Annotated[Format, typer.Option(
         "--format", help="memory-jsonl: the MCP Memory server's file (MEMORY_FILE_PATH), "
-        "one entity or relation per line.")] = "memory-jsonl",
+        "one entity or relation per line.")] = Format.memory_jsonl,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write to this file (default: standard output).")] = None,
     as_principal: AsOpt = None,
@@ -87,7 +95,7 @@ def export_command(
     except OSError as exc:
         fail(f"{output}: cannot write it ({exc.strerror}); give another --output")
     err.print(f"wrote {len(graph['entities'])} entities and {len(graph['relations'])} "
-              f"relations ({fmt}) to {output}")
+              f"relations ({fmt.value}) to {output}")
 
 
 @app.command("entities")

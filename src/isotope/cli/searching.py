@@ -26,6 +26,8 @@ def _print_explain(told: dict[str, Any]) -> None:
                 f"  standardised {row['standardized']:+.3f} x weight {row['weight']:.2f} = "
                 f"{row['contribution']:+.3f}")
         out.print(f"    {name:<16} {found}{part}", style="dim")
+        for path in row.get("paths", [])[:3]:  # (how the graph reached the chunk)
+            out.print(f"      path: {path}", style="dim")
     if told["fused"] is not None:
         scale = f" x {told['scale']:.2f} (waiting for questions)" if told["scale"] != 1 else ""
         out.print(f"    fused {told['fused']:+.3f}{scale} -> score {told['score']:.3f}",

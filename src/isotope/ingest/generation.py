@@ -18,9 +18,9 @@ repair message at most ``max_repairs`` times; after that the atom is reported an
 With ``graph``, each chunk also gets one prompt for its entities and relations
 (:mod:`isotope.knowledge.facts`), sent with its question prompts: in batched decoding it
 is one more sequence of the same call, sharing the chunk's evaluated prefix (its system
-text is the numbered prompts'). Each entity and relation goes to the atoms that name it.
-Asking every atom's call for its facts as well was measured first: the local model listed
-the whole passage's entities in every reply (``benchmarks/RESULTS.md``).
+text is the numbered question prompts'). Each entity and relation goes to the atoms that
+name it. Asking every atom's call for its facts as well was tried first: the local model
+listed the whole passage's entities in every reply (``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def numbered_prompts(chunk: Chunk, atoms: Sequence[Atom], n: int,
 def facts_prompt(chunk: Chunk, atoms: Sequence[Atom],
                  spec: PromptSpec = PROMPTS["graph"]) -> Prompt:
     """The prompt for a chunk's entities and relations: the numbered passage as the
-    numbered question prompts give it, after the same system text (so that batched
-    decoding evaluates the chunk once for both)."""
+    numbered question prompts give it (sent with the same system text, batched decoding
+    evaluates the chunk once for both)."""
     return spec.render(passage=numbered_passage(chunk, atoms))
 
 
@@ -137,6 +137,7 @@ class QuestionGenerator:
         self.temperature = temperature
         self.max_repairs = max_repairs
         self.graph = graph
+        self.numbered = self.prompts["questions-numbered"]
         self.max_tokens = QUESTION_TOKENS * n + 40
         # (batched decoding ends a reply at its first line break when one question is
         # asked: the facts' reply needs a few lines)
@@ -161,7 +162,7 @@ class QuestionGenerator:
             kwargs = {"max_tokens": self.max_tokens * len(atoms),
                       "json_schema": chunk_schema(len(atoms), self.n)}
         elif self.mode == "batched" and _can_sample(self.llm):
-            prompts = numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
+            prompts = numbered_prompts(chunk, atoms, self.n, self.numbered)
             prompts += [self._facts_prompt(chunk, atoms)] if self.graph else []
             kwargs["batched"] = self.stop_after
         else:
@@ -284,7 +285,7 @@ class QuestionGenerator:
         """One reply per atom, all decoded together (local model); returns the atoms with
         no question, which are then asked one by one with repairs."""
         replies: list[list[str]] = self.llm.sample_batched(
-            [numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
+            [numbered_prompts(chunk, atoms, self.n, self.numbered)
              + ([self._facts_prompt(chunk, atoms)] if self.graph and atoms else [])
              for chunk, atoms in groups],
             max_tokens=self.max_tokens, temperature=self.temperature,

@@ -97,7 +97,10 @@ def parse_facts(reply: str) -> AtomFacts:
         facts.entities.append((name, kind or "thing"))
 
     def entities_of(text: str) -> None:
-        for item in re.split(r";|(?<=\))\s*,", text):
+        # (items end at a semicolon, or at a comma after a type; a list with no types at
+        # all at every comma)
+        split = r";|(?<=\))\s*," if "(" in text else r"[;,]"
+        for item in re.split(split, text):
             match = _ITEM.match(item.strip().lstrip("-*• ").strip())
             if not match or _ALSO.match(match.group("name")):
                 continue  # (an alias of nothing)
@@ -108,9 +111,9 @@ def parse_facts(reply: str) -> AtomFacts:
             if _ALSO.match(inner[0]):  # (an alias where the type should be)
                 kind, inner = "", ["", *inner]
             entity(name, kind)
-            for extra in inner[1:]:
-                if (alias := _name(_ALSO.sub("", extra))) and entity_key(alias) != entity_key(
-                        name):
+            for extra in inner[1:]:  # (only "also ...": "(person, composer)" is no alias)
+                if (_ALSO.match(extra) and (alias := _name(_ALSO.sub("", extra)))
+                        and entity_key(alias) != entity_key(name)):
                     facts.aliases.append((alias, name))
 
     def relations_of(text: str) -> None:
@@ -263,3 +266,9 @@ class Neighbourhood:
                 "entities": [asdict(e) for e in self.entities],
                 "relations": [asdict(r) for r in self.relations],
                 "truncated": self.truncated}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Neighbourhood:
+        return cls(GraphEntity(**data["center"]), data["hops"],
+                   [GraphEntity(**e) for e in data["entities"]],
+                   [GraphRelation(**r) for r in data["relations"]], data["truncated"])

@@ -72,7 +72,7 @@ class Signal:
 
     name: str
     kind: Kind
-    how: Literal["dense", "bm25"]
+    how: Literal["dense", "bm25", "graph"]
     weight: float | None = None
 
 
@@ -85,13 +85,16 @@ REGISTRY: tuple[Signal, ...] = (
     Signal("atoms-bm25", "atoms", "bm25"),
     Signal("chunks-dense", "chunks", "dense"),
     Signal("chunks-bm25", "chunks", "bm25"),
+    # chunks reached through the knowledge graph (setting graph): off in hybrid until a
+    # weight is given (ISOTOPE_WEIGHTS='{"graph": 0.5}') or fitted from users' marks
+    Signal("graph", "chunks", "graph", weight=0.0),
 )
 """The signals, from which the modes (:data:`Mode`, :data:`MODES`: each signal, and
 ``hybrid``), the weights (:func:`signal_weights`), MCP's list of modes and ``--explain``'s
 signals are derived."""
 Mode = Literal[
     "questions-dense", "questions-bm25", "atoms-dense", "atoms-bm25", "chunks-dense",
-    "chunks-bm25", "hybrid",
+    "chunks-bm25", "graph", "hybrid",
 ]
 MODES: tuple[str, ...] = (*(s.name for s in REGISTRY), "hybrid")
 SIGNALS: dict[str, tuple[Kind, str]] = {s.name: (s.kind, s.how) for s in REGISTRY}
@@ -134,6 +137,11 @@ def signal(store: Store, mode: str, query: str, vector: Vectors, pool: int,
            aggregate: Aggregate = "max", filters: Sequence[Condition] = ()) -> list[Candidate]:
     """The chunks one signal finds, best first."""
     kind, how = SIGNALS[mode]
+    if how == "graph":
+        from isotope.search.graph_signal import graph_hits
+
+        return [Candidate(c, score, hits)
+                for c, score, hits in graph_hits(store, query, vector, pool, filters)]
     if how == "dense":
         grouped = store.search_by_chunk(kind, vector, pool, MATCHES_PER_CHUNK, filters)
     else:
@@ -246,7 +254,7 @@ def normalized(mode: str, score: float, total_weight: float = 1.0) -> float:
     and the logistic of the fused score (per unit of weight) for ``hybrid``."""
     if mode == "hybrid":
         return 1 / (1 + math.exp(-score / max(total_weight, 1e-9)))
-    if SIGNALS[mode][1] == "dense":
+    if SIGNALS[mode][1] in ("dense", "graph"):
         return max(0.0, min(1.0, score))
     return score / (score + 5) if score > 0 else 0.0
 
@@ -505,6 +513,9 @@ def explained(chunk_id: str, found: dict[str, list[Candidate]], weights: dict[st
             "rank": rank, "raw": None if candidate is None else round(candidate.score, 6),
             "standardized": None if part is None else round(part, 6), "weight": weight,
             "contribution": None if part is None else round(weight * part, 6)}
+        if name == "graph" and candidate is not None:  # (how the graph reached it)
+            signals[name]["paths"] = [hit.text for hit in candidate.hits]
+            continue
         for hit in candidate.hits if candidate else []:
             if hit.kind == "questions" and hit.origin != "user" and hit.text not in questions:
                 questions.append(hit.text)

@@ -320,6 +320,21 @@ class Graph(ABC):
         chunks meeting ``conditions`` (None: no such entity there)."""
 
     @abstractmethod
+    def named_in(self, keys: Sequence[str], conditions: Sequence[Condition] = ()
+                 ) -> dict[str, str]:
+        """Of ``keys`` (names' keys, :func:`isotope.knowledge.facts.entity_key`), those
+        that name an entity of a chunk meeting ``conditions``: each with that entity's
+        key (its own, or the entity it is an alias of)."""
+
+    @abstractmethod
+    def mentions(self, conditions: Sequence[Condition] = (), *,
+                 keys: Sequence[str] = (), atoms: Sequence[tuple[str, str]] = (),
+                 limit: int = 1000) -> list[tuple[str, str, str]]:
+        """(entity key, chunk id, atom id) of each mention in a chunk meeting
+        ``conditions``: of the entities ``keys`` (at most ``limit``), and in the
+        ``atoms`` given as (chunk id, atom text)."""
+
+    @abstractmethod
     def observations(self, keys: Sequence[str], conditions: Sequence[Condition] = (), *,
                      per_entity: int = 20) -> dict[str, list[str]]:
         """The statements (atom texts) naming each entity, in chunks meeting

@@ -6,6 +6,7 @@ nowhere)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -40,48 +41,31 @@ class SQLGraph(Graph):
 
     # -- writes (inside the store's write transactions) --------------------------------
     def _add_facts(self, conn: Any, facts: Sequence[AtomFacts]) -> None:
-        """Store atoms' facts: aliases first (merging what was stored under the alias),
-        then each mention and relation under its entity's key."""
+        """Store atoms' facts, each mention and relation under its entity's key and the
+        aliases the chunk named. Nothing stored for another chunk changes: an alias is
+        read (by :meth:`resolve_entity`) only by who may see the chunk that named it,
+        and merging other sources' rows under it would show them that chunk's names."""
         if not facts:
             return
         d = self.dialect
-        aliases = [(a, f.chunk_id) for f in facts for a in f.aliases]
-        resolved: dict[str, str] = {}
-
-        def resolve(name: str) -> str:
-            key = entity_key(name)
-            if key not in resolved:
-                row = conn.execute(f"SELECT entity FROM entity_aliases WHERE alias = {d.mark}"
-                                   " LIMIT 1", (key,)).fetchone()
-                resolved[key] = row[0] if row else key
-            return resolved[key]
-
-        for (alias, name), chunk in aliases:
-            source, target = entity_key(alias), resolve(name)
-            if not source or source == target:
-                continue
-            if resolve(alias) != source and resolve(alias) != target:
-                continue  # (the alias already names another entity: the first stays)
-            conn.execute(f"INSERT INTO entity_aliases(alias, entity, chunk_id) VALUES "
-                         f"({d.mark}, {d.mark}, {d.mark}) ON CONFLICT DO NOTHING",
-                         (source, target, chunk))
-            for sql in ("UPDATE entity_aliases SET entity = {m} WHERE entity = {m}",
-                        "UPDATE mentions SET entity = {m} WHERE entity = {m}",
-                        "UPDATE relations SET subject = {m} WHERE subject = {m}",
-                        "UPDATE relations SET object = {m} WHERE object = {m}"):
-                conn.execute(sql.format(m=d.mark), (target, source))
-            resolved[source] = target
         cursor = conn.cursor()
+        cursor.executemany(
+            f"INSERT INTO entity_aliases(alias, entity, chunk_id) VALUES ({d.mark}, {d.mark}, "
+            f"{d.mark}) ON CONFLICT DO NOTHING",
+            [(entity_key(alias), entity_key(name), f.chunk_id) for f in facts
+             for alias, name in f.aliases
+             if entity_key(alias) and entity_key(alias) != entity_key(name)])
         cursor.executemany(
             "INSERT INTO mentions(entity, name, type, atom_id, chunk_id) VALUES "
             f"({', '.join([d.mark] * 5)})",
-            [(resolve(name), d.text(name), d.text(kind), f.atom_id, f.chunk_id)
-             for f in facts for name, kind in f.entities])
+            [(entity_key(name), d.text(name), d.text(kind), f.atom_id, f.chunk_id)
+             for f in facts for name, kind in f.entities if entity_key(name)])
         cursor.executemany(
             "INSERT INTO relations(subject, predicate, object, atom_id, chunk_id) VALUES "
             f"({', '.join([d.mark] * 5)})",
-            [(resolve(s), d.text(p), resolve(o), f.atom_id, f.chunk_id)
-             for f in facts for s, p, o in f.relations if resolve(s) != resolve(o)])
+            [(entity_key(s), d.text(p), entity_key(o), f.atom_id, f.chunk_id)
+             for f in facts for s, p, o in f.relations
+             if entity_key(s) and entity_key(o) and entity_key(s) != entity_key(o)])
 
     def _drop_facts(self, conn: Any, chunk_id: str) -> None:
         for table in ("mentions", "relations", "entity_aliases"):
@@ -119,12 +103,8 @@ class SQLGraph(Graph):
 
     # -- reads -------------------------------------------------------------------------
     def resolve_entity(self, name: str, conditions: Sequence[Condition] = ()) -> str:
-        d = self.dialect
         key = entity_key(name)
-        clause, params = self.conditions_sql(conditions)
-        row = self._rows(f"SELECT x.entity FROM entity_aliases x {_SEEN.format(t='x')} "
-                         f"WHERE x.alias = {d.mark} AND {clause} LIMIT 1", (key, *params))
-        return row[0][0] if row else key
+        return self.named_in([key], conditions).get(key, key)
 
     def entities(self, conditions: Sequence[Condition] = (), *, top: int = 20,
                  keys: Sequence[str] | None = None, match: str | None = None
@@ -140,18 +120,23 @@ class SQLGraph(Graph):
         if match:
             # (the Memory server's search_nodes: a name, a type or an observation; the
             # counts stay those of every mention one may see)
-            like = f"%{match.lower()}%"
+            def like(text: str) -> str:
+                return "%" + re.sub(r"([\\%_])", r"\\\1", text) + "%"
+
+            has = f"LIKE {d.mark} ESCAPE '\\'"
             where.append(
                 f"m.entity IN (SELECT n.entity FROM mentions n {_SEEN.format(t='n')} WHERE "
-                f"{clause} AND (lower(n.name) LIKE {d.mark} OR lower(n.type) LIKE {d.mark} "
-                f"OR n.entity LIKE {d.mark} OR EXISTS (SELECT 1 FROM atoms a WHERE a.id = "
-                f"n.atom_id AND lower(a.text) LIKE {d.mark})))")
-            extra += [*params, *[like] * 4]
+                f"{clause} AND (lower(n.name) {has} OR lower(n.type) {has} OR n.entity {has} "
+                f"OR EXISTS (SELECT 1 FROM atoms a WHERE a.id = n.atom_id AND lower(a.text) "
+                f"{has})))")
+            lowered = like(match.lower())
+            extra += [*params, lowered, lowered, like(entity_key(match)), lowered]
         seen = f"FROM mentions m {_SEEN.format(t='m')} WHERE {' AND '.join(where)}"
         with self.snapshot():
             counted = self._rows(
                 f"SELECT m.entity, count(DISTINCT m.chunk_id), count(*) {seen} GROUP BY "
-                f"m.entity ORDER BY 2 DESC, 3 DESC, 1 LIMIT {int(top)}", extra)
+                f"m.entity ORDER BY 2 DESC, 3 DESC, m.entity{d.binary_order} "
+                f"LIMIT {int(top)}", extra)
             chosen = [r[0] for r in counted]
             if not chosen:
                 return []
@@ -214,6 +199,48 @@ class SQLGraph(Graph):
                 reached |= ends
             entities = self.entities(conditions, keys=sorted(reached), top=len(reached))
         return Neighbourhood(found[0], hops, entities, list(relations.values()), truncated)
+
+    def named_in(self, keys: Sequence[str], conditions: Sequence[Condition] = ()
+                 ) -> dict[str, str]:
+        d = self.dialect
+        if not keys:
+            return {}
+        clause, params = self.conditions_sql(conditions)
+        seen = f"FROM mentions m {_SEEN.format(t='m')} WHERE {d.any_of('m.entity')} AND {clause}"
+        with self.snapshot():
+            found = {k: k for (k,) in self._rows(f"SELECT DISTINCT m.entity {seen}",
+                                                 (d.many(list(keys)), *params))}
+            rest = [k for k in keys if k not in found]
+            aliased = sorted(self._rows(
+                f"SELECT x.alias, x.entity FROM entity_aliases x {_SEEN.format(t='x')} WHERE "
+                f"{d.any_of('x.alias')} AND {clause}", (d.many(rest), *params))) if rest else []
+            named = {e for (e,) in self._rows(f"SELECT DISTINCT m.entity {seen}", (
+                d.many(sorted({e for _, e in aliased})), *params))} if aliased else set()
+        for alias, entity in aliased:  # (the first in order, of those one may see)
+            if entity in named:
+                found.setdefault(alias, entity)
+        return found
+
+    def mentions(self, conditions: Sequence[Condition] = (), *,
+                 keys: Sequence[str] = (), atoms: Sequence[tuple[str, str]] = (),
+                 limit: int = 1000) -> list[tuple[str, str, str]]:
+        d = self.dialect
+        clause, params = self.conditions_sql(conditions)
+        found: list[tuple[str, str, str]] = []
+        if keys:
+            found += [(r[0], r[1], r[2]) for r in self._rows(
+                f"SELECT m.entity, m.chunk_id, m.atom_id FROM mentions m "
+                f"{_SEEN.format(t='m')} WHERE {d.any_of('m.entity')} AND {clause} "
+                f"ORDER BY m.{d.row} LIMIT {int(limit)}", (d.many(list(keys)), *params))]
+        if atoms:
+            wanted = set(atoms)
+            rows = self._rows(
+                f"SELECT m.entity, m.chunk_id, m.atom_id, a.text FROM mentions m JOIN atoms a "
+                f"ON a.id = m.atom_id {_SEEN.format(t='m')} WHERE {d.any_of('m.chunk_id')} "
+                f"AND {clause} ORDER BY m.{d.row}",
+                (d.many(sorted({c for c, _ in atoms})), *params))
+            found += [(e, c, a) for e, c, a, text in rows if (c, text) in wanted]
+        return found
 
     def observations(self, keys: Sequence[str], conditions: Sequence[Condition] = (), *,
                      per_entity: int = 20) -> dict[str, list[str]]:

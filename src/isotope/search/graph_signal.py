@@ -1,0 +1,125 @@
+"""The ``graph`` signal: chunks reached from the query through the knowledge graph
+(setting ``graph``), for questions whose answer is in a passage that shares no word with
+them ("In which city was the architect of the opera house born?").
+
+The walk starts from **seeds**: the entities the query names (any run of its words that
+is an entity's name or alias), and the entities of the statements (atoms) nearest the
+query, weighted by how near. From each seed it follows relations, up to ``hops`` away,
+each step keeping :data:`DECAY` of the weight. A chunk scores the best weight of an
+entity it names, times that entity's specificity (an entity named in many chunks leads
+less far), and its hits say by which path it was reached
+(``Sydney Opera House -[was designed by]-> Jørn Utzon``), which ``--explain`` shows.
+Everything is read through the search's conditions: a hidden chunk is never a seed, a
+step or a result."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from isotope.embedders import Vectors
+from isotope.ingest.questions import STOPWORDS
+from isotope.knowledge.facts import entity_key
+from isotope.models import Condition
+from isotope.stores import Hit, Store
+
+LONGEST_NAME = 6
+"""Most words of a run of the query looked up as a name."""
+SEED_ATOMS = 5
+"""The statements nearest the query whose entities start the walk."""
+DECAY = 0.6
+"""The share of a path's weight that survives each relation followed."""
+POOL = 50
+"""Fewest chunks the walk reads, whatever the search's ``k`` (a mode of its own reads only
+``k``: the walk's limits would cut the answering chunk)."""
+COMMON = 200
+"""An entity named in more chunks than this is too common to lead anywhere (its
+mentions are not followed)."""
+
+
+@dataclass
+class Reached:
+    """How the walk reached an entity: its weight, where it started (``origin``) and the
+    relations followed from the seed (predicate, whether followed forwards, entity)."""
+
+    weight: float
+    origin: str
+    seed: str
+    steps: tuple[tuple[str, bool, str], ...] = ()
+
+    def shown(self, names: dict[str, str]) -> str:
+        text = f"{self.origin}: {names.get(self.seed, self.seed)}"
+        for predicate, forwards, key in self.steps:
+            arrow = f" -[{predicate}]-> " if forwards else f" <-[{predicate}]- "
+            text += arrow + names.get(key, key)
+        return text
+
+
+def _names(query: str) -> list[str]:
+    """Every run of up to :data:`LONGEST_NAME` words of the query that is not only
+    stopwords, as entity keys."""
+    words = entity_key(query).split()
+    runs = {" ".join(words[i:j]) for i in range(len(words))
+            for j in range(i + 1, min(len(words), i + LONGEST_NAME) + 1)}
+    return sorted(r for r in runs if any(w not in STOPWORDS for w in r.split()))
+
+
+def _better(found: dict[str, Reached], key: str, reached: Reached) -> bool:
+    if key in found and found[key].weight >= reached.weight:
+        return False
+    found[key] = reached
+    return True
+
+
+def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
+               filters: Sequence[Condition] = (), *, hops: int = 2
+               ) -> list[tuple[str, float, list[Hit]]]:
+    """The chunks the graph reaches from ``query``, best first (at most ``pool``): (chunk
+    id, score in 0..1, hits whose text is the path)."""
+    reached: dict[str, Reached] = {}
+    pool = max(pool, POOL)
+    with store.snapshot():
+        for _, key in store.named_in(_names(query), filters).items():
+            _better(reached, key, Reached(1.0, "named in the query", key))
+        nearest = [h for h in store.search("atoms", vector, SEED_ATOMS, filters)
+                   if h.score > 0]
+        said = {(h.chunk_id, h.text): h.score for h in nearest}
+        for key, chunk, _ in store.mentions(filters, atoms=list(said)):
+            score = max(s for (c, _), s in said.items() if c == chunk)
+            _better(reached, key, Reached(DECAY * score, "in a statement near the query", key))
+        if not reached:
+            return []
+        known = {e.key: e for e in store.entities(filters, keys=sorted(reached),
+                                                  top=len(reached))}
+        frontier = [k for k in reached if k in known and known[k].chunks <= COMMON]
+        for _ in range(hops):
+            step: set[str] = set()
+            start = {k: reached[k] for k in frontier}  # (one relation per hop)
+            for relation in store.relations(filters, keys=frontier, limit=20 * pool):
+                for here, there, forwards in ((relation.subject, relation.object, True),
+                                              (relation.object, relation.subject, False)):
+                    if here in start:
+                        way = start[here]
+                        if _better(reached, there, Reached(
+                                way.weight * DECAY, way.origin, way.seed,
+                                (*way.steps, (relation.predicate, forwards, there)))):
+                            step.add(there)
+            fresh = sorted(step - set(known))
+            if fresh:
+                known.update({e.key: e for e in store.entities(filters, keys=fresh,
+                                                               top=len(fresh))})
+            frontier = [k for k in step if k in known and known[k].chunks <= COMMON]
+            if not frontier:
+                break
+        leads = [k for k in reached if k in known and known[k].chunks <= COMMON]
+        named = store.mentions(filters, keys=leads, limit=50 * pool)
+    names = {k: e.name for k, e in known.items()}
+    best: dict[str, list[tuple[float, str]]] = {}
+    for key, chunk, _ in named:
+        weight = reached[key].weight / (1 + math.log(known[key].chunks))
+        best.setdefault(chunk, []).append((weight, reached[key].shown(names)))
+    ranked = sorted(((chunk, sorted(set(ways), reverse=True)) for chunk, ways in best.items()),
+                    key=lambda x: -x[1][0][0])[:pool]
+    return [(chunk, ways[0][0], [Hit("chunks", chunk, w, path) for w, path in ways[:3]])
+            for chunk, ways in ranked]
