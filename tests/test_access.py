@@ -101,7 +101,7 @@ def _everything_seen(iso: Isotope, asker: Principal | None, mode: str) -> set[st
 def guarded(every_location: str, tmp_path: Path, embedder: Embedder) -> Iterator[Isotope]:
     """The matrix's index, on every engine (PostgreSQL with each keyword engine)."""
     iso = Isotope.open(every_location, embedder=embedder, llm=FakeLLM(), cache=False,
-                       access_control=True, email_access=True)
+                       access_control=True, email_access=True, graph=True)
     iso.ingest(_docs(tmp_path / "docs"))
     yield iso
     iso.close()

@@ -64,7 +64,7 @@ def served(tmp_path: Path, embedder: Embedder) -> Iterator[tuple[str, Isotope, P
     model = SlowAnswers()
     model.go.set()
     iso = Isotope.open(tmp_path / "index", embedder=embedder, llm=model, cache=False,
-                       email_access=True)  # (access_control off: the keys turn it on)
+                       email_access=True, graph=True)  # (access_control off: keys turn it on)
     iso.ingest(_docs(tmp_path / "docs"))
     keys_file = tmp_path / "keys"
     keys_file.write_text(KEYS)

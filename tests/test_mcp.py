@@ -56,7 +56,8 @@ def test_stdio_tools_search_and_list(iso: Isotope, examples: Path, tmp_path: Pat
                 said = refused.content[0].text
                 assert refused.isError and "from 1 to 50" in said and "http" not in said
             names = {t.name for t in (await s.list_tools()).tools}
-            assert names == {"search", "ask", "feedback", "list_sources", "ingest"}
+            assert names == {"search", "ask", "feedback", "list_sources", "ingest", "read_graph",
+                             "search_nodes", "open_nodes"}
             found = _payload(await s.call_tool("search", {"query": QUERY, "k": 3}))
             assert Path(found["results"][0]["source"]).name == "handbook.md"
             assert found["results"][0]["matched_questions"]

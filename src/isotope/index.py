@@ -531,6 +531,10 @@ class Isotope:
         options = {**retrieval.fusion_options(self.settings, weights, self._fitted_weights()),
                    "filters": parse_filters(filters) + conditions, "explain": bool(explain)}
         mode = mode or self.settings.mode
+        if mode == "graph" and not self.settings.graph:
+            raise InvalidArgument("mode graph searches the knowledge graph, and this index has "
+                                  "none: it is made with the setting graph = true (a new "
+                                  "index, or `isotope ingest --force`)")
         transform = self.settings.query_transform if transform is None else transform
         search = Search(self.store, self.embedder, self.settings, asker, conditions,
                         self._counts, log=bool(self.query_log or self.settings.audit_log),

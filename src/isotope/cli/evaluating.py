@@ -66,8 +66,11 @@ def eval_(
     from dataclasses import asdict
 
     from isotope.search import evaluation
+    from isotope.settings import Settings
 
-    modes = mode or [*MODES, evaluation.WITHOUT_QUESTIONS]
+    # (the graph mode only where the graph is made: setting graph)
+    modes = mode or [*(m for m in MODES if m != "graph" or Settings().graph),
+                     evaluation.WITHOUT_QUESTIONS]
     with errors():
         for name in modes:
             if name not in (*MODES, evaluation.WITHOUT_QUESTIONS):
