@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from isotope import Isotope, InvalidArgument
+from isotope import InvalidArgument, Isotope
 from isotope.cli import app
 from isotope.search.retrieval import MODES, Candidate, fuse, keyword_query
 
