@@ -66,10 +66,10 @@ def eval_(
     from dataclasses import asdict
 
     from isotope.search import evaluation
-    from isotope.settings import Settings
+    from isotope.settings import resolve
 
     # (the graph mode only where the graph is made: setting graph)
-    modes = mode or [*(m for m in MODES if m != "graph" or Settings().graph),
+    modes = mode or [*(m for m in MODES if m != "graph" or resolve(None)[0].graph),
                      evaluation.WITHOUT_QUESTIONS]
     with errors():
         for name in modes:
