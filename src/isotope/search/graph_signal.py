@@ -84,10 +84,10 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
             _better(reached, key, Reached(1.0, "named in the query", key))
         nearest = [h for h in store.search("atoms", vector, SEED_ATOMS, filters)
                    if h.score > 0]
-        said = {(h.chunk_id, h.text): h.score for h in nearest}
-        for key, chunk, _ in store.mentions(filters, atoms=list(said)):
-            score = max(s for (c, _), s in said.items() if c == chunk)
-            _better(reached, key, Reached(DECAY * score, "in a statement near the query", key))
+        for hit in nearest:  # (each entity weighed by the statement that names it)
+            for key, _, _ in store.mentions(filters, atoms=[(hit.chunk_id, hit.text)]):
+                _better(reached, key, Reached(DECAY * hit.score,
+                                              "in a statement near the query", key))
         if not reached:
             return []
         known = {e.key: e for e in store.entities(filters, keys=sorted(reached),
