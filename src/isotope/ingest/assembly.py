@@ -5,7 +5,7 @@ the questions kept by selection."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -116,8 +116,8 @@ def assemble(work: Work, vectors: np.ndarray, select: Select) -> Assembled:
         dropped += [q.model_copy(update={"atom_id": renamed[q.atom_id].id,
                                          "chunk_id": chunks[i].id})
                     for q in stored.dropped if q.atom_id in renamed]
-        facts += [AtomFacts(renamed[f.atom_id].id, chunks[i].id, f.entities, f.relations,
-                            f.aliases) for f in stored.facts if f.atom_id in renamed]
+        facts += [replace(f, atom_id=renamed[f.atom_id].id, chunk_id=chunks[i].id)
+                  for f in stored.facts if f.atom_id in renamed]
         atom_parts.append(stored.atom_vectors)
         question_parts.append(stored.question_vectors)
     batch = SourceBatch(

@@ -137,16 +137,20 @@ class QuestionGenerator:
         self.temperature = temperature
         self.max_repairs = max_repairs
         self.graph = graph
-        self.numbered = self.prompts["questions-numbered"]
         self.max_tokens = QUESTION_TOKENS * n + 40
         # (batched decoding ends a reply at its first line break when one question is
         # asked: the facts' reply needs a few lines)
         self.stop_after = max(n, 2) if graph else n
 
+    @property
+    def batching(self) -> bool:
+        """Mode ``batched`` with a model that decodes in batches (others use ``atom``)."""
+        return self.mode == "batched" and _can_sample(self.llm)
+
     def window(self, concurrency: int) -> int:
         """How many atoms to hand :meth:`generate_many` at once to keep the model busy:
         two rounds of concurrent calls, or four fillings of batched decoding's slots."""
-        if self.mode == "batched" and _can_sample(self.llm):
+        if self.batching:
             return 4 * self.llm.batch_sequences
         return 2 * concurrency
 
@@ -161,15 +165,15 @@ class QuestionGenerator:
                                     self.prompts["questions-chunk"])]
             kwargs = {"max_tokens": self.max_tokens * len(atoms),
                       "json_schema": chunk_schema(len(atoms), self.n)}
-        elif self.mode == "batched" and _can_sample(self.llm):
-            prompts = numbered_prompts(chunk, atoms, self.n, self.numbered)
+        elif self.batching:
+            prompts = numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
             prompts += [self._facts_prompt(chunk, atoms)] if self.graph else []
             kwargs["batched"] = self.stop_after
         else:
             prompts = [question_prompt(chunk.text, a.text, self.n, self.prompts["questions"])
                        for a in atoms]
         hits = self.llm.cached(prompts, temperature=self.temperature, **kwargs)
-        if self.graph and not (self.mode == "batched" and _can_sample(self.llm)):
+        if self.graph and not self.batching:
             facts = self._facts_prompt(chunk, atoms)
             hits += self.llm.cached([facts], temperature=self.temperature,
                                     max_tokens=self.max_tokens)
@@ -186,11 +190,11 @@ class QuestionGenerator:
         todo: list[tuple[int, int]] = []
         if self.mode == "chunk":
             todo = self._per_chunk(groups, results)
-        elif self.mode == "batched" and _can_sample(self.llm):
+        elif self.batching:
             todo = self._batched(groups, results)
         else:
             todo = [(g, i) for g, (_, atoms) in enumerate(groups) for i in range(len(atoms))]
-        if self.graph and not (self.mode == "batched" and _can_sample(self.llm)):
+        if self.graph and not self.batching:
             self._facts(groups, results)
         self._per_atom(groups, todo, results)
         return results
@@ -285,7 +289,7 @@ class QuestionGenerator:
         """One reply per atom, all decoded together (local model); returns the atoms with
         no question, which are then asked one by one with repairs."""
         replies: list[list[str]] = self.llm.sample_batched(
-            [numbered_prompts(chunk, atoms, self.n, self.numbered)
+            [numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
              + ([self._facts_prompt(chunk, atoms)] if self.graph and atoms else [])
              for chunk, atoms in groups],
             max_tokens=self.max_tokens, temperature=self.temperature,

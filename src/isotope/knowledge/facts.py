@@ -58,19 +58,6 @@ class AtomFacts:
     def __bool__(self) -> bool:
         return bool(self.entities or self.relations)
 
-    def to_json(self) -> dict[str, list[list[str]]]:
-        return {"entities": [list(e) for e in self.entities],
-                "relations": [list(r) for r in self.relations],
-                "aliases": [list(a) for a in self.aliases]}
-
-    @classmethod
-    def from_json(cls, data: dict[str, list[list[str]]], atom_id: str = "",
-                  chunk_id: str = "") -> AtomFacts:
-        return cls(atom_id, chunk_id,
-                   [(e[0], e[1]) for e in data.get("entities", [])],
-                   [(r[0], r[1], r[2]) for r in data.get("relations", [])],
-                   [(a[0], a[1]) for a in data.get("aliases", [])])
-
 
 def _name(text: str) -> str | None:
     name = re.sub(r"\s+", " ", text).strip().strip("\"'`*_.,;:").strip()
@@ -163,13 +150,12 @@ def _runs(words: list[str], name: list[str]) -> list[range]:
 def attribute(facts: AtomFacts, atoms: Sequence[Atom]) -> list[AtomFacts]:
     """A chunk's facts given to its atoms: an entity to every atom naming it (or one of
     its aliases, or a person's surname) outside a longer name ("Paris" inside
-    "University of Paris" names the university),
-    a relation to the first atom naming both its ends (else one of them). An entity no
-    atom names is left out (the model made it up, or changed its name), and so is a
-    relation with an end left out."""
+    "University of Paris" names the university), a relation to the first atom naming
+    both its ends (else one of them). An entity no atom names is left out (the model made
+    it up, or changed its name), and so is a relation with an end left out."""
     facts, surnames = _surnames(facts)
     also: dict[str, list[list[str]]] = {}
-    for alias, name in [*facts.aliases, *((s, n) for s, n in surnames.items())]:
+    for alias, name in [*facts.aliases, *surnames.items()]:
         also.setdefault(entity_key(name), []).append(_words(alias))
     forms = sorted(((len(form), entity_key(name), form) for name, _ in facts.entities
                     for form in [_words(name), *also.get(entity_key(name), [])] if form),

@@ -15,7 +15,7 @@ step or a result."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from isotope.embedders import Vectors
@@ -80,7 +80,7 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
     reached: dict[str, Reached] = {}
     pool = max(pool, POOL)
     with store.snapshot():
-        for _, key in store.named_in(_names(query), filters).items():
+        for key in store.named_in(_names(query), filters).values():
             _better(reached, key, Reached(1.0, "named in the query", key))
         nearest = [h for h in store.search("atoms", vector, SEED_ATOMS, filters)
                    if h.score > 0]
@@ -92,7 +92,12 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
             return []
         known = {e.key: e for e in store.entities(filters, keys=sorted(reached),
                                                   top=len(reached))}
-        frontier = [k for k in reached if k in known and known[k].chunks <= COMMON]
+
+        def leading(keys: Iterable[str]) -> list[str]:
+            """Those of ``keys`` one may see named in at most :data:`COMMON` chunks."""
+            return [k for k in keys if k in known and known[k].chunks <= COMMON]
+
+        frontier = leading(reached)
         for _ in range(hops):
             step: set[str] = set()
             start = {k: reached[k] for k in frontier}  # (one relation per hop)
@@ -109,11 +114,10 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
             if fresh:
                 known.update({e.key: e for e in store.entities(filters, keys=fresh,
                                                                top=len(fresh))})
-            frontier = [k for k in step if k in known and known[k].chunks <= COMMON]
+            frontier = leading(step)
             if not frontier:
                 break
-        leads = [k for k in reached if k in known and known[k].chunks <= COMMON]
-        named = store.mentions(filters, keys=leads, limit=50 * pool)
+        named = store.mentions(filters, keys=leading(reached), limit=50 * pool)
     names = {k: e.name for k, e in known.items()}
     best: dict[str, list[tuple[float, str]]] = {}
     for key, chunk, _ in named:

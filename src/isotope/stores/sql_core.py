@@ -25,6 +25,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -33,7 +34,6 @@ import numpy as np
 from isotope.ann import Ids
 from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged
-from isotope.knowledge.facts import AtomFacts
 from isotope.models import (
     ACCESS_BY_HAND,
     Atom,
@@ -239,8 +239,8 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
                 self._add_dropped(conn, [x.model_copy(update={"chunk_id": item.chunk_id})
                                          for x in item.dropped])
                 self._drop_facts(conn, item.chunk_id)
-                self._add_facts(conn, [AtomFacts(f.atom_id, item.chunk_id, f.entities,
-                                                 f.relations, f.aliases) for f in item.facts])
+                self._add_facts(conn, [replace(f, chunk_id=item.chunk_id)
+                                       for f in item.facts])
                 conn.execute(f"UPDATE chunks SET enriched = {d.mark} WHERE {d.row} = {d.mark}",
                              (item.complete, chunk_row))
                 conn.execute(d.add_questions_count, (added - had, uri))  # for `check`

@@ -1,8 +1,8 @@
 """The knowledge graph of an SQL store, written once for both engines: the entities and
-relations named in atoms (:mod:`isotope.knowledge.facts`), stored with their chunk, merged
-by key and alias, and read back only through chunks the reader may see (the filter
-conditions of every search: a hidden source's entities, mentions and relations count
-nowhere)."""
+relations named in atoms (:mod:`isotope.knowledge.facts`), stored with their chunk and
+merged by key, and read back only through chunks the reader may see (the filter
+conditions of every search: a hidden source's entities, mentions, relations and aliases
+count nowhere)."""
 
 from __future__ import annotations
 
@@ -140,7 +140,6 @@ class SQLGraph(Graph):
             chosen = [r[0] for r in counted]
             if not chosen:
                 return []
-            clause, params = self.conditions_sql(conditions)
             names = self._rows(
                 f"SELECT m.entity, m.name, m.type, count(*) FROM mentions m "
                 f"{_SEEN.format(t='m')} WHERE {clause} AND {d.any_of('m.entity')} "
