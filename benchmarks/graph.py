@@ -171,26 +171,11 @@ def facts_only(iso: Isotope, window: int = 32) -> int:
     return relations
 
 
-def _searcher(iso: Isotope) -> evaluation.Search:
-    """evaluation.searcher, and ``hybrid graph=W``: hybrid with the graph signal at W."""
-    plain = evaluation.searcher(iso)
-
-    def search(query: str, mode: str, k: int) -> tuple[list[str], float, str]:
-        if not mode.startswith("hybrid graph="):
-            return plain(query, mode, k)
-        weight = float(mode.split("=", 1)[1])
-        response = iso.search(query, k, mode="hybrid", weights={"graph": weight})
-        return ([evaluation.passage_id(r.chunk) for r in response.results],
-                response.top_score, response.suggested_action)
-
-    return search
-
-
 def measure(iso: Isotope, items: list[dict[str, Any]], modes: list[str], ask: bool
             ) -> dict[str, Any]:
     """Each mode's shares (percent) of questions with both passages, the answering one and
     the first one in the top ``K``; with ``ask``, answers containing the answer."""
-    search = _searcher(iso)
+    search = evaluation.searcher(iso)
     said: dict[str, Any] = {}
     for mode in modes:
         both = second = first = 0
@@ -261,7 +246,8 @@ def main() -> None:
         if args.questions == "now":
             modes.insert(1, evaluation.WITHOUT_QUESTIONS)
         if args.graph:
-            modes += ["graph", *(f"hybrid graph={w}" for w in args.graph_weights.split(","))]
+            weights = args.graph_weights.split(",")
+            modes += ["graph", *(f"{evaluation.WITH_GRAPH}{w}" for w in weights)]
         said = {"passages": len(passages), "questions": len(items),
                 "generated_questions": iso.store.counts()["questions"],
                 "entities": len(iso.entities(1_000_000)) if args.graph else None,

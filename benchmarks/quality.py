@@ -1,7 +1,7 @@
 """Retrieval quality of every mode, side by side, on SQuAD dev (issue 4's targets).
 
     .venv/bin/python benchmarks/quality.py [--passages 300] [--generation batched]
-        [--transform-queries N]
+        [--transform-queries N] [--graph] [--graph-weights 0.5,1]
 
 Indexes the first ``--passages`` passages of ../shared/eval/squad-dev (each passage one
 chunk) with the default offline models, then scores every retrieval mode on all their
@@ -9,6 +9,11 @@ questions (Recall@1/2/5, MRR@10, latency), and the question modes again on a key
 variant of the questions (question words and stopwords dropped). Generated questions are
 cached in benchmarks/cache/ (committed), so a re-run takes minutes, not hours. Ratios are
 against ``chunks-dense``, the baseline measured in the same run.
+
+``--graph`` builds the index with the knowledge graph (setting ``graph``; its own folder,
+the cached questions reused, only the entities and relations generated) and adds the
+``graph`` mode and ``hybrid`` with the graph signal at each of ``--graph-weights``: what
+the signal costs single-hop questions.
 """
 
 from __future__ import annotations
@@ -41,13 +46,21 @@ def main() -> None:
     parser.add_argument("--transform-queries", type=int, default=0, metavar="N",
                         help="also score the first N keyword queries with query "
                         "transformation (one model call each; cached)")
+    parser.add_argument("--graph", action="store_true",
+                        help="with the knowledge graph: adds the graph mode and hybrid with it")
+    parser.add_argument("--graph-weights", default="0.5,1",
+                        help="the graph signal's weights in hybrid (with --graph)")
     args = parser.parse_args()
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                         args.passages)
-    index = OUT / f"quality-{args.passages}-{args.generation}"
+    index = OUT / f"quality-{args.passages}-{args.generation}{'-graph' if args.graph else ''}"
+    modes = [m for m in MODES if m != "graph" or args.graph]  # graph: only on a graph index
+    if args.graph:
+        modes += [f"{evaluation.WITH_GRAPH}{w}" for w in args.graph_weights.split(",")]
     started = time.perf_counter()
     progress = passages_done(10)
-    with Isotope.open(index, cache_dir=CACHE, generation=args.generation) as iso:
+    with Isotope.open(index, cache_dir=CACHE, generation=args.generation,
+                      graph=args.graph) as iso:
         if args.reuse_index:
             print(f"reusing {index}: {iso.status().counts}", file=sys.stderr)
         else:
@@ -57,7 +70,7 @@ def main() -> None:
                   file=sys.stderr)
         search = evaluation.searcher(iso)
         result = evaluation.EvalResult(len(passages), len(queries))
-        result.modes = evaluation.evaluate(search, queries, MODES)
+        result.modes = evaluation.evaluate(search, queries, modes)
         keywords = [{**q, "question": keyword_query(q["question"])} for q in queries]
         keyword_scores = evaluation.evaluate(search, keywords, args.keyword_modes.split(","))
         transformed: list[tuple[str, list[evaluation.ModeScores]]] = []

@@ -162,6 +162,12 @@ def test_two_hops_reach_across_sources_and_a_hidden_source_counts_nowhere(
         assert "Copenhagen" in json.dumps(iso.memory_graph(principal=ANN))
         assert _predicates(iso, "Jørn Utzon", 1, ANN) == {
             "was designed by", "was born in", "received the"}
+        # a result's names (the page's list): those of that chunk, none of a hidden one
+        hr, = (r.chunk.id for r in iso.search("Where was Utzon born?", 5, principal=ANN
+                                              ).results if r.chunk.source.endswith("utzon.md"))
+        assert {e.name for e in iso.entities(chunk=hr, principal=ANN)} == {
+            "Jørn Utzon", "Copenhagen", "Pritzker Prize"}
+        assert iso.entities(chunk=hr, principal=EVE) == []
 
 
 def test_names_shown_are_those_of_what_one_may_see(location: str, tmp_path: Path,
@@ -293,6 +299,28 @@ def test_the_graph_signal_reaches_the_passage_that_shares_no_word_with_the_quest
         # the walk never steps into what the asker may not see
         assert "utzon.md" not in {Path(r.chunk.source).name for r in iso.search(
             HOMETOWN, k=5, mode="graph", principal=EVE).results}
+
+
+def test_an_answer_is_given_the_bridging_passage(location: str, tmp_path: Path,
+                                                 embedder: Embedder) -> None:
+    model = FakeLLM()
+    with _open(location, embedder, model, answer_k=1) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        answered = iso.ask(HOMETOWN)
+        assert [Path(r.chunk.source).name for r in answered.results] == ["opera.md",
+                                                                         "utzon.md"]
+        first, bridge = answered.results
+        assert first.bridge is None and bridge.rank == 2 and bridge.explain is None
+        assert any("-[was designed by]-> Jørn Utzon" in p for p in bridge.bridge or [])
+        given = str(model.prompts[-1])
+        assert "Copenhagen" in given and "Sydney Opera House" in given
+        # a plain search has no bridges; nor has an answer for who may not see hr/
+        assert len(iso.search(HOMETOWN, k=1).results) == 1
+        hidden = iso.ask(HOMETOWN, principal=EVE)
+        assert [Path(r.chunk.source).name for r in hidden.results] == ["opera.md"]
+        assert "Copenhagen" not in str(model.prompts[-1])
+    with _open(location, embedder, answer_k=1, answer_bridges=0) as iso:
+        assert len(iso.ask(HOMETOWN).results) == 1
 
 
 # -- the command line and the MCP Memory server's file -------------------------------------

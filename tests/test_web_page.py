@@ -267,3 +267,63 @@ def test_the_page_shows_results_before_the_answer_and_can_stop_it(
         while not slow.stopped_early and time.monotonic() < deadline:
             time.sleep(0.1)
         assert slow.stopped_early == [True]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                    "(apt-get install chromium)")
+def test_a_result_s_names_open_their_neighbourhood_as_a_picture(
+        embedder: object, tmp_path: Path) -> None:
+    """With a knowledge graph (issue 46): a result lists the names read from its passage,
+    a name opens a picture of what it is related to, and a neighbour clicked in the
+    picture takes the middle. Without the graph the page shows neither."""
+    from conftest import FakeLLM
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "opera.md").write_text("The Sydney Opera House was designed by Jørn Utzon.\n")
+    (docs / "utzon.md").write_text("Jørn Utzon was born in Copenhagen in 1918.\n")
+    with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),  # type: ignore[arg-type]
+                      cache=False, graph=True) as iso:
+        iso.ingest(docs)
+        with served_on_loopback(create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000,
+                                           uploads=tmp_path / "up")) as url, \
+                playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                        args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1100, "height": 900})
+                page.goto(url + "/")
+                page.wait_for_selector("#mode option:text('graph')", state="attached",
+                                       timeout=10_000)
+                page.uncheck("#ask")
+                page.fill("#query", "Who designed the Sydney Opera House?")
+                page.click("button[type=submit]")
+                page.wait_for_selector(".result", timeout=30_000)
+                first = page.locator(".result").first
+                assert "opera.md" in first.locator(".source").inner_text()
+                first.locator("details.entities summary").click()
+                page.wait_for_selector(".result details.entities button.entity",
+                                       timeout=10_000)
+                names = first.locator("button.entity").all_inner_texts()
+                assert sorted(names) == ["Jørn Utzon", "Sydney Opera House"]
+                first.locator("button.entity", has_text="Jørn Utzon").click()
+                page.wait_for_selector(".result svg.neighbourhood", timeout=10_000)
+                drawn = first.locator("svg.neighbourhood text").all_text_contents()
+                assert {"Jørn Utzon", "Sydney Opera House", "Copenhagen"} <= set(drawn)
+                assert any("was born in →" in t for t in drawn)
+                assert any("← was designed by" in t for t in drawn)
+                page.screenshot(path=str(tmp_path / "graph.png"), full_page=False)
+                first.locator("svg.neighbourhood g.neighbour", has_text="Copenhagen").click()
+                page.wait_for_function(
+                    "document.querySelector('.result svg.neighbourhood text.center')"
+                    ".textContent === 'Copenhagen'", timeout=10_000)
+            finally:
+                browser.close()
+    target = ROOT / "docs" / "graph-page.png"
+    if not target.exists() or os.environ.get("UPDATE_SCREENSHOT"):  # the docs' picture
+        shutil.copy(tmp_path / "graph.png", target)
+
+
+def test_without_a_graph_the_page_has_no_names(page_url: str) -> None:
+    health = httpx.get(page_url + "health").json()
+    assert health["graph"] is False  # (the page then leaves the names and the mode out)

@@ -106,9 +106,11 @@ class Client:
 
         return IndexStatus.model_validate(self._call("GET", "/status"))
 
-    def entities(self, top: int = 20, *, match: str | None = None) -> list[GraphEntity]:
+    def entities(self, top: int = 20, *, match: str | None = None,
+                 chunk: str | None = None) -> list[GraphEntity]:
         """As :meth:`Isotope.entities`."""
-        query = {k: v for k, v in {"top": top, "match": match}.items() if v is not None}
+        query = {k: v for k, v in {"top": top, "match": match, "chunk": chunk}.items()
+                 if v is not None}
         return [GraphEntity(**e) for e in self._call("GET", "/entities?" + urlencode(query))]
 
     def graph(self, entity: str, *, hops: int = 1) -> Neighbourhood:

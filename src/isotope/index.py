@@ -505,7 +505,9 @@ class Isotope:
                explain: bool = False) -> QueryResponse:
         """The ``k`` chunks whose generated questions best match ``query`` (``k``
         defaults to the ``top_k`` setting; with ``for_answer``, a search an answer will
-        be made from, to ``answer_k``: the chunks the answer model is given).
+        be made from, to ``answer_k``: the chunks the answer model is given, and on an
+        index with a knowledge graph up to ``answer_bridges`` passages the graph reaches
+        from the query after them, :attr:`SearchResult.bridge` saying by which path).
 
         With ``transform`` (default: the ``query_transform`` setting), a query that is not
         already a question is first rewritten by the answer model into one to three
@@ -550,7 +552,8 @@ class Isotope:
 
         def run() -> QueryResponse:
             response = search.run(query, k, mode, filters=filters, rewrites=rewrites,
-                                  options=options, started=started)
+                                  options=options, started=started,
+                                  bridges=self.settings.answer_bridges if for_answer else 0)
             if rewrites is not None:
                 response.timings["transform"] = rewritten
             return response
@@ -958,14 +961,16 @@ class Isotope:
         return self.store.counts(self._conditions(principal))
 
     # -- the knowledge graph -----------------------------------------------------------
-    def entities(self, top: int = 20, *, match: str | None = None,
+    def entities(self, top: int = 20, *, match: str | None = None, chunk: str | None = None,
                  principal: Asker = None) -> list[GraphEntity]:
         """The entities named in the atoms (setting ``graph``), most chunks first, of
         what ``principal`` may see only; ``match``: only those whose name, type or a
-        statement naming them holds it (case ignored)."""
+        statement naming them holds it (case ignored); ``chunk``: only those that chunk
+        names (none when ``principal`` may not see it)."""
         if top < 1:
             raise InvalidArgument(f"top must be at least 1, not {top}")
-        return self.store.entities(self._conditions(principal), top=top, match=match)
+        return self.store.entities(self._conditions(principal), top=top, match=match,
+                                   chunk=chunk)
 
     def graph(self, entity: str, *, hops: int = 1, principal: Asker = None) -> Neighbourhood:
         """The entity ``entity`` names (by any of its names or aliases) and what is up to

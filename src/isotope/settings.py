@@ -460,6 +460,10 @@ class RetrievalSettings(BaseModel):
         False, description="Rewrite keyword queries into questions with the model first"
     )
     answer_k: int = Field(3, ge=1, le=100, description="Chunks given to the answer model")
+    answer_bridges: int = Field(
+        2, ge=0, le=20, description="With a knowledge graph (setting graph): the passages "
+        "the graph reaches first from the question, given to the answer model after the "
+        "answer_k chunks (a two-hop question's second passage); 0: none")
     answer_strictness: AnswerStrictness = Field(
         "balanced", description="How much a passage must say of the question around a "
         "supported answer before `ask` shows it (unless the search is sure of its first "

@@ -104,6 +104,9 @@ def entities_command(
     match: Annotated[str | None, typer.Option(
         "--match", help="Only entities whose name, type or a statement naming them holds "
         "this text (case ignored).")] = None,
+    chunk: Annotated[str | None, typer.Option(
+        "--chunk", help="Only the entities this chunk names (a chunk id, as `isotope "
+        "search --json` gives it).")] = None,
     as_principal: AsOpt = None,
     index: IndexOpt = None,
     project: ProjectOpt = None,
@@ -112,12 +115,12 @@ def entities_command(
     """List the knowledge graph's entities, those named in the most chunks first, with
     their type and counts. --json gives `key`, `name`, `type`, `chunks`, `mentions`."""
     with errors(), open_index(index, project) as iso:
-        found = iso.entities(top, match=match, principal=as_principal)
+        found = iso.entities(top, match=match, chunk=chunk, principal=as_principal)
     if as_json:
         print_json([dataclasses.asdict(e) for e in found])
         return
     if not found:
-        out.print("no entities" + (" match" if match else "; the graph is made with the "
+        out.print("no entities" + (" match" if match or chunk else "; the graph is made with the "
                                    "setting graph = true (then `isotope ingest --force`)"))
         return
     table = Table("entity", "type", "chunks", "mentions")

@@ -109,6 +109,8 @@ def query(
              "yellow")))
         if r.matched_questions:
             out.print(f"    matched: {r.matched_questions[0].text}")
+        if r.bridge is not None:
+            out.print(f"    reached through the graph: {'; '.join(r.bridge)}")
         if r.explain:
             _print_explain(r.explain)
         if raw or response.answer is None:

@@ -44,6 +44,9 @@ class ModeScores:
 WITHOUT_QUESTIONS = "hybrid-no-questions"
 """A pseudo-mode: ``hybrid`` with the question signals left out, what the index would
 give without generated questions (``isotope eval`` scores it beside the modes)."""
+WITH_GRAPH = "hybrid graph="
+"""The prefix of :func:`searcher`'s mode ``hybrid graph=W``: hybrid, graph signal at W."""
+
 QUESTION_SIGNALS = {"questions-dense": 0.0, "questions-bm25": 0.0}
 
 
@@ -246,11 +249,14 @@ def searcher(iso: Isotope, source_of: Callable[[Chunk], str] = passage_id, *,
     """The search function :func:`evaluate` takes, over an index: the results' sources
     (or what ``source_of`` makes of each chunk), the response's top score and suggested
     action. With ``transform``, keyword queries are first rewritten into questions by the
-    model."""
+    model. A mode ``hybrid graph=W`` is hybrid with the graph signal at weight ``W``."""
     def search(query: str, mode: str, k: int) -> tuple[list[str], float, str]:
         if mode == WITHOUT_QUESTIONS:
             response = iso.search(query, k, mode="hybrid", transform=transform,
                                   weights=QUESTION_SIGNALS)
+        elif mode.startswith(WITH_GRAPH):
+            response = iso.search(query, k, mode="hybrid", transform=transform,
+                                  weights={"graph": float(mode.removeprefix(WITH_GRAPH))})
         else:
             response = iso.search(query, k, mode=mode, transform=transform)
         return ([source_of(r.chunk) for r in response.results], response.top_score,

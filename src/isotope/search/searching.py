@@ -101,11 +101,13 @@ class Search:
 
     def run(self, query: str, k: int, mode: str, *,
             filters: dict[str, Any] | None = None, rewrites: Sequence[str] | None = None,
-            options: dict[str, Any] | None = None, started: float | None = None
-            ) -> QueryResponse:
+            options: dict[str, Any] | None = None, started: float | None = None,
+            bridges: int = 0) -> QueryResponse:
         """The search of ``query`` (and of the questions the model rewrote it into,
         ``rewrites``, fused; None: not rewritten), ``k`` results in
-        ``mode``, through every step (see the module's text). ``options``: fusion's and
+        ``mode``, through every step (see the module's text), and after them up to
+        ``bridges`` passages the knowledge graph reaches that they lack (an index with a
+        graph; :attr:`SearchResult.bridge` says how). ``options``: fusion's and
         retrieval's (:func:`retrieval.search`), the asker's conditions among its
         ``filters`` already; ``started``: when the search began, for the latency logged
         (default: now). Run inside ``store.reading`` (made again on another replica if
@@ -118,6 +120,10 @@ class Search:
                                              list(rewrites), k, mode, **given)
         else:
             response = retrieval.search(self.store, self.embedder, query, k, mode, **given)
+        if bridges and self.settings.graph and mode != "graph":
+            add_bridges(response, retrieval.search(
+                self.store, self.embedder, query, k + bridges, "graph",
+                **{**given, "explain": True}), bridges)
         self._read_back(response)
         if not response.results and filters:
             self.known_keys(filters)
@@ -165,6 +171,19 @@ class Search:
             named = ", ".join(repr(shown_text(k)) for k in unknown)
             raise FilterError(f"no chunk or source of this index has the key {named}; the "
                               f"keys it has: {shown}")
+
+
+def add_bridges(response: QueryResponse, reached: QueryResponse, most: int) -> None:
+    """Up to ``most`` of the graph's results (``reached``, explained) that ``response``
+    lacks, added after its results, each with the paths that reached it."""
+    have = {r.chunk.id for r in response.results}
+    shown = response.results[0].explain is not None if response.results else False
+    for result in [r for r in reached.results if r.chunk.id not in have][:most]:
+        told = result.explain or {}
+        result.bridge = told.get("signals", {}).get("graph", {}).get("paths", [])
+        result.explain = told if shown else None
+        result.rank = len(response.results) + 1
+        response.results.append(result)
 
 
 def hide_members(store: Store, asker: Principal | None,

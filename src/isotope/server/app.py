@@ -162,9 +162,10 @@ def create_app(iso: Isotope, *, keys: Keys, roots: list[Path], max_bytes: int,
     @app.get("/health")
     async def health() -> dict[str, Any]:
         """Liveness, the version, which server process answered (``--workers``), and
-        whether the answer model is local (slow on a CPU)."""
+        whether the answer model is local (slow on a CPU) and the index has a knowledge
+        graph (the page then shows a result's entities)."""
         return {"status": "ok", "version": __version__, "process": os.getpid(),
-                "answer_model_local": local}
+                "answer_model_local": local, "graph": iso.settings.graph}
 
     app.include_router(routes_search.router(iso, turns))
     app.include_router(routes_questions.router(iso, turns))

@@ -23,12 +23,16 @@ def router(iso: Isotope) -> APIRouter:
                  top: Annotated[int, Query(ge=1, le=10_000, description="How many")] = 20,
                  match: Annotated[str | None, Query(
                      max_length=200, description="Only entities whose name, type or a "
-                     "statement naming them holds this text (case ignored)")] = None
+                     "statement naming them holds this text (case ignored)")] = None,
+                 chunk: Annotated[str | None, Query(
+                     max_length=200, description="Only the entities this chunk names "
+                     "(a result's chunk id)")] = None
                  ) -> list[dict[str, Any]]:
         """The entities named in the atoms (setting graph), most chunks first, with
         their type and counts (as ``isotope entities``)."""
         who = allowed(request, "entities")
-        return [dataclasses.asdict(e) for e in iso.entities(top, match=match, principal=who)]
+        return [dataclasses.asdict(e)
+                for e in iso.entities(top, match=match, chunk=chunk, principal=who)]
 
     @api.get("/graph")
     def graph(request: Request,

@@ -300,11 +300,12 @@ class Graph(ABC):
 
     @abstractmethod
     def entities(self, conditions: Sequence[Condition] = (), *, top: int = 20,
-                 keys: Sequence[str] | None = None, match: str | None = None
-                 ) -> list[GraphEntity]:
+                 keys: Sequence[str] | None = None, match: str | None = None,
+                 chunk: str | None = None) -> list[GraphEntity]:
         """The entities named in chunks meeting ``conditions``, most chunks first; only
         ``keys`` when given; only those whose name, type or a statement naming them holds
-        ``match`` (case ignored) when given."""
+        ``match`` (case ignored) when given; only those the chunk ``chunk`` names (when
+        it meets ``conditions``) when given."""
 
     @abstractmethod
     def relations(self, conditions: Sequence[Condition] = (), *,

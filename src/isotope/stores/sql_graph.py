@@ -107,11 +107,15 @@ class SQLGraph(Graph):
         return self.named_in([key], conditions).get(key, key)
 
     def entities(self, conditions: Sequence[Condition] = (), *, top: int = 20,
-                 keys: Sequence[str] | None = None, match: str | None = None
-                 ) -> list[GraphEntity]:
+                 keys: Sequence[str] | None = None, match: str | None = None,
+                 chunk: str | None = None) -> list[GraphEntity]:
         d = self.dialect
         clause, params = self.conditions_sql(conditions)
         where, extra = [clause], list(params)
+        if chunk is not None:  # (the chunk itself must be one the reader may see)
+            where.append(f"m.entity IN (SELECT n.entity FROM mentions n "
+                         f"{_SEEN.format(t='n')} WHERE n.chunk_id = {d.mark} AND {clause})")
+            extra += [chunk, *params]
         if keys is not None:
             if not keys:
                 return []

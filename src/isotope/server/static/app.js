@@ -1,5 +1,6 @@
-// isotope's search page: calls POST /search or /ask (streamed), GET /chunks/{id}/questions
-// and POST /feedback (the thumbs on each result).
+// isotope's search page: calls POST /search or /ask (streamed), GET /chunks/{id}/questions,
+// POST /feedback (the thumbs on each result), and with a knowledge graph GET /entities and
+// GET /graph (a result's names, and an entity's neighbourhood as a small picture).
 // Everything from the index is inserted as text (never as HTML).
 "use strict";
 
@@ -7,6 +8,7 @@ const $ = (id) => document.getElementById(id);
 const keyField = $("key");
 keyField.value = sessionStorage.getItem("isotope-key") || "";
 let running = null; // the AbortController of the search or answer in flight
+let withGraph = false; // the index has a knowledge graph (GET /health says)
 
 function headers() {
   const h = { "Content-Type": "application/json" };
@@ -107,6 +109,80 @@ function explained(told) {
       : `fused ${told.fused.toFixed(3)}${told.scale !== 1 ? ` × ${told.scale.toFixed(2)}` : ""} → score ${told.score.toFixed(3)}` }));
 }
 
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs = {}, text = null) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, String(value));
+  if (text !== null) node.textContent = text;
+  return node;
+}
+
+const AROUND = 10; // most neighbours drawn around an entity
+function short(text, most = 28) { return text.length > most ? text.slice(0, most - 1) + "…" : text; }
+
+// An entity's neighbourhood (GET /graph's reply, one hop) as a small picture: the entity
+// in the middle, what it is related to around it, each line named by its relations
+// (→ from the entity, ← to it). A neighbour is clicked to be put in the middle.
+function picture(data, into) {
+  const W = 620, H = data.relations.length > 2 ? 300 : 120, cx = W / 2, cy = H / 2;
+  const names = Object.fromEntries(data.entities.map((e) => [e.key, e.name]));
+  names[data.center.key] = data.center.name;
+  const lines = new Map(); // neighbour key -> its relations' labels
+  let cut = data.truncated;
+  for (const r of data.relations) {
+    const out = r.subject === data.center.key, other = out ? r.object : r.subject;
+    if ((!out && r.object !== data.center.key) || other === data.center.key) continue;
+    if (!lines.has(other) && lines.size >= AROUND) { cut = true; continue; }
+    const said = lines.get(other) || [];
+    said.push(out ? `${r.predicate} →` : `← ${r.predicate}`);
+    lines.set(other, said);
+  }
+  const drawing = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "neighbourhood", role: "img" });
+  drawing.append(svg("title", {}, `${data.center.name} and what the passages relate it to`));
+  const keys = [...lines.keys()];
+  keys.forEach((key, i) => {
+    const angle = Math.PI + 2 * Math.PI * i / keys.length; // the first on the left
+    const x = cx + 230 * Math.cos(angle), y = cy + (cy - 35) * Math.sin(angle);
+    const label = short([...new Set(lines.get(key))].join("; "), 40);
+    const node = svg("g", { class: "neighbour", tabindex: 0 });
+    node.append(svg("title", {}, `show ${names[key] || key}`), svg("circle", { cx: x, cy: y, r: 6 }),
+      svg("text", { x, y: y + (y < cy - 1 ? -10 : 18), "text-anchor": "middle" }, short(names[key] || key)));
+    node.addEventListener("click", () => neighbourhood(names[key] || key, into));
+    drawing.append(svg("line", { x1: cx, y1: cy, x2: x, y2: y }),
+      svg("text", { x: (cx + x) / 2, y: (cy + y) / 2 - 4, "text-anchor": "middle", class: "relation" }, label), node);
+  });
+  drawing.append(svg("circle", { cx, cy, r: 9, class: "center" }),
+    svg("text", { x: cx, y: cy + 24, "text-anchor": "middle", class: "center" }, short(data.center.name, 40)));
+  const said = keys.length ? `${data.center.name} (${data.center.type}), named in ${data.center.chunks} passage(s)`
+    : `${data.center.name}: no relation read for it`;
+  into.replaceChildren(el("p", { textContent: said + (cut ? " (some relations left out)" : "") }), drawing);
+}
+
+async function neighbourhood(name, into) {
+  try {
+    picture(await call("GET", `/graph?hops=1&entity=${encodeURIComponent(name)}`), into);
+  } catch (error) { into.replaceChildren(el("p", { className: "note", textContent: error.message })); }
+}
+
+// The names read from a result's passage (GET /entities?chunk=), each opening its
+// neighbourhood's picture.
+function entitiesOf(chunkId) {
+  const box = el("details", { className: "entities" }, el("summary", { textContent: "names in this passage" }));
+  box.addEventListener("toggle", async () => {
+    if (!box.open || box.dataset.loaded) return;
+    box.dataset.loaded = "1";
+    try {
+      const found = await call("GET", `/entities?top=30&chunk=${encodeURIComponent(chunkId)}`);
+      if (!found.length) { box.append(el("p", { textContent: "no names were read from this passage" })); return; }
+      const into = el("div", { className: "picture" });
+      box.append(el("p", {}, ...found.map((e) => el("button", {
+        type: "button", className: "entity", title: `${e.type}, named in ${e.chunks} passage(s)`,
+        textContent: e.name, onclick: () => neighbourhood(e.name, into) }))), into);
+    } catch (error) { box.append(el("p", { className: "note", textContent: error.message })); }
+  });
+  return box;
+}
+
 function showResult(result, queryId) {
   const chunk = result.chunk;
   const place = chunk.metadata.page ? ` (page ${chunk.metadata.page})`
@@ -155,7 +231,9 @@ function showResult(result, queryId) {
       queryId ? thumbs(queryId, chunk.id) : ""),
     highlighted(chunk.text, result.matched_questions.map((q) => q.atom)),
     result.matched_questions.length ? el("div", {}, el("b", { textContent: "Matched questions" }), matched) : "",
+    result.bridge ? el("p", { className: "bridge", textContent: "reached through the knowledge graph: " + result.bridge.join("; ") }) : "",
     result.explain ? explained(result.explain) : "",
+    withGraph ? entitiesOf(chunk.id) : "",
     questions);
 }
 
@@ -271,6 +349,10 @@ $("search").addEventListener("submit", async (event) => {
 // The answer box starts unticked when the answer model is the local one: on a laptop's
 // CPU an answer takes many seconds (results always come first).
 fetch(BASE + "/health").then((r) => r.json()).then((health) => {
+  if (health.graph) {
+    withGraph = true;
+    $("mode").append(el("option", { textContent: "graph" }));
+  }
   if (health.answer_model_local) {
     $("ask").checked = false;
     $("ask-note").textContent = "(the answer model runs on this machine's CPU: seconds per answer)";
