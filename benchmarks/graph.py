@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from isotope import Isotope
-from isotope.ingest.generation import facts_prompt
+from isotope.ingest.generation import FACTS_TOKENS, facts_prompt
 from isotope.knowledge.facts import attribute, parse_facts
 from isotope.search import evaluation
 from isotope.stores import ChunkQuestions
@@ -159,7 +159,8 @@ def facts_only(iso: Isotope, window: int = 32) -> int:
     for start in range(0, len(pending), window):
         part = pending[start:start + window]
         replies = llm.sample_batched([[facts_prompt(p.chunk, p.atoms, spec)] for p in part],
-                                     max_tokens=200, temperature=0.5, questions=2)
+                                     max_tokens=FACTS_TOKENS, temperature=0.5,
+                                     questions=0)  # (as ingest asks: FACTS_LIMITS)
         stored = []
         for p, (reply,) in zip(part, replies, strict=True):
             facts = [f for f in attribute(parse_facts(reply), p.atoms) if f]

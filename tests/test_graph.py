@@ -408,6 +408,38 @@ def test_the_memory_server_from_npm_reads_the_export(tmp_path: Path, embedder: E
                     "to": "Copenhagen"}, sort_keys=True)}
 
 
+def test_a_facts_reply_ends_by_its_own_budget_not_by_the_questions_rules() -> None:
+    """Batched decoding ends a question reply at its questions (or lines); a chunk's facts
+    reply, one more sequence of the same call, has its own limits: a long list of names
+    on many lines, with a question mark in a name, is not cut."""
+    from isotope.ingest.generation import FACTS_LIMITS, FACTS_TOKENS, QuestionGenerator
+    from isotope.models import Chunk
+    from isotope.providers import Limits
+    from isotope.providers.llama_batched import _ends
+
+    facts = b"Entities:\nWho? (band)\n" + b"".join(b"Name %d (thing)\n" % i for i in range(9))
+    assert not _ends(facts, FACTS_LIMITS.questions)
+    assert _ends(b"Who was he? What did he do?", 2) and _ends(b"Who was he?\nW", 1)
+    assert _ends(b"a\nb\nc\nd\ne", 2) and not _ends(b"Who was he?", 2)
+
+    class Batched(FakeLLM):
+        batch_sequences = 4
+        limits: object = None
+
+        def sample_batched(self, groups, *, max_tokens, temperature, questions,  # type: ignore[no-untyped-def]
+                           limits=None):
+            self.limits = limits
+            return [["1. Who?"] * len(g) for g in groups]
+
+    model = Batched()
+    atoms = [Atom(text=OPERA, chunk_id="c"), Atom(text=BORN, chunk_id="c", index=1)]
+    generator = QuestionGenerator(model, n=1, mode="batched", graph=True)
+    generator.generate(Chunk(text=f"{OPERA} {BORN}", source="s"), atoms)
+    assert model.limits == [[Limits(generator.max_tokens, 1)] * 2
+                            + [Limits(FACTS_TOKENS, 0)]]
+    assert generator.max_tokens < FACTS_TOKENS
+
+
 def test_the_real_local_model_names_entities_in_its_question_calls(
         tmp_path: Path, embedder: Embedder) -> None:
     docs = tmp_path / "docs"

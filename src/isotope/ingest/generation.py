@@ -36,13 +36,19 @@ from isotope.ingest.questions import SYSTEM, parse_questions, question_prompt
 from isotope.knowledge.facts import AtomFacts, attribute, parse_facts
 from isotope.models import Atom, Chunk
 from isotope.prompts import PROMPTS, PromptSpec
-from isotope.providers import LLM, BatchGenerationError, Prompt
+from isotope.providers import LLM, BatchGenerationError, Limits, Prompt
 
 log = logging.getLogger(__name__)
 Mode = Literal["atom", "chunk", "batched"]
 CHUNK_PROMPT_VERSION = PROMPTS["questions-chunk"].version
 NUMBERED_PROMPT_VERSION = PROMPTS["questions-numbered"].version
 QUESTION_TOKENS = 40
+FACTS_TOKENS = 400
+"""The most tokens of a chunk's facts reply (``graph``): its own budget, not the
+questions' (cut at 200, a fifth of the replies of a benchmark run lost relations)."""
+FACTS_LIMITS = Limits(FACTS_TOKENS, 0)
+"""How a facts reply ends in batched decoding: by its tokens only (not at question marks
+or line breaks, as a question reply does)."""
 
 
 @dataclass
@@ -138,9 +144,6 @@ class QuestionGenerator:
         self.max_repairs = max_repairs
         self.graph = graph
         self.max_tokens = QUESTION_TOKENS * n + 40
-        # (batched decoding ends a reply at its first line break when one question is
-        # asked: the facts' reply needs a few lines)
-        self.stop_after = max(n, 2) if graph else n
 
     @property
     def batching(self) -> bool:
@@ -167,16 +170,16 @@ class QuestionGenerator:
                       "json_schema": chunk_schema(len(atoms), self.n)}
         elif self.batching:
             prompts = numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
-            prompts += [self._facts_prompt(chunk, atoms)] if self.graph else []
-            kwargs["batched"] = self.stop_after
+            kwargs["batched"] = self.n
         else:
             prompts = [question_prompt(chunk.text, a.text, self.n, self.prompts["questions"])
                        for a in atoms]
         hits = self.llm.cached(prompts, temperature=self.temperature, **kwargs)
-        if self.graph and not self.batching:
+        if self.graph:
             facts = self._facts_prompt(chunk, atoms)
             hits += self.llm.cached([facts], temperature=self.temperature,
-                                    max_tokens=self.max_tokens)
+                                    max_tokens=FACTS_TOKENS,
+                                    batched=0 if self.batching else None)
             prompts.append(facts)
         return prompts, sum(hits)
 
@@ -214,7 +217,7 @@ class QuestionGenerator:
         concurrently)."""
         asked = [g for g, (_, atoms) in enumerate(groups) if atoms]
         replies, _ = self._complete([self._facts_prompt(*groups[g]) for g in asked],
-                                    self.max_tokens)
+                                    FACTS_TOKENS)
         for g, reply in zip(asked, replies, strict=True):
             results[g].calls += 1
             self._read_facts(results[g], groups[g][1], reply)
@@ -288,12 +291,16 @@ class QuestionGenerator:
                  results: list[Generated]) -> list[tuple[int, int]]:
         """One reply per atom, all decoded together (local model); returns the atoms with
         no question, which are then asked one by one with repairs."""
+        asked = [numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
+                 + ([self._facts_prompt(chunk, atoms)] if self.graph and atoms else [])
+                 for chunk, atoms in groups]
+        # (each facts prompt, last of its chunk's, with its own limits)
+        mine = Limits(self.max_tokens, self.n)
+        limits = [[mine] * len(atoms) + [FACTS_LIMITS] * (len(p) - len(atoms))
+                  for p, (_, atoms) in zip(asked, groups, strict=True)]
         replies: list[list[str]] = self.llm.sample_batched(
-            [numbered_prompts(chunk, atoms, self.n, self.prompts["questions-numbered"])
-             + ([self._facts_prompt(chunk, atoms)] if self.graph and atoms else [])
-             for chunk, atoms in groups],
-            max_tokens=self.max_tokens, temperature=self.temperature,
-            questions=self.stop_after)
+            asked, max_tokens=self.max_tokens, temperature=self.temperature,
+            questions=self.n, limits=limits if self.graph else None)
         missing: list[tuple[int, int]] = []
         for g, per_atom in enumerate(replies):
             results[g].calls += len(per_atom)

@@ -24,6 +24,17 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """When one reply of batched decoding ends, besides the end of generation: after
+    ``max_tokens`` tokens, or once it holds ``questions`` question marks and ends with
+    one (1: at its first newline too; more: at its ``questions + 2``-th newline). 0: a
+    reply that is not questions (a chunk's facts), ended by its tokens only."""
+
+    max_tokens: int
+    questions: int
+
+
 @dataclass
 class Usage:
     """Tokens a provider has used so far."""
@@ -106,9 +117,12 @@ class LLM(ABC):
         JSON object of that schema (constrained where the provider can, else asked for)."""
 
     def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
-                       temperature: float, questions: int) -> list[list[str]]:
+                       temperature: float, questions: int,
+                       limits: Sequence[Sequence[Limits]] | None = None) -> list[list[str]]:
         """Batched decoding: a reply for every prompt of every group, the prompts of a group
-        sharing their beginning. Only for models with ``batch_sequences`` > 0."""
+        sharing their beginning, each ended as :class:`Limits` (``max_tokens`` and
+        ``questions``) say, or as its own in ``limits`` (``limits[group][prompt]``) when
+        given. Only for models with ``batch_sequences`` > 0."""
         raise NotImplementedError(f"{self.model_id or type(self).__name__} has no batched "
                                   "decoding (batch_sequences = 0)")
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from isotope.embedders import Embedder, Vectors
 from isotope.models import CacheStats
-from isotope.providers import LLM, BatchGenerationError, Prompt, Usage
+from isotope.providers import LLM, BatchGenerationError, Limits, Prompt, Usage
 
 log = logging.getLogger(__name__)
 
@@ -224,10 +224,13 @@ class CachedLLM(LLM):
         return [Cache.reply_key(self.model_id, p, params) for p in prompts]
 
     def _batched_keys(self, prompts: Sequence[Prompt], max_tokens: int, temperature: float,
-                      questions: int) -> list[str]:
-        params = {"sampling": "batched", "max_tokens": max_tokens, "temperature": temperature,
-                  "seed": self.seed, "questions": questions}
-        return [Cache.reply_key(self.model_id, p, params) for p in prompts]
+                      questions: int, limits: Sequence[Limits] | None = None) -> list[str]:
+        """Each prompt's key, with its own ``limits`` where given."""
+        ends = limits or [Limits(max_tokens, questions)] * len(prompts)
+        return [Cache.reply_key(self.model_id, p, {
+            "sampling": "batched", "max_tokens": end.max_tokens, "temperature": temperature,
+            "seed": self.seed, "questions": end.questions}) for p, end in zip(
+                prompts, ends, strict=True)]
 
     def cached(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
                temperature: float = 0.0, json_schema: dict[str, Any] | None = None,
@@ -304,21 +307,26 @@ class CachedLLM(LLM):
             self.cache.put_replies([(key, "".join(pieces), 0, 0)])
 
     def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
-                       temperature: float, questions: int) -> list[list[str]]:
+                       temperature: float, questions: int,
+                       limits: Sequence[Sequence[Limits]] | None = None) -> list[list[str]]:
         """Batched decoding of the wrapped local model, each reply cached like any other;
         the prompts the cache lacks go to the model in one call."""
         sampler = self.inner.sample_batched
-        keys = [self._batched_keys(prompts, max_tokens, temperature, questions)
-                for prompts in groups]
+        keys = [self._batched_keys(prompts, max_tokens, temperature, questions,
+                                   limits[g] if limits else None)
+                for g, prompts in enumerate(groups)]
         found = self.cache.get_replies([k for ks in keys for k in ks]) if self.cache else {}
         out = [[found[k][0] if k in found else None for k in ks] for ks in keys]
         missing = [[i for i, r in enumerate(rs) if r is None] for rs in out]
         asked = sum(len(m) for m in missing)
         self.stats.count(sum(len(ks) for ks in keys) - asked, asked)
         if asked:
+            asking: dict[str, Any] = {} if limits is None else {"limits": [
+                [limits[g][i] for i in m] for g, m in enumerate(missing)]}
             fresh: list[list[str]] = sampler(
                 [[prompts[i] for i in m] for prompts, m in zip(groups, missing, strict=True)],
-                max_tokens=max_tokens, temperature=temperature, questions=questions)
+                max_tokens=max_tokens, temperature=temperature, questions=questions,
+                **asking)
             rows = []
             for g, (m, replies) in enumerate(zip(missing, fresh, strict=True)):
                 for i, text in zip(m, replies, strict=True):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from isotope.errors import MissingDependency, ProviderError
-from isotope.providers import LLM, Prompt
+from isotope.providers import LLM, Limits, Prompt
 from isotope.providers.model_files import QWEN_CODER_15B, assemble, package_dir
 from isotope.settings import ModelSettings
 
@@ -151,9 +151,11 @@ class LocalLlama(LLM):
                     pieces.close()
 
     def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
-                       temperature: float, questions: int) -> list[list[str]]:
+                       temperature: float, questions: int,
+                       limits: Sequence[Sequence[Limits]] | None = None) -> list[list[str]]:
         """One reply per prompt, each ending after ``questions`` question marks, the end of
-        generation or ``max_tokens``: all prompts decoded together with continuous
+        generation or ``max_tokens`` (or as its own ``limits`` say, see
+        :meth:`LLM.sample_batched`): all prompts decoded together with continuous
         batching. The prompts of a group should share their beginning (one chunk's), which
         is then evaluated once. ``out[group][prompt]`` is that prompt's reply."""
         with self._lock:
@@ -168,7 +170,7 @@ class LocalLlama(LLM):
             stats = SampleStats()
             replies: list[list[str]] = self._sampler.sample_many(
                 texts, max_tokens=max_tokens, temperature=temperature, seed=self.seed,
-                questions=questions, stats=stats,
+                questions=questions, stats=stats, limits=limits,
             )
             self.usage.add(stats.prompt_tokens, stats.completion_tokens)
             return replies

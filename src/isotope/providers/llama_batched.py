@@ -29,6 +29,7 @@ from typing import Any
 import llama_cpp
 
 from isotope.errors import ProviderError
+from isotope.providers import Limits
 
 
 @dataclass
@@ -48,6 +49,15 @@ class _Seq:
     sampler: Any
     sampled: int = 0
     text: bytes = b""
+
+
+def _ends(text: bytes, questions: int) -> bool:
+    """Whether a reply asked for ``questions`` questions is done (0: never, only its
+    tokens end it)."""
+    if not questions:
+        return False
+    return (text.count(b"?") >= questions and text.rstrip().endswith(b"?")) or (
+        text.strip().count(b"\n") >= (1 if questions == 1 else questions + 2))
 
 
 @dataclass
@@ -128,12 +138,15 @@ class BatchedSampler:
 
     def sample_many(self, groups: Sequence[Sequence[str]], *, max_tokens: int,
                     temperature: float, seed: int, questions: int = 1,
-                    stats: SampleStats | None = None) -> list[list[str]]:
+                    stats: SampleStats | None = None,
+                    limits: Sequence[Sequence[Limits]] | None = None) -> list[list[str]]:
         """A completion of every prompt (``out[group][prompt]``), ending after
         ``questions`` question marks (with one: at a newline too), at the end of
-        generation, or after ``max_tokens``. The prompts of a group should share their
+        generation, or after ``max_tokens``; or as its own ``limits[group][prompt]`` say
+        (:class:`isotope.providers.Limits`). The prompts of a group should share their
         beginning (the same chunk)."""
         stats = stats if stats is not None else SampleStats()
+        ends = limits or [[Limits(max_tokens, questions)] * len(g) for g in groups]
         work: list[_Group] = []
         for prompts in groups:
             encoded = [self.llama.tokenize(p.encode(), add_bos=False, special=True)
@@ -163,7 +176,8 @@ class BatchedSampler:
                     gi, members = units[-1]
                     group = work[gi]
                     need = group.shared - base + sum(
-                        len(group.prompts[p]) - group.shared + max_tokens for p in members)
+                        len(group.prompts[p]) - group.shared + ends[gi][p].max_tokens
+                        for p in members)
                     if need > budget - sum(held.values()):
                         if not held:
                             raise ProviderError(
@@ -186,16 +200,13 @@ class BatchedSampler:
                     seq.sampled += 1
                     stats.completion_tokens += 1
                     done = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+                    end = ends[seq.unit[0]][seq.prompt]
                     if not done:
                         seq.text += self._piece(token)
-                        done = seq.sampled >= max_tokens or (
-                            seq.text.count(b"?") >= questions
-                            and seq.text.rstrip().endswith(b"?")
-                        ) or seq.text.strip().count(b"\n") >= (0 if questions == 1
-                                                                else questions + 2)
+                        done = seq.sampled >= end.max_tokens or _ends(seq.text, end.questions)
                     if done:
                         text = seq.text.decode("utf-8", errors="ignore").strip()
-                        if questions == 1:
+                        if end.questions == 1:
                             text = text.split("\n", 1)[0]
                         out[seq.unit[0]][seq.prompt] = text
                         self._release(s, live, free)
