@@ -181,6 +181,8 @@ def test_names_shown_are_those_of_what_one_may_see(location: str, tmp_path: Path
     with _open(location, embedder) as iso:
         iso.ingest(docs)
         assert iso.graph("Jørn Utzon").center.name == "JØRN UTZON"
+        # a statement's text matched whatever the case of its letters, ASCII's or not
+        assert [e.name for e in iso.entities(match="jørn utzon drew")] == ["JØRN UTZON"]
         seen = iso.graph("Jørn Utzon", principal=EVE).center
         assert (seen.name, seen.chunks, seen.mentions) == ("Jørn Utzon", 1, 1)
         # the store's own reads, as the graph signal makes them, see nothing hidden either
@@ -197,17 +199,26 @@ def test_a_relation_seen_in_two_sources_stays_while_one_holds_it(
     docs.mkdir()
     for name in ("a.md", "b.md"):
         (docs / name).write_text(BORN + "\n")
+    later = tmp_path / "later.md"
+    later.write_text("Jørn Utzon moved to Hellebæk with his family.\n")
     with _open(location, embedder) as iso:
         iso.ingest(docs)
+        iso.ingest(later)  # (its relation stored after the other's two rows)
         relation, = iso.graph("Copenhagen").relations
         assert len(relation.chunks) == 2
+        # a neighbourhood's limit counts relations, not the rows of their chunks
+        cut = iso.store.neighbourhood("Jørn Utzon", limit=1)
+        assert cut is not None and cut.truncated and len(cut.relations) == 1
+        assert len(cut.relations[0].chunks) == 2
+        whole = iso.store.neighbourhood("Jørn Utzon", limit=2)
+        assert whole is not None and not whole.truncated and len(whole.relations) == 2
         iso.delete(docs / "a.md")
         relation, = iso.graph("Copenhagen").relations
         assert len(relation.chunks) == 1
         iso.delete(docs / "b.md")
         with pytest.raises(SourceNotFound):
             iso.graph("Copenhagen")
-        assert iso.entities() == []
+        assert {e.name for e in iso.entities()} == {"Jørn Utzon", "Hellebæk"}
 
 
 def test_a_changed_file_redoes_the_graph_of_its_changed_chunks_only(
@@ -337,6 +348,8 @@ def test_the_commands_show_list_and_export_the_graph(tmp_path: Path, embedder: E
     top = json.loads(listed.output)
     assert [e["name"] for e in top] == ["Jørn Utzon", "Copenhagen"]  # (ties: by key)
     assert set(top[0]) == {"key", "name", "type", "chunks", "mentions"}
+    bare = runner.invoke(app, ["graph"])  # (its help, not "missing ENTITY")
+    assert bare.exit_code == 0 and "graph export" in bare.output, bare.output
     shown = runner.invoke(app, ["graph", "Sydney Opera House", "--hops", "2", "--json",
                                 *index])
     assert shown.exit_code == 0, shown.output

@@ -81,10 +81,15 @@ _one_style()
 class ShowByDefault(TyperGroup):
     """A group whose ``show`` command runs when the first word names none of its commands
     (``isotope questions SOURCE``, ``isotope weights``); a source named like a command:
-    ``./review``."""
+    ``./review``. Alone, the group shows its help when ``show`` needs an argument
+    (``isotope graph``)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+        needs = any(p.param_type_name == "argument" and p.required
+                    for p in self.commands["show"].params)
+        if not args and needs:
+            args = ["--help"]
+        elif not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
             args = ["show", *args]
         result: list[str] = super().parse_args(ctx, args)
         return result

@@ -37,6 +37,9 @@ class Dialect:
     """A Python value -> the parameter a JSON column is written from."""
     text: Callable[[Any], Any]
     """A text (or a JSON value) as the engine can hold it."""
+    lower: str
+    """The function lowering a text's case, every letter's (SQLite's own ``lower`` knows
+    only ASCII: the connection registers ``unicode_lower``)."""
     add_questions_count: str
     """Adds a parameter to a source's stored question count (``counts[2]``); its
     parameters: the number, the source's uri."""
@@ -70,12 +73,12 @@ SQLITE = Dialect(
     binary_order="",
     any_of=lambda column: f"{column} IN (SELECT value FROM json_each(?))",
     many=lambda values: json.dumps(list(values)), json_value=json.loads,
-    json_param=json.dumps, text=lambda value: value,
+    json_param=json.dumps, text=lambda value: value, lower="unicode_lower",
     add_questions_count="UPDATE sources SET counts = json_set(counts, '$[2]', "
     "json_extract(counts, '$[2]') + ?) WHERE uri = ? AND counts IS NOT NULL")
 POSTGRES = Dialect(
     mark="%s", row="row", waiting_sql="NOT {c}enriched", true="true", false="false",
     binary_order=' COLLATE "C"', any_of=lambda column: f"{column} = ANY(%s)",
-    many=list, json_value=lambda value: value, json_param=_jsonb, text=no_nul,
+    many=list, json_value=lambda value: value, json_param=_jsonb, text=no_nul, lower="lower",
     add_questions_count="UPDATE sources SET counts = jsonb_set(counts, '{2}', "
     "to_jsonb((counts->>2)::int + %s)) WHERE uri = %s AND counts IS NOT NULL")

@@ -130,8 +130,9 @@ class SQLGraph(Graph):
             has = f"LIKE {d.mark} ESCAPE '\\'"
             where.append(
                 f"m.entity IN (SELECT n.entity FROM mentions n {_SEEN.format(t='n')} WHERE "
-                f"{clause} AND (lower(n.name) {has} OR lower(n.type) {has} OR n.entity {has} "
-                f"OR EXISTS (SELECT 1 FROM atoms a WHERE a.id = n.atom_id AND lower(a.text) "
+                f"{clause} AND ({d.lower}(n.name) {has} OR {d.lower}(n.type) {has} OR "
+                f"n.entity {has} OR EXISTS (SELECT 1 FROM atoms a WHERE a.id = n.atom_id AND "
+                f"{d.lower}(a.text) "
                 f"{has})))")
             lowered = like(match.lower())
             extra += [*params, lowered, lowered, like(entity_key(match)), lowered]
@@ -162,18 +163,30 @@ class SQLGraph(Graph):
                   keys: Sequence[str] | None = None, limit: int | None = None
                   ) -> list[GraphRelation]:
         d = self.dialect
+        if keys is not None and not keys:
+            return []
         clause, params = self.conditions_sql(conditions)
-        where, extra = clause, list(params)
-        if keys is not None:
-            if not keys:
-                return []
-            where += f" AND ({d.any_of('r.subject')} OR {d.any_of('r.object')})"
-            extra += [d.many(sorted(keys)), d.many(sorted(keys))]
-        cut = f" LIMIT {int(limit)}" if limit is not None else ""
+
+        def seen(t: str) -> tuple[str, list[Any]]:
+            """Relations (alias ``t``) stated in a chunk one may see, with an end in
+            ``keys`` when given."""
+            if keys is None:
+                return f"FROM relations {t} {_SEEN.format(t=t)} WHERE {clause}", list(params)
+            return (f"FROM relations {t} {_SEEN.format(t=t)} WHERE {clause} AND "
+                    f"({d.any_of(f'{t}.subject')} OR {d.any_of(f'{t}.object')})",
+                    [*params, d.many(sorted(keys)), d.many(sorted(keys))])
+
+        where, extra = seen("r")
+        if limit is not None:  # (the first ``limit`` relations, each with all its chunks)
+            first, more = seen("q")
+            where += (f" AND (r.subject, r.predicate, r.object) IN (SELECT q.subject, "
+                      f"q.predicate, q.object {first} GROUP BY q.subject, q.predicate, "
+                      f"q.object ORDER BY min(q.{d.row}) LIMIT {int(limit)})")
+            extra += more
         found: dict[tuple[str, str, str], GraphRelation] = {}
         for s, p, o, chunk in self._rows(
-                f"SELECT r.subject, r.predicate, r.object, r.chunk_id FROM relations r "
-                f"{_SEEN.format(t='r')} WHERE {where} ORDER BY r.{d.row}{cut}", extra):
+                f"SELECT r.subject, r.predicate, r.object, r.chunk_id {where} "
+                f"ORDER BY r.{d.row}", extra):
             relation = found.setdefault((s, p, o), GraphRelation(s, p, o))
             if chunk not in relation.chunks:
                 relation.chunks.append(chunk)

@@ -30,11 +30,22 @@ WAL_LIMIT = 32 * 1024 * 1024
 """Bytes of WAL file kept after a checkpoint (``journal_size_limit``)."""
 
 
+def _lower(text: str | None) -> str | None:
+    return text.lower() if isinstance(text, str) else text
+
+
 def connect(db: Path, read_only: bool) -> sqlite3.Connection:
-    """A connection to ``db``. A read-only index (a read-only folder or file system) is
-    opened with ``mode=ro``, or, when SQLite cannot create the WAL side files it would
-    need for that, as ``immutable``, but only when no write waits in the WAL file
-    (``immutable`` would not see it)."""
+    """A connection to ``db``, with ``unicode_lower`` (``lower`` of every letter, not
+    only ASCII's). A read-only index (a read-only folder or file system) is opened with
+    ``mode=ro``, or, when SQLite cannot create the WAL side files it would need for that,
+    as ``immutable``, but only when no write waits in the WAL file (``immutable`` would
+    not see it)."""
+    conn = _connect(db, read_only)
+    conn.create_function("unicode_lower", 1, _lower, deterministic=True)
+    return conn
+
+
+def _connect(db: Path, read_only: bool) -> sqlite3.Connection:
     if not read_only:
         new = not db.exists() or db.stat().st_size == 0
         conn = sqlite3.connect(db, timeout=60, isolation_level=None, check_same_thread=False)
