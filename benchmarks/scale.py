@@ -3,6 +3,7 @@ public API, then searched.
 
     .venv/bin/python benchmarks/scale.py --questions 100000 [--json] [--rebuild]
     .venv/bin/python benchmarks/scale.py --questions 1000000 --learned 5000
+    .venv/bin/python benchmarks/scale.py --questions 100000 --graph [--json]
 
 The index has the usual proportions (about 4.25 questions per atom and 4 atoms per chunk,
 as isotope keeps for SQuAD passages), built with ``Isotope.ingest_chunks`` by a model
@@ -22,6 +23,12 @@ stand-in (no language model) and an embedder stand-in whose vectors have real st
   with that question's, as a user asks about a fact in their own words. (Held-out
   questions alone, about nothing stored, put every stored question at cosine 0.28 to 0.33
   of the query, near ties that no approximate index ranks like exact search.)
+
+``--graph`` (issue 46) builds a second index of the same chunks with the knowledge graph
+(setting ``graph``; the stand-in model names each passage's runs of capitalised words as
+its entities and joins those of one sentence by the words between them, as a small model
+does) and prints, for both, the disk per question and the latency of hybrid, and of
+hybrid with the graph signal at weight 1.
 
 The stand-in embedder declares the bundled model's id, so a fresh ``isotope query``
 process embeds its query with the real model against this index.
@@ -217,12 +224,38 @@ class StandInModel(LLM):
                        ) -> list[str]:
         replies = []
         for prompt in prompts:
+            if FACTS in prompt[-1]["content"]:
+                replies.append(stand_in_facts(prompt[-1]["content"]))
+                continue
             found = STATEMENT.search(prompt[-1]["content"])
             n = int(found.group(1)) if found else 0
             replies.append("\n".join(
                 f"{k + 1}. {self.synthesis.question_text(n, k)}"
                 for k in range(self.synthesis.questions_of(n))))
         return replies
+
+
+FACTS = "New task: no questions."
+"""What a chunk's facts prompt (setting ``graph``) says, and a question prompt does not."""
+NAME = re.compile(r"(?:[A-Z][\w'-]+ )*[A-Z][\w'-]+")
+
+
+def stand_in_facts(content: str) -> str:
+    """A facts reply for the passage in ``content``: its runs of capitalised words (not
+    the first word of a sentence alone) are entities, and the first two of each sentence
+    are related by the words between them."""
+    passage = content.split("Passage:\n", 1)[-1].split(FACTS, 1)[0]
+    names: list[str] = []
+    relations: list[str] = []
+    for sentence in re.split(r"(?<=[.!?])\s+", re.sub(r"\(item \d+\)", "", passage)):
+        found = [m for m in NAME.finditer(sentence) if m.start() > 0 or " " in m.group(0)]
+        names += [m.group(0) for m in found if m.group(0) not in names]
+        if len(found) > 1:
+            between = sentence[found[0].end():found[1].start()].strip(" ,") or "and"
+            relations.append(f"{found[0].group(0)} | {' '.join(between.split()[:6])} | "
+                             f"{found[1].group(0)}")
+    return ("Entities: " + "; ".join(f"{n} (thing)" for n in names) + "\nRelations: "
+            + "; ".join(relations)) if names else "Entities: none\nRelations: none"
 
 
 # -- building ----------------------------------------------------------------------------
@@ -232,7 +265,8 @@ def open_index(path: Path, synthesis: Synthesis, **settings: Any) -> Isotope:
                         min_question_similarity=-1.0, dedup_threshold=None, **settings)
 
 
-def build(path: Path, synthesis: Synthesis, questions: int) -> dict[str, Any]:
+def build(path: Path, synthesis: Synthesis, questions: int, **settings: Any
+          ) -> dict[str, Any]:
     """Ingest chunks until ``questions`` questions are stored; returns timings, the store's
     rate over each 100,000 questions and the largest the index folder grew meanwhile."""
     chunks_needed = int(np.ceil(questions / (4.25 * ATOMS_PER_CHUNK)))
@@ -241,7 +275,7 @@ def build(path: Path, synthesis: Synthesis, questions: int) -> dict[str, Any]:
     per_100k: list[dict[str, float]] = []
     mark = (0, 0.0, started)  # (stored, store_s, time) where the current 100k began
     peak = DiskPeak(path)
-    with peak, open_index(path, synthesis) as iso:
+    with peak, open_index(path, synthesis, **settings) as iso:
         for first in range(0, chunks_needed, batch):
             made = []
             for c in range(first, min(chunks_needed, first + batch)):
@@ -596,6 +630,46 @@ def table(result: dict[str, Any]) -> None:
               f"{result['exact_questions_dense_p50_ms'] / result['questions_dense_p50_ms']:.1f}x")
 
 
+def graph_cost(synthesis: Synthesis, questions: int, n_queries: int) -> dict[str, Any]:
+    """The index of ``questions`` questions without and with the knowledge graph (each
+    built first if it is not there): disk per question, hybrid p50 and, on the graph's,
+    hybrid with the graph signal at weight 1."""
+    said: dict[str, Any] = {}
+    for name, settings in (("plain", {}), ("graph", {"graph": True})):
+        path = WORK / f"scale-{questions}{'-graph' if settings else ''}"
+        if not (path / "built.json").exists():
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+            print(f"building {questions:,} questions in {path}", file=sys.stderr)
+            (path / "built.json").write_text(json.dumps(
+                build(path, synthesis, questions, **settings)))
+        built = json.loads((path / "built.json").read_text())
+        with open_index(path, synthesis) as iso:
+            synthesis.atoms = iso.store.counts()["atoms"]
+            queries = [synthesis.query_text(i) for i in range(n_queries)]
+            for q in queries:  # warm, as measure() does
+                iso.search(q, k=10)
+            row: dict[str, Any] = {
+                "questions": iso.store.counts()["questions"],
+                "bytes_per_question": round(resting_bytes(path) / built["stored"]),
+                "build_overall_questions_per_s": round(built["stored"] / built["build_s"]),
+                "hybrid_p50_ms": ms(timed(lambda q: iso.search(q, k=10), queries), 50)}
+            if settings:
+                with_graph = timed(lambda q: iso.search(q, k=10, weights={"graph": 1.0}),
+                                   queries)
+                row.update(hybrid_graph_p50_ms=ms(with_graph, 50),
+                           hybrid_graph_p95_ms=ms(with_graph, 95),
+                           graph_p50_ms=ms(timed(lambda q: iso.search(q, k=10, mode="graph"),
+                                                 queries), 50),
+                           entities=len(iso.entities(1_000_000)),
+                           relations=len(iso.store.relations()))
+        said[name] = row
+    said["disk_ratio"] = round(said["graph"]["bytes_per_question"]
+                               / said["plain"]["bytes_per_question"], 3)
+    return said
+
+
 def learned_cost(path: Path, synthesis: Synthesis, learned: int, n_queries: int
                  ) -> dict[str, Any]:
     """On a copy of the index: questions-dense and hybrid latency before and after
@@ -673,10 +747,29 @@ def main() -> None:
     parser.add_argument("--learned", type=int, default=0, metavar="N",
                         help="only: the latency before and after N learned questions (a "
                         "copy of the index; issue 29)")
+    parser.add_argument("--graph", action="store_true",
+                        help="only: the index without and with the knowledge graph (issue 46)")
     args = parser.parse_args()
     if not DATA.is_dir():
         sys.exit(f"benchmark data not found at {DATA}")
     synthesis = Synthesis(real_bank())
+    if args.graph:
+        said = graph_cost(synthesis, args.questions, args.queries)
+        if args.json:
+            print(json.dumps(said, indent=2))
+            return
+        print("| index | questions | disk bytes/question | build questions/s | hybrid p50 ms "
+              "| hybrid + graph p50 / p95 ms | graph p50 ms | entities | relations |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name in ("plain", "graph"):
+            r = said[name]
+            print(f"| {name} | {r['questions']:,} | {r['bytes_per_question']:,} | "
+                  f"{r['build_overall_questions_per_s']:,} | {r['hybrid_p50_ms']} | "
+                  f"{r.get('hybrid_graph_p50_ms', '')} / {r.get('hybrid_graph_p95_ms', '')} | "
+                  f"{r.get('graph_p50_ms', '')} | {r.get('entities', '')} | "
+                  f"{r.get('relations', '')} |")
+        print(f"disk per question, graph / plain: {said['disk_ratio']}x")
+        return
     path = WORK / f"scale-{args.questions}"
     marker = path / "built.json"
     if args.rebuild or not marker.exists():
