@@ -122,8 +122,9 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
     best: dict[str, list[tuple[float, str]]] = {}
     for key, chunk, _ in named:
         weight = reached[key].weight / (1 + math.log(known[key].chunks))
-        best.setdefault(chunk, []).append((weight, reached[key].shown(names)))
+        best.setdefault(chunk, []).append((weight, key))
     ranked = sorted(((chunk, sorted(set(ways), reverse=True)) for chunk, ways in best.items()),
                     key=lambda x: -x[1][0][0])[:pool]
-    return [(chunk, ways[0][0], [Hit("chunks", chunk, w, path) for w, path in ways[:3]])
-            for chunk, ways in ranked]
+    # (a path spelt out only for the three best ways to each chunk kept)
+    return [(chunk, ways[0][0], [Hit("chunks", chunk, w, reached[key].shown(names))
+                                 for w, key in ways[:3]]) for chunk, ways in ranked]
