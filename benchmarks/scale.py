@@ -362,13 +362,17 @@ def resting_bytes(path: Path) -> int:
     return named + sum(p.stat().st_size for p in path.glob("isotope.db*"))
 
 
-def built_index(synthesis: Synthesis, questions: int) -> Path:
-    """The scale index of ``questions`` questions in the work folder, built first if it is
-    not there (the access, chroma and postgres benchmarks measure on it)."""
-    path = WORK / f"scale-{questions}"
+def built_index(synthesis: Synthesis, questions: int, *, graph: bool = False) -> Path:
+    """The scale index of ``questions`` questions in the work folder (``graph``: with the
+    knowledge graph, its own folder), built first if it is not there (the access, chroma,
+    postgres and graph benchmarks measure on it)."""
+    path = WORK / f"scale-{questions}{'-graph' if graph else ''}"
     if not (path / "built.json").exists():
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
         print(f"building {questions:,} questions in {path}", file=sys.stderr)
-        built = build(path, synthesis, questions)
+        built = build(path, synthesis, questions, **({"graph": True} if graph else {}))
         (path / "built.json").write_text(json.dumps(built))
     return path
 
@@ -635,15 +639,9 @@ def graph_cost(synthesis: Synthesis, questions: int, n_queries: int) -> dict[str
     built first if it is not there): disk per question, hybrid p50 and, on the graph's,
     hybrid with the graph signal at weight 1."""
     said: dict[str, Any] = {}
-    for name, settings in (("plain", {}), ("graph", {"graph": True})):
-        path = WORK / f"scale-{questions}{'-graph' if settings else ''}"
-        if not (path / "built.json").exists():
-            import shutil
-
-            shutil.rmtree(path, ignore_errors=True)
-            print(f"building {questions:,} questions in {path}", file=sys.stderr)
-            (path / "built.json").write_text(json.dumps(
-                build(path, synthesis, questions, **settings)))
+    for name, graph in (("plain", False), ("graph", True)):
+        path = built_index(synthesis, questions, graph=graph)
+        settings = {"graph": True} if graph else {}
         built = json.loads((path / "built.json").read_text())
         with open_index(path, synthesis) as iso:
             synthesis.atoms = iso.store.counts()["atoms"]
