@@ -12,6 +12,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -229,6 +230,21 @@ def test_a_page_of_an_allowed_origin_can_search_with_its_key(
     assert "handbook.md" in title
 
 
+@contextlib.contextmanager
+def _browser_on(iso: Isotope, tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    """The search page of a key-less server of ``iso`` on loopback (its base URL) and a
+    headless Chromium to open it."""
+    with served_on_loopback(create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000,
+                                       uploads=tmp_path / "up")) as url, \
+            playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox"])
+        try:
+            yield url, browser
+        finally:
+            browser.close()
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
                     "(apt-get install chromium)")
 def test_the_page_shows_results_before_the_answer_and_can_stop_it(
@@ -243,26 +259,19 @@ def test_the_page_shows_results_before_the_answer_and_can_stop_it(
     with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),  # type: ignore[arg-type]
                       answer_llm=slow, cache=False) as iso:
         iso.ingest(examples / "handbook.md")
-        with served_on_loopback(create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000,
-                                           uploads=tmp_path / "up")) as url, \
-                playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                        args=["--no-sandbox"])
-            try:
-                page = browser.new_page()
-                page.goto(url + "/")
-                assert page.is_checked("#ask")  # not the local model: ticked
-                page.fill("#query", "How many vacation days do new employees get?")
-                page.click("button[type=submit]")
-                page.wait_for_selector(".result", timeout=30_000)
-                page.wait_for_function("document.getElementById('answer').textContent"
-                                       ".includes('word3')", timeout=20_000)
-                assert not page.is_hidden("#stop")
-                page.click("#stop")
-                page.wait_for_function("document.getElementById('answer').textContent"
-                                       ".includes('stopped')", timeout=10_000)
-            finally:
-                browser.close()
+        with _browser_on(iso, tmp_path) as (url, browser):
+            page = browser.new_page()
+            page.goto(url + "/")
+            assert page.is_checked("#ask")  # not the local model: ticked
+            page.fill("#query", "How many vacation days do new employees get?")
+            page.click("button[type=submit]")
+            page.wait_for_selector(".result", timeout=30_000)
+            page.wait_for_function("document.getElementById('answer').textContent"
+                                   ".includes('word3')", timeout=20_000)
+            assert not page.is_hidden("#stop")
+            page.click("#stop")
+            page.wait_for_function("document.getElementById('answer').textContent"
+                                   ".includes('stopped')", timeout=10_000)
         deadline = time.monotonic() + 10
         while not slow.stopped_early and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -285,40 +294,33 @@ def test_a_result_s_names_open_their_neighbourhood_as_a_picture(
     with Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),  # type: ignore[arg-type]
                       cache=False, graph=True) as iso:
         iso.ingest(docs)
-        with served_on_loopback(create_app(iso, keys=Keys(), roots=[], max_bytes=1_000_000,
-                                           uploads=tmp_path / "up")) as url, \
-                playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                        args=["--no-sandbox"])
-            try:
-                page = browser.new_page(viewport={"width": 1100, "height": 900})
-                page.goto(url + "/")
-                page.wait_for_selector("#mode option:text('graph')", state="attached",
-                                       timeout=10_000)
-                page.uncheck("#ask")
-                page.fill("#query", "Who designed the Sydney Opera House?")
-                page.click("button[type=submit]")
-                page.wait_for_selector(".result", timeout=30_000)
-                first = page.locator(".result").first
-                assert "opera.md" in first.locator(".source").inner_text()
-                first.locator("details.entities summary").click()
-                page.wait_for_selector(".result details.entities button.entity",
-                                       timeout=10_000)
-                names = first.locator("button.entity").all_inner_texts()
-                assert sorted(names) == ["Jørn Utzon", "Sydney Opera House"]
-                first.locator("button.entity", has_text="Jørn Utzon").click()
-                page.wait_for_selector(".result svg.neighbourhood", timeout=10_000)
-                drawn = first.locator("svg.neighbourhood text").all_text_contents()
-                assert {"Jørn Utzon", "Sydney Opera House", "Copenhagen"} <= set(drawn)
-                assert any("was born in →" in t for t in drawn)
-                assert any("← was designed by" in t for t in drawn)
-                page.screenshot(path=str(tmp_path / "graph.png"), full_page=False)
-                first.locator("svg.neighbourhood g.neighbour", has_text="Copenhagen").click()
-                page.wait_for_function(
-                    "document.querySelector('.result svg.neighbourhood text.center')"
-                    ".textContent === 'Copenhagen'", timeout=10_000)
-            finally:
-                browser.close()
+        with _browser_on(iso, tmp_path) as (url, browser):
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(url + "/")
+            page.wait_for_selector("#mode option:text('graph')", state="attached",
+                                   timeout=10_000)
+            page.uncheck("#ask")
+            page.fill("#query", "Who designed the Sydney Opera House?")
+            page.click("button[type=submit]")
+            page.wait_for_selector(".result", timeout=30_000)
+            first = page.locator(".result").first
+            assert "opera.md" in first.locator(".source").inner_text()
+            first.locator("details.entities summary").click()
+            page.wait_for_selector(".result details.entities button.entity",
+                                   timeout=10_000)
+            names = first.locator("button.entity").all_inner_texts()
+            assert sorted(names) == ["Jørn Utzon", "Sydney Opera House"]
+            first.locator("button.entity", has_text="Jørn Utzon").click()
+            page.wait_for_selector(".result svg.neighbourhood", timeout=10_000)
+            drawn = first.locator("svg.neighbourhood text").all_text_contents()
+            assert {"Jørn Utzon", "Sydney Opera House", "Copenhagen"} <= set(drawn)
+            assert any("was born in →" in t for t in drawn)
+            assert any("← was designed by" in t for t in drawn)
+            page.screenshot(path=str(tmp_path / "graph.png"), full_page=False)
+            first.locator("svg.neighbourhood g.neighbour", has_text="Copenhagen").click()
+            page.wait_for_function(
+                "document.querySelector('.result svg.neighbourhood text.center')"
+                ".textContent === 'Copenhagen'", timeout=10_000)
     target = ROOT / "docs" / "graph-page.png"
     if not target.exists() or os.environ.get("UPDATE_SCREENSHOT"):  # the docs' picture
         shutil.copy(tmp_path / "graph.png", target)
