@@ -341,8 +341,12 @@ def test_the_commands_show_list_and_export_the_graph(tmp_path: Path, embedder: E
 
     with _open(tmp_path / "index", embedder) as iso:
         iso.ingest(_docs(tmp_path / "docs"))
+        opera = iso.search("Who designed the Sydney Opera House?", 1).results[0].chunk
     runner = CliRunner()
     index = ["--index", str(tmp_path / "index")]
+    named = runner.invoke(app, ["entities", "--chunk", opera.id, "--json", *index])
+    assert {e["name"] for e in json.loads(named.output)} == {"Sydney Opera House",
+                                                              "Jørn Utzon"}, named.output
     listed = runner.invoke(app, ["entities", "--top", "2", "--json", *index])
     assert listed.exit_code == 0, listed.output
     top = json.loads(listed.output)
