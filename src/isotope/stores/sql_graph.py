@@ -33,6 +33,14 @@ MAX_RELATIONS = 500
 class SQLGraph(Graph):
     """Entities, mentions and relations of an SQL store (a part of ``SQLStore``)."""
 
+    @staticmethod
+    def _seen(t: str, conditions: Sequence[Condition]) -> str:
+        """The join that reads rows of table alias ``t`` through their chunk's source, for
+        ``conditions`` to check; none when there are none (every row has its chunk: they
+        go with it, ON DELETE CASCADE), which spares a hub entity's thousands of rows two
+        lookups each."""
+        return _SEEN.format(t=t) if conditions else ""
+
     dialect: Dialect
     # (the SQL store's own, see isotope.stores.sql_core)
     _rows: Callable[..., list[tuple[Any, ...]]]
@@ -114,7 +122,7 @@ class SQLGraph(Graph):
         where, extra = [clause], list(params)
         if chunk is not None:  # (the chunk itself must be one the reader may see)
             where.append(f"m.entity IN (SELECT n.entity FROM mentions n "
-                         f"{_SEEN.format(t='n')} WHERE n.chunk_id = {d.mark} AND {clause})")
+                         f"{self._seen('n', conditions)} WHERE n.chunk_id = {d.mark} AND {clause})")
             extra += [chunk, *params]
         if keys is not None:
             if not keys:
@@ -129,14 +137,14 @@ class SQLGraph(Graph):
 
             has = f"LIKE {d.mark} ESCAPE '\\'"
             where.append(
-                f"m.entity IN (SELECT n.entity FROM mentions n {_SEEN.format(t='n')} WHERE "
+                f"m.entity IN (SELECT n.entity FROM mentions n {self._seen('n', conditions)} WHERE "
                 f"{clause} AND ({d.lower}(n.name) {has} OR {d.lower}(n.type) {has} OR "
                 f"n.entity {has} OR EXISTS (SELECT 1 FROM atoms a WHERE a.id = n.atom_id AND "
                 f"{d.lower}(a.text) "
                 f"{has})))")
             lowered = like(match.lower())
             extra += [*params, lowered, lowered, like(entity_key(match)), lowered]
-        seen = f"FROM mentions m {_SEEN.format(t='m')} WHERE {' AND '.join(where)}"
+        seen = f"FROM mentions m {self._seen('m', conditions)} WHERE {' AND '.join(where)}"
         with self.snapshot():
             counted = self._rows(
                 f"SELECT m.entity, count(DISTINCT m.chunk_id), count(*) {seen} GROUP BY "
@@ -147,7 +155,7 @@ class SQLGraph(Graph):
                 return []
             names = self._rows(
                 f"SELECT m.entity, m.name, m.type, count(*) FROM mentions m "
-                f"{_SEEN.format(t='m')} WHERE {clause} AND {d.any_of('m.entity')} "
+                f"{self._seen('m', conditions)} WHERE {clause} AND {d.any_of('m.entity')} "
                 f"GROUP BY m.entity, m.name, m.type", (*params, d.many(chosen)))
         named: dict[str, Counter[str]] = {}
         typed: dict[str, Counter[str]] = {}
@@ -171,8 +179,9 @@ class SQLGraph(Graph):
             """Relations (alias ``t``) stated in a chunk one may see, with an end in
             ``keys`` when given."""
             if keys is None:
-                return f"FROM relations {t} {_SEEN.format(t=t)} WHERE {clause}", list(params)
-            return (f"FROM relations {t} {_SEEN.format(t=t)} WHERE {clause} AND "
+                return (f"FROM relations {t} {self._seen(t, conditions)} WHERE {clause}",
+                        list(params))
+            return (f"FROM relations {t} {self._seen(t, conditions)} WHERE {clause} AND "
                     f"({d.any_of(f'{t}.subject')} OR {d.any_of(f'{t}.object')})",
                     [*params, d.many(sorted(keys)), d.many(sorted(keys))])
 
@@ -222,14 +231,16 @@ class SQLGraph(Graph):
         if not keys:
             return {}
         clause, params = self.conditions_sql(conditions)
-        seen = f"FROM mentions m {_SEEN.format(t='m')} WHERE {d.any_of('m.entity')} AND {clause}"
+        seen = (f"FROM mentions m {self._seen('m', conditions)} WHERE {d.any_of('m.entity')} "
+                f"AND {clause}")
         with self.snapshot():
             found = {k: k for (k,) in self._rows(f"SELECT DISTINCT m.entity {seen}",
                                                  (d.many(list(keys)), *params))}
             rest = [k for k in keys if k not in found]
             aliased = sorted(self._rows(
-                f"SELECT x.alias, x.entity FROM entity_aliases x {_SEEN.format(t='x')} WHERE "
-                f"{d.any_of('x.alias')} AND {clause}", (d.many(rest), *params))) if rest else []
+                f"SELECT x.alias, x.entity FROM entity_aliases x "
+                f"{self._seen('x', conditions)} WHERE {d.any_of('x.alias')} AND {clause}",
+                (d.many(rest), *params))) if rest else []
             named = {e for (e,) in self._rows(f"SELECT DISTINCT m.entity {seen}", (
                 d.many(sorted({e for _, e in aliased})), *params))} if aliased else set()
         for alias, entity in aliased:  # (the first in order, of those one may see)
@@ -246,13 +257,13 @@ class SQLGraph(Graph):
         if keys:
             found += [(r[0], r[1], r[2]) for r in self._rows(
                 f"SELECT m.entity, m.chunk_id, m.atom_id FROM mentions m "
-                f"{_SEEN.format(t='m')} WHERE {d.any_of('m.entity')} AND {clause} "
+                f"{self._seen('m', conditions)} WHERE {d.any_of('m.entity')} AND {clause} "
                 f"ORDER BY m.{d.row} LIMIT {int(limit)}", (d.many(list(keys)), *params))]
         if atoms:
             wanted = set(atoms)
             rows = self._rows(
                 f"SELECT m.entity, m.chunk_id, m.atom_id, a.text FROM mentions m JOIN atoms a "
-                f"ON a.id = m.atom_id {_SEEN.format(t='m')} WHERE {d.any_of('m.chunk_id')} "
+                f"ON a.id = m.atom_id {self._seen('m', conditions)} WHERE {d.any_of('m.chunk_id')} "
                 f"AND {clause} ORDER BY m.{d.row}",
                 (d.many(sorted({c for c, _ in atoms})), *params))
             found += [(e, c, a) for e, c, a, text in rows if (c, text) in wanted]
@@ -268,7 +279,7 @@ class SQLGraph(Graph):
         out: dict[str, list[str]] = {}
         for key, text in self._rows(
                 f"SELECT DISTINCT m.entity, a.text FROM mentions m JOIN atoms a ON a.id = "
-                f"m.atom_id {_SEEN.format(t='m')} WHERE {clause} AND "
+                f"m.atom_id {self._seen('m', conditions)} WHERE {clause} AND "
                 f"{d.any_of('m.entity')} ORDER BY m.entity, a.text",
                 (*params, d.many(list(keys)))):
             if len(out.setdefault(key, [])) < per_entity:
