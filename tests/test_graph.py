@@ -437,6 +437,7 @@ def test_a_facts_reply_ends_by_its_own_budget_not_by_the_questions_rules() -> No
     facts = b"Entities:\nWho? (band)\n" + b"".join(b"Name %d (thing)\n" % i for i in range(9))
     assert not _ends(facts, FACTS_LIMITS.questions)
     assert _ends(b"Who was he? What did he do?", 2) and _ends(b"Who was he?\nW", 1)
+    assert not _ends(b"Who", 1)  # (one question asked: not done after its first token)
     assert _ends(b"a\nb\nc\nd\ne", 2) and not _ends(b"Who was he?", 2)
 
     class Batched(FakeLLM):
