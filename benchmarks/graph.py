@@ -24,7 +24,9 @@ answering passage in the top 5, and with the first passage in the top 5; ``--ask
 share of ``ask`` answers that contain the answer (the local answer model).
 
 ``--graph`` builds the index with the knowledge graph (setting ``graph``) and adds the
-``graph`` mode and ``hybrid`` with the graph signal at the weights of ``--graph-weights``.
+``graph`` mode, ``hybrid`` with the graph signal at the weights of ``--graph-weights``, and
+the passages a search for an answer gives the answer model (``answer_k`` results, then up
+to ``answer_bridges`` bridging passages the graph reaches: at most 5 by default).
 With ``--questions later`` the chunks' entities and relations are generated alone (one
 prompt per chunk, batched; the chunks keep waiting for their questions), so the graph is
 measured against hybrid without generated questions in an hour rather than many.
@@ -54,6 +56,9 @@ DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
 QUESTIONS = ROOT / "benchmarks" / "data" / "two_hop.jsonl"
 OUT = ROOT / "benchmarks" / "out"
 K = 5
+ANSWER_PASSAGES = "given to an answer"
+"""A pseudo-mode: the passages a search for an answer gives the answer model (``answer_k``
+results, then up to ``answer_bridges`` the graph reaches)."""
 
 STOPWORDS = frozenset("""
 a an the i me my mine myself we us our ours ourselves you your yours yourself yourselves
@@ -176,7 +181,14 @@ def measure(iso: Isotope, items: list[dict[str, Any]], modes: list[str], ask: bo
             ) -> dict[str, Any]:
     """Each mode's shares (percent) of questions with both passages, the answering one and
     the first one in the top ``K``; with ``ask``, answers containing the answer."""
-    search = evaluation.searcher(iso)
+    plain = evaluation.searcher(iso)
+
+    def search(query: str, mode: str, k: int) -> tuple[list[str], float, str]:
+        if mode != ANSWER_PASSAGES:
+            return plain(query, mode, k)
+        response = iso.search(query, for_answer=True)
+        return [evaluation.passage_id(r.chunk) for r in response.results], 0.0, ""
+
     said: dict[str, Any] = {}
     for mode in modes:
         both = second = first = 0
@@ -248,7 +260,8 @@ def main() -> None:
             modes.insert(1, evaluation.WITHOUT_QUESTIONS)
         if args.graph:
             weights = args.graph_weights.split(",")
-            modes += ["graph", *(f"{evaluation.WITH_GRAPH}{w}" for w in weights)]
+            modes += ["graph", *(f"{evaluation.WITH_GRAPH}{w}" for w in weights),
+                      ANSWER_PASSAGES]
         said = {"passages": len(passages), "questions": len(items),
                 "generated_questions": iso.store.counts()["questions"],
                 "entities": len(iso.entities(1_000_000)) if args.graph else None,
