@@ -641,7 +641,6 @@ def graph_cost(synthesis: Synthesis, questions: int, n_queries: int) -> dict[str
     said: dict[str, Any] = {}
     for name, graph in (("plain", False), ("graph", True)):
         path = built_index(synthesis, questions, graph=graph)
-        settings = {"graph": True} if graph else {}
         built = json.loads((path / "built.json").read_text())
         with open_index(path, synthesis) as iso:
             synthesis.atoms = iso.store.counts()["atoms"]
@@ -653,7 +652,7 @@ def graph_cost(synthesis: Synthesis, questions: int, n_queries: int) -> dict[str
                 "bytes_per_question": round(resting_bytes(path) / built["stored"]),
                 "build_overall_questions_per_s": round(built["stored"] / built["build_s"]),
                 "hybrid_p50_ms": ms(timed(lambda q: iso.search(q, k=10), queries), 50)}
-            if settings:
+            if graph:
                 with_graph = timed(lambda q: iso.search(q, k=10, weights={"graph": 1.0}),
                                    queries)
                 row.update(hybrid_graph_p50_ms=ms(with_graph, 50),

@@ -297,10 +297,10 @@ class QuestionGenerator:
         # (each facts prompt, last of its chunk's, with its own limits)
         mine = Limits(self.max_tokens, self.n)
         limits = [[mine] * len(atoms) + [FACTS_LIMITS] * (len(p) - len(atoms))
-                  for p, (_, atoms) in zip(asked, groups, strict=True)]
+                  for p, (_, atoms) in zip(asked, groups, strict=True)] if self.graph else None
         replies: list[list[str]] = self.llm.sample_batched(
             asked, max_tokens=self.max_tokens, temperature=self.temperature,
-            questions=self.n, limits=limits if self.graph else None)
+            questions=self.n, limits=limits)
         missing: list[tuple[int, int]] = []
         for g, per_atom in enumerate(replies):
             results[g].calls += len(per_atom)

@@ -124,7 +124,6 @@ function short(text, most = 28) { return text.length > most ? text.slice(0, most
 // in the middle, what it is related to around it, each line named by its relations
 // (→ from the entity, ← to it). A neighbour is clicked to be put in the middle.
 function picture(data, into) {
-  const W = 620, H = data.relations.length > 2 ? 300 : 120, cx = W / 2, cy = H / 2;
   const names = Object.fromEntries(data.entities.map((e) => [e.key, e.name]));
   names[data.center.key] = data.center.name;
   const lines = new Map(); // neighbour key -> its relations' labels
@@ -137,6 +136,8 @@ function picture(data, into) {
     said.push(out ? `${r.predicate} →` : `← ${r.predicate}`);
     lines.set(other, said);
   }
+  // (a row for one or two neighbours, a ring for more)
+  const W = 620, H = lines.size > 2 ? 300 : 120, cx = W / 2, cy = H / 2;
   const drawing = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "neighbourhood", role: "img" });
   drawing.append(svg("title", {}, `${data.center.name} and what the passages relate it to`));
   const keys = [...lines.keys()];
