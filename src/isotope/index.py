@@ -940,7 +940,7 @@ class Isotope:
         with self.store.writer(self.settings.lock_wait):
             report = maintenance.repair(
                 self.store, lambda files: self._pipeline(force=True).ingest_files(files),
-                self.embedder.embed)
+                self.embedder)
         if not report.problems:  # (a damaged database file was not touched)
             report.problems = self.store.check()
         return report

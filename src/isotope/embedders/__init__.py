@@ -3,6 +3,11 @@
 An embedder implements :meth:`Embedder.embed_batch`; :meth:`Embedder.embed` batches on top
 of it by the size the embedder declares. Vectors are float32 and L2-normalised, so a dot
 product is a cosine similarity.
+
+Queries and the questions they are matched with go through :meth:`Embedder.embed`; the
+texts searched for (chunks and statements) through :meth:`Embedder.embed_documents`, which
+is the same unless a model embeds the two sides differently (e5's ``query:`` and
+``passage:`` prefixes).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class Embedder(ABC):
     batch_size: int = 32
     stats: CacheStats | None = None
     """Vectors from the cache and computed, when an embedding cache wraps the model."""
+    two_sided: bool = False
+    """Whether :meth:`embed_documents` differs from :meth:`embed` (e5's prefixes)."""
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release what the model holds (a remote one: its client and connections)."""
@@ -53,6 +60,11 @@ class Embedder(ABC):
     async def aembed(self, texts: Sequence[str]) -> Vectors:
         """Async version of :meth:`embed`; by default runs it in a worker thread."""
         return await asyncio.to_thread(self.embed, texts)
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """Embed texts that queries search for (chunks, statements); :meth:`embed` unless
+        the model embeds documents and queries differently (:attr:`two_sided`)."""
+        return self.embed(texts)
 
     def embed_one(self, text: str) -> Vectors:
         vector: Vectors = self.embed([text])[0]
@@ -124,7 +136,14 @@ def _openai(model: str, settings: ModelSettings) -> Embedder:
     )
 
 
+def _e5(model: str, settings: ModelSettings) -> Embedder:
+    from isotope.embedders.e5 import E5Embedder
+
+    return E5Embedder(model, threads=settings.threads)
+
+
 register("local/all-minilm-l6-v2", _local)
+register("local/multilingual-e5-small", _e5)
 register("openai", _openai)
 
 __all__ = ["Embedder", "Vectors", "available", "create", "normalize", "register"]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from isotope.embedders import Vectors
+from isotope.embedders import Embedder
 from isotope.errors import LoaderError, SyncRefused
 from isotope.files import read_file, source_path
 from isotope.models import Source, content_hash
@@ -81,7 +81,7 @@ def deleted_sources(store: Store, paths: Sequence[str | Path], *, force: bool) -
 
 
 def repair(store: Store, reingest: Callable[[dict[Path, Path]], IngestReport],
-           embed: Callable[[list[str]], Vectors] | None = None) -> RepairReport:
+           embed: Embedder | None = None) -> RepairReport:
     """Make a damaged index whole (the caller holds the writer lock): see
     :meth:`isotope.Isotope.repair`. ``reingest`` ingests files again, unchanged or not;
     ``embed`` embeds again the items whose vectors were lost.

@@ -448,24 +448,32 @@ class Pipeline:
         """Embed the fresh texts of several sources in one call, then store each source
         in its own transaction (see :meth:`_store`), naming each once it is stored."""
         texts = [self._texts(work) for work in works]
+        documents, asked = [t for some, _ in texts for t in some], [t for _, q in texts for t in q]
         with Timer(report, "embed"):
-            vectors = self.embedder.embed([t for some in texts for t in some])
-        start = 0
-        for work, some in zip(works, texts, strict=True):
-            self._store(work, vectors[start:start + len(some)], report, progress)
-            start += len(some)
+            if self.embedder.two_sided:
+                documents_made = self.embedder.embed_documents(documents)
+                questions = iter(self.embedder.embed(asked))
+            else:  # (one call: a remote server answers once)
+                both = self.embedder.embed(documents + asked)
+                documents_made, questions = both[:len(documents)], iter(both[len(documents):])
+            made = iter(documents_made)
+        for work, (some, theirs) in zip(works, texts, strict=True):
+            vectors = np.array([*(next(made) for _ in some),
+                                *(next(questions) for _ in theirs)], dtype=np.float32)
+            self._store(work, vectors.reshape(len(some) + len(theirs), self.embedder.dim),
+                        report, progress)
             yield work.source.uri
 
-    def _texts(self, work: Work) -> list[str]:
-        """What :meth:`_store` embeds of a source: its fresh chunks, atoms and candidate
-        questions, in that order (marking what failed, and the fresh chunks' questions as
-        to come)."""
+    def _texts(self, work: Work) -> tuple[list[str], list[str]]:
+        """What :meth:`_store` embeds of a source: its fresh chunks and atoms (embedded as
+        documents), then its candidate questions (embedded as queries are), in that order
+        (marking what failed, and the fresh chunks' questions as to come)."""
         work.mark_incomplete()
         for i in work.fresh:  # (questions come as enrichment)
             work.questions.setdefault(i, [[] for _ in work.atoms[i]])
         chunks = work.chunks
         return ([chunks[i].search_text for i in work.fresh]
-                + [a.text for a in work.fresh_atoms()] + [q.text for q in work.candidates()])
+                + [a.text for a in work.fresh_atoms()], [q.text for q in work.candidates()])
 
     def _store(self, work: Work, vectors: np.ndarray, report: IngestReport,
                progress: ProgressCallback | None) -> None:

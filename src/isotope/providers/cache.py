@@ -351,6 +351,7 @@ class CachedEmbedder(Embedder):
         self.model_id = inner.model_id
         self.dim = inner.dim
         self.batch_size = inner.batch_size
+        self.two_sided = inner.two_sided
         self.stats = CacheStats()
 
     def close(self) -> None:
@@ -360,7 +361,16 @@ class CachedEmbedder(Embedder):
         return self.embed(texts)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        keys = [self.cache.embedding_key(self.model_id, t) for t in texts]
+        return self._cached(texts, self.model_id, self.inner.embed)
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        # (the key of a document differs only when the model embeds it differently)
+        return self._cached(texts, self.model_id + ("\x1fdocument" if self.two_sided else ""),
+                            self.inner.embed_documents)
+
+    def _cached(self, texts: Sequence[str], model: str,
+                embed: Callable[[Sequence[str]], Vectors]) -> Vectors:
+        keys = [self.cache.embedding_key(model, t) for t in texts]
         size = self.dim * np.dtype(np.float32).itemsize
         # A vector of the wrong size (a damaged page) is a miss, and is stored again.
         found = {k: v for k, v in self.cache.get_embeddings(keys).items() if len(v) == size}
@@ -371,7 +381,7 @@ class CachedEmbedder(Embedder):
                 out[i] = np.frombuffer(found[k], dtype=np.float32)
         self.stats.count(len(texts) - len(missing), len(missing))
         if missing:
-            vectors = self.inner.embed([texts[i] for i in missing])
+            vectors = embed([texts[i] for i in missing])
             out[missing] = vectors
             self.cache.put_embeddings(
                 [(keys[i], vectors[j].tobytes()) for j, i in enumerate(missing)]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
-from isotope.embedders import Vectors
+from isotope.embedders import Embedder, Vectors
 from isotope.errors import InvalidArgument
 from isotope.knowledge.facts import GraphEntity, GraphRelation, Neighbourhood
 from isotope.models import Chunk, Condition, GeneratedQuestion, Question, Source
@@ -378,8 +378,7 @@ class Upkeep:
         remove."""
         return self.inspect().damaged_sources
 
-    def repair(self, embed: Callable[[list[str]], Vectors] | None = None
-               ) -> None:
+    def repair(self, embed: Embedder | None = None) -> None:
         """Rebuild what can be rebuilt from the stored rows (keyword and vector indexes),
         embedding again with ``embed`` the items whose vectors are lost, and drop rows no
         source owns. Default: nothing to rebuild."""

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from isotope.embedders import Vectors
+from isotope.embedders import Embedder, Vectors
 from isotope.errors import IndexLocked, InvalidArgument, InvalidIndex, IsotopeError, StoreError
 from isotope.models import Condition
 from isotope.settings import is_vector_backend
@@ -1217,7 +1217,7 @@ class PostgresStore(SQLStore):
                         "row; run check --repair")
         return found
 
-    def repair(self, embed: Callable[[list[str]], Vectors] | None = None) -> None:
+    def repair(self, embed: Embedder | None = None) -> None:
         """Recount the keyword statistics from the rows (the ``postings`` engine; rows,
         vectors and postings are kept together by transactions and foreign keys), and
         make the vector and bm25 indexes a bulk load cut short did not. Holds the index's

