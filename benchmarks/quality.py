@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/quality.py [--passages 300] [--generation batched]
         [--transform-queries N] [--graph] [--graph-weights 0.5,1]
+        [--embedder local/multilingual-e5-small] [--cache DIR] [--unseen 150]
 
 Indexes the first ``--passages`` passages of ../shared/eval/squad-dev (each passage one
 chunk) with the default offline models, then scores every retrieval mode on all their
@@ -14,6 +15,12 @@ against ``chunks-dense``, the baseline measured in the same run.
 the cached questions reused, only the entities and relations generated) and adds the
 ``graph`` mode and ``hybrid`` with the graph signal at each of ``--graph-weights``: what
 the signal costs single-hop questions.
+
+``--unseen N`` takes passages 600 to 600+N instead (never tuned on; their questions are
+in the committed cache, from benchmarks/answers.py). ``--embedder`` indexes with another
+embedding model (its own folder; the cached questions
+reused); ``--cache`` keeps the model cache elsewhere (a copy of benchmarks/cache, so that
+another model's vectors do not grow the committed file).
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
 OUT = ROOT / "benchmarks" / "out"
 CACHE = ROOT / "benchmarks" / "cache"
+UNSEEN = 600
+"""The first passage of those the project was never tuned on (``--unseen``)."""
 
 
 def main() -> None:
@@ -50,17 +59,28 @@ def main() -> None:
                         help="with the knowledge graph: adds the graph mode and hybrid with it")
     parser.add_argument("--graph-weights", default="0.5,1",
                         help="the graph signal's weights in hybrid (with --graph)")
+    parser.add_argument("--embedder", default=None,
+                        help="the embedding model (default: the bundled MiniLM)")
+    parser.add_argument("--cache", type=Path, default=CACHE,
+                        help="the model cache's folder (default: benchmarks/cache)")
+    parser.add_argument("--unseen", type=int, default=0, metavar="N",
+                        help="passages 600 to 600+N instead of the first --passages")
     args = parser.parse_args()
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
-                                        args.passages)
-    index = OUT / f"quality-{args.passages}-{args.generation}{'-graph' if args.graph else ''}"
+                                        args.unseen or args.passages,
+                                        start=UNSEEN if args.unseen else 0)
+    which = f"unseen-{args.unseen}" if args.unseen else str(args.passages)
+    index = OUT / (f"quality-{which}-{args.generation}{'-graph' if args.graph else ''}"
+                   + (f"-{args.embedder.rsplit('/', 1)[-1]}" if args.embedder else ""))
+    models = {"embedding_model": args.embedder} if args.embedder else {}
     modes = [m for m in MODES if m != "graph" or args.graph]  # graph: only on a graph index
+    modes.append(evaluation.WITHOUT_QUESTIONS)  # (what the questions add to hybrid)
     if args.graph:
         modes += [f"{evaluation.WITH_GRAPH}{w}" for w in args.graph_weights.split(",")]
     started = time.perf_counter()
     progress = passages_done(10)
-    with Isotope.open(index, cache_dir=CACHE, generation=args.generation,
-                      graph=args.graph) as iso:
+    with Isotope.open(index, cache_dir=args.cache, generation=args.generation,
+                      graph=args.graph, **models) as iso:
         if args.reuse_index:
             print(f"reusing {index}: {iso.status().counts}", file=sys.stderr)
         else:
@@ -82,8 +102,10 @@ def main() -> None:
                                              ["questions-dense", "hybrid"])
                 transformed.append((label, scores))
     base = next(m for m in result.modes if m.mode == "chunks-dense")
-    print(f"\nRetrieval on the first {len(passages)} passages of squad-dev, "
-          f"{len(queries)} questions (generation={args.generation})")
+    print(f"\nRetrieval on {'unseen' if args.unseen else 'the first'} {len(passages)} "
+          f"passages of squad-dev, "
+          f"{len(queries)} questions (generation={args.generation}, "
+          f"embedder={args.embedder or 'default'})")
     _table(result.modes, base)
     print("\nThe same questions as keyword queries (question words and stopwords dropped)")
     _table(keyword_scores, base)
@@ -97,7 +119,7 @@ def main() -> None:
     print("|" + "|".join("---" for _ in rows[0]) + "|")
     for row in rows:
         print("| " + " | ".join(str(v) for v in row.values()) + " |")
-    (OUT / f"quality-{args.passages}.json").write_text(json.dumps(
+    (OUT / f"quality-{which}.json").write_text(json.dumps(
         {"modes": [m.__dict__ for m in result.modes],
          "keyword": [m.__dict__ for m in keyword_scores]}, indent=1, default=str))
 

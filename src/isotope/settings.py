@@ -319,7 +319,10 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(allow_inf_nan=False)
 
-    embedding_model: str = Field(DEFAULT_EMBEDDER, description="Embedding model")
+    embedding_model: str = Field(
+        DEFAULT_EMBEDDER, description="Embedding model: local/all-minilm-l6-v2, "
+        "local/multilingual-e5-small (extra e5; about 100 languages) or openai/NAME[@URL]; "
+        "chosen when an index is made")
     embedding_dim: int | None = Field(
         None, description="Vector size of a remote embedding model (openai/...)"
     )

@@ -184,15 +184,15 @@ def read_jsonl(path: Path, required: Sequence[str], strings: Sequence[str] = (),
     return rows
 
 
-def load(passages_path: Path, queries_path: Path, limit_passages: int | None = None
-         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Passages (the first ``limit_passages``) and the queries whose gold passage is among
-    them. Files that cannot be read or lines that are not what :func:`read_jsonl` expects
-    are :class:`IsotopeError`."""
+def load(passages_path: Path, queries_path: Path, limit_passages: int | None = None,
+         *, start: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Passages (the first ``limit_passages`` from number ``start``) and the queries whose
+    gold passage is among them. Files that cannot be read or lines that are not what
+    :func:`read_jsonl` expects are :class:`IsotopeError`."""
     if limit_passages is not None and limit_passages < 1:
         raise IsotopeError(f"limit_passages must be at least 1, not {limit_passages}")
     passages = read_jsonl(passages_path, ("pid", "text"), ("text",), PASSAGE_EXAMPLE)
-    passages = passages[:limit_passages]
+    passages = passages[start:][:limit_passages]
     pids = {str(p["pid"]) for p in passages}
     queries = [q for q in read_jsonl(queries_path, ("question", "gold_pid"),
                                      ("question",), QUERY_EXAMPLE)
