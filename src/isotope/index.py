@@ -148,7 +148,7 @@ class Isotope:
         origins: dict[str, str] | None = None,
     ) -> None:
         self.store = store
-        self.settings = settings
+        self.settings = settings = _on_scale(settings, embedder, origins)
         self.embedder = embedder
         store.set_vector_index(settings.vector_index)
         self.vector_backend = store.set_vector_backend(vector_backend(settings, origins or {}))
@@ -1115,6 +1115,16 @@ def _valid_k(k: int) -> int:
         raise InvalidArgument(f"k = {k!r}: the number of results must be a whole number "
                               f"from 1 to {MAX_K}")
     return k
+
+
+def _on_scale(settings: Settings, embedder: Embedder, origins: dict[str, str] | None
+              ) -> Settings:
+    """``settings`` with the question filter's thresholds that were left at their
+    defaults put on the embedding model's cosine scale (:attr:`Embedder.question_filter`;
+    saved so in a new index's settings)."""
+    own = {name: value for name, value in embedder.question_filter
+           if origins is not None and origins.get(name, "default") == "default"}
+    return settings.model_copy(update=own) if own else settings
 
 
 def embeddings_for(settings: Settings) -> Embedder:

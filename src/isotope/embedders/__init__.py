@@ -39,6 +39,11 @@ class Embedder(ABC):
     """Vectors from the cache and computed, when an embedding cache wraps the model."""
     two_sided: bool = False
     """Whether :meth:`embed_documents` differs from :meth:`embed` (e5's prefixes)."""
+    question_filter: tuple[tuple[str, float], ...] = ()
+    """The question filter's cosine thresholds on this model's scale (settings
+    ``min_question_similarity`` and ``dedup_threshold``), for a model whose cosines sit
+    elsewhere than MiniLM's, whose scale the settings' defaults are on. Used where the
+    setting is left at its default."""
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release what the model holds (a remote one: its client and connections)."""

@@ -352,6 +352,7 @@ class CachedEmbedder(Embedder):
         self.dim = inner.dim
         self.batch_size = inner.batch_size
         self.two_sided = inner.two_sided
+        self.question_filter = inner.question_filter
         self.stats = CacheStats()
 
     def close(self) -> None:
