@@ -1,7 +1,7 @@
 """Which questions pay, and how a chunk is scored from them (issue 47), without a model call.
 
     .venv/bin/python benchmarks/questions.py [--index benchmarks/out/quality-300-batched]
-        [--passages 300] [--embedder local/multilingual-e5-small] [--json]
+        [--embedder local/multilingual-e5-small] [--json]
 
 Reads an index that ``benchmarks/quality.py`` built (its chunks, statements, the questions
 kept and those the filters dropped, with why) and scores ``questions-dense`` under one
@@ -9,9 +9,9 @@ lever at a time: how many questions per statement (the first 1, 2, 3 of each, as
 generated), the dropped questions given back (each reason alone, and all), how a chunk is
 scored from its questions (the best one, today; a soft maximum; the mean of the best 2 or
 3; the matched statement's own similarity added), the questions appended to their
-chunk's text for keyword search instead (document expansion, as doc2query does; both
-sides of that comparison ranked by one plain BM25 written here, since the index's own
-ranks the stored text only), and the embedding model. Each lever's
+chunk's text for keyword search (document expansion, as doc2query does: ranked by
+SQLite FTS5 as the index ranks chunks, the questions in the column that holds a chunk's
+context), and the embedding model. Each lever's
 questions-dense is also fused into ``hybrid`` (z-scores of the five default signals, the
 shipped fusion) beside ``hybrid-no-questions``: what the lever brings to the default
 search. Dense signals are exact (every vector compared); the keyword signals come from
@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import sqlite3
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,10 +33,10 @@ import numpy as np
 
 from isotope import Isotope
 from isotope.embedders import Embedder, create
-from isotope.ingest.questions import STOPWORDS
 from isotope.search import evaluation
 from isotope.search.retrieval import Candidate, fuse, keyword_query, signal
 from isotope.settings import ModelSettings
+from isotope.stores.keywords import query_words
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
@@ -52,7 +49,7 @@ class Corpus:
     """The index's texts, the questions kept and dropped, and the queries with their
     gold chunk (rows of the chunk list)."""
 
-    def __init__(self, index: Path, passages: int) -> None:
+    def __init__(self, index: Path) -> None:
         conn = sqlite3.connect(index / "isotope.db")
         rows = conn.execute("SELECT id, source, text FROM chunks ORDER BY rowid").fetchall()
         self.chunk_ids = [r[0] for r in rows]
@@ -79,8 +76,7 @@ class Corpus:
             seen[int(atom)] = seen.get(int(atom), 0) + 1
             order.append(seen[int(atom)])
         self.order = np.array(order + [0] * len(known))  # (1st, 2nd... kept of its atom)
-        _, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
-                                     passages)
+        _, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl")
         self.queries = [q for q in queries if q["gold_pid"] in by_source]
         self.gold = np.array([by_source[q["gold_pid"]] for q in self.queries])
 
@@ -146,24 +142,24 @@ def hybrid(signals: dict[str, list[list[Candidate]]], gold: Sequence[str]
     return {"r1": round(100 * first / len(gold), 1), "r5": round(100 * five / len(gold), 1)}
 
 
-def plain_bm25(texts: Sequence[str], queries: Sequence[str], k1: float = 1.2,
-               b: float = 0.75) -> np.ndarray:
-    """Okapi BM25 of each query's keywords against each text (lower-cased words, the
-    question prompts' stopwords left out)."""
-    def terms(text: str) -> list[str]:
-        return [w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS]
-
-    counted = [Counter(terms(t)) for t in texts]
-    lengths = np.array([sum(c.values()) for c in counted], dtype=np.float32)
-    norm = k1 * (1 - b + b * lengths / max(1.0, float(lengths.mean())))
-    df = Counter(w for c in counted for w in c)
+def fts5_bm25(texts: Sequence[str], extra: Sequence[str], queries: Sequence[str]
+              ) -> np.ndarray:
+    """Each query's BM25 against each text as the embedded index ranks chunks: SQLite FTS5
+    (``porter unicode61``) over two columns, the text and ``extra`` (where the index keeps
+    a chunk's context), the query's keywords OR-ed; 0 where a text matches no keyword."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(text, extra, tokenize='porter unicode61')")
+    conn.executemany("INSERT INTO t(rowid, text, extra) VALUES (?, ?, ?)",
+                     [(i + 1, t, e) for i, (t, e) in enumerate(zip(texts, extra, strict=True))])
     out = np.zeros((len(queries), len(texts)), dtype=np.float32)
     for i, query in enumerate(queries):
-        for word in set(terms(keyword_query(query))):
-            if word in df:
-                tf = np.array([c.get(word, 0) for c in counted], dtype=np.float32)
-                idf = math.log(1 + (len(texts) - df[word] + 0.5) / (df[word] + 0.5))
-                out[i] += idf * tf * (k1 + 1) / (tf + norm)
+        words = query_words(keyword_query(query))
+        if words:
+            for row, score in conn.execute(
+                    "SELECT rowid, bm25(t) FROM t WHERE t MATCH ?",
+                    (" OR ".join(f'"{w}"' for w in words),)):
+                out[i, row - 1] = -score
+    conn.close()
     return out
 
 
@@ -177,14 +173,13 @@ def keyword_signals(index: Path, corpus: Corpus, dim: int) -> dict[str, list[lis
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", type=Path, default=OUT / "quality-300-batched")
-    parser.add_argument("--passages", type=int, default=300)
     parser.add_argument("--embedder", default="local/all-minilm-l6-v2")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not (args.index / "isotope.db").exists():
-        sys.exit(f"no index at {args.index}: run benchmarks/quality.py --passages "
-                 f"{args.passages} first, or give --index")
-    corpus = Corpus(args.index, args.passages)
+        sys.exit(f"no index at {args.index}: run benchmarks/quality.py first, or give "
+                 "--index")
+    corpus = Corpus(args.index)
     embedder: Embedder = create(args.embedder, ModelSettings(threads=2))
     started = time.perf_counter()
     queries = embedder.embed([q["question"] for q in corpus.queries])
@@ -231,9 +226,9 @@ def main() -> None:
     of_chunk: dict[int, list[str]] = {}
     for i in np.flatnonzero(kept):
         of_chunk.setdefault(int(q_chunk[i]), []).append(corpus.question_texts[i])
-    plain = plain_bm25(corpus.chunk_texts, asked)
-    expanded = plain_bm25([t + "\n" + "\n".join(of_chunk.get(c, []))
-                           for c, t in enumerate(corpus.chunk_texts)], asked)
+    plain = fts5_bm25(corpus.chunk_texts, [""] * n, asked)
+    expanded = fts5_bm25(corpus.chunk_texts, ["\n".join(of_chunk.get(c, []))
+                                              for c in range(n)], asked)
     rows: list[dict[str, Any]] = [{"lever": "hybrid-no-questions", "questions": 0,
                                    "hybrid": hybrid(base, gold)}]
     counts = {"shipped": int(kept.sum())}
@@ -242,10 +237,12 @@ def main() -> None:
         rows.append({"lever": name, "questions_dense": recall(scores, corpus.gold),
                      "hybrid": hybrid(found, gold)})
     for name, bm25, with_questions in (
-            ("plain BM25 of the chunks (for the next rows)", plain, False),
-            ("plain BM25 of the chunks, with questions-dense", plain, True),
-            ("questions appended to their chunk's BM25 text", expanded, False),
-            ("appended, and questions-dense too", expanded, True)):
+            ("chunks-bm25 remade here, without questions-dense", plain, False),
+            ("chunks-bm25 remade here, with questions-dense", plain, True),
+            ("questions in their chunk's keyword text, without questions-dense", expanded,
+             False),
+            ("questions in their chunk's keyword text, with questions-dense", expanded,
+             True)):
         found = {**base, "chunks-bm25": candidates(np.where(bm25 > 0, bm25, -np.inf),
                                                    corpus.chunk_ids)}
         if with_questions:

@@ -13,7 +13,12 @@ from isotope import Isotope
 from isotope.embedders import create
 from isotope.embedders.e5 import E5Embedder
 from isotope.errors import MissingDependency
+from isotope.ingest.atomizers import SentenceAtomizer
+from isotope.ingest.generation import numbered_prompts
+from isotope.ingest.language import language_of
+from isotope.ingest.questions import question_prompt
 from isotope.models import Chunk
+from isotope.prompts import PROMPTS
 from isotope.providers.cache import Cache, CachedEmbedder
 from isotope.settings import ModelSettings
 
@@ -132,3 +137,42 @@ def test_the_question_filter_is_on_the_models_scale(tmp_path: Path, e5: E5Embedd
                       dedup_threshold=0.9) as iso:
         assert (iso.settings.min_question_similarity, iso.settings.dedup_threshold) == (
             0.80, 0.9)
+
+
+SENTENCES = {
+    "German": "Der Kölner Dom wurde 1880 fertiggestellt und ist eine der größten Kirchen.",
+    "French": "La tour Eiffel a été construite pour l'Exposition universelle de 1889 à Paris.",
+    "Spanish": "El río Amazonas es el más caudaloso del mundo y cruza Brasil de oeste a este.",
+    "Italian": "Il Colosseo è il più grande anfiteatro del mondo e si trova nel centro di Roma.",
+    "Portuguese": "O Cristo Redentor é uma estátua que fica no alto do morro do Corcovado.",
+    "Dutch": "De Afsluitdijk werd in 1932 voltooid en is een van de bekendste dijken.",
+}
+
+
+def test_the_language_of_a_passage_is_told_apart() -> None:
+    for language, sentence in SENTENCES.items():
+        assert language_of(sentence) == language, sentence
+    assert language_of(PASSAGES["battery"]) is None
+    assert language_of("Super Bowl 50 was an American football game.") is None
+    assert language_of("Paris") is None  # (too little to tell)
+
+
+def test_question_prompts_ask_in_the_passages_language(tmp_path: Path, e5: E5Embedder
+                                                       ) -> None:
+    """Every question prompt of a German chunk asks for German questions (the batched
+    and per-atom prompts alike); an English chunk's prompts are exactly as before, so
+    English indexes keep their cached replies."""
+    german, english = Chunk(text=PASSAGES["rhein"], source="r"), PASSAGES["battery"]
+    atoms = SentenceAtomizer().atomize_batch([german])[0]
+    assert all(p[-1]["content"].endswith("Write the questions in German, the language of "
+                                          "the passage.")
+               for p in [*numbered_prompts(german, atoms, 3),
+                         question_prompt(german.text, atoms[0].text, 3)])
+    assert question_prompt(english, english, 3) == PROMPTS["questions"].render(
+        chunk=english, atom=english, n=3)
+    fake = FakeLLM()
+    with Isotope.open(tmp_path / "index", embedder=e5, llm=fake, generation="atom") as iso:
+        iso.ingest_chunks([german, Chunk(text=english, source="b")])
+    asked = [p[-1]["content"] for p in fake.prompts]
+    assert sum("in German" in a for a in asked) == len(atoms)
+    assert sum("Write the questions in" in a for a in asked) == len(atoms)

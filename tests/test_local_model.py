@@ -13,6 +13,7 @@ from isotope import Chunk, Isotope
 from isotope.embedders import Embedder
 from isotope.ingest.atomizers import SentenceAtomizer
 from isotope.ingest.generation import numbered_prompts
+from isotope.ingest.language import language_of
 from isotope.ingest.questions import parse_questions
 from isotope.providers.model_files import QWEN_CODER_15B
 
@@ -111,6 +112,30 @@ def test_ingest_with_batched_decoding(tmp_path: Path, embedder: Embedder) -> Non
         assert report.questions_generated >= 4
         hit = iso.search("How often do the irrigation pumps run?", k=1).results[0]
         assert "irrigation" in hit.matched_questions[0].text.lower()
+
+
+def test_a_german_passage_gets_german_questions(tmp_path: Path, embedder: Embedder) -> None:
+    """Asked in English, the model wrote English questions about German passages; the
+    prompt now names the passage's language."""
+    german = ("Das Gewächshaus Lindqvist hält seine Tomaten tagsüber bei 24 Grad Celsius. "
+              "Die Pumpen der Bewässerung laufen alle sechs Stunden und geben jeder Pflanze "
+              "zwei Liter Wasser.")
+    with Isotope.open(tmp_path / "index", embedder=embedder, generation="batched",
+                      questions_per_atom=3) as iso:
+        iso.ingest_chunks([Chunk(text=german, source="gewaechshaus")])
+        written = [q.text for q in iso.questions("gewaechshaus")]
+    assert written
+    # (a question is too short for language_of: German ones start with a German word)
+    german_ones = [q for q in written if q.split()[0].lower() in GERMAN_STARTS]
+    assert len(german_ones) >= 0.75 * len(written), written
+    assert language_of(german) == "German"
+
+
+GERMAN_STARTS = {"wo", "wer", "wie", "was", "wann", "warum", "welche", "welcher", "welches",
+                 "welchen", "wieso", "weshalb", "wozu", "wohin", "woher", "wem", "wen",
+                 "wessen", "womit", "wodurch", "wieviel", "wieviele", "in", "an", "um",
+                 "bei", "mit", "gibt", "ist", "sind", "hat", "haben", "kann", "können",
+                 "wird", "werden"}
 
 
 @pytest.mark.parametrize("question", [

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from isotope.embedders import Vectors
+from isotope.ingest.language import in_language
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
 
@@ -20,8 +21,9 @@ SYSTEM = PROMPTS["questions"].system
 def question_prompt(chunk: str, atom: str, n: int,
                     spec: PromptSpec = PROMPTS["questions"]) -> Prompt:
     """The prompt for ``n`` questions about ``atom``; the chunk comes first so that
-    consecutive prompts for atoms of one chunk share their beginning (the model's cache)."""
-    return spec.render(chunk=chunk, atom=atom, n=n)
+    consecutive prompts for atoms of one chunk share their beginning (the model's cache);
+    asked in the chunk's language when it is not English (:mod:`isotope.ingest.language`)."""
+    return in_language(spec.render(chunk=chunk, atom=atom, n=n), chunk)
 
 
 _PREFIX = re.compile(

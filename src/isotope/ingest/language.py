@@ -1,0 +1,56 @@
+"""The language a passage is written in, for the question prompts.
+
+Asked in English about a German passage, the offline model writes English questions
+(all 198 for the 12 German passages of benchmarks/multilingual.py); told the language, it
+writes them in German. A passage in one of :data:`LANGUAGES` therefore gets one more
+sentence at the end of its question prompts; an English passage (or one this cannot tell)
+gets the prompts unchanged, so English indexes keep their fingerprints and cached replies.
+The guess counts each language's most common short words: no model, no dependency.
+"""
+
+from __future__ import annotations
+
+import re
+
+from isotope.providers import Prompt
+
+LANGUAGES: dict[str, frozenset[str]] = {
+    name: frozenset(words.split()) for name, words in {
+        "German": "der die das und ist nicht mit sich auf für dem den des ein eine einer "
+                  "wird wurde sind von zu im auch er sie es war",
+        "French": "le la les des est une dans pour qui que sur pas par avec sont au aux du "
+                  "ce cette été il elle et",
+        "Spanish": "el la los las del es una por que con para como más fue se al sus su "
+                   "en y",
+        "Italian": "il lo gli della delle che è una per con non sono del alla nel dei di "
+                   "e",
+        "Portuguese": "o os da das do dos é uma em para com não que se por foi são ao e",
+        "Dutch": "de het een van en is niet op voor met zijn werd wordt dat die bij ook",
+    }.items()}
+"""The languages recognised, each by its most common short words."""
+ENGLISH = frozenset("the of and to in is was for on that with as by at from it are be this "
+                    "which an".split())
+MIN_WORDS = 3
+"""Fewest common words of a language a passage must have to be called so."""
+
+
+def language_of(text: str) -> str | None:
+    """The language of ``text`` when it is clearly one of :data:`LANGUAGES` (its common
+    words outnumber English's and every other language's), else None."""
+    words = re.findall(r"\w+", text.lower())
+    english = sum(w in ENGLISH for w in words)
+    counts = sorted(((sum(w in common for w in words), name)
+                     for name, common in LANGUAGES.items()), reverse=True)
+    (best, name), (second, _) = counts[0], counts[1]
+    return name if best >= MIN_WORDS and best > english and best > second else None
+
+
+def in_language(prompt: Prompt, passage: str) -> Prompt:
+    """``prompt`` asking for questions in ``passage``'s language when that is not English
+    (the sentence comes last, so prompts that share a passage still share their start)."""
+    language = language_of(passage)
+    if language is None:
+        return prompt
+    last = prompt[-1]
+    return [*prompt[:-1], {**last, "content": f"{last['content']}\nWrite the questions in "
+                                              f"{language}, the language of the passage."}]
