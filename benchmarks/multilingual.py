@@ -10,7 +10,8 @@ a third of them in other words than their passage; ``queries-english.jsonl`` ask
 same 36 in English. Each index holds the 12 with the first ``--distractors`` English
 passages of ../shared/eval/squad-dev, with questions by the default offline model
 (batched generation; the model cache is benchmarks/out/cache-multilingual, seeded from
-benchmarks/cache so that the SQuAD passages cost no model call). Printed: the share of
+benchmarks/cache so that the SQuAD passages cost no model call; an index left by an
+earlier run is reused: delete benchmarks/out/multilingual-* to generate anew). Printed: the share of
 the German passages' generated questions written in German (a stopword count), and per
 embedder every mode's R@1 / R@5 on the German and on the English questions.
 """
@@ -77,18 +78,19 @@ def main() -> None:
             scores = {label: evaluation.evaluate(search, queries, MODES)
                       for label, queries in (("german", asked), ("english", english))}
         kinds = [language(q) for q in written]
-        report["questions_german"] = round(kinds.count("de") / max(1, len(kinds)), 3)
-        report["questions_of_german_passages"] = len(written)
         report["embedders"][embedder] = {
-            "ingest_s": round(ingest_s, 1),
+            "ingest_s": round(ingest_s, 1), "questions_of_german_passages": len(written),
+            "questions_german": round(kinds.count("de") / max(1, len(kinds)), 3),
             **{label: {m.mode: {"r1": round(m.recall[1], 1), "r5": round(m.recall[5], 1)}
                        for m in found} for label, found in scores.items()}}
     if args.json:
         print(json.dumps(report, indent=1))
         return
-    print(f"{len(german)} German passages with {len(squad)} English distractors; "
-          f"{report['questions_of_german_passages']} questions generated for the German "
-          f"passages, {100 * report['questions_german']:.0f}% of them in German")
+    print(f"{len(german)} German passages with {len(squad)} English distractors")
+    for embedder, found in report["embedders"].items():
+        print(f"{embedder}: {found['questions_of_german_passages']} questions generated for "
+              f"the German passages, {100 * found['questions_german']:.0f}% of them in "
+              "German")
     print("\n| embedder | mode | German questions R@1 | R@5 | English questions R@1 | R@5 |")
     print("|---|---|---|---|---|---|")
     for embedder, found in report["embedders"].items():

@@ -119,7 +119,7 @@ def main() -> None:
     print("|" + "|".join("---" for _ in rows[0]) + "|")
     for row in rows:
         print("| " + " | ".join(str(v) for v in row.values()) + " |")
-    (OUT / f"quality-{which}.json").write_text(json.dumps(
+    (OUT / f"{index.name}.json").write_text(json.dumps(
         {"modes": [m.__dict__ for m in result.modes],
          "keyword": [m.__dict__ for m in keyword_scores]}, indent=1, default=str))
 

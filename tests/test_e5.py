@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from isotope import Isotope
+from isotope import Isotope, projects
 from isotope.embedders import create
 from isotope.embedders.e5 import E5Embedder
 from isotope.errors import MissingDependency
 from isotope.ingest.atomizers import SentenceAtomizer
-from isotope.ingest.generation import numbered_prompts
+from isotope.ingest.generation import chunk_prompt, numbered_prompts
 from isotope.ingest.language import language_of
 from isotope.ingest.questions import question_prompt
 from isotope.models import Chunk
@@ -77,6 +77,15 @@ def test_texts_are_embedded_as_passages_and_questions_as_queries(
                               ).results[0].matched_questions[0]
         assert question.score == pytest.approx(float(query @ e5.embed_one(question.text)),
                                                abs=2e-3)
+        logged = support.connection(iso).execute(
+            "SELECT a.text, v.vector FROM vector_log v JOIN atoms a ON a.rowid = v.item "
+            "WHERE v.kind = 'atoms'").fetchall()
+        assert logged
+        for text, blob in logged:  # (each statement as a passage, not as a query)
+            stored = np.frombuffer(blob, dtype=np.float16).astype(np.float32)
+            as_passage = float(stored @ e5.embed_documents([text])[0])
+            assert as_passage > 0.999
+            assert float(stored @ e5.embed_one(text)) < as_passage - 0.005
 
 
 def test_repair_embeds_lost_vectors_on_their_side(tmp_path: Path, e5: E5Embedder) -> None:
@@ -155,6 +164,11 @@ def test_the_language_of_a_passage_is_told_apart() -> None:
     assert language_of(PASSAGES["battery"]) is None
     assert language_of("Super Bowl 50 was an American football game.") is None
     assert language_of("Paris") is None  # (too little to tell)
+    for english in ("Flights to Los Angeles, Las Vegas, El Paso and San Diego depart daily.",
+                    "J. van der Berg, P. de Vries and A. de Jong wrote the report.",
+                    "Die casting, die cutting and die making are old crafts.",
+                    "Menu: pollo con patate, vino della casa, caffè"):
+        assert language_of(english) is None, english  # (names and lists are not prose)
 
 
 def test_question_prompts_ask_in_the_passages_language(tmp_path: Path, e5: E5Embedder
@@ -168,6 +182,8 @@ def test_question_prompts_ask_in_the_passages_language(tmp_path: Path, e5: E5Emb
                                           "the passage.")
                for p in [*numbered_prompts(german, atoms, 3),
                          question_prompt(german.text, atoms[0].text, 3)])
+    assert chunk_prompt(german.text, [a.text for a in atoms], 3)[-1]["content"].endswith(
+        "Write the questions in German, the language of the passage.")
     assert question_prompt(english, english, 3) == PROMPTS["questions"].render(
         chunk=english, atom=english, n=3)
     fake = FakeLLM()
@@ -176,3 +192,17 @@ def test_question_prompts_ask_in_the_passages_language(tmp_path: Path, e5: E5Emb
     asked = [p[-1]["content"] for p in fake.prompts]
     assert sum("in German" in a for a in asked) == len(atoms)
     assert sum("Write the questions in" in a for a in asked) == len(atoms)
+
+
+def test_a_new_project_gets_the_models_scale_too(e5: E5Embedder) -> None:
+    """A project saves its settings when created, before any model is loaded: the
+    thresholds it saved at their defaults move to e5's scale on its first open, and are
+    saved so."""
+    path = projects.create("multilingual", embedding_model=E5)
+    with Isotope.open(path, embedder=e5, llm=FakeLLM()) as iso:
+        assert (iso.settings.min_question_similarity, iso.settings.dedup_threshold) == (
+            0.80, 0.95)
+    with Isotope.open(path, embedder=e5, llm=FakeLLM()) as iso:
+        assert iso.settings.dedup_threshold == 0.95
+    with Isotope.open(projects.create("other"), llm=FakeLLM()) as iso:  # (MiniLM's own)
+        assert iso.settings.dedup_threshold == 0.85

@@ -148,7 +148,9 @@ class Isotope:
         origins: dict[str, str] | None = None,
     ) -> None:
         self.store = store
-        self.settings = settings = _on_scale(settings, embedder, origins)
+        self._scaled = _on_scale(settings, embedder, origins,
+                                 fresh=store.get_meta("embedding") is None)
+        self.settings = settings = settings.model_copy(update=self._scaled)
         self.embedder = embedder
         store.set_vector_index(settings.vector_index)
         self.vector_backend = store.set_vector_backend(vector_backend(settings, origins or {}))
@@ -236,6 +238,9 @@ class Isotope:
                 self.store.set_meta("settings", index_settings(self.settings))
                 self.store.set_meta("created_at", datetime.now(UTC).isoformat())
                 self.store.set_meta("isotope_version", __version__)
+            elif self._scaled:  # (a project's settings, saved before its first open)
+                self.store.set_meta("settings", {**self.store.get_meta("settings"),
+                                                 **self._scaled})
             self.store.set_meta(
                 "embedding",
                 {"model": self.settings.embedding_model, "model_id": self.embedder.model_id,
@@ -1117,14 +1122,17 @@ def _valid_k(k: int) -> int:
     return k
 
 
-def _on_scale(settings: Settings, embedder: Embedder, origins: dict[str, str] | None
-              ) -> Settings:
-    """``settings`` with the question filter's thresholds that were left at their
-    defaults put on the embedding model's cosine scale (:attr:`Embedder.question_filter`;
-    saved so in a new index's settings)."""
-    own = {name: value for name, value in embedder.question_filter
-           if origins is not None and origins.get(name, "default") == "default"}
-    return settings.model_copy(update=own) if own else settings
+def _on_scale(settings: Settings, embedder: Embedder, origins: dict[str, str] | None, *,
+              fresh: bool) -> dict[str, float]:
+    """The question filter's thresholds left at their defaults, put on the embedding
+    model's cosine scale (:attr:`Embedder.question_filter`; saved so in a new index's
+    settings). Left at its default: not set anywhere, or, in an index not built yet (a
+    project just created), saved with the default value."""
+    fields = type(settings).model_fields
+    return {name: value for name, value in embedder.question_filter
+            if (origins or {}).get(name, "default") == "default"
+            or (fresh and (origins or {}).get(name) == "index"
+                and getattr(settings, name) == fields[name].default)}
 
 
 def embeddings_for(settings: Settings) -> Embedder:

@@ -366,7 +366,7 @@ class CachedEmbedder(Embedder):
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         # (the key of a document differs only when the model embeds it differently)
-        return self._cached(texts, self.model_id + ("\x1fdocument" if self.two_sided else ""),
+        return self._cached(texts, ("document\x1f" if self.two_sided else "") + self.model_id,
                             self.inner.embed_documents)
 
     def _cached(self, texts: Sequence[str], model: str,

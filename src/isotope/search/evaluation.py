@@ -191,6 +191,8 @@ def load(passages_path: Path, queries_path: Path, limit_passages: int | None = N
     :func:`read_jsonl` expects are :class:`IsotopeError`."""
     if limit_passages is not None and limit_passages < 1:
         raise IsotopeError(f"limit_passages must be at least 1, not {limit_passages}")
+    if start < 0:
+        raise IsotopeError(f"start must be at least 0, not {start}")
     passages = read_jsonl(passages_path, ("pid", "text"), ("text",), PASSAGE_EXAMPLE)
     passages = passages[start:][:limit_passages]
     pids = {str(p["pid"]) for p in passages}
