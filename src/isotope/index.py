@@ -1128,10 +1128,10 @@ def _on_scale(settings: Settings, embedder: Embedder, origins: dict[str, str] | 
     model's cosine scale (:attr:`Embedder.question_filter`; saved so in a new index's
     settings). Left at its default: not set anywhere, or, in an index not built yet (a
     project just created), saved with the default value."""
-    fields = type(settings).model_fields
+    fields, origins = type(settings).model_fields, origins or {}
     return {name: value for name, value in embedder.question_filter
-            if (origins or {}).get(name, "default") == "default"
-            or (fresh and (origins or {}).get(name) == "index"
+            if origins.get(name, "default") == "default"
+            or (fresh and origins.get(name) == "index"
                 and getattr(settings, name) == fields[name].default)}
 
 

@@ -54,10 +54,15 @@ class Embedder(ABC):
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Embed any number of texts, batch by batch."""
+        return self.in_batches(texts, self.embed_batch)
+
+    def in_batches(self, texts: Sequence[str],
+                   embed_batch: Callable[[Sequence[str]], Vectors]) -> Vectors:
+        """``embed_batch`` over ``texts``, :attr:`batch_size` at a time, stacked."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         parts = [
-            self.embed_batch(texts[i : i + self.batch_size])
+            embed_batch(texts[i : i + self.batch_size])
             for i in range(0, len(texts), self.batch_size)
         ]
         return np.ascontiguousarray(np.vstack(parts), dtype=np.float32)

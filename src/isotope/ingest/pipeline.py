@@ -449,19 +449,17 @@ class Pipeline:
         in its own transaction (see :meth:`_store`), naming each once it is stored."""
         texts = [self._texts(work) for work in works]
         documents, asked = [t for some, _ in texts for t in some], [t for _, q in texts for t in q]
-        with Timer(report, "embed"):
+        with Timer(report, "embed"):  # (documents first, then questions)
             if self.embedder.two_sided:
-                documents_made = self.embedder.embed_documents(documents)
-                questions = iter(self.embedder.embed(asked))
+                made = np.vstack([self.embedder.embed_documents(documents),
+                                  self.embedder.embed(asked)])
             else:  # (one call: a remote server answers once)
-                both = self.embedder.embed(documents + asked)
-                documents_made, questions = both[:len(documents)], iter(both[len(documents):])
-            made = iter(documents_made)
+                made = self.embedder.embed(documents + asked)
+        d, q = 0, len(documents)  # (where the next source's documents and questions start)
         for work, (some, theirs) in zip(works, texts, strict=True):
-            vectors = np.array([*(next(made) for _ in some),
-                                *(next(questions) for _ in theirs)], dtype=np.float32)
-            self._store(work, vectors.reshape(len(some) + len(theirs), self.embedder.dim),
+            self._store(work, np.vstack([made[d:d + len(some)], made[q:q + len(theirs)]]),
                         report, progress)
+            d, q = d + len(some), q + len(theirs)
             yield work.source.uri
 
     def _texts(self, work: Work) -> tuple[list[str], list[str]]:

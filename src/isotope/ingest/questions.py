@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from isotope.embedders import Vectors
-from isotope.ingest.language import in_language
+from isotope.ingest.language import in_language, language_of
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
 
@@ -23,7 +23,7 @@ def question_prompt(chunk: str, atom: str, n: int,
     """The prompt for ``n`` questions about ``atom``; the chunk comes first so that
     consecutive prompts for atoms of one chunk share their beginning (the model's cache);
     asked in the chunk's language when it is not English (:mod:`isotope.ingest.language`)."""
-    return in_language(spec.render(chunk=chunk, atom=atom, n=n), chunk)
+    return in_language(spec.render(chunk=chunk, atom=atom, n=n), language_of(chunk))
 
 
 _PREFIX = re.compile(
