@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from isotope import Isotope
+from isotope.ingest.language import ENGLISH, LANGUAGES
 from isotope.search import evaluation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,14 +36,14 @@ SQUAD = ROOT.parent / "shared" / "eval" / "squad-dev"
 OUT = ROOT / "benchmarks" / "out"
 MODES = ["questions-dense", "atoms-dense", "chunks-dense", "chunks-bm25", "hybrid",
          evaluation.WITHOUT_QUESTIONS]
-_DE = set("der die das und ist wer wann wie welche welcher welches was wo wurde im den dem "
-          "des ein eine einer von mit auf für zu hat sich nicht".split())
-_EN = set("the is was who when how which what where of in a an and to did does for with "
-          "by on".split())
+# (the library's common words, with each language's question words: a question is too
+# short for language_of's thresholds)
+_DE = LANGUAGES["German"] | set("wer wann wie welche welcher welches was wo warum".split())
+_EN = ENGLISH | set("who when how which what where why did does".split())
 
 
 def language(text: str) -> str:
-    """``de`` or ``en`` by the stopwords each has, else ``?``."""
+    """``de`` or ``en`` by the common words each has, else ``?``."""
     words = re.findall(r"\w+", text.lower())
     de, en = sum(w in _DE for w in words), sum(w in _EN for w in words)
     return "de" if de > en else "en" if en > de else "?"
