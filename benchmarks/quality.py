@@ -41,6 +41,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
 OUT = ROOT / "benchmarks" / "out"
 CACHE = ROOT / "benchmarks" / "cache"
+NO_QUESTIONS_INDEX = "hybrid, index without questions"
+"""The row of ``hybrid`` on the same passages stored without questions (``--questions
+later``, never enriched): what the index gives if no question is generated. (The pseudo-
+mode ``hybrid-no-questions`` leaves the question signals out of the fusion, but the
+chunks' keyword text still holds the questions' words.)"""
 UNSEEN = 600
 """The first passage of those the project was never tuned on (``--unseen``)."""
 
@@ -101,6 +106,18 @@ def main() -> None:
                 scores = evaluation.evaluate(evaluation.searcher(iso, transform=how), subset,
                                              ["questions-dense", "hybrid"])
                 transformed.append((label, scores))
+    # what the index gives with no question generated at all: the same passages stored
+    # before their questions (the chunks' keyword text without them), hybrid over the
+    # chunks' and statements' signals
+    bare_index = OUT / f"{index.name}-no-questions"
+    with Isotope.open(bare_index, cache_dir=args.cache, generation=args.generation,
+                      **models) as bare:
+        if not args.reuse_index:
+            bare.ingest_chunks(evaluation.chunks_of(passages), questions="later")
+        assert bare.status().counts["questions"] == 0
+        without = evaluation.evaluate(evaluation.searcher(bare), queries, ["hybrid"])[0]
+    without.mode = NO_QUESTIONS_INDEX
+    result.modes.append(without)
     base = next(m for m in result.modes if m.mode == "chunks-dense")
     print(f"\nRetrieval on {'unseen' if args.unseen else 'the first'} {len(passages)} "
           f"passages of squad-dev, "

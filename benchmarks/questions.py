@@ -15,7 +15,10 @@ context), and the embedding model. Each lever's
 questions-dense is also fused into ``hybrid`` (z-scores of the five default signals, the
 shipped fusion) beside ``hybrid-no-questions``: what the lever brings to the default
 search. Dense signals are exact (every vector compared); the keyword signals come from
-the index's own BM25. Ratios are against the shipped questions-dense of the same run.
+the index's own BM25, but for chunks-bm25, remade here over the chunks' text alone (an
+index of schema 13 or later holds its questions' text in the chunks' keyword text too:
+that is the document expansion row). Ratios are against the shipped questions-dense of
+the same run.
 """
 
 from __future__ import annotations
@@ -229,6 +232,8 @@ def main() -> None:
     plain = fts5_bm25(corpus.chunk_texts, [""] * n, asked)
     expanded = fts5_bm25(corpus.chunk_texts, ["\n".join(of_chunk.get(c, []))
                                               for c in range(n)], asked)
+    # (the chunks' own keyword signal, without their questions: the index may hold them)
+    base["chunks-bm25"] = candidates(np.where(plain > 0, plain, -np.inf), corpus.chunk_ids)
     rows: list[dict[str, Any]] = [{"lever": "hybrid-no-questions", "hybrid": hybrid(base, gold)}]
     for name, scores in levers:
         found = {**base, "questions-dense": candidates(scores, corpus.chunk_ids)}

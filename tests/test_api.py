@@ -120,7 +120,7 @@ def test_delete_sources_and_status(iso: Isotope, examples: Path) -> None:
     assert status.embedding["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert status.embedding["dim"] == 384
     assert status.disk_bytes and status.disk_bytes > 0
-    assert status.schema_version == SCHEMA_VERSION == 12
+    assert status.schema_version == SCHEMA_VERSION == 13
     iso.delete(examples / "faq.html")
     assert iso.status().counts["sources"] == 3
     assert all("faq" not in r.chunk.source for r in iso.search("Orbit R2 battery", k=5).results)

@@ -31,6 +31,8 @@ QUERIES = [
     ("When does the cafeteria open?", "p4"),
     ("What does firmware 3.2 add?", "p5"),
     ("How loud is the robot in quiet mode?", "p5"),
+    # (in the words of p3's generated questions only: found by keywords through them)
+    ("holiday salaried staff", "p3"),
 ]
 
 
@@ -55,34 +57,41 @@ def test_eval_scores_every_mode_as_table_json_and_chart(
     result = CliRunner().invoke(app, [*args, "--json", "--chart", str(chart)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["passages"] == 5 and data["queries"] == 6
-    # every mode, and hybrid without the question signals: what the questions buy
-    # (the graph mode only with the setting graph: this index has no graph)
+    assert data["passages"] == 5 and data["queries"] == 7
+    # every mode, and hybrid without the questions, scored on the index before they were
+    # made: what the questions buy (the graph mode only with the setting graph: this
+    # index has no graph)
     assert [m["mode"] for m in data["modes"]] == [
         *(m for m in MODES if m != "graph"), "hybrid-no-questions"]
+    assert data["ingest"]["without_questions"] == "the index before its questions"
     for scores in data["modes"]:
         assert 0 <= scores["recall"]["1"] <= scores["recall"]["2"] <= scores["recall"]["5"]
-        assert scores["recall"]["5"] == 100  # five passages
+        # five passages: every mode has each query's among its five, keyword modes over
+        # atoms or the chunks before their questions all but the one in question words
+        assert scores["recall"]["5"] >= 100 * 6 / 7 - 1e-9
         # split by whether chunk BM25 alone finds the passage first
         easy, hard = scores["split"]["easy"], scores["split"]["hard"]
-        assert easy["queries"] + hard["queries"] == 6
+        assert easy["queries"] + hard["queries"] == 7
     best = {m["mode"]: m["recall"]["1"] for m in data["modes"]}
     assert best["questions-dense"] >= 80 and best["hybrid"] >= 80
+    # split by chunk BM25 over the passages alone; chunk BM25 over them and their
+    # questions also finds the query in the questions' words
     bm25 = next(m for m in data["modes"] if m["mode"] == "chunks-bm25")["split"]
-    assert bm25["easy"]["R@1"] == 100 and bm25["hard"]["R@1"] == 0
+    assert bm25["easy"]["R@1"] == 100 and bm25["hard"]["R@1"] > 0
     assert data["ingest"]["question_seconds"] <= data["ingest"]["seconds"]
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a second run reuses the index and the cache: no model call
     again = CliRunner().invoke(app, [*args, "--json", "--mode", "hybrid",
                                      "--limit-passages", "3"])
     data = json.loads(again.stdout)
-    assert data["queries"] == 3 and data["ingest"]["llm_calls"] == 0
+    assert data["queries"] == 4 and data["ingest"]["llm_calls"] == 0
     assert [m["mode"] for m in data["modes"]] == ["hybrid"]
     table = CliRunner().invoke(app, [*args, "--mode", "chunks-bm25"])
     assert "R@1" in table.stdout and "chunks-bm25" in table.stdout
     table = CliRunner().invoke(app, [*args, "--mode", "hybrid", "--mode",
                                      "hybrid-no-questions"])
-    assert "what the questions buy here" in " ".join(table.stdout.split())
+    said = " ".join(table.stdout.split())
+    assert "what the questions buy here" in said and "question signals left out" in said
 
 
 def test_eval_input_errors_name_the_file_and_line(dataset: tuple[Path, Path]) -> None:

@@ -292,6 +292,35 @@ def test_postings_of_an_index_without_questions_then_enriched(tmp_path: Path,
               _fts5(iso, "questions", "billing service started", 5))
 
 
+def test_postings_follow_a_chunks_questions_at_once(tmp_path: Path,
+                                                   embedder: Embedder) -> None:
+    """A question added or disabled by hand after the compaction changes its chunk's
+    keyword text: the saved chunk postings score that chunk from its new text at once (in
+    this process and in a new one; with the statistics of the last compaction), and give
+    FTS5's scores again after the next compaction."""
+    docs = tmp_path / "docs"
+    with _compacted(tmp_path, embedder) as iso:
+        assert iso.search("zeppelin", mode="chunks-bm25").results == []
+        asked = iso.add_question(docs / "billing.md", "Does billing bill zeppelin rides?",
+                                 chunk=0)
+        found = iso.search("zeppelin", mode="chunks-bm25").results
+        assert [Path(r.chunk.source).stem for r in found] == ["billing"]
+        assert [r for r, _ in _postings(iso, "chunks", "zeppelin", 5)] == [
+            r for r, _ in _fts5(iso, "chunks", "zeppelin", 5)]
+        with _open(tmp_path / "index", embedder) as other:
+            assert [Path(r.chunk.source).stem for r in other.search(
+                "zeppelin", mode="chunks-bm25").results] == ["billing"]
+        iso.disable_question(asked)
+        assert iso.search("zeppelin", mode="chunks-bm25").results == []
+        iso.enable_question(asked)
+        iso.compact()
+        _same(_postings(iso, "chunks", "zeppelin billing", 5),
+              _fts5(iso, "chunks", "zeppelin billing", 5))
+        assert Path(iso.search("zeppelin", mode="chunks-bm25").results[0].chunk.source
+                    ).stem == "billing"
+        assert iso.check() == []
+
+
 def test_term_frequencies_over_255_count_in_full(tmp_path: Path, embedder: Embedder) -> None:
     """A word written 600, 300 and 256 times: three different scores, in FTS5's order
     (frequencies were capped at 255, which tied them and changed the ranking)."""

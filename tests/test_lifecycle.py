@@ -3,6 +3,7 @@ writer lock and schema migration: real store, real embedder, faked model replies
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import threading
 import time
@@ -313,7 +314,9 @@ def test_a_second_writer_fails_with_a_clear_message_or_waits(
 def _index_at_schema(current: Path, old: Path, version: int) -> None:
     """An index of schema ``version`` holding ``current``'s content: steps 1..version
     applied to an empty database, then the rows copied over in the columns that schema
-    has (with the meta an index of that schema kept)."""
+    has (with the meta an index of that schema kept; a row's vector, before schema 5, its
+    last logged one, not an entry of its text alone; from schema 5 the vector log and
+    files)."""
     from isotope.stores.sqlite_schema import upgrade
 
     old.mkdir()
@@ -327,11 +330,16 @@ def _index_at_schema(current: Path, old: Path, version: int) -> None:
         # before schema 5 each row held its vector (since, the vector log does)
         values = ", ".join(
             f"(SELECT v.vector FROM new.vector_log v WHERE v.kind = '{table}' AND "
-            f"v.item = t.rowid ORDER BY v.seq DESC LIMIT 1)" if n == "vector" else f't."{n}"'
+            f"v.item = t.rowid AND length(v.vector) > 0 ORDER BY v.seq DESC LIMIT 1)"
+            if n == "vector" and version < 5 else f't."{n}"'
             for n in names)
         db.execute(f"INSERT INTO main.{table}({cols}) SELECT {values} FROM new.{table} t")
     db.execute("INSERT INTO main.meta SELECT * FROM new.meta WHERE key NOT IN "
                "('schema_version', 'state')")
+    if version >= 5:  # (the vectors: the log and the files it follows)
+        db.execute("INSERT INTO main.vector_log SELECT * FROM new.vector_log")
+        if (current / "vectors").exists():
+            shutil.copytree(current / "vectors", old / "vectors")
     if version < 4:
         db.execute("INSERT INTO main.meta VALUES ('generation', '7')")
     db.execute("COMMIT")
@@ -341,13 +349,19 @@ def _index_at_schema(current: Path, old: Path, version: int) -> None:
     db.close()
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 12])
 def test_an_index_of_an_older_schema_is_migrated_in_place(
     tmp_path: Path, embedder: Embedder, examples: Path, version: int
 ) -> None:
+    def expansion(iso: Isotope) -> list[tuple[str, str]]:
+        return support.connection(iso).execute(
+            "SELECT id, questions_text FROM chunks ORDER BY id").fetchall()
+
     with _open(tmp_path / "made", embedder, FakeLLM()) as iso:
         iso.ingest(examples)
         before = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
+        expanded = expansion(iso)
+        assert all(text for _, text in expanded)
         dense = [(r.chunk.id, round(r.score, 5)) for r in iso.search(
             "How many vacation days do I get?", mode="questions-dense").results]
     _index_at_schema(tmp_path / "made" / "index", tmp_path / "index", version)
@@ -358,6 +372,7 @@ def test_an_index_of_an_older_schema_is_migrated_in_place(
         assert len(iso.sources()) == 4 and iso.check() == []
         after = [r.chunk.id for r in iso.search("vacation days", mode="chunks-bm25").results]
         assert after == before and after
+        assert expansion(iso) == expanded  # (step 13: the questions in the keyword text)
         assert dense == [(r.chunk.id, round(r.score, 5)) for r in iso.search(
             "How many vacation days do I get?", mode="questions-dense").results]
         # the vectors left the tables: each row's is in the vector log, until compacted

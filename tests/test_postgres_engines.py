@@ -7,6 +7,7 @@ loaded, one without."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -187,8 +188,9 @@ def test_an_index_from_the_old_server_opens_says_how_to_move_and_moves_with_copy
     assert any("isotope copy" in m and "pg_textsearch" in m for m in said), said
     with iso:
         assert iso.store.keyword_engine == "postings"
-        assert iso.status().schema_version == 12  # (upgraded in place; postings kept)
+        assert iso.status().schema_version == stores.SCHEMA_VERSION  # (postings kept)
         assert iso.check() == []
+        _found_by_their_questions(iso.store)
         query = "How many vacation days do new employees get?"
         before = [r.chunk.id for r in iso.search(query, k=3).results]
         assert before and "25 days" in iso.search(query, k=1).results[0].chunk.text
@@ -201,6 +203,46 @@ def test_an_index_from_the_old_server_opens_says_how_to_move_and_moves_with_copy
         assert copied.check() == []
         assert copied.search(query, k=3).results[0].chunk.id == before[0]
         assert copied.counts() == iso.counts()
+
+
+def _found_by_their_questions(store: Any) -> None:
+    """Each chunk is found by keyword search for a word only its questions have (step 13
+    wrote the questions' text into the chunks' keyword text)."""
+    rows = support.connection(store).execute(
+        "SELECT c.id, c.text, q.text FROM chunks c JOIN questions q ON q.chunk_id = c.id"
+    ).fetchall()
+    assert rows
+    for chunk_id, text, question in rows:
+        own = set(re.findall(r"\w+", question.lower())) - set(re.findall(r"\w+", text.lower()))
+        word = max(own, key=len, default=None)
+        if word and len(word) > 3:
+            assert chunk_id in {h.chunk_id for h in store.keyword_search("chunks", word, 100)}
+
+
+def test_an_index_made_before_step_13_finds_chunks_by_their_questions(
+        postgres_url: str, embedder: Embedder) -> None:
+    """A pg_textsearch index of schema 12 (its chunks' bm25 index over their text and
+    context) is upgraded in place: the questions' text joins the chunks' keyword text."""
+    with contextlib.closing(stores.open(postgres_url)) as store:
+        store.add(_batch(embedder, "/lodge.md", ["The lodge serves breakfast at seven.",
+                                                 "Ski passes are sold at the front desk."]))
+        conn = support.connection(store)
+        conn.execute("DROP INDEX chunks_bm25")
+        conn.execute("ALTER TABLE chunks DROP COLUMN keywords")
+        conn.execute("ALTER TABLE chunks DROP COLUMN questions_text")
+        conn.execute("ALTER TABLE chunks ADD COLUMN keywords text GENERATED ALWAYS AS "
+                     "(regexp_replace(text || E'\\n' || context, '[!-/:-@\\[-`{-~]+', ' ', "
+                     "'g')) STORED")
+        schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        conn.execute(f"CREATE INDEX chunks_bm25 ON chunks USING bm25 (keywords) WITH "
+                     f"(text_config='{schema}.isotope')")
+        conn.execute("UPDATE meta SET value = '12'::jsonb WHERE key = 'schema_version'")
+        assert store.keyword_search("chunks", "part", 5) == []
+    with contextlib.closing(stores.open(postgres_url)) as store:
+        assert store.get_meta("schema_version") == stores.SCHEMA_VERSION
+        assert len(store.keyword_search("chunks", "part", 5)) == 2
+        _found_by_their_questions(store)
+        assert store.check() == []
 
 
 def test_question_vectors_in_diskann(postgres_url: str, embedder: Embedder, examples: Path,

@@ -161,6 +161,30 @@ def test_deletes_and_changes_hide_items_of_older_segments(tmp_path: Path,
 
 
 @pytest.mark.usefixtures("small_segments")
+def test_new_questions_change_a_chunks_keywords_never_its_vector(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A question added by hand changes its chunk's keyword text, not its vector: the log
+    entries saying so leave the chunk's vector in its older segment through the
+    compactions that fold them into new ones."""
+    docs = _docs(tmp_path / "docs")
+    with _open(tmp_path / "index", embedder, vector_index="hnsw",
+               keyword_index="postings") as iso:
+        _ingest_one_by_one(iso, docs, TOPICS)
+        monkeypatch.setattr(sqlite_vectors, "TAIL_SHARE", 10.0)  # (new segments, kept)
+        before = len(_segments(iso, "chunks"))
+        for topic in TOPICS[:8]:
+            iso.add_question(docs / f"{topic}.md", f"Is {topic} ever zeppelined?", chunk=0)
+            iso.store.settle()
+        assert len(_segments(iso, "chunks")) > before  # (folded into segments of their own)
+        _counts_agree(iso)
+        for topic in TOPICS[:8]:
+            assert _sources(iso, f"The {topic} service was started", k=1,
+                            mode="chunks-dense") == [topic]
+        assert set(_sources(iso, "zeppelined", k=20, mode="chunks-bm25")) == set(TOPICS[:8])
+        assert iso.check() == []
+
+
+@pytest.mark.usefixtures("small_segments")
 def test_a_damaged_segment_is_named_and_repair_embeds_what_it_and_older_ones_held(
         tmp_path: Path, embedder: Embedder) -> None:
     """The newest segment, damaged, hid replaced vectors in older ones: check names it,

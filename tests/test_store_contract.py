@@ -174,6 +174,48 @@ def test_keyword_search_ranks_by_bm25(filled: Store) -> None:
         "The parking garage opens at six in the morning."]
 
 
+def test_a_chunk_is_found_by_the_words_of_its_questions(store: Store,
+                                                       embedder: Embedder) -> None:
+    """A chunk's keyword text holds its questions' text (document expansion), kept in step
+    when questions are added by hand, disabled, enabled, carried to a new version of the
+    source and generated for a chunk that waited for them."""
+    def found(words: str) -> list[str]:
+        return [h.chunk_id for h in store.keyword_search("chunks", words, 5)]
+
+    batch = _batch(embedder, "/docs/pool.md", DOCS["/docs/pool.md"])
+    store.add(batch)
+    chunk, atom = batch.chunks[0], batch.atoms[0]
+    assert found("said") == [chunk.id]  # (only its generated question says it)
+    assert found("lido") == []
+    asked = Question(text="How warm is the lido?", atom_id=atom.id, chunk_id=chunk.id,
+                     origin="manual")
+    vector = embedder.embed([asked.text])
+    assert store.add_kept_questions(chunk.id, [asked], vector) == 1
+    assert found("lido") == [chunk.id]
+    assert store.disable_question(asked.id) is True
+    assert found("lido") == []
+    assert store.enable_question(asked.id, vector) is True
+    assert found("lido") == [chunk.id]
+    # a new version of the source: the question goes to the chunk that covers its text
+    new = _batch(embedder, "/docs/pool.md",
+                 ["The swimming pool is heated to twenty-nine degrees."])
+    store.add(new)
+    assert found("lido") == [new.chunks[0].id]
+    # a chunk stored before its questions: found by them once they are generated
+    later = _batch(embedder, "/docs/gym.txt", DOCS["/docs/gym.txt"])
+    later.questions, later.question_vectors = [], later.question_vectors[:0]
+    later.pending = {c.id for c in later.chunks}
+    store.add(later)
+    assert found("treadmill") == []
+    generated = [Question(text="Is there a treadmill?", atom_id=later.atoms[0].id,
+                          chunk_id=later.chunks[0].id)]
+    store.add_questions([ChunkQuestions(later.chunks[0].id, generated,
+                                        embedder.embed([generated[0].text]))])
+    assert found("treadmill") == [later.chunks[0].id]
+    assert found("lido") == [new.chunks[0].id]
+    assert store.check() == []
+
+
 def test_delete_source_removes_everything_derived(filled: Store) -> None:
     assert filled.delete_source("/docs/garage.md") is True
     assert filled.delete_source("/docs/garage.md") is False

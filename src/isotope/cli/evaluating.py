@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,6 +14,9 @@ from isotope.cli.console import err, errors, fail, out, print_json
 from isotope.cli.ingesting import with_bar
 from isotope.cli.shell import ContextOpt, IndexOpt, JsonOpt, ProjectOpt, app, open_index
 from isotope.search.retrieval import MODES, thresholds
+
+if TYPE_CHECKING:
+    from isotope.reports import IngestReport
 
 
 @app.command("eval")
@@ -56,10 +60,12 @@ def eval_(
     as_json: JsonOpt = False,
 ) -> None:
     """Score every retrieval mode on question/passage pairs: Recall@1/2/5, MRR@10 and
-    latency; with --answers, the answers of `ask` too. `hybrid-no-questions` (hybrid
-    without the question signals) is scored beside them, with the ingest time the
-    questions took: what generating them buys on your data. R@1 is split into the
-    questions chunk BM25 alone answers first (easy) and the others (hard).
+    latency; with --answers, the answers of `ask` too. `hybrid-no-questions` is scored
+    beside them, with the ingest time the questions took: what generating them buys on
+    your data (the passages are stored and scored before their questions are made; in
+    an index built before, it is hybrid with the question signals left out, the
+    questions' words still in the chunks' keyword text). R@1 is split into the questions
+    chunk BM25 alone answers first (easy) and the others (hard).
 
     Each passage is ingested as one chunk (into --index, default .isotope-eval; an index
     built before is reused, and the cache makes regeneration free)."""
@@ -90,21 +96,45 @@ def eval_(
         with iso:
             err.print(f"indexing {len(pairs[0])} passages (cached work is reused)...")
             chunks = evaluation.chunks_of(pairs[0], documents)
-            if err.is_terminal and not as_json:
-                report = with_bar(lambda update: iso.ingest_chunks(chunks, progress=update))
-            else:
-                report = iso.ingest_chunks(chunks)
-            if report.failed_atoms:
-                err.print(f"{len(report.failed_atoms)} atoms got no questions")
+            staged = evaluation.WITHOUT_QUESTIONS in modes
+            search = evaluation.searcher(iso)
+
+            def in_effect(m: str) -> tuple[float, float]:
+                return thresholds(m, iso.settings.deliver_score, iso.settings.refine_score)
+
+            # with hybrid-no-questions: the passages stored before their questions, scored
+            # so (what the index gives with none generated), then their questions made
+            reports = [_with_progress(lambda update: iso.ingest_chunks(
+                chunks, progress=update, questions="later" if staged else "now"),
+                err.is_terminal and not as_json)]
+            before: list[evaluation.ModeScores] = []
+            easy = None
+            if staged and iso.counts()["questions"] == 0:
+                easy = evaluation.answered_first(search, pairs[1], "chunks-bm25")
+                before = evaluation.evaluate(search, pairs[1], [evaluation.WITHOUT_QUESTIONS],
+                                             thresholds=in_effect, easy=easy)
+                modes = [m for m in modes if m != evaluation.WITHOUT_QUESTIONS]
+            if staged:
+                err.print("generating the questions...")
+                reports.append(_with_progress(lambda update: iso.enrich(progress=update),
+                                              err.is_terminal and not as_json))
+            failed = sum(len(r.failed_atoms) for r in reports)
+            if failed:
+                err.print(f"{failed} atoms got no questions")
 
             result = evaluation.EvalResult(len(pairs[0]), len(pairs[1]))
-            result.modes = evaluation.evaluate(
-                evaluation.searcher(iso), pairs[1], modes, thresholds=lambda m: thresholds(
-                    m, iso.settings.deliver_score, iso.settings.refine_score))
-            result.ingest = {"added": len(report.added), "llm_calls": report.llm_calls,
-                             "llm_cache_hits": report.llm_cache_hits,
-                             "seconds": sum(report.timings.values()),
-                             "question_seconds": report.timings.get("generate", 0.0)}
+            result.modes = evaluation.evaluate(search, pairs[1], modes, thresholds=in_effect,
+                                               easy=easy) + before
+            result.ingest = {"added": len(reports[0].added),
+                             "llm_calls": sum(r.llm_calls for r in reports),
+                             "llm_cache_hits": sum(r.llm_cache_hits for r in reports),
+                             "seconds": sum(sum(r.timings.values()) for r in reports),
+                             "question_seconds": sum(r.timings.get("generate", 0.0)
+                                                     for r in reports)}
+            if staged:
+                result.ingest["without_questions"] = (
+                    "the index before its questions" if before else
+                    "the question signals left out (an index built before)")
             if chart is not None:
                 evaluation.chart(result, chart)
             answered = None
@@ -145,7 +175,8 @@ def eval_(
             f"{without.recall[5]:.1f}. Generating them took "
             f"{result.ingest['question_seconds']:.0f} s of this ingest's "
             f"{result.ingest['seconds']:.0f} s ({result.ingest['llm_calls']} model calls, "
-            f"{result.ingest['llm_cache_hits']} answered by the cache)")
+            f"{result.ingest['llm_cache_hits']} answered by the cache); without them: "
+            f"{result.ingest['without_questions']}")
     if chart is not None:
         out.print(f"chart: {chart}")
     if answered is not None:
@@ -159,6 +190,13 @@ def eval_(
             answered.declined_with_gold, answered.citation_is_gold, answered.wrong,
             answered.unanswerable_declined, answered.latency_p50_s)))
         out.print(table)
+
+
+def _with_progress(run: Callable[[Callable[[Any], None] | None], IngestReport],
+                   bar: bool) -> IngestReport:
+    """``run(progress)``: with a progress bar on a terminal, else quietly."""
+    report: IngestReport = with_bar(run) if bar else run(None)
+    return report
 
 
 def _from_log(index: str | None, project: str | None, modes: list[str], write: Path | None,

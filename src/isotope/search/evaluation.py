@@ -42,8 +42,10 @@ class ModeScores:
 
 
 WITHOUT_QUESTIONS = "hybrid-no-questions"
-"""A pseudo-mode: ``hybrid`` with the question signals left out, what the index would
-give without generated questions (``isotope eval`` scores it beside the modes)."""
+"""A pseudo-mode: ``hybrid`` with the question signals left out. ``isotope eval`` scores
+it on its index before the questions are made (what the index gives without generated
+questions); on an index that has them, the chunks' keyword text still holds their
+words."""
 WITH_GRAPH = "hybrid graph="
 """The prefix of :func:`searcher`'s mode ``hybrid graph=W``: hybrid, graph signal at W."""
 
@@ -274,11 +276,14 @@ def evaluate(
     *,
     thresholds: Callable[[str], tuple[float, float]] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    easy: Sequence[bool] | None = None,
 ) -> list[ModeScores]:
     """Score ``search`` (see :data:`Search`) for each mode: recall, MRR, latency, and the
     share and recall of the questions at each suggested action. ``thresholds(mode) ->
     (deliver, refine)`` are the thresholds in effect, reported with the ones this data
-    suggests."""
+    suggests. ``easy``: the queries chunk BM25 alone answers first (each score's R@1 is
+    split into those and the rest); default: where the ``chunks-bm25`` scored here
+    does."""
     scores = []
     hits: dict[str, list[bool]] = {}
     for mode in modes:
@@ -315,14 +320,21 @@ def evaluate(
             mode, recall, mrr, 1000 * statistics.median(latency),
             1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], confidence,
         ))
-    if "chunks-bm25" in hits:  # where keywords already find the passage, and where not
+    if easy is None and "chunks-bm25" in hits:
         easy = hits["chunks-bm25"]
+    if easy is not None:  # where keywords already find the passage, and where not
         for score in scores:
             for name, wanted in (("easy", True), ("hard", False)):
                 own = [h for h, e in zip(hits[score.mode], easy, strict=True) if e == wanted]
                 score.split[name] = {"queries": len(own), "R@1": round(
                     100 * sum(own) / len(own), 1) if own else 0.0}
     return scores
+
+
+def answered_first(search: Search, queries: Sequence[dict[str, Any]], mode: str
+                   ) -> list[bool]:
+    """Whether ``mode`` puts each query's gold passage first."""
+    return [search(q["question"], mode, 1)[0][:1] == [str(q["gold_pid"])] for q in queries]
 
 
 def chart(result: EvalResult, path: Path) -> Path:

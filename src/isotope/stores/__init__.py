@@ -55,7 +55,7 @@ __all__ = [
     "visible_chunk",
 ]
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 LOG_ONLY = "isotope\x1flog-only"
 """Named among a write's sources: it changes nothing a search reads (the audit log), so
 the index keeps its state id (and what is kept by it, such as a principal's rows)."""

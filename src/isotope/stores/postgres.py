@@ -68,6 +68,7 @@ from isotope.stores.postgres_replicas import (
 )
 from isotope.stores.postgres_schema import (
     bm25_indexes,
+    chunk_postings,
     close_quietly,
     connect,
     keywords_query,
@@ -950,6 +951,15 @@ class PostgresStore(SQLStore):
             self._postings(conn, kind, rows, terms)
         return rows
 
+    def _set_questions_text(self, conn: psycopg.Connection[Any],
+                            changed: list[tuple[int, str, str]], *, logged: bool) -> None:
+        """A bm25 index (pg_textsearch) reads the new text from the row; isotope's
+        postings are made again from it."""
+        conn.cursor().executemany("UPDATE chunks SET questions_text = %s WHERE row = %s",
+                                  [(text, row) for row, text, _ in changed])
+        if self.keyword_engine == "postings":
+            chunk_postings(conn, [(row, text) for row, _, text in changed], self._tokenizer)
+
     @staticmethod
     def _insert(conn: psycopg.Connection[Any], table: str, columns: str,
                 values: list[tuple[Any, ...]]) -> list[int]:
@@ -1218,11 +1228,14 @@ class PostgresStore(SQLStore):
         return found
 
     def repair(self, embed: Embedder | None = None) -> None:
-        """Recount the keyword statistics from the rows (the ``postings`` engine; rows,
+        """Write each chunk's questions' text again from its questions where it differs,
+        recount the keyword statistics from the rows (the ``postings`` engine; rows,
         vectors and postings are kept together by transactions and foreign keys), and
         make the vector and bm25 indexes a bulk load cut short did not. Holds the index's
         lock exclusively."""
         with self._index_lock(60.0, shared=False):
+            with self._write() as conn:
+                self._expand_all(conn)
             if self.keyword_engine == "postings":
                 with self._write() as conn:
                     conn.execute("DELETE FROM kw_stats")

@@ -22,6 +22,8 @@ from isotope.stores.schema_steps import spelled
 if TYPE_CHECKING:
     import psycopg
 
+    from isotope.stores.keywords import Tokenizer
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "isotope"
@@ -40,10 +42,14 @@ PUNCTUATION = r"[!-/:-@\[-`{-~]+"
 """ASCII punctuation, read as a space before PostgreSQL's parser sees the text: the
 parser keeps ``config.yaml``, ``/docs/setup.md`` or ``a@b.org`` as one token, where FTS5
 (the embedded store) finds each word of them."""
-KEYWORD_TEXT = {"questions": "text", "atoms": "text", "chunks": "text || E'\\n' || context"}
+_KEYWORD_TEXT_11 = {"questions": "text", "atoms": "text",
+                    "chunks": "text || E'\\n' || context"}
+"""What each kind's bm25 index read as step 11 made it."""
+KEYWORD_TEXT = {**_KEYWORD_TEXT_11,
+                "chunks": "text || E'\\n' || context || E'\\n' || questions_text"}
 """What each kind's bm25 index reads, held in a generated column ``keywords`` (pg_textsearch
-1.0 indexes no expression): a chunk is found by its text and its context, as the embedded
-store's FTS5 table has both."""
+1.0 indexes no expression): a chunk is found by its text, its context and its questions'
+text (step 13), as the embedded store's FTS5 table has all three."""
 
 
 def _keyword_engine(conn: psycopg.Connection[Any], schema: str, new: bool) -> None:
@@ -90,9 +96,7 @@ def _to_textsearch(conn: psycopg.Connection[Any], schema: str) -> None:
         conn.execute(f"DROP TABLE {kind}_terms, {kind}_df")
     conn.execute("DROP TABLE kw_stats")
     for kind in KW_KINDS:
-        conn.execute(f"ALTER TABLE {kind} ADD COLUMN keywords text GENERATED ALWAYS AS "
-                     f"(regexp_replace({KEYWORD_TEXT[kind]}, '{PUNCTUATION}', ' ', 'g')) "
-                     "STORED")
+        conn.execute(_keywords_column(kind, _KEYWORD_TEXT_11))
     # English stemming without stop words, as FTS5's porter tokenizer
     conn.execute(f'CREATE TEXT SEARCH DICTIONARY "{schema}".isotope_stem '
                  "(TEMPLATE = snowball, Language = english)")
@@ -102,6 +106,60 @@ def _to_textsearch(conn: psycopg.Connection[Any], schema: str) -> None:
                  f'MAPPING REPLACE english_stem WITH "{schema}".isotope_stem')
     for statement in bm25_indexes(schema):
         conn.execute(statement)
+
+
+def _keywords_column(kind: str, read: dict[str, str]) -> str:
+    return (f"ALTER TABLE {kind} ADD COLUMN keywords text GENERATED ALWAYS AS "
+            f"(regexp_replace({read[kind]}, '{PUNCTUATION}', ' ', 'g')) STORED")
+
+
+def _questions_in_keywords(conn: psycopg.Connection[Any], schema: str, new: bool) -> None:
+    """Step 13: each chunk's questions' text (one a line) in a column of its own, read by
+    its keyword search: the bm25 index made again over it (pg_textsearch), or the
+    postings of chunks that have questions made again (isotope's postings)."""
+    conn.execute("ALTER TABLE chunks ADD COLUMN questions_text text NOT NULL DEFAULT ''")
+    conn.execute("UPDATE chunks c SET questions_text = q.texts FROM (SELECT chunk_id, "
+                 "string_agg(text, E'\\n' ORDER BY row) AS texts FROM questions GROUP BY "
+                 "chunk_id) q WHERE q.chunk_id = c.id")
+    engine = conn.execute("SELECT value FROM meta WHERE key = 'keyword_engine'").fetchone()
+    if engine is not None and engine[0] == "pg_textsearch":
+        conn.execute(f'DROP INDEX IF EXISTS "{schema}".chunks_bm25')
+        conn.execute("ALTER TABLE chunks DROP COLUMN keywords")
+        conn.execute(_keywords_column("chunks", KEYWORD_TEXT))
+        for statement in bm25_indexes(schema, ("chunks",)):
+            conn.execute(statement)
+        return
+    from isotope.stores.keywords import TOKENIZER
+
+    after = 0
+    while part := conn.execute(
+            "SELECT row, text || E'\\n' || context || E'\\n' || questions_text FROM chunks "
+            "WHERE row > %s AND questions_text <> '' ORDER BY row LIMIT 2000",
+            (after,)).fetchall():
+        chunk_postings(conn, [(int(r), t) for r, t in part], TOKENIZER)
+        after = int(part[-1][0])
+
+
+def chunk_postings(conn: psycopg.Connection[Any], changed: list[tuple[int, str]],
+                   tokenizer: Tokenizer) -> None:
+    """Make the postings of chunks ``(row, keyword text)`` again (the ``postings``
+    engine): their terms, lengths and the chunks' total length (the document frequencies
+    follow the postings by trigger)."""
+    rows = [row for row, _ in changed]
+    counts = tokenizer.texts([text for _, text in changed])
+    lengths = [sum(c.values()) for c in counts]
+    had = conn.execute("SELECT coalesce(sum(ntok), 0) FROM chunks WHERE row = ANY(%s)",
+                       (rows,)).fetchone()
+    conn.execute("DELETE FROM chunks_terms WHERE item = ANY(%s)", (rows,))
+    with conn.cursor().copy("COPY chunks_terms (term, item, tf, ntok) FROM STDIN") as copy:
+        for row, terms, length in zip(rows, counts, lengths, strict=True):
+            for term, tf in terms.items():
+                copy.write_row((term, row, tf, length))
+    conn.cursor().executemany("UPDATE chunks SET ntok = %s WHERE row = %s",
+                              list(zip(lengths, rows, strict=True)))
+    conn.execute("INSERT INTO kw_stats AS s VALUES ('chunks', pg_backend_pid() %% 16, 0, %s) "
+                 "ON CONFLICT (kind, slot) DO UPDATE SET total = s.total + excluded.total",
+                 (sum(lengths) - int(had[0] if had else 0),))
 
 
 def bm25_indexes(schema: str, kinds: tuple[str, ...] = KW_KINDS) -> list[str]:
@@ -133,7 +191,8 @@ def _textsearch(conn: psycopg.Connection[Any]) -> str | None:
     return None
 
 
-STEPS = spelled("postgres", {"keyword_engine": _keyword_engine})
+STEPS = spelled("postgres", {"keyword_engine": _keyword_engine,
+                             "questions_in_keywords": _questions_in_keywords})
 """The steps by number (:mod:`isotope.stores.schema_steps` names and spells them): the
 first is 6, the embedded store's schema 6 at once."""
 assert max(STEPS) == SCHEMA_VERSION, "a new step raises isotope.stores.SCHEMA_VERSION"

@@ -58,9 +58,16 @@ CREATE TRIGGER IF NOT EXISTS {t}_ad AFTER DELETE ON {t} BEGIN
     INSERT INTO {t}_fts({t}_fts, rowid, {cols}) VALUES ('delete', old.rowid, {old}); END;
 """
 FTS_COLUMNS: dict[Kind, tuple[str, ...]] = {
-    "questions": ("text",), "atoms": ("text",), "chunks": ("text", "context"),
+    "questions": ("text",), "atoms": ("text",),
+    "chunks": ("text", "context", "questions_text"),
 }
-"""Columns of each keyword index: a chunk is found by its text and its context."""
+"""Columns of each keyword index: a chunk is found by its text, its context and the text
+of its questions (document expansion, as doc2query does: step 13)."""
+_QUESTIONS_TEXT_SQLITE = (
+    "UPDATE chunks SET questions_text = q.texts FROM (SELECT chunk_id, group_concat(text, "
+    "char(10)) AS texts FROM (SELECT chunk_id, text FROM questions ORDER BY chunk_id, rowid) "
+    "GROUP BY chunk_id) q WHERE q.chunk_id = chunks.id")
+"""Each chunk's questions' text, one per line, from its questions (step 13's backfill)."""
 
 
 def fts(table: Kind, cols: tuple[str, ...] | None = None) -> list[str]:
@@ -307,6 +314,27 @@ STEPS: tuple[Step, ...] = (
              ON DELETE CASCADE, PRIMARY KEY (alias, chunk_id))""",
              "CREATE INDEX IF NOT EXISTS entity_aliases_entity ON entity_aliases(entity)",
              "CREATE INDEX IF NOT EXISTS entity_aliases_chunk ON entity_aliases(chunk_id)"]),
+    # a chunk's keyword text gains its questions' text (each question a line, kept in
+    # step by the store whenever its questions change): a query in a user's words finds
+    # the chunk whose questions use them (measured: chunks-bm25 R@1 72.8 -> 75.4 on the
+    # dev passages). The embedded store's saved chunk postings are dropped (made again by
+    # the next compaction; FTS5 answers meanwhile); the server's engine: a function
+    Step(13, "the questions' text in their chunk's keyword index",
+         sqlite=["ALTER TABLE chunks ADD COLUMN questions_text TEXT NOT NULL DEFAULT ''",
+                 _QUESTIONS_TEXT_SQLITE,
+                 "DROP TRIGGER IF EXISTS chunks_ai", "DROP TRIGGER IF EXISTS chunks_ad",
+                 "DROP TABLE IF EXISTS chunks_fts",
+                 *fts("chunks", ("text", "context", "questions_text")),
+                 "CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE OF questions_text ON "
+                 "chunks BEGIN INSERT INTO chunks_fts(chunks_fts, rowid, text, context, "
+                 "questions_text) VALUES ('delete', old.rowid, old.text, old.context, "
+                 "old.questions_text); INSERT INTO chunks_fts(rowid, text, context, "
+                 "questions_text) VALUES (new.rowid, new.text, new.context, "
+                 "new.questions_text); END",
+                 "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')",
+                 "UPDATE meta SET value = json_remove(value, '$.chunks.keywords') WHERE "
+                 "key = 'vectors'"],
+         postgres="questions_in_keywords"),
 )
 """Every step, in order."""
 

@@ -60,7 +60,7 @@ from isotope.stores import (
 )
 from isotope.stores.sql_dialect import Dialect
 from isotope.stores.sql_graph import SQLGraph
-from isotope.stores.sql_questions import DISABLED, SQLQuestions, of_chunk
+from isotope.stores.sql_questions import DISABLED, SQLQuestions, keyword_text, of_chunk
 from isotope.stores.sql_usage import SQLUsage
 
 _T = TypeVar("_T")
@@ -167,13 +167,20 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
                  d.json_param(source.metadata), source.status, source.root,
                  None if source.access is None else d.json_param(source.access),
                  d.json_param([len(batch.chunks), len(batch.atoms), len(batch.questions)])))
-            chunk_rows = self._add_rows(conn, "chunks", f"{_CHUNK}, hash, enriched", [
-                (c.id, source.uri, c.index, c.start, c.end, d.text(c.text),
-                 d.json_param(c.metadata), d.text(c.context), h, c.id not in batch.pending)
-                for c, h in zip(batch.chunks, hashes, strict=True)],
+            asked: dict[str, list[str]] = {}
+            for q in batch.questions:
+                asked.setdefault(q.chunk_id, []).append(q.text)
+            expansion = [d.text("\n".join(asked.get(c.id, ()))) for c in batch.chunks]
+            chunk_rows = self._add_rows(
+                conn, "chunks", f"{_CHUNK}, hash, enriched, questions_text", [
+                    (c.id, source.uri, c.index, c.start, c.end, d.text(c.text),
+                     d.json_param(c.metadata), d.text(c.context), h,
+                     c.id not in batch.pending, e)
+                    for c, h, e in zip(batch.chunks, hashes, expansion, strict=True)],
                 batch.chunk_vectors, [None] * len(batch.chunks),
-                # a chunk is found by its text and its context (FTS5's two columns)
-                [f"{c.text}\n{c.context}" for c in batch.chunks])
+                # a chunk is found by its text, its context and its questions
+                [keyword_text(c.text, c.context, e)
+                 for c, e in zip(batch.chunks, expansion, strict=True)])
             row_of = dict(zip((c.id for c in batch.chunks), chunk_rows, strict=True))
             self._add_rows(conn, "atoms", _ATOM, [
                 (a.id, a.chunk_id, a.index, a.start, a.end, d.text(a.text))
@@ -185,6 +192,7 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
             self._add_facts(conn, batch.facts)
             if kept:
                 self._carry(conn, kept, batch, hashes, row_of)
+                self._expand(conn, [c.id for c in batch.chunks], logged=True)
 
     def _add_questions(self, conn: Any, questions: Sequence[Question], vectors: Vectors,
                        chunk_rows: Sequence[int | None]) -> int:
@@ -214,6 +222,7 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
         owners = self._rows(f"SELECT source FROM chunks WHERE {d.any_of('id')}",
                             (d.many([x.chunk_id for x in done]),))
         with self._write(*{uri for (uri,) in owners}) as conn:
+            asked: list[str] = []
             for item in done:
                 found = conn.execute(f"SELECT {d.row}, source FROM chunks WHERE id = {d.mark}",
                                      (item.chunk_id,)).fetchone()
@@ -244,6 +253,8 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
                 conn.execute(f"UPDATE chunks SET enriched = {d.mark} WHERE {d.row} = {d.mark}",
                              (item.complete, chunk_row))
                 conn.execute(d.add_questions_count, (added - had, uri))  # for `check`
+                asked.append(item.chunk_id)
+            self._expand(conn, asked)
 
     def delete_source(self, uri: str) -> bool:
         def delete() -> bool:

@@ -3,7 +3,12 @@ hand or learned from use (origin ``manual`` or ``user``), disabled and enabled b
 confirmed, and carried to the new chunks when their source is replaced (the same
 transaction: a kill midway leaves the old chunk with its questions); those no new chunk
 covers are kept in ``orphaned_questions``. Questions disabled by hand are kept among the
-chunk's dropped questions, with the reason ``disabled by hand (ORIGIN)``."""
+chunk's dropped questions, with the reason ``disabled by hand (ORIGIN)``.
+
+A chunk's keyword text holds its questions' text (``chunks.questions_text``, one question
+a line: document expansion, as doc2query does), so a query in a user's words finds the
+chunk whose questions use them; whatever adds or removes a chunk's questions writes it
+again in the same transaction (:meth:`SQLQuestions._expand`)."""
 
 from __future__ import annotations
 
@@ -55,6 +60,12 @@ def disabled_origin(reason: str) -> Origin:
     return "manual" if origin == "manual" else "user" if origin == "user" else "generated"
 
 
+def keyword_text(text: str, context: str, questions: str) -> str:
+    """What a chunk is keyword-searched by: its text, its context and its questions' text
+    (the embedded store's FTS5 columns, as one text for the engines that take one)."""
+    return f"{text}\n{context}\n{questions}"
+
+
 COVERS = 0.5
 """A new chunk covers an old one when it holds at least this share of the old one's
 words."""
@@ -87,6 +98,43 @@ class SQLQuestions(KeptQuestions):
     _vectors_of: Callable[[Kind, list[int]], dict[int, Vectors]]
     _add_questions: Callable[..., int]
     _add_dropped: Callable[..., None]
+
+    def _set_questions_text(self, conn: Any, changed: list[tuple[int, str, str]], *,
+                            logged: bool) -> None:
+        """Write the questions' text of chunks, ``(row, questions' text, keyword text)``,
+        into their rows and the engine's keyword index; ``logged``: the chunks were
+        written in this transaction (the engine knows they changed)."""
+        raise NotImplementedError
+
+    def _expand_all(self, conn: Any) -> None:
+        """:meth:`_expand` every chunk (a repair: its questions' text written again where
+        it differs from its questions)."""
+        ids = [r[0] for r in conn.execute("SELECT id FROM chunks").fetchall()]
+        for start in range(0, len(ids), 5000):
+            self._expand(conn, ids[start:start + 5000])
+
+    def _expand(self, conn: Any, chunk_ids: Sequence[str], *, logged: bool = False) -> None:
+        """Write each chunk's questions, as they are now in ``conn``'s transaction, into
+        its keyword text, where they changed."""
+        if not chunk_ids:
+            return
+        d = self.dialect
+        ids = list(dict.fromkeys(chunk_ids))
+        asked: dict[str, list[str]] = {}
+        for chunk_id, text in conn.execute(
+                "SELECT q.chunk_id, q.text FROM questions q JOIN atoms a ON a.id = q.atom_id "
+                f"WHERE {d.any_of('a.chunk_id')} AND q.chunk_id = a.chunk_id "
+                f"ORDER BY q.{d.row}", (d.many(ids),)).fetchall():
+            asked.setdefault(chunk_id, []).append(text)
+        changed = []
+        for row, chunk_id, text, context, had in conn.execute(
+                f"SELECT {d.row}, id, text, context, questions_text FROM chunks WHERE "
+                f"{d.any_of('id')}", (d.many(ids),)).fetchall():
+            now = "\n".join(asked.get(chunk_id, ()))
+            if now != had:
+                changed.append((int(row), now, keyword_text(text, context, now)))
+        if changed:
+            self._set_questions_text(conn, changed, logged=logged)
 
     def _in_source(self, uri: str, change: Callable[[Any], _T]) -> _T:
         """``change(conn)`` in one write transaction of the source ``uri``."""
@@ -227,6 +275,7 @@ class SQLQuestions(KeptQuestions):
                 conn, [q.model_copy(update={"chunk_id": chunk_id}) for q in questions],
                 vectors, [found[0]] * len(questions))
             conn.execute(d.add_questions_count, (added, found[1]))
+            self._expand(conn, [chunk_id])
             return added
 
         added = self._in_source(owner[0][0], change)
@@ -257,6 +306,7 @@ class SQLQuestions(KeptQuestions):
                     text=question.text, atom_id=question.atom_id, chunk_id=question.chunk_id,
                     reason=f"{DISABLED} ({question.origin})")])
                 conn.execute(d.add_questions_count, (-gone, uri))
+                self._expand(conn, [question.chunk_id])
             return bool(gone)
 
         done = self._in_source(uri, change)
@@ -316,6 +366,7 @@ class SQLQuestions(KeptQuestions):
                 return True  # (searched already: added again by hand meanwhile)
             added = self._add_questions(conn, [question], vector, [row[0]])
             conn.execute(d.add_questions_count, (added, uri))
+            self._expand(conn, [question.chunk_id])
             return True
 
         done = self._in_source(uri, change)

@@ -247,6 +247,17 @@ class SQLiteStore(SQLStore):
              for r, grp, v in zip(rows, chunk_rows, vectors, strict=True)])
         return list(rows)
 
+    def _set_questions_text(self, conn: sqlite3.Connection,
+                            changed: list[tuple[int, str, str]], *, logged: bool) -> None:
+        """FTS5's trigger indexes the new text; a chunk not written in this transaction
+        is logged with an empty vector (its text changed, not its vector), so that the
+        saved keyword postings score it from its text until the next compaction."""
+        conn.executemany("UPDATE chunks SET questions_text = ? WHERE rowid = ?",
+                         [(text, row) for row, text, _ in changed])
+        if not logged:
+            conn.executemany("INSERT INTO vector_log(kind, item, grp, vector) VALUES "
+                             "('chunks', ?, ?, X'')", [(row, row) for row, _, _ in changed])
+
     @staticmethod
     def _next_rowids(conn: sqlite3.Connection, table: str, count: int) -> range:
         top = conn.execute(f"SELECT COALESCE(MAX(rowid), 0) FROM {table}").fetchone()[0]
@@ -472,7 +483,8 @@ class SQLiteStore(SQLStore):
                        self._lost_rows, read_only=self.read_only, db=self.directory / DB_NAME)
 
     def repair(self, embed: Embedder | None = None) -> None:
-        """Rebuild the keyword indexes, drop orphan rows that no source owns, and rebuild
+        """Rebuild the keyword indexes (each chunk's questions' text written again from its
+        questions), drop orphan rows that no source owns, and rebuild
         each kind's vectors to hold exactly its rows: those without a readable vector are
         embedded again from their text with ``embed`` (without it, they stay missing and
         `check` names them). Sources that lost rows are for the caller to ingest again or
@@ -484,6 +496,7 @@ class SQLiteStore(SQLStore):
                          "OR chunk_id NOT IN (SELECT id FROM chunks)")
             conn.execute("DELETE FROM dropped_questions WHERE chunk_id NOT IN "
                          "(SELECT id FROM chunks)")
+            self._expand_all(conn)
             for kind in KINDS:
                 conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
         if self._chroma is not None:

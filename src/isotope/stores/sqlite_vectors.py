@@ -375,7 +375,8 @@ class VectorStore:
         new = ann.create("hnsw")
         new.threads = threads
         apply_log(new, rows, self._dim(), kind, self.folder.parent)
-        touched = np.unique(np.fromiter((int(r[1]) for r in rows), np.int64, len(rows)))
+        vectors = [r for r in rows if not text_only(r)]
+        touched = np.unique(np.fromiter((int(r[1]) for r in vectors), np.int64, len(vectors)))
         visible = _joined(parts)
         shown = visible.ids()[0] if visible is not None else touched[:0]
         gone = np.intersect1d(touched, shown)
@@ -671,15 +672,23 @@ def digest(files: list[Path]) -> str:
     return made.hexdigest()
 
 
+def text_only(row: tuple[Any, ...]) -> bool:
+    """Whether a log entry says only that its item's text changed, not its vector (an
+    empty vector: a chunk's questions changed, or with Chroma its metadata)."""
+    return row[3] is not None and not len(row[3])
+
+
 def apply_log(index: VectorIndex, rows: list[tuple[Any, ...]], dim: int | None, kind: Kind,
               where: Path) -> None:
     """Apply log rows ``(seq, item, group, vector or None)``, in order, to ``index``: only
     each item's last entry counts, so every touched item is removed once and those whose
     last entry adds a vector are added back in one batch. A vector of the wrong size is
-    left out, with a warning (``isotope check`` names the item)."""
+    left out, with a warning (``isotope check`` names the item); an entry of its text
+    alone (:func:`text_only`) changes nothing here."""
     last: dict[int, tuple[Any, ...]] = {}
     for row in rows:
-        last[int(row[1])] = row
+        if not text_only(row):
+            last[int(row[1])] = row
     if not last:
         return
     adds = [r for r in last.values() if r[3] is not None]
