@@ -214,6 +214,15 @@ def test_a_chunk_is_found_by_the_words_of_its_questions(store: Store,
     assert found("treadmill") == [later.chunks[0].id]
     assert found("lido") == [new.chunks[0].id]
     assert store.check() == []
+    # written behind the store's back: the check names it, repair writes it again
+    support.connection(store).execute(
+        "UPDATE chunks SET questions_text = 'zeppelin' WHERE id = " + (
+            "?" if "sqlite" in type(store).__name__.lower() else "%s"),
+        (later.chunks[0].id,))
+    assert any("keyword text of 1 chunks" in p for p in store.check())
+    store.repair()
+    assert found("zeppelin") == [] and found("treadmill") == [later.chunks[0].id]
+    assert store.check() == []
 
 
 def test_delete_source_removes_everything_derived(filled: Store) -> None:

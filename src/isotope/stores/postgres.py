@@ -1211,6 +1211,7 @@ class PostgresStore(SQLStore):
                 if drifted:
                     found.problems.append(f"the document frequencies of {drifted} terms of "
                                           f"{kind} drifted; run check --repair")
+            found.problems += self._keyword_drift()
             for kind in self.missing_bm25():
                 found.problems.append(
                     f"the bm25 index of {kind} is missing (a bulk load was cut short): "

@@ -12,6 +12,7 @@ again in the same transaction (:meth:`SQLQuestions._expand`)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -105,6 +106,26 @@ class SQLQuestions(KeptQuestions):
         into their rows and the engine's keyword index; ``logged``: the chunks were
         written in this transaction (the engine knows they changed)."""
         raise NotImplementedError
+
+    def _keyword_drift(self) -> list[str]:
+        """A problem for ``check`` if some chunks' keyword text holds other questions than
+        they have (repair writes them again); read as a hash per chunk."""
+        d = self.dialect
+        asked: dict[str, Any] = {}
+        for chunk_id, text in self._rows(
+                "SELECT q.chunk_id, q.text FROM questions q JOIN atoms a ON a.id = q.atom_id "
+                f"AND a.chunk_id = q.chunk_id ORDER BY q.{d.row}"):
+            held = asked.get(chunk_id)
+            if held is None:
+                asked[chunk_id] = hashlib.blake2b(text.encode())
+            else:
+                held.update(b"\n" + text.encode())
+        drifted = sum(
+            1 for chunk_id, had in self._rows("SELECT id, questions_text FROM chunks")
+            if (asked[chunk_id].digest() if chunk_id in asked else hashlib.blake2b().digest())
+            != hashlib.blake2b(had.encode()).digest())
+        return [f"the keyword text of {drifted} chunks differs from their questions; run "
+                "check --repair"] if drifted else []
 
     def _expand_all(self, conn: Any) -> None:
         """:meth:`_expand` every chunk (a repair: its questions' text written again where

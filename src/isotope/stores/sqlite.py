@@ -478,9 +478,12 @@ class SQLiteStore(SQLStore):
 
     def inspect(self) -> Inspection:
         """See :func:`isotope.stores.sqlite_check.inspect`."""
-        return inspect(self._conn(), self.snapshot, self._chroma or self._vectors,
-                       self.table_rows,
-                       self._lost_rows, read_only=self.read_only, db=self.directory / DB_NAME)
+        found = inspect(self._conn(), self.snapshot, self._chroma or self._vectors,
+                        self.table_rows, self._lost_rows, read_only=self.read_only,
+                        db=self.directory / DB_NAME)
+        if not found.storage_damaged:
+            found.problems += self._keyword_drift()
+        return found
 
     def repair(self, embed: Embedder | None = None) -> None:
         """Rebuild the keyword indexes (each chunk's questions' text written again from its
