@@ -164,18 +164,27 @@ def test_deletes_and_changes_hide_items_of_older_segments(tmp_path: Path,
 def test_new_questions_change_a_chunks_keywords_never_its_vector(
         tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     """A question added by hand changes its chunk's keyword text, not its vector: the log
-    entries saying so leave the chunk's vector in its older segment through the
-    compactions that fold them into new ones."""
+    entries saying so leave the chunk's vector in its older segment, whether a compaction
+    folds them alone (no new segment: the keyword postings are made again) or beside new
+    vectors (a new segment that hides nothing of theirs)."""
     docs = _docs(tmp_path / "docs")
     with _open(tmp_path / "index", embedder, vector_index="hnsw",
                keyword_index="postings") as iso:
         _ingest_one_by_one(iso, docs, TOPICS)
         monkeypatch.setattr(sqlite_vectors, "TAIL_SHARE", 10.0)  # (new segments, kept)
-        before = len(_segments(iso, "chunks"))
-        for topic in TOPICS[:8]:
+        before = iso.store.get_meta("vectors")["chunks"]
+        for topic in TOPICS[:4]:  # alone: the segments stay, the postings are new
             iso.add_question(docs / f"{topic}.md", f"Is {topic} ever zeppelined?", chunk=0)
+        iso.store.settle()
+        after = iso.store.get_meta("vectors")["chunks"]
+        assert after["segments"] == before["segments"] and after["tag"] != before["tag"]
+        for n, topic in enumerate(TOPICS[4:8]):  # beside new vectors: a new segment
+            iso.add_question(docs / f"{topic}.md", f"Is {topic} ever zeppelined?", chunk=0)
+            (docs / f"extra{n}.md").write_text(f"# Extra {n}\n\nThe extra service {n} "
+                                               "watches the Oslo data centre.\n")
+            iso.ingest(docs / f"extra{n}.md")
             iso.store.settle()
-        assert len(_segments(iso, "chunks")) > before  # (folded into segments of their own)
+        assert len(_segments(iso, "chunks")) > len(before["segments"])
         _counts_agree(iso)
         for topic in TOPICS[:8]:
             assert _sources(iso, f"The {topic} service was started", k=1,

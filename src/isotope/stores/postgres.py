@@ -952,13 +952,17 @@ class PostgresStore(SQLStore):
         return rows
 
     def _set_questions_text(self, conn: psycopg.Connection[Any],
-                            changed: list[tuple[int, str, str]], *, logged: bool) -> None:
-        """A bm25 index (pg_textsearch) reads the new text from the row; isotope's
-        postings are made again from it."""
-        conn.cursor().executemany("UPDATE chunks SET questions_text = %s WHERE row = %s",
-                                  [(text, row) for row, text, _ in changed])
-        if self.keyword_engine == "postings":
-            chunk_postings(conn, [(row, text) for row, _, text in changed], self._tokenizer)
+                            changed: list[tuple[int, str, str | None, bool | None]], *,
+                            logged: bool) -> None:
+        """One write of each row (its text and its waiting flag together); a bm25 index
+        (pg_textsearch) reads the new text from the row, isotope's postings are made
+        again from it."""
+        conn.cursor().executemany(
+            "UPDATE chunks SET questions_text = %s, enriched = coalesce(%s, enriched) WHERE "
+            "row = %s", [(text, flag, row) for row, text, _, flag in changed])
+        remade = [(row, keywords) for row, _, keywords, _ in changed if keywords is not None]
+        if remade and self.keyword_engine == "postings":
+            chunk_postings(conn, remade, self._tokenizer)
 
     @staticmethod
     def _insert(conn: psycopg.Connection[Any], table: str, columns: str,

@@ -116,15 +116,19 @@ def _keywords_column(kind: str, read: dict[str, str]) -> str:
 def _questions_in_keywords(conn: psycopg.Connection[Any], schema: str, new: bool) -> None:
     """Step 13: each chunk's questions' text (one a line) in a column of its own, read by
     its keyword search: the bm25 index made again over it (pg_textsearch), or the
-    postings of chunks that have questions made again (isotope's postings)."""
-    conn.execute("ALTER TABLE chunks ADD COLUMN questions_text text NOT NULL DEFAULT ''")
-    conn.execute("UPDATE chunks c SET questions_text = q.texts FROM (SELECT chunk_id, "
-                 "string_agg(text, E'\\n' ORDER BY row) AS texts FROM questions GROUP BY "
-                 "chunk_id) q WHERE q.chunk_id = c.id")
+    postings of chunks that have questions made again (isotope's postings). On a large
+    index this rewrites the chunks table once (searches wait: its lock)."""
     engine = conn.execute("SELECT value FROM meta WHERE key = 'keyword_engine'").fetchone()
-    if engine is not None and engine[0] == "pg_textsearch":
+    textsearch = engine is not None and engine[0] == "pg_textsearch"
+    if textsearch:  # (first: the rows are written once, not once more for the old index)
         conn.execute(f'DROP INDEX IF EXISTS "{schema}".chunks_bm25')
         conn.execute("ALTER TABLE chunks DROP COLUMN keywords")
+    conn.execute("ALTER TABLE chunks ADD COLUMN questions_text text NOT NULL DEFAULT ''")
+    conn.execute("UPDATE chunks c SET questions_text = x.texts FROM (SELECT q.chunk_id, "
+                 "string_agg(q.text, E'\\n' ORDER BY q.row) AS texts FROM questions q JOIN "
+                 "atoms a ON a.id = q.atom_id AND a.chunk_id = q.chunk_id GROUP BY "
+                 "q.chunk_id) x WHERE x.chunk_id = c.id")
+    if textsearch:
         conn.execute(_keywords_column("chunks", KEYWORD_TEXT))
         for statement in bm25_indexes(schema, ("chunks",)):
             conn.execute(statement)

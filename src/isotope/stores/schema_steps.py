@@ -64,10 +64,11 @@ FTS_COLUMNS: dict[Kind, tuple[str, ...]] = {
 """Columns of each keyword index: a chunk is found by its text, its context and the text
 of its questions (document expansion, as doc2query does: step 13)."""
 _QUESTIONS_TEXT_SQLITE = (
-    "UPDATE chunks SET questions_text = q.texts FROM (SELECT chunk_id, group_concat(text, "
-    "char(10)) AS texts FROM (SELECT chunk_id, text FROM questions ORDER BY chunk_id, rowid) "
-    "GROUP BY chunk_id) q WHERE q.chunk_id = chunks.id")
-"""Each chunk's questions' text, one per line, from its questions (step 13's backfill)."""
+    "UPDATE chunks SET questions_text = coalesce((SELECT group_concat(t, char(10)) FROM "
+    "(SELECT q.text AS t FROM atoms a JOIN questions q ON q.atom_id = a.id AND q.chunk_id = "
+    "a.chunk_id WHERE a.chunk_id = chunks.id ORDER BY q.rowid)), '')")
+"""Each chunk's questions' text, one a line in the order they were stored, read through
+its atoms (step 13's backfill; as ``sql_dialect.SQLITE.chunk_questions`` reads it)."""
 
 
 def fts(table: Kind, cols: tuple[str, ...] | None = None) -> list[str]:

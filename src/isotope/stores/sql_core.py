@@ -222,7 +222,7 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
         owners = self._rows(f"SELECT source FROM chunks WHERE {d.any_of('id')}",
                             (d.many([x.chunk_id for x in done]),))
         with self._write(*{uri for (uri,) in owners}) as conn:
-            asked: list[str] = []
+            complete: dict[str, bool] = {}
             for item in done:
                 found = conn.execute(f"SELECT {d.row}, source FROM chunks WHERE id = {d.mark}",
                                      (item.chunk_id,)).fetchone()
@@ -250,11 +250,10 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
                 self._drop_facts(conn, item.chunk_id)
                 self._add_facts(conn, [replace(f, chunk_id=item.chunk_id)
                                        for f in item.facts])
-                conn.execute(f"UPDATE chunks SET enriched = {d.mark} WHERE {d.row} = {d.mark}",
-                             (item.complete, chunk_row))
                 conn.execute(d.add_questions_count, (added - had, uri))  # for `check`
-                asked.append(item.chunk_id)
-            self._expand(conn, asked)
+                complete[item.chunk_id] = item.complete
+            # (its keyword text and its waiting flag, in one write of the row)
+            self._expand(conn, list(complete), enriched=complete)
 
     def delete_source(self, uri: str) -> bool:
         def delete() -> bool:

@@ -43,6 +43,10 @@ class Dialect:
     add_questions_count: str
     """Adds a parameter to a source's stored question count (``counts[2]``); its
     parameters: the number, the source's uri."""
+    chunk_questions: str
+    """The text of chunk ``{c}``'s questions, one a line in the order they were stored
+    (what its ``questions_text`` holds), read through its atoms (indexed in both
+    engines)."""
 
     def waiting(self, alias: str = "") -> str:
         return self.waiting_sql.format(c=f"{alias}." if alias else "")
@@ -75,10 +79,17 @@ SQLITE = Dialect(
     many=lambda values: json.dumps(list(values)), json_value=json.loads,
     json_param=json.dumps, text=lambda value: value, lower="unicode_lower",
     add_questions_count="UPDATE sources SET counts = json_set(counts, '$[2]', "
-    "json_extract(counts, '$[2]') + ?) WHERE uri = ? AND counts IS NOT NULL")
+    "json_extract(counts, '$[2]') + ?) WHERE uri = ? AND counts IS NOT NULL",
+    # (group_concat takes the rows in the order of the subquery that reads them)
+    chunk_questions="coalesce((SELECT group_concat(t, char(10)) FROM (SELECT q.text AS t "
+    "FROM atoms a JOIN questions q ON q.atom_id = a.id AND q.chunk_id = a.chunk_id WHERE "
+    "a.chunk_id = {c}.id ORDER BY q.rowid)), '')")
 POSTGRES = Dialect(
     mark="%s", row="row", waiting_sql="NOT {c}enriched", true="true", false="false",
     binary_order=' COLLATE "C"', any_of=lambda column: f"{column} = ANY(%s)",
     many=list, json_value=lambda value: value, json_param=_jsonb, text=no_nul, lower="lower",
     add_questions_count="UPDATE sources SET counts = jsonb_set(counts, '{2}', "
-    "to_jsonb((counts->>2)::int + %s)) WHERE uri = %s AND counts IS NOT NULL")
+    "to_jsonb((counts->>2)::int + %s)) WHERE uri = %s AND counts IS NOT NULL",
+    chunk_questions="coalesce((SELECT string_agg(q.text, E'\\n' ORDER BY q.row) FROM atoms "
+    "a JOIN questions q ON q.atom_id = a.id AND q.chunk_id = a.chunk_id WHERE a.chunk_id = "
+    "{c}.id), '')")

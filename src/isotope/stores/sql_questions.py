@@ -12,8 +12,7 @@ again in the same transaction (:meth:`SQLQuestions._expand`)."""
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -100,30 +99,22 @@ class SQLQuestions(KeptQuestions):
     _add_questions: Callable[..., int]
     _add_dropped: Callable[..., None]
 
-    def _set_questions_text(self, conn: Any, changed: list[tuple[int, str, str]], *,
+    def _set_questions_text(self, conn: Any,
+                            changed: list[tuple[int, str, str | None, bool | None]], *,
                             logged: bool) -> None:
-        """Write the questions' text of chunks, ``(row, questions' text, keyword text)``,
-        into their rows and the engine's keyword index; ``logged``: the chunks were
-        written in this transaction (the engine knows they changed)."""
+        """Write chunks' ``(row, questions' text, keyword text, enriched)``: where the
+        keyword text is given the text changed, into the row and the engine's keyword
+        index; where ``enriched`` is not None, the chunk's waiting flag with it (one
+        write of the row). ``logged``: the chunks were written in this transaction (the
+        engine knows they changed)."""
         raise NotImplementedError
 
     def _keyword_drift(self) -> list[str]:
         """A problem for ``check`` if some chunks' keyword text holds other questions than
-        they have (repair writes them again); read as a hash per chunk."""
+        they have (repair writes them again)."""
         d = self.dialect
-        asked: dict[str, Any] = {}
-        for chunk_id, text in self._rows(
-                "SELECT q.chunk_id, q.text FROM questions q JOIN atoms a ON a.id = q.atom_id "
-                f"AND a.chunk_id = q.chunk_id ORDER BY q.{d.row}"):
-            held = asked.get(chunk_id)
-            if held is None:
-                asked[chunk_id] = hashlib.blake2b(text.encode())
-            else:
-                held.update(b"\n" + text.encode())
-        drifted = sum(
-            1 for chunk_id, had in self._rows("SELECT id, questions_text FROM chunks")
-            if (asked[chunk_id].digest() if chunk_id in asked else hashlib.blake2b().digest())
-            != hashlib.blake2b(had.encode()).digest())
+        drifted = self._rows("SELECT count(*) FROM chunks c WHERE c.questions_text <> "
+                             + d.chunk_questions.format(c="c"))[0][0]
         return [f"the keyword text of {drifted} chunks differs from their questions; run "
                 "check --repair"] if drifted else []
 
@@ -134,9 +125,10 @@ class SQLQuestions(KeptQuestions):
         for start in range(0, len(ids), 5000):
             self._expand(conn, ids[start:start + 5000])
 
-    def _expand(self, conn: Any, chunk_ids: Sequence[str], *, logged: bool = False) -> None:
+    def _expand(self, conn: Any, chunk_ids: Sequence[str], *, logged: bool = False,
+                enriched: Mapping[str, bool] | None = None) -> None:
         """Write each chunk's questions, as they are now in ``conn``'s transaction, into
-        its keyword text, where they changed."""
+        its keyword text where they changed (and ``enriched``: chunks' waiting flags)."""
         if not chunk_ids:
             return
         d = self.dialect
@@ -147,13 +139,15 @@ class SQLQuestions(KeptQuestions):
                 f"WHERE {d.any_of('a.chunk_id')} AND q.chunk_id = a.chunk_id "
                 f"ORDER BY q.{d.row}", (d.many(ids),)).fetchall():
             asked.setdefault(chunk_id, []).append(text)
-        changed = []
+        changed: list[tuple[int, str, str | None, bool | None]] = []
         for row, chunk_id, text, context, had in conn.execute(
                 f"SELECT {d.row}, id, text, context, questions_text FROM chunks WHERE "
                 f"{d.any_of('id')}", (d.many(ids),)).fetchall():
             now = "\n".join(asked.get(chunk_id, ()))
-            if now != had:
-                changed.append((int(row), now, keyword_text(text, context, now)))
+            flag = (enriched or {}).get(chunk_id)
+            if now != had or flag is not None:
+                changed.append((int(row), now, keyword_text(text, context, now)
+                                if now != had else None, flag))
         if changed:
             self._set_questions_text(conn, changed, logged=logged)
 

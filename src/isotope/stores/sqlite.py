@@ -248,15 +248,19 @@ class SQLiteStore(SQLStore):
         return list(rows)
 
     def _set_questions_text(self, conn: sqlite3.Connection,
-                            changed: list[tuple[int, str, str]], *, logged: bool) -> None:
+                            changed: list[tuple[int, str, str | None, bool | None]], *,
+                            logged: bool) -> None:
         """FTS5's trigger indexes the new text; a chunk not written in this transaction
         is logged with an empty vector (its text changed, not its vector), so that the
-        saved keyword postings score it from its text until the next compaction."""
-        conn.executemany("UPDATE chunks SET questions_text = ? WHERE rowid = ?",
-                         [(text, row) for row, text, _ in changed])
-        if not logged:
+        saved keyword postings score it from its text until the next compaction (not
+        with Chroma: FTS5 answers there, and Chroma would take it for new metadata)."""
+        texts = [(text, row) for row, text, keywords, _ in changed if keywords is not None]
+        conn.executemany("UPDATE chunks SET questions_text = ? WHERE rowid = ?", texts)
+        conn.executemany("UPDATE chunks SET enriched = ? WHERE rowid = ?",
+                         [(flag, row) for row, _, _, flag in changed if flag is not None])
+        if not logged and self._chroma is None:
             conn.executemany("INSERT INTO vector_log(kind, item, grp, vector) VALUES "
-                             "('chunks', ?, ?, X'')", [(row, row) for row, _, _ in changed])
+                             "('chunks', ?, ?, X'')", [(row, row) for _, row in texts])
 
     @staticmethod
     def _next_rowids(conn: sqlite3.Connection, table: str, count: int) -> range:
@@ -482,7 +486,7 @@ class SQLiteStore(SQLStore):
                         self.table_rows, self._lost_rows, read_only=self.read_only,
                         db=self.directory / DB_NAME)
         if not found.storage_damaged:
-            found.problems += self._keyword_drift()
+            found.problems += self._keyword_drift()  # (one read)
         return found
 
     def repair(self, embed: Embedder | None = None) -> None:

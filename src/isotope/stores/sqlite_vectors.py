@@ -362,6 +362,13 @@ class VectorStore:
         # when it starts behind (the writer will wait for it soon)
         behind = pending >= BEHIND // 2
         threads = max(1, (os.cpu_count() or 1) - 1) if background and not behind else None
+        vectors = [r for r in rows if not text_only(r)]
+        if (not vectors and info is not None and not force
+                and all(segment.get("impl") == wanted for segment in segments)):
+            # only rows' keyword text changed (a chunk's questions): the segments stay as
+            # they are, the keyword postings are made again
+            return self._commit(kind, info, segments, None, seq, write,
+                                count=int(info["count"]), hold=kept)
         if whole:
             if len(parts) > 1:
                 parts = [self._merge(kind, parts, segments, threads,
@@ -375,7 +382,6 @@ class VectorStore:
         new = ann.create("hnsw")
         new.threads = threads
         apply_log(new, rows, self._dim(), kind, self.folder.parent)
-        vectors = [r for r in rows if not text_only(r)]
         touched = np.unique(np.fromiter((int(r[1]) for r in vectors), np.int64, len(vectors)))
         visible = _joined(parts)
         shown = visible.ids()[0] if visible is not None else touched[:0]
@@ -422,7 +428,7 @@ class VectorStore:
         return self.keyword_policy == "postings"
 
     def _commit(self, kind: Kind, info: dict[str, Any] | None, kept: list[dict[str, Any]],
-                new: Part, seq: int, write: Writer, *, count: int | None = None,
+                new: Part | None, seq: int, write: Writer, *, count: int | None = None,
                 hold: tuple[str, VectorIndex] | None = None) -> bool:
         """Save the segment ``new`` under a new tag and name in the meta, in place of
         ``info``'s segments, the segments ``kept`` of them followed by the new one (together
@@ -433,20 +439,24 @@ class VectorStore:
         entries after ``seq`` are applied to them again, which changes nothing)."""
         tag = f"{kind}-{uuid.uuid4().hex[:12]}"  # this state's (and its postings')
         named = f"{kind}-{uuid.uuid4().hex[:12]}"  # the new segment's
-        base, gone = new
-        base.save(self.folder, named)
-        files = base.files(self.folder, named)
-        if len(gone):
-            path = self.folder / f"{named}{GONE}"
-            ann.write_array(path, np.asarray(gone, dtype=np.int64))
-            files.append(path)
-        segment: dict[str, Any] = {
-            "tag": named, "impl": base.name, "count": len(base), "gone": len(gone),
-            "digest": digest(files), "bytes": sum(p.stat().st_size for p in files)}
-        segments = [*kept, segment]
-        count = len(base) if count is None else count  # (items shown)
+        files: list[Path] = []
+        if new is None:  # (no vector changed: the segments kept are all of them)
+            base, segments, impl = None, list(kept), str((info or {}).get("impl"))
+        else:
+            base, gone = new
+            base.save(self.folder, named)
+            files = base.files(self.folder, named)
+            if len(gone):
+                path = self.folder / f"{named}{GONE}"
+                ann.write_array(path, np.asarray(gone, dtype=np.int64))
+                files.append(path)
+            segment: dict[str, Any] = {
+                "tag": named, "impl": base.name, "count": len(base), "gone": len(gone),
+                "digest": digest(files), "bytes": sum(p.stat().st_size for p in files)}
+            segments, impl = [*kept, segment], base.name
+        count = len(base) if count is None and base is not None else int(count or 0)
         entry: dict[str, Any] = {"tag": tag, "seq": seq, "count": count,
-                                 "impl": base.name, "segments": segments}
+                                 "impl": impl, "segments": segments}
         if self.wants_keywords(kind, count):
             with self._snapshot():
                 postings = KeywordBase.build(self._conn(), kind)
@@ -477,7 +487,7 @@ class VectorStore:
                 path.unlink(missing_ok=True)
             return False
         with self._lock:  # what the next compaction starts from, kept in memory
-            if len(segments) == 1:
+            if base is not None and len(segments) == 1:
                 self._writable[kind] = (named, base)
             elif hold is not None:
                 self._writable[kind] = hold  # the base, unchanged
