@@ -219,10 +219,10 @@ def test_a_chunk_is_found_by_the_words_of_its_questions(store: Store,
         "UPDATE chunks SET questions_text = 'zeppelin' WHERE id = " + (
             "?" if "sqlite" in type(store).__name__.lower() else "%s"),
         (later.chunks[0].id,))
-    assert any("keyword text of 1 chunks" in p for p in store.check())
+    assert any("keyword text of 1 chunks" in p for p in store.inspect().problems)
     store.repair()
+    assert store.inspect().problems == []
     assert found("zeppelin") == [] and found("treadmill") == [later.chunks[0].id]
-    assert store.check() == []
 
 
 def test_delete_source_removes_everything_derived(filled: Store) -> None:
