@@ -232,6 +232,11 @@ def main() -> None:
     plain = fts5_bm25(corpus.chunk_texts, [""] * n, asked)
     expanded = fts5_bm25(corpus.chunk_texts, ["\n".join(of_chunk.get(c, []))
                                               for c in range(n)], asked)
+    every: dict[int, list[str]] = {}
+    for i in range(len(corpus.question_texts)):
+        every.setdefault(int(q_chunk[i]), []).append(corpus.question_texts[i])
+    expanded_all = fts5_bm25(corpus.chunk_texts, ["\n".join(every.get(c, []))
+                                                  for c in range(n)], asked)
     # (the chunks' own keyword signal, without their questions: the index may hold them)
     base["chunks-bm25"] = candidates(np.where(plain > 0, plain, -np.inf), corpus.chunk_ids)
     rows: list[dict[str, Any]] = [{"lever": "hybrid-no-questions", "hybrid": hybrid(base, gold)}]
@@ -245,7 +250,9 @@ def main() -> None:
             ("questions in their chunk's keyword text, without questions-dense", expanded,
              False),
             ("questions in their chunk's keyword text, with questions-dense", expanded,
-             True)):
+             True),
+            ("the dropped questions in the keyword text too, with questions-dense",
+             expanded_all, True)):
         found = {**base, "chunks-bm25": candidates(np.where(bm25 > 0, bm25, -np.inf),
                                                    corpus.chunk_ids)}
         if with_questions:
