@@ -216,8 +216,7 @@ def test_a_chunk_is_found_by_the_words_of_its_questions(store: Store,
     assert store.check() == []
     # written behind the store's back: the check names it, repair writes it again
     support.connection(store).execute(
-        "UPDATE chunks SET questions_text = 'zeppelin' WHERE id = " + (
-            "?" if "sqlite" in type(store).__name__.lower() else "%s"),
+        "UPDATE chunks SET questions_text = 'zeppelin' WHERE id = " + store.dialect.mark,
         (later.chunks[0].id,))
     assert any("keyword text of 1 chunks" in p for p in store.inspect().problems)
     store.repair()

@@ -132,18 +132,11 @@ class SQLQuestions(KeptQuestions):
         if not chunk_ids:
             return
         d = self.dialect
-        ids = list(dict.fromkeys(chunk_ids))
-        asked: dict[str, list[str]] = {}
-        for chunk_id, text in conn.execute(
-                "SELECT q.chunk_id, q.text FROM questions q JOIN atoms a ON a.id = q.atom_id "
-                f"WHERE {d.any_of('a.chunk_id')} AND q.chunk_id = a.chunk_id "
-                f"ORDER BY q.{d.row}", (d.many(ids),)).fetchall():
-            asked.setdefault(chunk_id, []).append(text)
         changed: list[tuple[int, str, str | None, bool | None]] = []
-        for row, chunk_id, text, context, had in conn.execute(
-                f"SELECT {d.row}, id, text, context, questions_text FROM chunks WHERE "
-                f"{d.any_of('id')}", (d.many(ids),)).fetchall():
-            now = "\n".join(asked.get(chunk_id, ()))
+        for row, chunk_id, text, context, had, now in conn.execute(
+                f"SELECT c.{d.row}, c.id, c.text, c.context, c.questions_text, "
+                f"{d.chunk_questions.format(c='c')} FROM chunks c WHERE "
+                f"{d.any_of('c.id')}", (d.many(list(dict.fromkeys(chunk_ids))),)).fetchall():
             flag = (enriched or {}).get(chunk_id)
             if now != had or flag is not None:
                 changed.append((int(row), now, keyword_text(text, context, now)

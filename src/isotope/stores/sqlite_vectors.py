@@ -441,6 +441,7 @@ class VectorStore:
         named = f"{kind}-{uuid.uuid4().hex[:12]}"  # the new segment's
         files: list[Path] = []
         if new is None:  # (no vector changed: the segments kept are all of them)
+            assert count is not None, "the items shown, unchanged"
             base, segments, impl = None, list(kept), str((info or {}).get("impl"))
         else:
             base, gone = new
@@ -454,7 +455,7 @@ class VectorStore:
                 "tag": named, "impl": base.name, "count": len(base), "gone": len(gone),
                 "digest": digest(files), "bytes": sum(p.stat().st_size for p in files)}
             segments, impl = [*kept, segment], base.name
-        count = len(base) if count is None and base is not None else int(count or 0)
+            count = len(base) if count is None else count  # (items shown)
         entry: dict[str, Any] = {"tag": tag, "seq": seq, "count": count,
                                  "impl": impl, "segments": segments}
         if self.wants_keywords(kind, count):
