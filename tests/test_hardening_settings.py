@@ -383,6 +383,8 @@ def test_a_machine_setting_is_refused_by_a_project_not_dropped() -> None:
     ("postgresql://alice:p/a@ss@db/x?sslmode=require", "p/a@ss"),
     ("postgresql://alice:Secret%25zz@db/x?password=Other", "Other"),
     ("https://user:token123@proxy.example:8080/v1", "token123"),
+    ("chroma+http://127.0.0.1:8000/x?token=tk-secret9", "tk-secret9"),  # (no such store)
+    ("https://api.example/v1?api_key=k-77zq&x=1", "k-77zq"),
 ])
 def test_a_password_is_masked_whatever_it_holds(location: str, secret: str) -> None:
     from isotope.redaction import mask_location, redact

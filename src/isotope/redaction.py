@@ -10,8 +10,10 @@ import re
 from urllib.parse import parse_qsl, quote, unquote
 
 MASK = "***"
-SECRET_PARAMETERS = frozenset({"password", "sslpassword", "passfile_password"})
-"""Query parameters of a location that hold a secret."""
+SECRET_PARAMETERS = frozenset({"password", "sslpassword", "passfile_password", "token",
+                               "access_token", "api_key", "apikey"})
+"""Query parameters of a location that hold a secret (a token or key too: a location of a
+kind isotope does not serve is named back in the error that says so)."""
 _URL_CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s/@:]*):[^\s@/]*@")
 _PARAMETER = re.compile(r"(?i)\b(password|sslpassword)\s*=\s*('[^']*'|\"[^\"]*\"|[^\s&;,]+)")
 
