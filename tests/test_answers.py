@@ -293,3 +293,46 @@ def test_an_answer_is_made_from_answer_k_chunks_a_search_returns_top_k(
         asked = again.ask("How long does the battery last?")
         assert len(asked.results) == 1 and asked.results[0].chunk.source.endswith("battery.md")
         assert "[2]" not in model.prompts[-1][-1]["content"]
+
+
+def test_two_passages_back_a_two_hop_answer_only_when_a_name_joins_them() -> None:
+    """A two-hop answer (``judge(two_hop=True)``, an index with a graph): the question's
+    names in one passage, the answer in another that names what the first one leads to.
+    Each condition of :func:`isotope.search.answer.joined` is needed."""
+    from isotope.models import Chunk, SearchResult
+    from isotope.search.answer import joined, judge
+
+    def given(*texts: str) -> list[SearchResult]:
+        return [SearchResult(rank=n, score=0.5, chunk=Chunk(text=t, source=f"s{n}"))
+                for n, t in enumerate(texts, start=1)]
+
+    mace = ("The Presiding Officer sits in the chamber of the Scottish Parliament. "
+            "Before the Presiding Officer's chair lies the ornamental staff of office.")
+    silver = "The mace of the Presiding Officer is made of silver and gold. It is old."
+    other = "The mace of the Lord Mayor of Leeds is made of silver and gold."
+    question = "What is the ornamental staff before the Scottish Parliament's chair made of?"
+    answer = "The ornamental staff before the Scottish Parliament's chair is made of silver."
+    assert joined(answer, question, given(mace, silver), 0.5) == (1, 2)
+    assert joined(answer, question, given(silver, mace), 0.5) == (2, 1)
+    assert joined(answer, question, given(mace, other), 0.0) is None  # (no name joins them)
+    assert joined(answer, question, given(mace, silver), 0.9) is None  # (too little asked)
+    assert joined(answer.replace("silver", "bronze"), question, given(mace, silver),
+                  0.0) is None  # (the answer is said nowhere)
+    assert joined(answer.replace("Scottish", "Welsh"), question.replace(
+        "Scottish", "Welsh"), given(mace, silver), 0.0) is None  # (Welsh said nowhere)
+    apart = ("The mace of the Presiding Officer is made of silver. It was given in 1999. It "
+             "is kept in a case. The case is locked. It has copper. Visitors may see it. "
+             "Guides speak of it. Its head is gold.")
+    spread = ("The ornamental staff before the Scottish Parliament's chair has silver, "
+              "copper, gold.")
+    assert joined(spread, question, given(mace, apart), 0.0) is None  # (said apart)
+    together = "The mace of the Presiding Officer is made of silver, copper and gold."
+    assert joined(spread, question, given(mace, together), 0.0) == (1, 2)
+    said_first = mace + " It is made of silver."  # (the first one says it: it must back it)
+    assert joined(answer, question, given(said_first, silver), 0.0) is None
+    assert judge(answer, question, given(mace, silver), sure=False).kind == "declined"
+    both = judge(answer, question, given(mace, silver), sure=False, two_hop=True)
+    assert both.kind == "generated" and both.cited == [1, 2]
+    assert both.text.endswith("made of silver. [1] [2]")
+    assert judge(answer, question, given(mace, silver), sure=False, two_hop=True,
+                 strictness="strict").kind == "declined"  # (strict: one passage backs it)

@@ -771,7 +771,8 @@ class Isotope:
         response.timings["answer"] = time.perf_counter() - started
         sure = response.suggested_action == "deliver" and readable[0] is response.results[0]
         judged = judge("".join(pieces), query, readable, sure=sure,
-                       strictness=self.settings.answer_strictness)
+                       strictness=self.settings.answer_strictness,
+                       two_hop=self.settings.graph)
         response.answer, response.answer_kind = judged.text, judged.kind
         response.citations = [readable[n - 1].rank for n in judged.cited]
         if conditions:  # a list changed while the model wrote: what it may see now

@@ -19,8 +19,12 @@ judged by what the passages support, not by its marks (:func:`judge`):
   another part of a passage on the right topic ("The Denver Broncos won Super Bowl LI");
   how much of the question must be there is the ``answer_strictness`` setting. When the
   search is sure of its first result (``deliver``), support alone is enough;
+- on an index with a knowledge graph, an answer no passage backs alone may be backed by
+  **two joined by a name** (:func:`joined`): a two-hop question's answer is in a passage
+  that shares no word with it ("In which city was the architect of the opera house
+  born?"), so one passage says what was asked, the other the answer;
 - ``generated``: the answer, citing the passages that support it (its own marks when
-  they are among them, else the best one);
+  they are among them, else the best one; both passages of a two-hop answer);
 - ``quoted``: otherwise, when the search is sure of its first result: the statement of it
   that matched best, "The index says: ... [1]" (never an invention);
 - ``declined``: otherwise, :data:`NOT_FOUND`.
@@ -65,16 +69,19 @@ class Strictness:
     """How much of the question a passage must say around a supported answer (unless the
     search is sure of its first result): the share of the question's words
     (:func:`evidence`) at least ``evidence``, or at least ``weak`` when a question of
-    the index matched the query at least ``matched`` (cosine)."""
+    the index matched the query at least ``matched`` (cosine); for two passages that back
+    an answer together (:func:`joined`), the first one's share at least ``joined`` (None:
+    one passage must back an answer)."""
 
     evidence: float
     weak: float = 1.0
     matched: float = 1.0
+    joined: float | None = None
 
 
 STRICTNESS: dict[AnswerStrictness, Strictness] = {
-    "lenient": Strictness(0.0),
-    "balanced": Strictness(0.66, weak=0.4, matched=0.8),
+    "lenient": Strictness(0.0, joined=0.0),
+    "balanced": Strictness(0.66, weak=0.4, matched=0.8, joined=0.25),
     "strict": Strictness(0.75),
 }
 """The ``answer_strictness`` levels; the trade-off each makes (answers given against
@@ -248,6 +255,13 @@ class _Words:
         self.prefixes = {w[:6] for w in self.words if len(w) >= 7}
         self.numbers = _numbers(text)
 
+    def __or__(self, other: _Words) -> _Words:
+        """What two texts say together."""
+        both = _Words("")
+        both.words, both.stems = self.words | other.words, self.stems | other.stems
+        both.prefixes, both.numbers = self.prefixes | other.prefixes, self.numbers | other.numbers
+        return both
+
     def has(self, word: str) -> bool:
         """Whether ``word`` is said: as any variant, with the same first six letters (a
         long word), or one letter off when it is not an English word (a typo in the
@@ -294,7 +308,10 @@ def support(answer: str, question: str, passage: str) -> float:
     answer's new words (not the question's) that the passage says; 0 when a number of
     the answer that the question does not hold is not in the passage. An answer with no
     new word or number (a restated question) has no support."""
-    said = _Words(passage)
+    return _support(answer, question, _Words(passage))
+
+
+def _support(answer: str, question: str, said: _Words) -> float:
     numbers = _new_numbers(answer, question)
     if numbers - said.numbers or not _claims_said(answer, said):
         return 0.0
@@ -313,13 +330,76 @@ def evidence(answer: str, question: str, passage: str) -> float:
         return 1.0
     new = _new_words(answer, question)
     numbers = _new_numbers(answer, question)
-    parts = sentences(passage) or [passage]
     best = (-1, 0)
-    for i in range(len(parts)):  # the window saying most of the answer, then of the question
-        window = _Words(" ".join(parts[max(0, i - 1):i + 2]))
-        answered = sum(window.has(w) for w in new) + len(numbers & window.numbers)
-        best = max(best, (answered, sum(window.has(w) for w in asked)))
+    for text in _windows(passage):  # the window saying most of the answer, then of the question
+        window = _Words(text)
+        best = max(best, (_said(window, new, numbers), sum(window.has(w) for w in asked)))
     return best[1] / len(asked)
+
+
+def _windows(passage: str) -> list[str]:
+    """A passage's windows: each of its sentences with its neighbours."""
+    parts = sentences(passage) or [passage]
+    return [" ".join(parts[max(0, i - 1):i + 2]) for i in range(len(parts))]
+
+
+def _said(words: _Words, new: list[str], numbers: set[str]) -> int:
+    """How many of an answer's new words and numbers ``words`` says."""
+    return sum(words.has(w) for w in new) + len(numbers & words.numbers)
+
+
+def _names(text: str, question: str) -> set[str]:
+    """The names a text says that the question does not: its capitalised words (lower
+    case, without a possessive), stopwords and words about passages aside."""
+    asked = _stems(question)
+    found = set()
+    for word in re.findall(r"\b[A-Z][\w'-]*\w", text):
+        low = word.lower().removesuffix("'s")
+        if low not in META and content_words(low) and not _stems(low) & asked:
+            found.add(low)
+    return found
+
+
+def joined(answer: str, question: str, results: list[SearchResult], needed: float
+           ) -> tuple[int, int] | None:
+    """Two passages that back an answer together, as a two-hop answer is made ("Which
+    metal is the mace before the Presiding Officer's chair made of?" asked of a passage
+    naming the Presiding Officer's mace and one saying it is silver): (``a``, ``b``),
+    1-based positions among ``results``, or None. ``b`` says the answer: a window of it
+    says at least half of the answer's new words and numbers (and the passage every new
+    number), while ``a`` says less than half of them (else the answer is ``a``'s, and
+    ``a`` alone must back it); the two together :func:`support` it (every name and number
+    the answer asserts, the question's too, is in one of them); and a window of ``a``
+    that says at least ``needed`` of the question's words (:func:`_asked`) shares a name
+    the question does not say with the window of ``b`` that says the answer (the entity
+    that joins the two hops). The pair whose ``a`` says most of the question wins."""
+    new, numbers = _new_words(answer, question), _new_numbers(answer, question)
+    part = len(new) + len(numbers)
+    if not part:
+        return None
+    asked = _asked(question)
+    windows = [[(_Words(w), w) for w in _windows(r.chunk.text)] for r in results]
+    whole = [_Words(r.chunk.text) for r in results]
+    best: tuple[float, int, int] | None = None
+    for b, b_windows in enumerate(windows):
+        if numbers - whole[b].numbers:
+            continue
+        counted = [(_said(words, new, numbers), text) for words, text in b_windows]
+        top = max(count for count, _ in counted)
+        if 2 * top < part:
+            continue
+        link = set().union(*(_names(text, question) for count, text in counted
+                             if count == top))
+        for a, a_windows in enumerate(windows):
+            if (a == b or not link or 2 * _said(whole[a], new, numbers) >= part
+                    or _support(answer, question, whole[a] | whole[b]) < SUPPORT_SHARE):
+                continue
+            for words, text in a_windows:
+                share = (sum(words.has(w) for w in asked) / len(asked)) if asked else 1.0
+                if (share >= needed and (best is None or share > best[0])
+                        and _names(text, question) & link):
+                    best = (share, a, b)
+    return None if best is None else (best[1] + 1, best[2] + 1)
 
 
 def _claims(answer: str) -> tuple[set[str], list[str]]:
@@ -374,7 +454,7 @@ class Judged:
 
 
 def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
-          strictness: AnswerStrictness = "balanced") -> Judged:
+          strictness: AnswerStrictness = "balanced", two_hop: bool = False) -> Judged:
     """The answer to show for the model's ``reply`` to ``question`` over ``results``
     (the passages given, in order); ``sure``: the search is sure of its first result (its
     suggested action is ``deliver``). See the module docstring."""
@@ -397,6 +477,10 @@ def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
             cited = own or [max(backing, key=lambda n: (scores[n - 1], -n))]
             marks = " ".join(f"[{n}]" for n in cited)
             return Judged("generated", f"{_tidy(answer)} {marks}", cited)
+        pair = (joined(answer, question, results, 0.0 if sure else level.joined)
+                if two_hop and answer and level.joined is not None else None)
+        if pair:
+            return Judged("generated", f"{_tidy(answer)} [{pair[0]}] [{pair[1]}]", list(pair))
     if sure and results:
         statement = best_statement(results[0]) or _closest_sentence(results[0].chunk.text,
                                                                     question)
