@@ -315,6 +315,20 @@ def test_two_passages_back_a_two_hop_answer_only_when_a_name_joins_them() -> Non
     assert joined(answer, question, given(mace, silver), 0.5) == (1, 2)
     assert joined(answer, question, given(silver, mace), 0.5) == (2, 1)
     assert joined(answer, question, given(mace, other), 0.0) is None  # (no name joins them)
+    # a word that starts a sentence is no name: "Tickets" joins nothing
+    tickets = ("Before the Scottish Parliament's chair lies the ornamental staff. Tickets "
+               "are sold at the door.", "Tickets to the zoo are cheap. The statue there is "
+                                        "made of silver.")
+    assert joined(answer, question, given(*tickets), 0.0) is None
+    # the passage of the answer says its numbers: one the first passage says is not its
+    metals = ("The ornamental staff before the Scottish Parliament's chair is silver, gold "
+              "and copper since 1999.")
+    alloy = "The mace of the Presiding Officer is made of silver, gold and copper."
+    assert joined(metals, question, given(mace + " It was given in 1999.", alloy), 0.0) is None
+    assert joined(metals, question, given(mace, alloy + " It dates from 1999."), 0.0) == (1, 2)
+    # of two passages that could say what was asked, the one that says more of it
+    less = "The Presiding Officer of the Scottish Parliament has a staff."
+    assert joined(answer, question, given(less, silver, mace), 0.0) == (3, 2)
     assert joined(answer, question, given(mace, silver), 0.9) is None  # (too little asked)
     assert joined(answer.replace("silver", "bronze"), question, given(mace, silver),
                   0.0) is None  # (the answer is said nowhere)
@@ -334,5 +348,16 @@ def test_two_passages_back_a_two_hop_answer_only_when_a_name_joins_them() -> Non
     both = judge(answer, question, given(mace, silver), sure=False, two_hop=True)
     assert both.kind == "generated" and both.cited == [1, 2]
     assert both.text.endswith("made of silver. [1] [2]")
+    assert judge(answer, question, given(silver, mace), sure=False, two_hop=True).cited == [
+        1, 2]  # (cited in order)
+    # a search sure of its first result lowers no bar for a pair (which need not hold it)
+    long = ("What precious metal is the ornamental ceremonial staff lying before the "
+            "Scottish Parliament's chair made of?")
+    few = "The Scottish Parliament has a Presiding Officer."  # (a fifth of the question)
+    for sure in (False, True):
+        assert judge(answer, long, given(few, silver), sure=sure, two_hop=True).kind \
+            != "generated"
+    assert judge(answer, long, given(few, silver), sure=False, two_hop=True,
+                 strictness="lenient").kind == "generated"
     assert judge(answer, question, given(mace, silver), sure=False, two_hop=True,
                  strictness="strict").kind == "declined"  # (strict: one passage backs it)

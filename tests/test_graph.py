@@ -349,9 +349,9 @@ class _Chaining(FakeLLM):
 def test_a_two_hop_answer_is_backed_by_both_passages_and_cites_them(
         location: str, tmp_path: Path, embedder: Embedder) -> None:
     """No passage backs a two-hop answer alone: the question's names are in one, the
-    answer in the other (the check declined 58 of 60 such answers, RESULTS.md). With a
-    graph, two passages back it together when a name joins them; the answer cites both.
-    Every other answer is judged as before: one the passages do not say is declined."""
+    answer in the other (the check kept 2 of the 17 replies holding the answer on the
+    two-hop benchmark, RESULTS.md). With a graph, two passages back it together when a
+    name joins them; the answer cites both. One the passages do not say is declined."""
     docs = _docs(tmp_path / "docs")
     model = _Chaining()
     with _open(location, embedder, model, answer_k=1) as iso:

@@ -38,7 +38,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, reduce
+from operator import or_
 
 from isotope.ingest.questions import content_words
 from isotope.ingest.sentences import sentences
@@ -348,16 +349,12 @@ def _said(words: _Words, new: list[str], numbers: set[str]) -> int:
     return sum(words.has(w) for w in new) + len(numbers & words.numbers)
 
 
-def _names(text: str, question: str) -> set[str]:
-    """The names a text says that the question does not: its capitalised words (lower
-    case, without a possessive), stopwords and words about passages aside."""
+def _names(sentence: str, question: str) -> set[str]:
+    """The names a sentence says that the question does not (:func:`_capitalised`; lower
+    case, without a possessive)."""
     asked = _stems(question)
-    found = set()
-    for word in re.findall(r"\b[A-Z][\w'-]*\w", text):
-        low = word.lower().removesuffix("'s")
-        if low not in META and content_words(low) and not _stems(low) & asked:
-            found.add(low)
-    return found
+    return {low for low in (w.lower().removesuffix("'s") for w in _capitalised(sentence))
+            if not _stems(low) & asked}
 
 
 def joined(answer: str, question: str, results: list[SearchResult], needed: float
@@ -372,32 +369,43 @@ def joined(answer: str, question: str, results: list[SearchResult], needed: floa
     the answer asserts, the question's too, is in one of them); and a window of ``a``
     that says at least ``needed`` of the question's words (:func:`_asked`) shares a name
     the question does not say with the window of ``b`` that says the answer (the entity
-    that joins the two hops). The pair whose ``a`` says most of the question wins."""
+    that joins the two hops; a name as :func:`_capitalised` reads it in the passages'
+    text, the graph is not read). The pair whose ``a`` says most of the question wins."""
     new, numbers = _new_words(answer, question), _new_numbers(answer, question)
     part = len(new) + len(numbers)
     if not part:
         return None
     asked = _asked(question)
-    windows = [[(_Words(w), w) for w in _windows(r.chunk.text)] for r in results]
-    whole = [_Words(r.chunk.text) for r in results]
+    # each passage's windows: what they say, the names in them, the share of the question
+    windows: list[list[tuple[_Words, set[str], float]]] = []
+    for result in results:
+        parts = sentences(result.chunk.text) or [result.chunk.text]
+        said, named = [_Words(p) for p in parts], [_names(p, question) for p in parts]
+        windows.append([])
+        for i in range(len(parts)):
+            around = range(max(0, i - 1), min(len(parts), i + 2))
+            words = reduce(or_, (said[j] for j in around))
+            share = sum(words.has(w) for w in asked) / len(asked) if asked else 1.0
+            windows[-1].append((words, set().union(*(named[j] for j in around)), share))
+    whole = [reduce(or_, (w for w, _, _ in ws)) if ws else _Words("")
+             for ws in windows]
     best: tuple[float, int, int] | None = None
     for b, b_windows in enumerate(windows):
-        if numbers - whole[b].numbers:
+        if numbers - whole[b].numbers or not b_windows:
             continue
-        counted = [(_said(words, new, numbers), text) for words, text in b_windows]
+        counted = [(_said(words, new, numbers), names) for words, names, _ in b_windows]
         top = max(count for count, _ in counted)
         if 2 * top < part:
             continue
-        link = set().union(*(_names(text, question) for count, text in counted
-                             if count == top))
+        link = set().union(*(names for count, names in counted if count == top))
+        if not link:
+            continue
         for a, a_windows in enumerate(windows):
-            if (a == b or not link or 2 * _said(whole[a], new, numbers) >= part
+            if (2 * _said(whole[a], new, numbers) >= part
                     or _support(answer, question, whole[a] | whole[b]) < SUPPORT_SHARE):
-                continue
-            for words, text in a_windows:
-                share = (sum(words.has(w) for w in asked) / len(asked)) if asked else 1.0
-                if (share >= needed and (best is None or share > best[0])
-                        and _names(text, question) & link):
+                continue  # (``b`` itself says at least half: never its own ``a``)
+            for _, names, share in a_windows:
+                if share >= needed and (best is None or share > best[0]) and names & link:
                     best = (share, a, b)
     return None if best is None else (best[1] + 1, best[2] + 1)
 
@@ -410,12 +418,17 @@ def _claims(answer: str) -> tuple[set[str], list[str]]:
     names = []
     for sentence in sentences(text) or [text]:
         # ("Yes, New employees get ...": a clause after an interjection starts anew)
-        sentence = _INTERJECTION.sub("", sentence)
-        words = re.findall(r"[\w'][\w'.-]*", sentence)
-        names += [w for w in (w.strip(".'") for w in words[1:])
-                  if w[:1].isupper() and w[:1].isalpha() and len(w) > 1
-                  and w.lower() not in META and content_words(w.lower())]
+        names += _capitalised(_INTERJECTION.sub("", sentence))
     return _numbers(re.sub(r"\((?:passage|source)\s+\d+\)", " ", text, flags=re.I)), names
+
+
+def _capitalised(sentence: str) -> list[str]:
+    """A sentence's names: its capitalised words past its first ("Express delivery to
+    Japan takes 3 days": Japan), words about passages and stopwords aside."""
+    words = re.findall(r"[\w'][\w'.-]*", sentence)
+    return [w for w in (w.strip(".'") for w in words[1:])
+            if w[:1].isupper() and w[:1].isalpha() and len(w) > 1
+            and w.lower() not in META and content_words(w.lower())]
 
 
 _INTERJECTION = re.compile(r"^\s*(?:yes|no|yeah|indeed|correct|sure|right)\b\W*", re.I)
@@ -477,10 +490,11 @@ def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
             cited = own or [max(backing, key=lambda n: (scores[n - 1], -n))]
             marks = " ".join(f"[{n}]" for n in cited)
             return Judged("generated", f"{_tidy(answer)} {marks}", cited)
-        pair = (joined(answer, question, results, 0.0 if sure else level.joined)
+        pair = (joined(answer, question, results, level.joined)
                 if two_hop and answer and level.joined is not None else None)
-        if pair:
-            return Judged("generated", f"{_tidy(answer)} [{pair[0]}] [{pair[1]}]", list(pair))
+        if pair:  # (the search being sure of its first result says nothing of the pair)
+            cited = sorted(pair)
+            return Judged("generated", f"{_tidy(answer)} [{cited[0]}] [{cited[1]}]", cited)
     if sure and results:
         statement = best_statement(results[0]) or _closest_sentence(results[0].chunk.text,
                                                                     question)
