@@ -387,11 +387,10 @@ def joined(answer: str, question: str, results: list[SearchResult], needed: floa
             words = reduce(or_, (said[j] for j in around))
             share = sum(words.has(w) for w in asked) / len(asked) if asked else 1.0
             windows[-1].append((words, set().union(*(named[j] for j in around)), share))
-    whole = [reduce(or_, (w for w, _, _ in ws)) if ws else _Words("")
-             for ws in windows]
+    whole = [reduce(or_, (w for w, _, _ in ws)) for ws in windows]  # (one sentence at least)
     best: tuple[float, int, int] | None = None
     for b, b_windows in enumerate(windows):
-        if numbers - whole[b].numbers or not b_windows:
+        if numbers - whole[b].numbers:
             continue
         counted = [(_said(words, new, numbers), names) for words, names, _ in b_windows]
         top = max(count for count, _ in counted)
