@@ -205,12 +205,15 @@ def test_check_finds_damage_and_repair_rebuilds_the_indexes(
         conn = support.connection(iso)
         conn.execute("PRAGMA foreign_keys=OFF")
         conn.execute("DELETE FROM atoms WHERE rowid IN (SELECT rowid FROM atoms LIMIT 2)")
+        conn.execute("INSERT INTO mentions(entity, name, type, atom_id, chunk_id) VALUES "
+                     "('billing', 'Billing', 'thing', 'gone', 'gone')")  # (a graph row)
         conn.execute("INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES "
                      "('delete', 1, 'x')")
         problems = iso.check()
         damaged = [p for p in problems if "questions without their atom" in p]
         assert damaged and "(sources: " in damaged[0]  # named, to be redone
         assert any("keyword index of chunks" in p for p in problems)
+        assert any(p.startswith("mentions row") for p in problems)
         conn.execute("PRAGMA foreign_keys=ON")
         repaired = iso.repair()
         assert repaired.reingested and repaired.reingested[0] in damaged[0]

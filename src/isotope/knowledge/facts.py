@@ -47,13 +47,17 @@ def entity_key(name: str) -> str:
 @dataclass
 class AtomFacts:
     """What the model named in one atom: entities as (name, type), relations as
-    (subject, predicate, object) names, and aliases as (alias, name)."""
+    (subject, predicate, object) names, and aliases as (alias, name). Read back from a
+    store (``keyed``), relations and aliases name their entities by key, which is kept
+    as it is: a key made again may differ ("A An Post" is ``an post``, and ``an post``
+    would become ``post``)."""
 
     atom_id: str = ""
     chunk_id: str = ""
     entities: list[tuple[str, str]] = field(default_factory=list)
     relations: list[tuple[str, str, str]] = field(default_factory=list)
     aliases: list[tuple[str, str]] = field(default_factory=list)
+    keyed: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.entities or self.relations)

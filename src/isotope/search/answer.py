@@ -40,6 +40,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache, reduce
 from operator import or_
+from typing import TypeVar
 
 from isotope.ingest.questions import content_words
 from isotope.ingest.sentences import sentences
@@ -48,6 +49,8 @@ from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
 from isotope.settings import AnswerStrictness
 from isotope.stores.keywords import TOKENIZER
+
+T = TypeVar("T")
 
 ANSWER_PROMPT_VERSION = PROMPTS["answer"].version
 NOT_FOUND = "The indexed documents do not contain the answer."
@@ -332,16 +335,21 @@ def evidence(answer: str, question: str, passage: str) -> float:
     new = _new_words(answer, question)
     numbers = _new_numbers(answer, question)
     best = (-1, 0)
-    for text in _windows(passage):  # the window saying most of the answer, then of the question
-        window = _Words(text)
+    for around in _windows([_Words(p) for p in _sentences(passage)]):
+        window = reduce(or_, around)  # (the window saying most of the answer, then of the question)
         best = max(best, (_said(window, new, numbers), sum(window.has(w) for w in asked)))
     return best[1] / len(asked)
 
 
-def _windows(passage: str) -> list[str]:
-    """A passage's windows: each of its sentences with its neighbours."""
-    parts = sentences(passage) or [passage]
-    return [" ".join(parts[max(0, i - 1):i + 2]) for i in range(len(parts))]
+def _sentences(passage: str) -> list[str]:
+    """A passage's sentences (the whole passage when it has none)."""
+    return sentences(passage) or [passage]
+
+
+def _windows(parts: list[T]) -> list[list[T]]:
+    """A passage's windows, from what each of its sentences says: each sentence with its
+    neighbours."""
+    return [parts[max(0, i - 1):i + 2] for i in range(len(parts))]
 
 
 def _said(words: _Words, new: list[str], numbers: set[str]) -> int:
@@ -379,14 +387,13 @@ def joined(answer: str, question: str, results: list[SearchResult], needed: floa
     # each passage's windows: what they say, the names in them, the share of the question
     windows: list[list[tuple[_Words, set[str], float]]] = []
     for result in results:
-        parts = sentences(result.chunk.text) or [result.chunk.text]
-        said, named = [_Words(p) for p in parts], [_names(p, question) for p in parts]
+        parts = _sentences(result.chunk.text)
         windows.append([])
-        for i in range(len(parts)):
-            around = range(max(0, i - 1), min(len(parts), i + 2))
-            words = reduce(or_, (said[j] for j in around))
+        for said, named in zip(_windows([_Words(p) for p in parts]),
+                               _windows([_names(p, question) for p in parts]), strict=True):
+            words = reduce(or_, said)
             share = sum(words.has(w) for w in asked) / len(asked) if asked else 1.0
-            windows[-1].append((words, set().union(*(named[j] for j in around)), share))
+            windows[-1].append((words, set().union(*named), share))
     whole = [reduce(or_, (w for w, _, _ in ws)) for ws in windows]  # (one sentence at least)
     best: tuple[float, int, int] | None = None
     for b, b_windows in enumerate(windows):
@@ -415,7 +422,7 @@ def _claims(answer: str) -> tuple[set[str], list[str]]:
     words past a sentence's first, "Express delivery to Japan takes 3 days": Japan, 3)."""
     text = _CITATION.sub(" ", answer)
     names = []
-    for sentence in sentences(text) or [text]:
+    for sentence in _sentences(text):
         # ("Yes, New employees get ...": a clause after an interjection starts anew)
         names += _capitalised(_INTERJECTION.sub("", sentence))
     return _numbers(re.sub(r"\((?:passage|source)\s+\d+\)", " ", text, flags=re.I)), names

@@ -57,12 +57,15 @@ class SQLGraph(Graph):
             return
         d = self.dialect
         cursor = conn.cursor()
+
+        def keys(f: AtomFacts, *names: str) -> tuple[str, ...]:
+            return names if f.keyed else tuple(entity_key(n) for n in names)
+
         cursor.executemany(
             f"INSERT INTO entity_aliases(alias, entity, chunk_id) VALUES ({d.mark}, {d.mark}, "
             f"{d.mark}) ON CONFLICT DO NOTHING",
-            [(entity_key(alias), entity_key(name), f.chunk_id) for f in facts
-             for alias, name in f.aliases
-             if entity_key(alias) and entity_key(alias) != entity_key(name)])
+            [(*pair, f.chunk_id) for f in facts for alias, name in f.aliases
+             if (pair := keys(f, alias, name))[0] and pair[0] != pair[1]])
         cursor.executemany(
             "INSERT INTO mentions(entity, name, type, atom_id, chunk_id) VALUES "
             f"({', '.join([d.mark] * 5)})",
@@ -71,9 +74,9 @@ class SQLGraph(Graph):
         cursor.executemany(
             "INSERT INTO relations(subject, predicate, object, atom_id, chunk_id) VALUES "
             f"({', '.join([d.mark] * 5)})",
-            [(entity_key(s), d.text(p), entity_key(o), f.atom_id, f.chunk_id)
+            [(ends[0], d.text(p), ends[1], f.atom_id, f.chunk_id)
              for f in facts for s, p, o in f.relations
-             if entity_key(s) and entity_key(o) and entity_key(s) != entity_key(o)])
+             if (ends := keys(f, s, o))[0] and ends[1] and ends[0] != ends[1]])
 
     def _drop_facts(self, conn: Any, chunk_id: str) -> None:
         for table in ("mentions", "relations", "entity_aliases"):
@@ -89,7 +92,7 @@ class SQLGraph(Graph):
         facts: dict[tuple[str, str], AtomFacts] = {}
 
         def of(chunk: str, atom: str) -> AtomFacts:
-            return facts.setdefault((chunk, atom), AtomFacts(atom, chunk))
+            return facts.setdefault((chunk, atom), AtomFacts(atom, chunk, keyed=True))
 
         for chunk, atom, name, kind in self._rows(
                 f"SELECT chunk_id, atom_id, name, type FROM mentions WHERE "
@@ -140,8 +143,7 @@ class SQLGraph(Graph):
                 f"m.entity IN (SELECT n.entity FROM mentions n {self._seen('n', conditions)} WHERE "
                 f"{clause} AND ({d.lower}(n.name) {has} OR {d.lower}(n.type) {has} OR "
                 f"n.entity {has} OR EXISTS (SELECT 1 FROM atoms a WHERE a.id = n.atom_id AND "
-                f"{d.lower}(a.text) "
-                f"{has})))")
+                f"a.chunk_id = n.chunk_id AND {d.lower}(a.text) {has})))")
             lowered = like(match.lower())
             extra += [*params, lowered, lowered, like(entity_key(match)), lowered]
         seen = f"FROM mentions m {self._seen('m', conditions)} WHERE {' AND '.join(where)}"
@@ -263,8 +265,8 @@ class SQLGraph(Graph):
             wanted = set(atoms)
             rows = self._rows(
                 f"SELECT m.entity, m.chunk_id, m.atom_id, a.text FROM mentions m JOIN atoms a "
-                f"ON a.id = m.atom_id {self._seen('m', conditions)} WHERE {d.any_of('m.chunk_id')} "
-                f"AND {clause} ORDER BY m.{d.row}",
+                f"ON a.id = m.atom_id AND a.chunk_id = m.chunk_id {self._seen('m', conditions)} "
+                f"WHERE {d.any_of('m.chunk_id')} AND {clause} ORDER BY m.{d.row}",
                 (d.many(sorted({c for c, _ in atoms})), *params))
             found += [(e, c, a) for e, c, a, text in rows if (c, text) in wanted]
         return found
@@ -279,8 +281,8 @@ class SQLGraph(Graph):
         out: dict[str, list[str]] = {}
         for key, text in self._rows(
                 f"SELECT DISTINCT m.entity, a.text FROM mentions m JOIN atoms a ON a.id = "
-                f"m.atom_id {self._seen('m', conditions)} WHERE {clause} AND "
-                f"{d.any_of('m.entity')} ORDER BY m.entity, a.text",
+                f"m.atom_id AND a.chunk_id = m.chunk_id {self._seen('m', conditions)} WHERE "
+                f"{clause} AND {d.any_of('m.entity')} ORDER BY m.entity, a.text",
                 (*params, d.many(list(keys)))):
             if len(out.setdefault(key, [])) < per_entity:
                 out[key].append(text)

@@ -501,8 +501,8 @@ class SQLiteStore(SQLStore):
             conn.execute("DELETE FROM atoms WHERE chunk_id NOT IN (SELECT id FROM chunks)")
             conn.execute("DELETE FROM questions WHERE atom_id NOT IN (SELECT id FROM atoms) "
                          "OR chunk_id NOT IN (SELECT id FROM chunks)")
-            conn.execute("DELETE FROM dropped_questions WHERE chunk_id NOT IN "
-                         "(SELECT id FROM chunks)")
+            for table in ("dropped_questions", "mentions", "relations", "entity_aliases"):
+                conn.execute(f"DELETE FROM {table} WHERE chunk_id NOT IN (SELECT id FROM chunks)")
             self._expand_all(conn)
             for kind in KINDS:
                 conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
