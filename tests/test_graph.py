@@ -326,6 +326,24 @@ def test_the_graph_signal_reaches_the_passage_that_shares_no_word_with_the_quest
             HOMETOWN, k=5, mode="graph", principal=EVE).results}
 
 
+def test_the_walk_reads_the_mentions_of_what_it_weighs_most_first(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk reads a bounded number of mentions: those of the entities it weighs
+    most, not the rows stored first (a hub named in sixty files stored before the
+    answering passage would fill the reading and cut it)."""
+    from isotope.search import graph_signal
+
+    docs = _docs(tmp_path / "docs")
+    for i in range(60):
+        (docs / f"a{i:02}.md").write_text(f"Sydney was busy on day {i}.\n")
+    monkeypatch.setattr(graph_signal, "MENTIONS", 1)  # (50 mentions for a pool of 50)
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        assert iso.graph("Sydney").center.chunks == 60
+        found = iso.search(HOMETOWN, k=5, mode="graph").results
+        assert "utzon.md" in {Path(r.chunk.source).name for r in found}
+
+
 def test_an_answer_is_given_the_bridging_passage(location: str, tmp_path: Path,
                                                  embedder: Embedder) -> None:
     model = FakeLLM()

@@ -33,6 +33,9 @@ DECAY = 0.6
 POOL = 50
 """Fewest chunks the walk reads, whatever the search's ``k`` (a mode of its own reads only
 ``k``: the walk's limits would cut the answering chunk)."""
+MENTIONS = 50
+"""Mentions the walk reads at most per chunk of its pool (those of the entities it
+weighs most)."""
 COMMON = 200
 """An entity named in more chunks than this is too common to lead anywhere (its
 mentions are not followed)."""
@@ -117,12 +120,23 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
             frontier = leading(step)
             if not frontier:
                 break
-        named = store.mentions(filters, keys=leading(reached), limit=50 * pool)
+        def weight(key: str) -> float:
+            return reached[key].weight / (1 + math.log(known[key].chunks))
+
+        taken: list[str]
+        # (the mentions of the best-weighted entities, as many as the reading allows: a
+        # cut by rows stored first would drop a far entity's chunks for a hub's)
+        read, taken = 0, []
+        for key in sorted(leading(reached), key=lambda k: (-weight(k), k)):
+            read += known[key].mentions
+            if taken and read > MENTIONS * pool:
+                break
+            taken.append(key)
+        named = store.mentions(filters, keys=taken, limit=MENTIONS * pool)
     names = {k: e.name for k, e in known.items()}
     best: dict[str, list[tuple[float, str]]] = {}
     for key, chunk, _ in named:
-        weight = reached[key].weight / (1 + math.log(known[key].chunks))
-        best.setdefault(chunk, []).append((weight, key))
+        best.setdefault(chunk, []).append((weight(key), key))
     ranked = sorted(((chunk, sorted(set(ways), reverse=True)) for chunk, ways in best.items()),
                     key=lambda x: -x[1][0][0])[:pool]
     # (a path spelt out only for the three best ways to each chunk kept)
