@@ -26,8 +26,9 @@ generated without it, and the answers' kinds.
 
 ``--graph`` builds the index with the knowledge graph (setting ``graph``) and adds the
 ``graph`` mode, ``hybrid`` with the graph signal at the weights of ``--graph-weights``, and
-the passages a search for an answer gives the answer model (``answer_k`` results, then up
-to ``answer_bridges`` bridging passages the graph reaches: at most 5 by default).
+the passages a search for an answer gives the answer model (``answer_k`` results, then
+``answer_bridges`` more, from hybrid with the graph signal at ``answer_graph_weight``: 5
+by default).
 With ``--questions later`` the chunks' entities and relations are generated alone (one
 prompt per chunk, batched; the chunks keep waiting for their questions), so the graph is
 measured against hybrid without generated questions in an hour rather than many.
@@ -59,7 +60,8 @@ OUT = ROOT / "benchmarks" / "out"
 K = 5
 ANSWER_PASSAGES = "given to an answer"
 """A pseudo-mode: the passages a search for an answer gives the answer model (``answer_k``
-results, then up to ``answer_bridges`` the graph reaches)."""
+results, then ``answer_bridges`` more; on an index with a graph, the graph signal weighed
+in)."""
 
 STOPWORDS = frozenset("""
 a an the i me my mine myself we us our ours ourselves you your yours yourself yourselves

@@ -510,9 +510,10 @@ class Isotope:
                explain: bool = False) -> QueryResponse:
         """The ``k`` chunks whose generated questions best match ``query`` (``k``
         defaults to the ``top_k`` setting; with ``for_answer``, a search an answer will
-        be made from, to ``answer_k``: the chunks the answer model is given, and on an
-        index with a knowledge graph up to ``answer_bridges`` passages the graph reaches
-        from the query after them, :attr:`SearchResult.bridge` saying by which path).
+        be made from, to ``answer_k``: the chunks the answer model is given; on an index
+        with a knowledge graph, a hybrid search weighs the graph signal in
+        (``answer_graph_weight``) and gives ``answer_bridges`` more passages after them,
+        :attr:`SearchResult.bridge` saying by which paths the graph reached each).
 
         With ``transform`` (default: the ``query_transform`` setting), a query that is not
         already a question is first rewritten by the answer model into one to three

@@ -220,9 +220,10 @@ class SearchResult(_Record):
     (``atoms-dense``) and to its text (``chunks-dense``): how sure a result is whatever
     the index's size or the search's filters."""
     bridge: list[str] | None = None
-    """Set on a passage the knowledge graph reached from the query that the search did not
-    rank (a search for an answer on an index with a graph, setting ``answer_bridges``):
-    the paths that reached it (``Sydney Opera House -[was designed by]-> Jørn Utzon``)."""
+    """Set on a passage given to an answer after its ``answer_k`` chunks (a search for an
+    answer on an index with a graph, setting ``answer_bridges``) that the knowledge graph
+    reached from the query: the paths that reached it (``Sydney Opera House -[was designed
+    by]-> Jørn Utzon``)."""
     explain: dict[str, Any] | None = None
     """With ``explain``: how the score was made: per signal its ``rank``, ``raw`` score,
     ``standardized`` part, ``weight`` and ``contribution``; the ``fused`` sum (times

@@ -115,15 +115,20 @@ class Search:
         started = time.perf_counter() if started is None else started
         given = {"confirmed_by": confirming(self.asker, self.settings.show_learned),
                  **(options or {})}
+        explain = bool(given.get("explain"))
+        bridges = bridges if self.settings.graph and mode == "hybrid" else 0
+        if bridges:  # (the graph signal weighed in, its paths read for the bridges)
+            given["weights"] = {"graph": self.settings.answer_graph_weight,
+                                **given.get("weights", {})}
+            given["explain"] = True
         if rewrites is not None:
             response = retrieval.search_many(self.store, self.embedder, query,
-                                             list(rewrites), k, mode, **given)
+                                             list(rewrites), k + bridges, mode, **given)
         else:
-            response = retrieval.search(self.store, self.embedder, query, k, mode, **given)
-        if bridges and self.settings.graph and mode != "graph":
-            add_bridges(response, retrieval.search(
-                self.store, self.embedder, query, k + bridges, "graph",
-                **{**given, "explain": True}), bridges)
+            response = retrieval.search(self.store, self.embedder, query, k + bridges, mode,
+                                        **given)
+        if bridges:
+            mark_bridges(response, k, explain)
         self._read_back(response)
         if not response.results and filters:
             self.known_keys(filters)
@@ -173,17 +178,16 @@ class Search:
                               f"keys it has: {shown}")
 
 
-def add_bridges(response: QueryResponse, reached: QueryResponse, most: int) -> None:
-    """Up to ``most`` of the graph's results (``reached``, explained) that ``response``
-    lacks, added after its results, each with the paths that reached it."""
-    have = {r.chunk.id for r in response.results}
-    shown = response.results[0].explain is not None if response.results else False
-    for result in [r for r in reached.results if r.chunk.id not in have][:most]:
-        told = result.explain or {}
-        result.bridge = told.get("signals", {}).get("graph", {}).get("paths", [])
-        result.explain = told if shown else None
-        result.rank = len(response.results) + 1
-        response.results.append(result)
+def mark_bridges(response: QueryResponse, k: int, shown: bool) -> None:
+    """The results of an answer's search past its first ``k`` (explained) are its
+    bridges: each that the graph reached says by which paths (``bridge``); ``shown``:
+    whether the caller asked for ``explain`` (else it is dropped)."""
+    for result in response.results:
+        paths = (result.explain or {}).get("signals", {}).get("graph", {}).get("paths")
+        if result.rank > k and paths:
+            result.bridge = list(paths)
+        if not shown:
+            result.explain = None
 
 
 def hide_members(store: Store, asker: Principal | None,
