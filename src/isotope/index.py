@@ -536,7 +536,10 @@ class Isotope:
         k = _valid_k(k)
         asker = principal_of(principal)
         conditions = access.conditions(asker, control=self.access_control)
-        options = {**retrieval.fusion_options(self.settings, weights, self._fitted_weights()),
+        fitted = self._fitted_weights()
+        if for_answer and self.settings.graph:  # (over the fitted weights, under the rest)
+            fitted = {**(fitted or {}), "graph": self.settings.answer_graph_weight}
+        options = {**retrieval.fusion_options(self.settings, weights, fitted),
                    "filters": parse_filters(filters) + conditions, "explain": bool(explain)}
         mode = mode or self.settings.mode
         if mode == "graph" and not self.settings.graph:

@@ -465,13 +465,14 @@ class RetrievalSettings(BaseModel):
     answer_k: int = Field(3, ge=1, le=100, description="Chunks given to the answer model")
     answer_bridges: int = Field(
         2, ge=0, le=20, description="With a knowledge graph (setting graph): passages given "
-        "to the answer model after the answer_k chunks, the search for an answer being "
-        "hybrid with the graph signal at answer_graph_weight (a two-hop question's second "
-        "passage); 0: none")
+        "to the answer model after the answer_k chunks by a hybrid search for an answer "
+        "(its graph signal at answer_graph_weight: a two-hop question's second passage); "
+        "0: none")
     answer_graph_weight: float = Field(
         1.0, ge=0.0, le=10.0, description="With a knowledge graph: the graph signal's weight "
         "in a hybrid search an answer is made from (a search's own weights, or the weights "
-        "setting naming graph, come first); 0: the answer's search is the plain one")
+        "setting naming graph, come first; weights fitted from users' marks come after); "
+        "0: the graph signal is left out")
     answer_strictness: AnswerStrictness = Field(
         "balanced", description="How much a passage must say of the question around a "
         "supported answer before `ask` shows it (unless the search is sure of its first "

@@ -105,9 +105,9 @@ class Search:
             bridges: int = 0) -> QueryResponse:
         """The search of ``query`` (and of the questions the model rewrote it into,
         ``rewrites``, fused; None: not rewritten), ``k`` results in
-        ``mode``, through every step (see the module's text), and after them up to
-        ``bridges`` passages the knowledge graph reaches that they lack (an index with a
-        graph; :attr:`SearchResult.bridge` says how). ``options``: fusion's and
+        ``mode``, through every step (see the module's text); on an index with a graph,
+        a hybrid search gives ``bridges`` more (a search for an answer), each the graph
+        reached saying by which paths (:attr:`SearchResult.bridge`). ``options``: fusion's and
         retrieval's (:func:`retrieval.search`), the asker's conditions among its
         ``filters`` already; ``started``: when the search began, for the latency logged
         (default: now). Run inside ``store.reading`` (made again on another replica if
@@ -117,9 +117,7 @@ class Search:
                  **(options or {})}
         explain = bool(given.get("explain"))
         bridges = bridges if self.settings.graph and mode == "hybrid" else 0
-        if bridges:  # (the graph signal weighed in, its paths read for the bridges)
-            given["weights"] = {"graph": self.settings.answer_graph_weight,
-                                **given.get("weights", {})}
+        if bridges:  # (the graph's paths read for the bridges)
             given["explain"] = True
         if rewrites is not None:
             response = retrieval.search_many(self.store, self.embedder, query,
@@ -127,8 +125,6 @@ class Search:
         else:
             response = retrieval.search(self.store, self.embedder, query, k + bridges, mode,
                                         **given)
-        if bridges:
-            mark_bridges(response, k, explain)
         self._read_back(response)
         if not response.results and filters:
             self.known_keys(filters)
@@ -140,6 +136,8 @@ class Search:
         if marks:
             learning.demote(response, learning.not_first(
                 marks, self.embedder.embed_one(response.query)))
+        if bridges:  # (after the marks: a result moved first is no bridge)
+            mark_bridges(response, k, explain)
         retrieval.assess(response, self.settings.deliver_score, self.settings.refine_score,
                          chunks=self.counts.of(self.store, self.asker, self.conditions))
         if not self.settings.show_learned:

@@ -92,6 +92,7 @@ def agent_view(response: QueryResponse) -> dict[str, Any]:
         **{k: r.chunk.metadata[k] for k in ("page", "headings") if r.chunk.metadata.get(k)},
         "text": r.chunk.text,
         "matched_questions": [q.text for q in r.matched_questions],
+        **({"bridge": r.bridge} if r.bridge else {}),
         "chunk_id": r.chunk.id} for r in response.results]
     return view
 
@@ -152,7 +153,8 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         answer was made: generated (supported by the cited passages), quoted (the passage
         that matched best, quoted), or declined (the documents do not hold it)."""
         who, k = _allowed(ctx, "ask", principal, remote), _within(k, 20)
-        found = await turns.search(query, k, mode=mode, filters=filters, principal=who)
+        found = await turns.search(query, k, mode=mode, filters=filters, for_answer=True,
+                                   principal=who)
         await turns.answer(found, who)  # (the call cancelled: the model stops too)
         return _reply(agent_view(found))
 
