@@ -369,6 +369,21 @@ def test_an_answer_is_given_the_bridging_passage(location: str, tmp_path: Path,
         assert len(iso.ask(HOMETOWN).results) == 1
 
 
+def test_no_bridge_is_asked_past_the_passages_an_answer_reads(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer reads ``MAX_PASSAGES`` passages: with ``answer_k`` at that, the bridges
+    would be cut from its prompt, so none is asked for (nor shown as given)."""
+    import isotope.index
+
+    monkeypatch.setattr(isotope.index, "MAX_PASSAGES", 1)
+    model = FakeLLM()
+    with _open(tmp_path / "index", embedder, model, answer_k=1) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        answered = iso.ask(HOMETOWN)
+        assert [Path(r.chunk.source).name for r in answered.results] == ["opera.md"]
+        assert "Copenhagen" not in str(model.prompts[-1])
+
+
 def test_the_search_for_an_answer_weighs_the_graph_in(
         tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     """On an index with a graph, an answer's search is hybrid with the graph signal at

@@ -559,10 +559,13 @@ class Isotope:
             rewrites = parse_questions(reply, 3)
         rewritten = time.perf_counter() - rewriting
 
+        # (an answer reads MAX_PASSAGES passages at most: no bridge past them)
+        bridges = min(self.settings.answer_bridges, max(0, MAX_PASSAGES - k)) \
+            if for_answer else 0
+
         def run() -> QueryResponse:
             response = search.run(query, k, mode, filters=filters, rewrites=rewrites,
-                                  options=options, started=started,
-                                  bridges=self.settings.answer_bridges if for_answer else 0)
+                                  options=options, started=started, bridges=bridges)
             if rewrites is not None:
                 response.timings["transform"] = rewritten
             return response

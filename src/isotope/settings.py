@@ -467,7 +467,7 @@ class RetrievalSettings(BaseModel):
         2, ge=0, le=20, description="With a knowledge graph (setting graph): passages given "
         "to the answer model after the answer_k chunks by a hybrid search for an answer "
         "(its graph signal at answer_graph_weight: a two-hop question's second passage); "
-        "0: none")
+        "none past the 20 passages an answer reads; 0: none")
     answer_graph_weight: float = Field(
         1.0, ge=0.0, le=10.0, description="With a knowledge graph: the graph signal's weight "
         "in a hybrid search an answer is made from (a search's own weights, or the weights "

@@ -123,10 +123,10 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
         def weight(key: str) -> float:
             return reached[key].weight / (1 + math.log(known[key].chunks))
 
-        taken: list[str]
         # (the mentions of the best-weighted entities, as many as the reading allows: a
         # cut by rows stored first would drop a far entity's chunks for a hub's)
-        read, taken = 0, []
+        read = 0
+        taken: list[str] = []
         for key in sorted(leading(reached), key=lambda k: (-weight(k), k)):
             read += known[key].mentions
             if taken and read > MENTIONS * pool:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 _SEEN = "JOIN chunks c ON c.id = {t}.chunk_id JOIN sources s ON s.uri = c.source"
 MAX_RELATIONS = 500
 """Most relations one neighbourhood reads per hop (it says it was cut)."""
+GRAPH_TABLES = ("mentions", "relations", "entity_aliases")
+"""The graph's tables, each row keyed by the chunk its fact was read from."""
 
 
 class SQLGraph(Graph):
@@ -79,7 +81,7 @@ class SQLGraph(Graph):
              if (ends := keys(f, s, o))[0] and ends[1] and ends[0] != ends[1]])
 
     def _drop_facts(self, conn: Any, chunk_id: str) -> None:
-        for table in ("mentions", "relations", "entity_aliases"):
+        for table in GRAPH_TABLES:
             conn.execute(f"DELETE FROM {table} WHERE chunk_id = {self.dialect.mark}",
                          (chunk_id,))
 

@@ -50,6 +50,7 @@ from isotope.stores.chroma_vectors import ChromaPlace, ChromaVectors, place_of
 from isotope.stores.keywords import query_words
 from isotope.stores.sql_core import SQLStore
 from isotope.stores.sql_dialect import SQLITE
+from isotope.stores.sql_graph import GRAPH_TABLES
 from isotope.stores.sqlite_check import inspect
 from isotope.stores.sqlite_chroma import SQLiteRows
 from isotope.stores.sqlite_connection import (
@@ -501,7 +502,7 @@ class SQLiteStore(SQLStore):
             conn.execute("DELETE FROM atoms WHERE chunk_id NOT IN (SELECT id FROM chunks)")
             conn.execute("DELETE FROM questions WHERE atom_id NOT IN (SELECT id FROM atoms) "
                          "OR chunk_id NOT IN (SELECT id FROM chunks)")
-            for table in ("dropped_questions", "mentions", "relations", "entity_aliases"):
+            for table in ("dropped_questions", *GRAPH_TABLES):
                 conn.execute(f"DELETE FROM {table} WHERE chunk_id NOT IN (SELECT id FROM chunks)")
             self._expand_all(conn)
             for kind in KINDS:
