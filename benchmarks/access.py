@@ -22,10 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import scale
 from isotope.access import Principal, condition
+from isotope.ann.exact import ExactIndex
 
 GROUPS = 100
 
@@ -145,31 +148,45 @@ _TRUTH: dict[int, Any] = {}
 
 
 def principal_recall(store: Any, embedded: Any, synthesis: scale.Synthesis, queries: list[str],
-                     vectors: dict[str, Any], principals: dict[str, Principal | None]
-                     ) -> dict[str, tuple[float, int]]:
+                     vectors: dict[str, Any], principals: dict[str, Principal | None],
+                     *, stored: bool = False) -> dict[str, tuple[float, int]]:
     """For each principal (None: no condition at all): recall@10 of ``store``'s question
     search against an exact search over what it may see in ``embedded`` (the scale index,
     its lists given; its vectors recomputed at float32), items compared by chunk and text
-    (row numbers differ between copies); and how many chunks it may see (0: every one)."""
+    (row numbers differ between copies); and how many chunks it may see (0: every one).
+    ``stored``: also ``<share>_stored``, against an exact search over the vectors as the
+    stores hold them (float16: the graph's own recall, without what float16 changes)."""
     if id(embedded) not in _TRUTH:  # (recomputing a million vectors takes minutes)
         _TRUTH.clear()
         _TRUTH[id(embedded)] = scale.exact_baseline(embedded, synthesis)["questions"]
-    truth = _TRUTH[id(embedded)]
+    truths = {"": _TRUTH[id(embedded)]}
+    if stored:
+        exact = truths[""]
+        truths["_stored"] = ExactIndex(exact.item_ids, exact.item_groups,
+                                       exact.vectors.astype(np.float16).astype(np.float32))
     conn = embedded.store._conn()
+
+    def named(rows: list[int]) -> list[tuple[str, str]]:
+        said = dict(((r, (c, t)) for r, c, t in conn.execute(
+            "SELECT rowid, chunk_id, text FROM questions WHERE rowid IN "
+            f"({','.join('?' * len(rows))})", rows))) if rows else {}
+        return [said[r] for r in rows]
+
     said: dict[str, tuple[float, int]] = {}
     for share, who in principals.items():
         made = condition(who, control=True) if who is not None else None
         allowed = embedded.store._allowed([made]) if made is not None else None
-        found, expected = [], []
+        found = []
+        expected: dict[str, list[list[tuple[str, str]]]] = {tail: [] for tail in truths}
         for q in queries:
             hits = store.search("questions", vectors[q], 10, [made] if made else [])
             found.append([(h.chunk_id, h.text) for h in hits])
-            rows = [int(i) for i, _, _ in truth.search(vectors[q], 10, allowed)]
-            named = dict(((r, (c, t)) for r, c, t in conn.execute(
-                "SELECT rowid, chunk_id, text FROM questions WHERE rowid IN "
-                f"({','.join('?' * len(rows))})", rows))) if rows else {}
-            expected.append([named[r] for r in rows])
-        said[share] = (scale.recall(found, expected), len(allowed) if allowed is not None else 0)
+            for tail, truth in truths.items():
+                expected[tail].append(named([int(i) for i, _, _ in
+                                             truth.search(vectors[q], 10, allowed)]))
+        for tail in truths:
+            said[share + tail] = (scale.recall(found, expected[tail]),
+                                  len(allowed) if allowed is not None else 0)
     return said
 
 
