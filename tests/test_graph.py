@@ -369,6 +369,28 @@ def test_an_answer_is_given_the_bridging_passage(location: str, tmp_path: Path,
         assert len(iso.ask(HOMETOWN).results) == 1
 
 
+def test_a_rewritten_search_keeps_the_graph_paths_of_each_search(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A query rewritten by the model is searched once per rewrite and fused: a chunk
+    the graph reached keeps the paths of every search that reached it (a bridge says
+    how it was reached, whichever search found it first)."""
+    from isotope.search import retrieval
+
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+        options = {**retrieval.fusion_options(iso.settings, {"graph": 1.0}), "explain": True}
+
+        def paths(query: str, *rewrites: str) -> set[str]:
+            found = retrieval.search_many(iso.store, iso.embedder, query, list(rewrites), 5,
+                                          "hybrid", **options).results
+            return {p for r in found if Path(r.chunk.source).name == "utzon.md"
+                    for p in retrieval.graph_paths(r)}
+
+        asked, rewritten = paths("Jørn Utzon"), paths(HOMETOWN)
+        assert asked and rewritten and not rewritten <= asked
+        assert paths("Jørn Utzon", HOMETOWN) == asked | rewritten
+
+
 def test_no_bridge_is_asked_past_the_passages_an_answer_reads(
         tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer reads ``MAX_PASSAGES`` passages: with ``answer_k`` at that, the bridges

@@ -38,7 +38,8 @@ def search_many(
     mode: str = "questions-dense", **options: Any,
 ) -> QueryResponse:
     """Search the query and its rewrites, and fuse: a chunk keeps its best score over all
-    of them, and the matched questions of each."""
+    of them (and that search's ``explain``, with the graph's paths of every search that
+    reached it), and the matched questions of each."""
     responses = [search(store, embedder, q, k, mode, **options) for q in [query, *rewrites]]
     best: dict[str, SearchResult] = {}
     for response in responses:
@@ -52,7 +53,13 @@ def search_many(
                 m for m in result.matched_questions if m.text not in texts)
             seen.matched_questions.sort(key=lambda m: -m.score)
             del seen.matched_questions[MATCHES_PER_CHUNK:]
+            paths = [*graph_paths(seen), *graph_paths(result)]
+            if result.score > seen.score:
+                seen.explain = result.model_copy(deep=True).explain
             seen.score = max(seen.score, result.score)
+            if paths and seen.explain is not None:
+                graph = seen.explain.setdefault("signals", {}).setdefault("graph", {})
+                graph["paths"] = list(dict.fromkeys(paths))
     ranked = sorted(best.values(), key=lambda r: -r.score)[:k]
     for rank, result in enumerate(ranked, start=1):
         result.rank = rank
@@ -60,6 +67,11 @@ def search_many(
                for name in ("embed", "search")}
     return QueryResponse(query=query, mode=mode, results=ranked, rewrites=rewrites,
                          timings=timings)
+
+
+def graph_paths(result: SearchResult) -> list[str]:
+    """The paths by which the graph signal reached ``result`` (its ``explain``)."""
+    return list((result.explain or {}).get("signals", {}).get("graph", {}).get("paths") or [])
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,7 @@ def mark_bridges(response: QueryResponse, k: int, shown: bool) -> None:
     bridges: each that the graph reached says by which paths (``bridge``); ``shown``:
     whether the caller asked for ``explain`` (else it is dropped)."""
     for result in response.results:
-        paths = (result.explain or {}).get("signals", {}).get("graph", {}).get("paths")
+        paths = retrieval.graph_paths(result)
         if result.rank > k and paths:
             result.bridge = list(paths)
         if not shown:
