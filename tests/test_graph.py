@@ -345,6 +345,10 @@ def test_the_walk_reads_the_mentions_of_what_it_weighs_most_first(
         assert iso.graph("Sydney").center.chunks == 60
         found = iso.search(HOMETOWN, k=5, mode="graph").results
         assert "utzon.md" in {Path(r.chunk.source).name for r in found}
+        # (the walk reads no hub's name: past named_up_to chunks, an entity keeps its key)
+        hub, = iso.store.entities(keys=["sydney"], top=1, named_up_to=59)
+        assert (hub.name, hub.chunks, hub.mentions) == ("sydney", 60, 60)
+        assert iso.store.entities(keys=["sydney"], top=1, named_up_to=60)[0].name == "Sydney"
 
 
 def test_an_answer_is_given_the_bridging_passage(location: str, tmp_path: Path,

@@ -93,8 +93,10 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
                                               "in a statement near the query", key))
         if not reached:
             return []
+        # (a name is read only where a path may show it: an entity past COMMON is never
+        # followed, and reading a hub's name reads all its mentions)
         known = {e.key: e for e in store.entities(filters, keys=sorted(reached),
-                                                  top=len(reached))}
+                                                  top=len(reached), named_up_to=COMMON)}
 
         def leading(keys: Iterable[str]) -> list[str]:
             """Those of ``keys`` one may see named in at most :data:`COMMON` chunks."""
@@ -115,8 +117,8 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
                             step.add(there)
             fresh = sorted(step - set(known))
             if fresh:
-                known.update({e.key: e for e in store.entities(filters, keys=fresh,
-                                                               top=len(fresh))})
+                known.update({e.key: e for e in store.entities(
+                    filters, keys=fresh, top=len(fresh), named_up_to=COMMON)})
             frontier = leading(step)
             if not frontier:
                 break

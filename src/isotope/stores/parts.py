@@ -301,11 +301,14 @@ class Graph(ABC):
     @abstractmethod
     def entities(self, conditions: Sequence[Condition] = (), *, top: int = 20,
                  keys: Sequence[str] | None = None, match: str | None = None,
-                 chunk: str | None = None) -> list[GraphEntity]:
+                 chunk: str | None = None, named_up_to: int | None = None
+                 ) -> list[GraphEntity]:
         """The entities named in chunks meeting ``conditions``, most chunks first; only
         ``keys`` when given; only those whose name, type or a statement naming them holds
         ``match`` (case ignored) when given; only those the chunk ``chunk`` names (when
-        it meets ``conditions``) when given."""
+        it meets ``conditions``) when given. ``named_up_to``: the name and type read only
+        for entities named in at most that many chunks (the others: their key, "thing";
+        reading a hub's name reads every one of its mentions)."""
 
     @abstractmethod
     def relations(self, conditions: Sequence[Condition] = (), *,

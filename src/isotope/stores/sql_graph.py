@@ -121,7 +121,8 @@ class SQLGraph(Graph):
 
     def entities(self, conditions: Sequence[Condition] = (), *, top: int = 20,
                  keys: Sequence[str] | None = None, match: str | None = None,
-                 chunk: str | None = None) -> list[GraphEntity]:
+                 chunk: str | None = None, named_up_to: int | None = None
+                 ) -> list[GraphEntity]:
         d = self.dialect
         clause, params = self.conditions_sql(conditions)
         where, extra = [clause], list(params)
@@ -154,10 +155,10 @@ class SQLGraph(Graph):
                 f"SELECT m.entity, count(DISTINCT m.chunk_id), count(*) {seen} GROUP BY "
                 f"m.entity ORDER BY 2 DESC, 3 DESC, m.entity{d.binary_order} "
                 f"LIMIT {int(top)}", extra)
-            chosen = [r[0] for r in counted]
-            if not chosen:
+            if not counted:
                 return []
-            names = self._rows(
+            chosen = [r[0] for r in counted if named_up_to is None or r[1] <= named_up_to]
+            names = [] if not chosen else self._rows(
                 f"SELECT m.entity, m.name, m.type, count(*) FROM mentions m "
                 f"{self._seen('m', conditions)} WHERE {clause} AND {d.any_of('m.entity')} "
                 f"GROUP BY m.entity, m.name, m.type", (*params, d.many(chosen)))
