@@ -54,12 +54,13 @@ def search_many(
             seen.matched_questions.sort(key=lambda m: -m.score)
             del seen.matched_questions[MATCHES_PER_CHUNK:]
             paths = [*graph_paths(seen), *graph_paths(result)]
-            if result.score > seen.score:
+            if result.score > seen.score:  # (the winning search's paths first)
+                paths = [*graph_paths(result), *graph_paths(seen)]
                 seen.explain = result.model_copy(deep=True).explain
             seen.score = max(seen.score, result.score)
-            if paths and seen.explain is not None:
+            if paths and seen.explain is not None:  # (as many as one search shows)
                 graph = seen.explain.setdefault("signals", {}).setdefault("graph", {})
-                graph["paths"] = list(dict.fromkeys(paths))
+                graph["paths"] = list(dict.fromkeys(paths))[:SHOWN_PATHS]
     ranked = sorted(best.values(), key=lambda r: -r.score)[:k]
     for rank, result in enumerate(ranked, start=1):
         result.rank = rank
@@ -67,6 +68,10 @@ def search_many(
                for name in ("embed", "search")}
     return QueryResponse(query=query, mode=mode, results=ranked, rewrites=rewrites,
                          timings=timings)
+
+
+SHOWN_PATHS = 3
+"""Most graph paths a result shows (the walk spells out its three best ways to a chunk)."""
 
 
 def graph_paths(result: SearchResult) -> list[str]:
