@@ -157,13 +157,13 @@ def principal_recall(store: Any, embedded: Any, synthesis: scale.Synthesis, quer
     ``stored``: also ``<share>_stored``, against an exact search over the vectors as the
     stores hold them (float16: the graph's own recall, without what float16 changes)."""
     if id(embedded) not in _TRUTH:  # (recomputing a million vectors takes minutes)
+        exact = scale.exact_baseline(embedded, synthesis)["questions"]
         _TRUTH.clear()
-        _TRUTH[id(embedded)] = scale.exact_baseline(embedded, synthesis)["questions"]
-    truths = {"": _TRUTH[id(embedded)]}
-    if stored:
-        exact = truths[""]
-        truths["_stored"] = ExactIndex(exact.item_ids, exact.item_groups,
-                                       exact.vectors.astype(np.float16).astype(np.float32))
+        _TRUTH[id(embedded)] = {"": exact, "_stored": ExactIndex(
+            exact.item_ids, exact.item_groups,
+            exact.vectors.astype(np.float16).astype(np.float32))}
+    truths = {tail: truth for tail, truth in _TRUTH[id(embedded)].items()
+              if stored or not tail}
     conn = embedded.store._conn()
 
     def named(rows: list[int]) -> list[tuple[str, str]]:

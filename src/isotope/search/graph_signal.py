@@ -36,6 +36,8 @@ POOL = 50
 MENTIONS = 50
 """Mentions the walk reads at most per chunk of its pool (those of the entities it
 weighs most)."""
+SHOWN_PATHS = 3
+"""Most paths to a chunk spelt out (its best ways; a rewritten search keeps as many)."""
 COMMON = 200
 """An entity named in more chunks than this is too common to lead anywhere (its
 mentions are not followed)."""
@@ -141,6 +143,6 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
         best.setdefault(chunk, []).append((weight(key), key))
     ranked = sorted(((chunk, sorted(set(ways), reverse=True)) for chunk, ways in best.items()),
                     key=lambda x: -x[1][0][0])[:pool]
-    # (a path spelt out only for the three best ways to each chunk kept)
+    # (a path spelt out only for the best ways to each chunk kept)
     return [(chunk, ways[0][0], [Hit("chunks", chunk, w, reached[key].shown(names))
-                                 for w, key in ways[:3]]) for chunk, ways in ranked]
+                                 for w, key in ways[:SHOWN_PATHS]]) for chunk, ways in ranked]

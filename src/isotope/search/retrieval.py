@@ -4,6 +4,7 @@ similarity of its best matching question; its matched questions come along."""
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import time
@@ -20,6 +21,7 @@ from isotope.models import Action, Chunk, MatchedQuestion, QueryResponse, Search
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
 from isotope.search.filters import Condition
+from isotope.search.graph_signal import SHOWN_PATHS
 from isotope.settings import Aggregate, Fusion, RetrievalSettings
 from isotope.stores import Hit, Kind, Store
 
@@ -53,10 +55,11 @@ def search_many(
                 m for m in result.matched_questions if m.text not in texts)
             seen.matched_questions.sort(key=lambda m: -m.score)
             del seen.matched_questions[MATCHES_PER_CHUNK:]
-            paths = [*graph_paths(seen), *graph_paths(result)]
-            if result.score > seen.score:  # (the winning search's paths first)
-                paths = [*graph_paths(result), *graph_paths(seen)]
-                seen.explain = result.model_copy(deep=True).explain
+            wins = result.score > seen.score  # (the winning search's paths first)
+            paths = [*graph_paths(result), *graph_paths(seen)] if wins else \
+                [*graph_paths(seen), *graph_paths(result)]
+            if wins:
+                seen.explain = copy.deepcopy(result.explain)
             seen.score = max(seen.score, result.score)
             if paths and seen.explain is not None:  # (as many as one search shows)
                 graph = seen.explain.setdefault("signals", {}).setdefault("graph", {})
@@ -68,10 +71,6 @@ def search_many(
                for name in ("embed", "search")}
     return QueryResponse(query=query, mode=mode, results=ranked, rewrites=rewrites,
                          timings=timings)
-
-
-SHOWN_PATHS = 3
-"""Most graph paths a result shows (the walk spells out its three best ways to a chunk)."""
 
 
 def graph_paths(result: SearchResult) -> list[str]:
