@@ -345,10 +345,34 @@ def test_the_walk_reads_the_mentions_of_what_it_weighs_most_first(
         assert iso.graph("Sydney").center.chunks == 60
         found = iso.search(HOMETOWN, k=5, mode="graph").results
         assert "utzon.md" in {Path(r.chunk.source).name for r in found}
-        # (the walk reads no hub's name: past named_up_to chunks, an entity keeps its key)
-        hub, = iso.store.entities(keys=["sydney"], top=1, named_up_to=59)
-        assert (hub.name, hub.chunks, hub.mentions) == ("sydney", 60, 60)
-        assert iso.store.entities(keys=["sydney"], top=1, named_up_to=60)[0].name == "Sydney"
+        # (the walk reads no hub's name, nor counts it all: past named_up_to chunks, an
+        # entity keeps its key and is counted that far)
+        hub, = iso.store.entities(keys=["sydney"], top=1, named_up_to=9)
+        assert (hub.name, hub.chunks, hub.mentions) == ("sydney", 10, 10)
+        whole, = iso.store.entities(keys=["sydney"], top=1, named_up_to=60)
+        assert (whole.name, whole.chunks, whole.mentions) == ("Sydney", 60, 60)
+
+
+def test_a_hub_is_counted_through_what_the_asker_may_see(location: str, tmp_path: Path,
+                                                         embedder: Embedder) -> None:
+    """The walk counts an entity only up to where it is too common to follow, and counts
+    only the chunks the asker may see: named in five hidden files and three it may see,
+    it leads somewhere for who sees three."""
+    docs = _docs(tmp_path / "docs")
+    for i in range(3):
+        (docs / f"p{i}.md").write_text(f"Sydney was busy on day {i}.\n")
+    for i in range(5):
+        (docs / "hr" / f"h{i}.md").write_text(f"Sydney was quiet on day {i}.\n")
+    with _open(location, embedder) as iso:
+        iso.ingest(docs)
+        keys = ["sydney", "copenhagen", "nowhere"]
+        hub, copenhagen = iso.store.entities(iso._conditions(ANN), keys=keys, named_up_to=4)
+        assert (hub.key, hub.name, hub.chunks) == ("sydney", "sydney", 5)
+        assert (copenhagen.name, copenhagen.chunks, copenhagen.mentions) == ("Copenhagen", 1, 1)
+        seen, = iso.store.entities(iso._conditions(EVE), keys=keys, named_up_to=4)
+        assert (seen.name, seen.chunks, seen.mentions) == ("Sydney", 3, 3)
+        assert iso.store.entities(iso._conditions(EVE), keys=keys, top=1,
+                                  named_up_to=2)[0].chunks == 3
 
 
 def test_an_answer_is_given_the_bridging_passage(location: str, tmp_path: Path,

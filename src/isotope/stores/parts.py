@@ -308,7 +308,9 @@ class Graph(ABC):
         ``match`` (case ignored) when given; only those the chunk ``chunk`` names (when
         it meets ``conditions``) when given. ``named_up_to``: the name and type read only
         for entities named in at most that many chunks (the others: their key, "thing";
-        reading a hub's name reads every one of its mentions)."""
+        reading a hub's name reads every one of its mentions); with ``keys`` alone, the
+        others are also counted only that far (``named_up_to + 1`` chunks and mentions,
+        first)."""
 
     @abstractmethod
     def relations(self, conditions: Sequence[Condition] = (), *,

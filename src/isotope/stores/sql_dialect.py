@@ -31,6 +31,9 @@ class Dialect:
     """``column`` -> a condition that it is one of a list parameter's values."""
     many: Callable[[Sequence[Any]], Any]
     """A list as the parameter :attr:`any_of` takes (one parameter, any length)."""
+    each: Callable[[str], str]
+    """``alias`` -> a table of a text list parameter's values (:attr:`many`), one a row
+    in column ``value``."""
     json_value: Callable[[Any], Any]
     """A JSON column's value as read -> the Python value."""
     json_param: Callable[[Any], Any]
@@ -77,7 +80,8 @@ SQLITE = Dialect(
     binary_order="",
     any_of=lambda column: f"{column} IN (SELECT value FROM json_each(?))",
     many=lambda values: json.dumps(list(values)), json_value=json.loads,
-    json_param=json.dumps, text=lambda value: value, lower="unicode_lower",
+    each=lambda alias: f"json_each(?) AS {alias}", json_param=json.dumps,
+    text=lambda value: value, lower="unicode_lower",
     add_questions_count="UPDATE sources SET counts = json_set(counts, '$[2]', "
     "json_extract(counts, '$[2]') + ?) WHERE uri = ? AND counts IS NOT NULL",
     # (group_concat takes the rows in the order of the subquery that reads them)
@@ -87,7 +91,8 @@ SQLITE = Dialect(
 POSTGRES = Dialect(
     mark="%s", row="row", waiting_sql="NOT {c}enriched", true="true", false="false",
     binary_order=' COLLATE "C"', any_of=lambda column: f"{column} = ANY(%s)",
-    many=list, json_value=lambda value: value, json_param=_jsonb, text=no_nul, lower="lower",
+    many=list, each=lambda alias: f"unnest(%s::text[]) AS {alias}(value)",
+    json_value=lambda value: value, json_param=_jsonb, text=no_nul, lower="lower",
     add_questions_count="UPDATE sources SET counts = jsonb_set(counts, '{2}', "
     "to_jsonb((counts->>2)::int + %s)) WHERE uri = %s AND counts IS NOT NULL",
     chunk_questions="coalesce((SELECT string_agg(q.text, E'\\n' ORDER BY q.row) FROM atoms "

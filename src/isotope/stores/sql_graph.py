@@ -123,6 +123,49 @@ class SQLGraph(Graph):
                  keys: Sequence[str] | None = None, match: str | None = None,
                  chunk: str | None = None, named_up_to: int | None = None
                  ) -> list[GraphEntity]:
+        if keys is not None and not keys:
+            return []
+        with self.snapshot():
+            hubs: list[GraphEntity] = []
+            if named_up_to is not None and keys is not None and chunk is None and not match:
+                keys, hubs = self._hubs(conditions, keys, named_up_to)
+            counted = [(e.key, e.chunks, e.mentions) for e in hubs]
+            if keys is None or keys:
+                counted += self._counted(conditions, top, keys, match, chunk)
+            counted = counted[:top]
+            chosen = [r[0] for r in counted if named_up_to is None or r[1] <= named_up_to]
+            names = self._names(conditions, chosen)
+        named: dict[str, Counter[str]] = {}
+        typed: dict[str, Counter[str]] = {}
+        for key, name, kind, n in names:
+            named.setdefault(key, Counter())[name] += n
+            if kind != "thing":
+                typed.setdefault(key, Counter())[kind] += n
+        return [GraphEntity(key, _most(named.get(key)) or key,
+                            _most(typed.get(key)) or "thing", int(chunks), int(mentions))
+                for key, chunks, mentions in counted]
+
+    def _hubs(self, conditions: Sequence[Condition], keys: Sequence[str], most: int
+              ) -> tuple[list[str], list[GraphEntity]]:
+        """Those of ``keys`` one may see named in 1 to ``most`` chunks, and the others
+        one may see (named in more), counted only that far (``most + 1`` chunks and
+        mentions): counting a hub reads every one of its mentions, thousands for
+        "the"."""
+        d, over = self.dialect, int(most) + 1
+        clause, params = self.conditions_sql(conditions)
+        found = self._rows(
+            f"SELECT k.value, (SELECT count(*) FROM (SELECT DISTINCT m.chunk_id FROM mentions "
+            f"m {self._seen('m', conditions)} WHERE m.entity = k.value AND {clause} LIMIT "
+            f"{over}) AS x) FROM {d.each('k')}", (*params, d.many(sorted(set(keys)))))
+        return ([key for key, n in found if 0 < n < over],
+                [GraphEntity(key, key, "thing", over, over)
+                 for key, n in sorted(found) if n >= over])
+
+    def _counted(self, conditions: Sequence[Condition], top: int,
+                 keys: Sequence[str] | None, match: str | None, chunk: str | None
+                 ) -> list[tuple[str, int, int]]:
+        """(key, chunks, mentions) of the entities :meth:`entities` reads, most chunks
+        first."""
         d = self.dialect
         clause, params = self.conditions_sql(conditions)
         where, extra = [clause], list(params)
@@ -131,8 +174,6 @@ class SQLGraph(Graph):
                          f"{self._seen('n', conditions)} WHERE n.chunk_id = {d.mark} AND {clause})")
             extra += [chunk, *params]
         if keys is not None:
-            if not keys:
-                return []
             where.append(d.any_of("m.entity"))
             extra.append(d.many(list(keys)))
         if match:
@@ -149,28 +190,23 @@ class SQLGraph(Graph):
                 f"a.chunk_id = n.chunk_id AND {d.lower}(a.text) {has})))")
             lowered = like(match.lower())
             extra += [*params, lowered, lowered, like(entity_key(match)), lowered]
-        seen = f"FROM mentions m {self._seen('m', conditions)} WHERE {' AND '.join(where)}"
-        with self.snapshot():
-            counted = self._rows(
-                f"SELECT m.entity, count(DISTINCT m.chunk_id), count(*) {seen} GROUP BY "
-                f"m.entity ORDER BY 2 DESC, 3 DESC, m.entity{d.binary_order} "
-                f"LIMIT {int(top)}", extra)
-            if not counted:
-                return []
-            chosen = [r[0] for r in counted if named_up_to is None or r[1] <= named_up_to]
-            names = [] if not chosen else self._rows(
-                f"SELECT m.entity, m.name, m.type, count(*) FROM mentions m "
-                f"{self._seen('m', conditions)} WHERE {clause} AND {d.any_of('m.entity')} "
-                f"GROUP BY m.entity, m.name, m.type", (*params, d.many(chosen)))
-        named: dict[str, Counter[str]] = {}
-        typed: dict[str, Counter[str]] = {}
-        for key, name, kind, n in names:
-            named.setdefault(key, Counter())[name] += n
-            if kind != "thing":
-                typed.setdefault(key, Counter())[kind] += n
-        return [GraphEntity(key, _most(named.get(key)) or key,
-                            _most(typed.get(key)) or "thing", int(chunks), int(mentions))
-                for key, chunks, mentions in counted]
+        return [(key, int(chunks), int(mentions)) for key, chunks, mentions in self._rows(
+            f"SELECT m.entity, count(DISTINCT m.chunk_id), count(*) FROM mentions m "
+            f"{self._seen('m', conditions)} WHERE {' AND '.join(where)} GROUP BY m.entity "
+            f"ORDER BY 2 DESC, 3 DESC, m.entity{d.binary_order} LIMIT {int(top)}", extra)]
+
+    def _names(self, conditions: Sequence[Condition], keys: Sequence[str]
+               ) -> list[tuple[str, str, str, int]]:
+        """(key, name, type, mentions) of each name and type ``keys`` are given in chunks
+        one may see."""
+        if not keys:
+            return []
+        d = self.dialect
+        clause, params = self.conditions_sql(conditions)
+        return self._rows(
+            f"SELECT m.entity, m.name, m.type, count(*) FROM mentions m "
+            f"{self._seen('m', conditions)} WHERE {clause} AND {d.any_of('m.entity')} "
+            f"GROUP BY m.entity, m.name, m.type", (*params, d.many(list(keys))))
 
     def relations(self, conditions: Sequence[Condition] = (), *,
                   keys: Sequence[str] | None = None, limit: int | None = None
