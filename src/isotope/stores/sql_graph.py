@@ -126,10 +126,9 @@ class SQLGraph(Graph):
         if keys is not None and not keys:
             return []
         with self.snapshot():
-            hubs: list[GraphEntity] = []
+            counted: list[tuple[str, int, int]] = []
             if named_up_to is not None and keys is not None and chunk is None and not match:
-                keys, hubs = self._hubs(conditions, keys, named_up_to)
-            counted = [(e.key, e.chunks, e.mentions) for e in hubs]
+                keys, counted = self._hubs(conditions, keys, named_up_to)
             if keys is None or keys:
                 counted += self._counted(conditions, top, keys, match, chunk)
             counted = counted[:top]
@@ -142,14 +141,14 @@ class SQLGraph(Graph):
             if kind != "thing":
                 typed.setdefault(key, Counter())[kind] += n
         return [GraphEntity(key, _most(named.get(key)) or key,
-                            _most(typed.get(key)) or "thing", int(chunks), int(mentions))
+                            _most(typed.get(key)) or "thing", chunks, mentions)
                 for key, chunks, mentions in counted]
 
     def _hubs(self, conditions: Sequence[Condition], keys: Sequence[str], most: int
-              ) -> tuple[list[str], list[GraphEntity]]:
+              ) -> tuple[list[str], list[tuple[str, int, int]]]:
         """Those of ``keys`` one may see named in 1 to ``most`` chunks, and the others
-        one may see (named in more), counted only that far (``most + 1`` chunks and
-        mentions): counting a hub reads every one of its mentions, thousands for
+        one may see (named in more) as (key, chunks, mentions) counted only that far
+        (``most + 1``): counting a hub reads every one of its mentions, thousands for
         "the"."""
         d, over = self.dialect, int(most) + 1
         clause, params = self.conditions_sql(conditions)
@@ -158,8 +157,7 @@ class SQLGraph(Graph):
             f"m {self._seen('m', conditions)} WHERE m.entity = k.value AND {clause} LIMIT "
             f"{over}) AS x) FROM {d.each('k')}", (*params, d.many(sorted(set(keys)))))
         return ([key for key, n in found if 0 < n < over],
-                [GraphEntity(key, key, "thing", over, over)
-                 for key, n in sorted(found) if n >= over])
+                [(key, over, over) for key, n in sorted(found) if n >= over])
 
     def _counted(self, conditions: Sequence[Condition], top: int,
                  keys: Sequence[str] | None, match: str | None, chunk: str | None
