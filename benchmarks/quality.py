@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/quality.py [--passages 300] [--generation batched]
         [--transform-queries N] [--graph] [--graph-weights 0.5,1]
         [--embedder local/multilingual-e5-small] [--cache DIR] [--unseen 150]
+        [--questions-per-atom 15]
 
 Indexes the first ``--passages`` passages of ../shared/eval/squad-dev (each passage one
 chunk) with the default offline models, then scores every retrieval mode on all their
@@ -20,7 +21,9 @@ the signal costs single-hop questions.
 in the committed cache, from benchmarks/answers.py). ``--embedder`` indexes with another
 embedding model (its own folder; the cached questions
 reused); ``--cache`` keeps the model cache elsewhere (a copy of benchmarks/cache, so that
-another model's vectors do not grow the committed file).
+another model's vectors do not grow the committed file). ``--questions-per-atom`` asks the
+model for that many questions per statement instead of the default 5 (its own folder; a
+count never asked before generates every question again, so give ``--cache`` a copy).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from isotope import Isotope
 from isotope.ingest.pipeline import Progress
@@ -70,14 +74,19 @@ def main() -> None:
                         help="the model cache's folder (default: benchmarks/cache)")
     parser.add_argument("--unseen", type=int, default=0, metavar="N",
                         help="passages 600 to 600+N instead of the first --passages")
+    parser.add_argument("--questions-per-atom", type=int, default=None, metavar="N",
+                        help="questions asked per statement (default: the setting's, 5)")
     args = parser.parse_args()
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                         args.unseen or args.passages,
                                         start=UNSEEN if args.unseen else 0)
     which = f"unseen-{args.unseen}" if args.unseen else str(args.passages)
     index = OUT / (f"quality-{which}-{args.generation}{'-graph' if args.graph else ''}"
-                   + (f"-{args.embedder.rsplit('/', 1)[-1]}" if args.embedder else ""))
-    models = {"embedding_model": args.embedder} if args.embedder else {}
+                   + (f"-{args.embedder.rsplit('/', 1)[-1]}" if args.embedder else "")
+                   + (f"-q{args.questions_per_atom}" if args.questions_per_atom else ""))
+    models: dict[str, Any] = {"embedding_model": args.embedder} if args.embedder else {}
+    if args.questions_per_atom:
+        models["questions_per_atom"] = args.questions_per_atom
     modes = [m for m in MODES if m != "graph" or args.graph]  # graph: only on a graph index
     modes.append(evaluation.WITHOUT_QUESTIONS)  # (what the questions add to hybrid)
     if args.graph:
@@ -122,7 +131,8 @@ def main() -> None:
     print(f"\nRetrieval on {'unseen' if args.unseen else 'the first'} {len(passages)} "
           f"passages of squad-dev, "
           f"{len(queries)} questions (generation={args.generation}, "
-          f"embedder={args.embedder or 'default'})")
+          f"embedder={args.embedder or 'default'}, "
+          f"questions per atom={args.questions_per_atom or 'default'})")
     _table(result.modes, base)
     print("\nThe same questions as keyword queries (question words and stopwords dropped)")
     _table(keyword_scores, base)

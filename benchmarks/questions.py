@@ -6,7 +6,8 @@
 Reads an index that ``benchmarks/quality.py`` built (its chunks, statements, the questions
 kept and those the filters dropped, with why) and scores ``questions-dense`` under one
 lever at a time: how many questions per statement (the first 1, 2, 3 of each, as
-generated), the dropped questions given back (each reason alone, and all), how a chunk is
+generated; 5 and 10 too on an index asked for more, ``quality.py --questions-per-atom
+15``), the dropped questions given back (each reason alone, and all), how a chunk is
 scored from its questions (the best one, today; a soft maximum; the mean of the best 2 or
 3; the matched statement's own similarity added), the questions appended to their
 chunk's text for keyword search (document expansion, as doc2query does: ranked by
@@ -205,7 +206,8 @@ def main() -> None:
 
     levers: list[tuple[str, np.ndarray]] = [("shipped: kept questions, the best one",
                                              questions_dense(kept))]
-    for first in (1, 2, 3):
+    most = int(corpus.order.max(initial=0))  # (kept of one statement, at most)
+    for first in [f for f in (1, 2, 3, 5, 10) if f < most]:
         levers.append((f"the first {first} kept per statement",
                        questions_dense(kept & (corpus.order <= first))))
     for reason in sorted({r for r in corpus.reason if r}):

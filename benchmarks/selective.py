@@ -1,6 +1,7 @@
-"""Spend generation where it pays: which atoms should get questions? (issue 17)
+"""Spend generation where it pays: which atoms should get questions? (issues 17, 47)
 
     .venv/bin/python benchmarks/selective.py [--passages 300] [--by atoms|chunks]
+        [--index benchmarks/out/quality-300-batched]
 
 Generation time is about proportional to the atoms given questions. On the fully
 enriched index of benchmarks/enrichment.py (run it first), this keeps the questions of a
@@ -8,10 +9,14 @@ share of the atoms only, chosen by a rule that needs nothing from generation, an
 hybrid on the development questions: quality against generation spent. Rules: random;
 atoms with the least distinctive words first (lowest mean idf of their content words:
 keyword search finds distinctive atoms without questions); the most distinctive first
-(the opposite, to check the direction); the longest atoms first. Each point is a copy of
-the index with the other atoms' questions deleted. With ``--by chunks`` the rules choose
-whole chunks, and the others are marked as waiting for questions, so that the fusion
-scores them without the question signals (as a selective ingest would store them).
+(the opposite, to check the direction); the longest atoms first; the least reachable by
+chunk keyword search first (issue 47: each atom's text as a BM25 query over the chunks'
+own text, how far its chunk leads the best other chunk, relative to its score; a chunk
+by the mean over its atoms). Each point is a copy of the index with the other atoms'
+questions deleted, and their text taken out of their chunk's keyword text. With ``--by
+chunks`` the rules choose whole chunks, and the others are marked as waiting for
+questions, so that the fusion scores them without the question signals (as a selective
+ingest would store them).
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ import re
 import shutil
 import sqlite3
 import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from isotope import Isotope
 from isotope.ingest.questions import STOPWORDS
 from isotope.search import evaluation
+from isotope.stores.schema_steps import _QUESTIONS_TEXT_SQLITE
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "eval" / "squad-dev"
@@ -40,16 +46,52 @@ def words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in STOPWORDS}
 
 
+def keyword_lead(chunks: dict[str, str], atoms: list[tuple[str, str, str]]) -> dict[str, float]:
+    """Each atom's (id, chunk id, text) lead under BM25 over the chunks' text (k1 1.2, b
+    0.75): its own chunk's score less the best other chunk's, over its own chunk's score
+    (1: only its chunk has its words; 0 or less: keyword search does not put it first)."""
+    bags = {c: Counter(re.findall(r"[a-z0-9']+", t.lower())) for c, t in chunks.items()}
+    size = {c: sum(b.values()) for c, b in bags.items()}
+    mean = sum(size.values()) / len(bags)
+    df = Counter(w for b in bags.values() for w in b)
+    idf = {w: math.log(1 + (len(bags) - n + 0.5) / (n + 0.5)) for w, n in df.items()}
+    lead = {}
+    for atom, chunk, text in atoms:
+        scores: dict[str, float] = defaultdict(float)
+        for w in words(text):
+            for c, b in bags.items():
+                if w in b:
+                    tf = b[w]
+                    norm = 1.2 * (0.25 + 0.75 * size[c] / mean)
+                    scores[c] += idf.get(w, 0.0) * tf * 2.2 / (tf + norm)
+        own = scores.pop(chunk, 0.0)
+        lead[atom] = (own - max(scores.values(), default=0.0)) / own if own else -1.0
+    return lead
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passages", type=int, default=300)
     parser.add_argument("--shares", default="0.25,0.5,0.75")
     parser.add_argument("--by", choices=("atoms", "chunks"), default="atoms")
+    parser.add_argument("--index", type=Path, default=None,
+                        help="an enriched index of these passages (default: "
+                        "benchmarks/out/enrichment-N, from benchmarks/enrichment.py)")
     args = parser.parse_args()
     _, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                  args.passages)
-    index = OUT / f"enrichment-{args.passages}"
+    index = args.index or OUT / f"enrichment-{args.passages}"
     conn = sqlite3.connect(index / "isotope.db")
+    chunk_text = dict(conn.execute("SELECT id, text FROM chunks").fetchall())
+    lead = keyword_lead(chunk_text, conn.execute(
+        "SELECT a.id, a.chunk_id, a.text FROM atoms a WHERE EXISTS "
+        "(SELECT 1 FROM questions q WHERE q.atom_id = a.id)").fetchall())
+    if args.by == "chunks":
+        of_chunk: dict[str, list[float]] = defaultdict(list)
+        for atom, chunk in conn.execute("SELECT id, chunk_id FROM atoms").fetchall():
+            if atom in lead:
+                of_chunk[chunk].append(lead[atom])
+        lead = {c: sum(v) / len(v) for c, v in of_chunk.items()}
     if args.by == "atoms":
         atoms = conn.execute("SELECT a.id, a.text FROM atoms a WHERE EXISTS "
                              "(SELECT 1 FROM questions q WHERE q.atom_id = a.id)").fetchall()
@@ -70,6 +112,8 @@ def main() -> None:
         "least distinctive first": [a for a, t in sorted(atoms, key=lambda a: idf(a[1]))],
         "most distinctive first": [a for a, t in sorted(atoms, key=lambda a: -idf(a[1]))],
         "longest first": [a for a, t in sorted(atoms, key=lambda a: -len(a[1]))],
+        "least reachable by keywords first": [
+            a for a, t in sorted(atoms, key=lambda a: lead.get(a[0], 1.0))],
     }
     print(f"{len(atoms)} {args.by} with questions; hybrid on {len(queries)} questions")
     print(f"| rule | share of {args.by} with questions | R@1 | R@5 | MRR@10 |")
@@ -90,6 +134,7 @@ def main() -> None:
                 else:
                     db.execute("DELETE FROM questions WHERE chunk_id IN (SELECT id FROM gone)")
                     db.execute("UPDATE chunks SET enriched = 0 WHERE id IN (SELECT id FROM gone)")
+                db.execute(_QUESTIONS_TEXT_SQLITE)  # (the keyword text keeps the rest's)
                 db.commit()
                 db.close()
                 with Isotope.open(copy, cache_dir=CACHE, create=False) as iso:
