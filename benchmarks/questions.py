@@ -5,9 +5,10 @@
 
 Reads an index that ``benchmarks/quality.py`` built (its chunks, statements, the questions
 kept and those the filters dropped, with why) and scores ``questions-dense`` under one
-lever at a time: how many questions per statement (the first 1, 2, 3 of each, as
-generated; 5 and 10 too on an index asked for more, ``quality.py --questions-per-atom
-15``), the dropped questions given back (each reason alone, and all), how a chunk is
+lever at a time: how many questions per statement (the first 1, 2, 3, 5, 10 kept of each
+in the order stored, where some statement has more: each question is attributed to the
+statement it is closest to, so one can hold more than were asked for it), the dropped
+questions given back (each reason alone, and all), how a chunk is
 scored from its questions (the best one, today; a soft maximum; the mean of the best 2 or
 3; the matched statement's own similarity added), the questions appended to their
 chunk's text for keyword search (document expansion, as doc2query does: ranked by
