@@ -8,19 +8,18 @@ kept and those the filters dropped, with why) and scores ``questions-dense`` und
 lever at a time: how many questions per statement (the first 1, 2, 3, 5, 10 kept of each
 in the order stored, where some statement has more: each question is attributed to the
 statement it is closest to, so one can hold more than were asked for it), the dropped
-questions given back (each reason alone, and all), how a chunk is
-scored from its questions (the best one, today; a soft maximum; the mean of the best 2 or
-3; the matched statement's own similarity added), the questions appended to their
-chunk's text for keyword search (document expansion, as doc2query does: ranked by
-SQLite FTS5 as the index ranks chunks, the questions in the column that holds a chunk's
-context), and the embedding model. Each lever's
-questions-dense is also fused into ``hybrid`` (z-scores of the five default signals, the
-shipped fusion) beside ``hybrid-no-questions``: what the lever brings to the default
-search. Dense signals are exact (every vector compared); the keyword signals come from
-the index's own BM25, but for chunks-bm25, remade here over the chunks' text alone (an
-index of schema 13 or later holds its questions' text in the chunks' keyword text too:
-that is the document expansion row). Ratios are against the shipped questions-dense of
-the same run.
+questions given back (each reason alone, and all), how a chunk is scored from its
+questions (the best one, today; a soft maximum; the mean of the best 2 or 3; the matched
+statement's own similarity added), the questions appended to their chunk's text for
+keyword search (document expansion, as doc2query does: ranked by SQLite FTS5 as the index
+ranks chunks, the questions in the column that holds a chunk's context), and the embedding
+model. Each lever's questions-dense is also fused into ``hybrid`` (z-scores of the five
+default signals, the shipped fusion) beside ``hybrid-no-questions``: what the lever brings
+to the default search. Dense signals are exact (every vector compared); the keyword
+signals come from the index's own BM25, but for chunks-bm25, remade here over the chunks'
+text alone (an index of schema 13 or later holds its questions' text in the chunks'
+keyword text too: that is the document expansion row). Ratios are against the shipped
+questions-dense of the same run.
 """
 
 from __future__ import annotations

@@ -42,28 +42,32 @@ OUT = ROOT / "benchmarks" / "out"
 CACHE = ROOT / "benchmarks" / "cache"
 
 
+def tokens(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
 def words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in STOPWORDS}
+    return {w for w in tokens(text) if w not in STOPWORDS}
 
 
 def keyword_lead(chunks: dict[str, str], atoms: list[tuple[str, str, str]]) -> dict[str, float]:
     """Each atom's (id, chunk id, text) lead under BM25 over the chunks' text (k1 1.2, b
     0.75): its own chunk's score less the best other chunk's, over its own chunk's score
     (1: only its chunk has its words; 0 or less: keyword search does not put it first)."""
-    bags = {c: Counter(re.findall(r"[a-z0-9']+", t.lower())) for c, t in chunks.items()}
-    size = {c: sum(b.values()) for c, b in bags.items()}
-    mean = sum(size.values()) / len(bags)
-    df = Counter(w for b in bags.values() for w in b)
-    idf = {w: math.log(1 + (len(bags) - n + 0.5) / (n + 0.5)) for w, n in df.items()}
+    bags = {c: Counter(tokens(t)) for c, t in chunks.items()}
+    mean = sum(b.total() for b in bags.values()) / len(bags)
+    weight: dict[str, dict[str, float]] = defaultdict(dict)  # word -> chunk -> its BM25 term
+    for c, b in bags.items():
+        norm = 1.2 * (0.25 + 0.75 * b.total() / mean)
+        for w, tf in b.items():
+            weight[w][c] = tf * 2.2 / (tf + norm)
     lead = {}
     for atom, chunk, text in atoms:
         scores: dict[str, float] = defaultdict(float)
         for w in words(text):
-            for c, b in bags.items():
-                if w in b:
-                    tf = b[w]
-                    norm = 1.2 * (0.25 + 0.75 * size[c] / mean)
-                    scores[c] += idf.get(w, 0.0) * tf * 2.2 / (tf + norm)
+            idf = math.log(1 + (len(bags) - len(weight[w]) + 0.5) / (len(weight[w]) + 0.5))
+            for c, term in weight.get(w, {}).items():
+                scores[c] += idf * term
         own = scores.pop(chunk, 0.0)
         lead[atom] = (own - max(scores.values(), default=0.0)) / own if own else -1.0
     return lead
@@ -83,21 +87,19 @@ def main() -> None:
     index = args.index or OUT / f"enrichment-{args.passages}"
     conn = sqlite3.connect(index / "isotope.db")
     chunk_text = dict(conn.execute("SELECT id, text FROM chunks").fetchall())
-    lead = keyword_lead(chunk_text, conn.execute(
+    with_questions = conn.execute(
         "SELECT a.id, a.chunk_id, a.text FROM atoms a WHERE EXISTS "
-        "(SELECT 1 FROM questions q WHERE q.atom_id = a.id)").fetchall())
-    if args.by == "chunks":
-        of_chunk: dict[str, list[float]] = defaultdict(list)
-        for atom, chunk in conn.execute("SELECT id, chunk_id FROM atoms").fetchall():
-            if atom in lead:
-                of_chunk[chunk].append(lead[atom])
-        lead = {c: sum(v) / len(v) for c, v in of_chunk.items()}
-    if args.by == "atoms":
-        atoms = conn.execute("SELECT a.id, a.text FROM atoms a WHERE EXISTS "
-                             "(SELECT 1 FROM questions q WHERE q.atom_id = a.id)").fetchall()
-    else:  # (named atoms below: the units chosen)
-        atoms = conn.execute("SELECT id, text FROM chunks").fetchall()
+        "(SELECT 1 FROM questions q WHERE q.atom_id = a.id)").fetchall()
     conn.close()
+    lead = keyword_lead(chunk_text, with_questions)
+    if args.by == "atoms":
+        atoms = [(a, t) for a, _, t in with_questions]
+    else:  # (named atoms below: the units chosen; a chunk's lead the mean of its atoms')
+        atoms = list(chunk_text.items())
+        of_chunk: dict[str, list[float]] = defaultdict(list)
+        for a, c, _ in with_questions:
+            of_chunk[c].append(lead[a])
+        lead = {c: sum(v) / len(v) for c, v in of_chunk.items()}
     df = Counter(w for _, text in atoms for w in words(text))
 
     def idf(text: str) -> float:
