@@ -7,6 +7,7 @@ reply is the fake."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -335,3 +336,191 @@ def test_latex_takes_in_no_file_of_another_list(tmp_path: Path, embedder: Embedd
             str(docs / "d" / "notes.tex")).values() for a in c.atoms)
         assert "tapir" not in texts and "okapi" in texts
         assert not _bob_sees_salary(iso)
+
+
+# -- issue 64, items 1-2: the list comes from the very file read ----------------------
+def _swap_after_reading(monkeypatch: pytest.MonkeyPatch, name: str, swap: object) -> None:
+    """Make the ingest's read of the file called ``name`` be followed at once by
+    ``swap()``: the deterministic form of a swapper racing a sync."""
+    from isotope.ingest.pipeline import Pipeline
+
+    read = Pipeline.read
+
+    def read_then_swap(self: Pipeline, path: Path) -> object:
+        done = read(self, path)
+        if path.name == name:
+            swap()  # type: ignore[operator]
+        return done
+
+    monkeypatch.setattr(Pipeline, "read", read_then_swap)
+
+
+def _replace(path: Path, *, link_to: Path | None = None, text: str = "") -> None:
+    """``path`` made, by a rename over it (as a swapper does), a link or a regular file."""
+    spare = path.with_name(path.name + ".new")
+    if link_to is not None:
+        spare.symlink_to(link_to)
+    else:
+        spare.write_text(text)
+    os.replace(spare, path)
+
+
+@pytest.mark.parametrize("then", ["regular", "link elsewhere"])
+def test_an_unchanged_link_swapped_during_a_sync_keeps_the_list_of_what_was_read(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch,
+        then: str) -> None:
+    """``d/memo.md -> hr/pay.md`` (``group:hr``), swapped for a regular file (or a link out
+    of the folder) just after a sync read it: its text was unchanged, and its list was
+    worked out from the path resolved again, the regular file's (``public``): the salary
+    was public. The list is that of the file read."""
+    docs = _folder(tmp_path / "docs")
+    memo = docs / "d" / "memo.md"
+    memo.symlink_to(docs / "hr" / "pay.md")
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Outside\n\nThe lift is out of order.\n")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        assert iso.get_access(str(memo)) == ["group:hr"]
+        _swap_after_reading(monkeypatch, memo.name, lambda: _replace(
+            memo, text="# Memo\n\nLunch is at noon.\n") if then == "regular" else
+            _replace(memo, link_to=outside))
+        report = iso.sync(docs)
+        assert str(memo) in report.unchanged
+        assert iso.get_access(str(memo)) == ["group:hr"]
+        assert not _bob_sees_salary(iso)
+        monkeypatch.undo()  # (the next sync reads what is there now: its own list)
+        iso.sync(docs)
+        assert iso.get_access(str(memo)) == (["public"] if then == "regular" else [])
+        assert not _bob_sees_salary(iso)
+
+
+def test_a_list_set_by_hand_holds_only_for_the_file_read(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``d/note.md`` set ``public`` by hand, replaced by a link to ``hr/pay.md``, and put
+    back as a regular file just after the sync read the salary through the link: the
+    hand-set list was judged from the path resolved again (the regular file it was set
+    for), so it held and the salary was public."""
+    docs = _folder(tmp_path / "docs")
+    note = docs / "d" / "note.md"
+    note.write_text("# Note\n\nHi.\n")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        iso.set_access(str(note), ["public"])
+        _replace(note, link_to=docs / "hr" / "pay.md")
+        _swap_after_reading(monkeypatch, note.name,
+                            lambda: _replace(note, text="# Note\n\nHi.\n"))
+        iso.sync(docs)
+        assert iso.get_access(str(note)) == ["group:hr"]
+        assert not _bob_sees_salary(iso)
+
+
+def _mbox(path: Path, body: str) -> None:
+    path.write_text(f"From a@example.com Mon Jan  1 00:00:00 2024\nFrom: a@example.com\n"
+                    f"To: b@example.com\nSubject: Pay\nMessage-ID: <pay-1@example.com>\n\n"
+                    f"{body}\n")
+
+
+def test_a_mailbox_link_swapped_while_its_messages_are_read_keeps_their_list(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``d/box.mbox -> hr/box.mbox`` pointed at a public mailbox once its messages were
+    read: the messages' list came from the path resolved again (public). The mailbox is
+    opened once; its messages are read through that handle and take its list."""
+    from isotope import loaders
+
+    docs = _folder(tmp_path / "docs")
+    _mbox(docs / "hr" / "box.mbox", SALARY)
+    _mbox(docs / "d" / "public.mbox", "The canteen opens at nine.")
+    box = docs / "d" / "box.mbox"
+    box.symlink_to(docs / "hr" / "box.mbox")
+    loader = loaders.loader_for(box)
+    assert loader is not None and loader.members is not None
+    members = loader.members
+
+    def swapping(path: Path, *args: object, **kwargs: object) -> object:
+        for member in members(path, *args, **kwargs):  # type: ignore[misc]
+            if path.name == box.name:
+                _replace(box, link_to=docs / "d" / "public.mbox")
+            yield member
+
+    for ext in loader.extensions:
+        monkeypatch.setitem(loaders._REGISTRY, ext,
+                            dataclasses.replace(loader, members=swapping))
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        lists = {s.source.uri: s.source.access for s in iso.sources(check_files=False)
+                 if s.source.uri.startswith(str(box) + "#")}
+        assert lists and all(listed == ["group:hr"] for listed in lists.values())
+        assert not _bob_sees_salary(iso)
+
+
+def test_a_hard_link_is_one_file_with_the_strictest_list(tmp_path: Path,
+                                                         embedder: Embedder) -> None:
+    """``ln hr/pay.md d/copy.md``, then a sync: the HR text was stored as ``d/copy.md``,
+    public. Names of one file (device and inode) get the strictest of their lists, a
+    list set by hand on one name included; a name outside the folders ingested cannot
+    be seen, so such a file is for administrators only, with a warning."""
+    docs = _folder(tmp_path / "docs")
+    copy = docs / "d" / "copy.md"
+    os.link(docs / "hr" / "pay.md", copy)
+    with _open(tmp_path / "index", embedder) as iso:
+        report = iso.sync(docs)  # (one file: stored once, under the name found first)
+        assert iso.get_access(str(copy)) == ["group:hr"]
+        assert any(w.path == str(copy) and "hard link" in w.message
+                   for w in report.warnings)
+        assert not _bob_sees_salary(iso)
+        iso.set_access(str(copy), ["public", "user:bob"])  # (by hand, on one name)
+        iso.sync(docs)
+        assert iso.get_access(str(copy)) == ["group:hr"] and not _bob_sees_salary(iso)
+    with _open(tmp_path / "index2", embedder) as iso:  # only d/: hr/pay.md not seen
+        report = iso.sync(docs / "d")
+        assert iso.get_access(str(copy)) == []
+        assert any(w.path == str(copy) and "2 names" in w.message for w in report.warnings)
+        assert not _bob_sees_salary(iso)
+
+
+def test_strictest_list_of_several_names() -> None:
+    from isotope.access import strictest
+
+    assert strictest([["public"], ["group:hr"]]) == ["group:hr"]
+    assert strictest([["group:hr", "user:bob"], ["group:hr"]]) == ["group:hr"]
+    assert strictest([["group:hr"], ["user:bob"]]) == []
+    assert strictest([None, ["group:hr"]]) == [] and strictest([None, None]) is None
+    assert strictest([["public"], ["public"]]) == ["public"]
+
+
+def test_a_swapper_racing_syncs_never_gets_the_salary_a_public_list(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """The race itself, bounded: a thread renames a regular file and a link to the HR
+    file over ``d/memo.md`` every 2 ms while syncs run (1 to 2 syncs of 15 stored the
+    salary under ``public``; 40 here). Whatever each sync read, the salary keeps
+    ``group:hr``."""
+    import threading
+
+    docs = _folder(tmp_path / "docs")
+    memo = docs / "d" / "memo.md"
+    memo.write_text("# Memo\n\nLunch is at noon.\n")
+    stop = threading.Event()
+
+    def swapper() -> None:
+        flip = False
+        while not stop.is_set():
+            if flip:
+                _replace(memo, text="# Memo\n\nLunch is at noon.\n")
+            else:
+                _replace(memo, link_to=docs / "hr" / "pay.md")
+            flip = not flip
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=swapper, daemon=True)
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        thread.start()
+        try:
+            for _ in range(40):
+                iso.sync(docs, force=True)
+                assert _lists_of_salary(iso) and all(
+                    listed == ["group:hr"] for listed in _lists_of_salary(iso))
+                assert not _bob_sees_salary(iso)
+        finally:
+            stop.set()
+            thread.join()

@@ -304,19 +304,43 @@ def rules_for(root: str | Path | None) -> Rules | None:
     return _rules_at(str(path), file_version(stat))
 
 
-def _real_relative(file: str, root: str, real: str | None = None) -> str | None:
-    """The path the rules of ``root`` match for ``file`` (a member's: the file it is in):
-    its real path, links followed, relative to the real folder of the rules, so a link
-    named ``0-readme.md`` to ``hr/pay.md`` takes the list of ``hr/pay.md``. None: its
-    real path is outside the folder (a link to ``~/.aws/credentials``), or a link loop:
-    no rule of the folder speaks for it. ``real``: the file's real path as it was read
-    (taken as it is: resolving it again would follow a link made since)."""
+def _real_relative(root: str, real: str | None) -> str | None:
+    """The path the rules of ``root`` match for a file whose real path, as it was read,
+    is ``real`` (links followed by the open itself), relative to the real folder of the
+    rules, so a link named ``0-readme.md`` to ``hr/pay.md`` takes the list of
+    ``hr/pay.md``. None: outside the folder (a link to ``~/.aws/credentials``), or not
+    known to be the file read (never resolved again: a link may point elsewhere since):
+    no rule of the folder speaks for it."""
+    if real is None:
+        return None
     folder = Path(root) if Path(root).is_dir() else Path(root).parent
     try:
-        found = Path(real) if real is not None else Path(file).resolve()
-        return found.relative_to(folder.resolve()).as_posix()
+        return Path(real).relative_to(folder.resolve()).as_posix()
     except (OSError, ValueError, RuntimeError):  # (outside the folder, or a link loop)
         return None
+
+
+def file_of(uri: str, metadata: dict[str, Any]) -> str:
+    """The file source ``uri`` is read from: a member's (an attachment, a mailbox's
+    message) is the file it is in; a file's is its own path, which may hold a ``#``."""
+    return str(metadata.get("file") or (
+        uri.split("#", 1)[0] if metadata.get("container") else uri))
+
+
+def strictest(lists: Sequence[list[str] | None]) -> list[str] | None:
+    """One list letting see a file only who may see it under every one of ``lists`` (the
+    lists of a file's several names): ``public`` restricts nothing; the entries every
+    other list holds; no list beside a list, or nothing in common: an empty list
+    (administrators only)."""
+    if all(listed == lists[0] for listed in lists):
+        return lists[0]
+    if any(listed is None for listed in lists):
+        return []  # (without a list, a name is everyone's or administrators' alone)
+    common: set[str] | None = None
+    for listed in lists:
+        if listed is not None and PUBLIC not in listed:
+            common = set(listed) if common is None else common & set(listed)
+    return [PUBLIC] if common is None else sorted(common)
 
 
 def set_for(uri: str) -> str:
@@ -327,16 +351,21 @@ def set_for(uri: str) -> str:
     return os.path.realpath(file) if os.path.isabs(file) else uri
 
 
-def held_by_hand(source: Source | None) -> str | None:
-    """The mark of ``source``'s list set by hand while it still holds: its file is the one
-    it was set for (replaced by a link to another file, the list set by hand is not that
-    file's: the rules speak again). None: no list by hand, or it no longer holds."""
+def held_by_hand(source: Source | None, real: str | None) -> str | None:
+    """The mark of ``source``'s list set by hand while it still holds: the file read,
+    whose real path as it was read is ``real``, is the one it was set for (replaced by a
+    link to another file, the list set by hand is not that file's: the rules speak
+    again). A source that is no file's (``ingest_chunks``) holds it as its own name.
+    None: no list by hand, or it no longer holds (its file not read, too)."""
     mark = None if source is None else source.metadata.get(ACCESS_BY_HAND)
     if not mark or source is None:
         return None
+    target = real if os.path.isabs(source.uri.split("#", 1)[0]) else source.uri
+    if target is None:
+        return None
     if mark is True:  # (marked before the mark said what for: held, and said what for)
-        return set_for(source.uri)
-    return str(mark) if mark == set_for(source.uri) else None
+        return target
+    return str(mark) if mark == target else None
 
 
 EMAIL_LOADERS = frozenset({"email", "email-thread"})
@@ -360,18 +389,14 @@ class Assigner:
                  by_hand: bool = False, real: str | None = None) -> list[str] | None:
         """The list of source ``uri`` (its ``loader``; ``by_hand``: ``had`` was set by
         hand and holds, unless lists are given; ``real``: the real path of its file as it
-        was read, when known, else resolved now)."""
+        was read: a file not known to be the one read matches no rule)."""
         if self.allow is not None:
             return list(self.allow)
         if by_hand:
             return had
         rules = rules_for(root)
         if rules is not None and root is not None:
-            # (a member is matched as the file it is in; a file by its own path, which
-            # may hold a "#")
-            file = str(metadata.get("file") or (
-                uri.split("#", 1)[0] if metadata.get("container") else uri))
-            relative = _real_relative(file, root, real)
+            relative = _real_relative(root, real)  # (a member: as the file it is in)
             if relative is None:  # outside the rules' folder: administrators only
                 return []
             found = rules.match(relative)

@@ -83,6 +83,17 @@ def open_regular(path: str | Path) -> BinaryIO:
         raise
 
 
+def identify(handle: int, path: Path) -> tuple[os.stat_result, Path]:
+    """The status of the opened ``handle`` and its real path, the path whose identity
+    (device and inode) is that of the very file opened: what an access list is decided
+    from. A :class:`LoaderError` where no path is that file (replaced while it was
+    opened: /proc says ``.../pay.md (deleted)``; or the system cannot say)."""
+    real = opened_path(handle, path)
+    if real is None or not _same_file(handle, real):
+        raise LoaderError(path, "the file was replaced while it was read; ingest it again")
+    return os.fstat(handle), real
+
+
 def read_file(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes]:
     """A regular file's status and its bytes; anything else (a FIFO, a device, a file
     over ``max_bytes``) is a :class:`LoaderError` before a byte is read."""
@@ -90,20 +101,14 @@ def read_file(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes]:
     return stat, data
 
 
-def read_opened(path: str | Path, max_bytes: int
-                ) -> tuple[os.stat_result, bytes, Path | None]:
-    """:func:`read_file`, and the real path of the very file read (links followed as the
-    open followed them; None when the system cannot say): what an access list is given
-    for, never the path resolved again later, when a link may point elsewhere."""
+def read_opened(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes, Path]:
+    """:func:`read_file`, and the real path of the very file read (:func:`identify`: links
+    followed as the open followed them): what an access list is given for, never the
+    path resolved again later, when a link may point elsewhere."""
     path = Path(path)
     with open_regular(path) as fh:
-        real = opened_path(fh.fileno(), path)
-        if real is not None and not _same_file(fh.fileno(), real):
-            # (replaced while it was opened: /proc says ".../pay.md (deleted)")
-            raise LoaderError(path, "the file was replaced while it was read; ingest it "
-                              "again")
+        stat, real = identify(fh.fileno(), path)
         try:
-            stat = os.fstat(fh.fileno())
             if stat.st_size > max_bytes:
                 raise LoaderError(
                     path, f"the file is {stat.st_size / 1e6:.0f} MB, over the max_file_mb "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,7 +25,6 @@ from isotope.access import (
     Assigner,
     Principal,
     access_list,
-    held_by_hand,
     principal_of,
     rules_for,
     set_for,
@@ -306,40 +304,6 @@ class Isotope:
         administrator)."""
         return access.conditions(principal_of(principal), control=self.access_control)
 
-    def _reassign(self, report: IngestReport, allow: Sequence[str] | None,
-                  roots: Sequence[str | Path] = ()) -> None:
-        """Give the sources an ingest found unchanged the access list they get now (the
-        list given, or the rules file of the folder ingested, as it is now), and their
-        members (an email's attachments, a mailbox's messages) theirs: no model is
-        called."""
-        if not report.unchanged:
-            return
-        assign = self._assigner(allow)
-        given = sorted((os.path.abspath(os.path.expanduser(str(r))) for r in roots),
-                       key=len, reverse=True)
-        members: dict[str, set[str]] | None = None
-        todo: list[tuple[str, list[str] | None]] = [(uri, None) for uri in report.unchanged]
-        while todo:
-            uri, container = todo.pop()
-            stored = self.store.get_source(uri)
-            if stored is None:
-                continue
-            file = uri.split("#", 1)[0]
-            root = next((r for r in given if file == r or file.startswith(r + os.sep)),
-                        stored.root)
-            by_hand = held_by_hand(stored) is not None
-            had = container if container is not None and not by_hand else stored.access
-            wanted = assign(uri, root, stored.metadata, had, loader=stored.loader,
-                            by_hand=by_hand)
-            if wanted != stored.access or (stored.access_by_hand and (
-                    not by_hand or assign.allow is not None)):
-                # (a list given ends one by hand; so does its file's being another now)
-                self.store.set_access([uri], wanted)
-            if members is None:
-                members = maintenance.members_of(self.store)
-            todo += [(inner, wanted) for inner in members.get(uri, ())
-                     if inner not in report.unchanged]
-
     @property
     def _max_bytes(self) -> int:
         return int(self.settings.max_file_mb * 1e6)
@@ -396,7 +360,6 @@ class Isotope:
             report = self._pipeline(force=force, allow=allow).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
-            self._reassign(report, allow, paths)
             learning.learn_waiting(self.store, self.embedder, report)
             return report
 
@@ -440,7 +403,6 @@ class Isotope:
             report = self._pipeline(allow=allow).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
-            self._reassign(report, allow, paths)
             learning.learn_waiting(self.store, self.embedder, report)
             for uri in gone:
                 self.store.delete_source(uri)
@@ -470,7 +432,6 @@ class Isotope:
         with self.store.writer(self.settings.lock_wait):
             report = self._pipeline(allow=allow).ingest_chunks(
                 items, source=source, progress=progress, questions=questions)
-            self._reassign(report, allow)
             learning.learn_waiting(self.store, self.embedder, report)
             return report
 

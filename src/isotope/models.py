@@ -53,10 +53,6 @@ class Source(_Record):
     """Who may see it (``public``, ``user:NAME``, ``group:NAME``; None: no list), see
     :mod:`isotope.access`."""
 
-    _real: str | None = PrivateAttr(default=None)
-    """(while it is ingested) the real path of the file as it was read, links followed
-    by the open itself: what the rules match, never resolved again after the read."""
-
     @property
     def access_by_hand(self) -> bool:
         """Its list was set by hand (``isotope access set``): an ingest keeps it (rules

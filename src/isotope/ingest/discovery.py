@@ -21,9 +21,14 @@ def inside(path: str | Path, roots: Sequence[Path]) -> bool:
     return any(real == root or root in real.parents for root in roots)
 
 
+Names = dict[tuple[int, int], dict[str, tuple[str, str]]]
+"""Files with several names, by identity (device, inode): each name's real path, with
+the path it was reached by and the root it was found under."""
+
+
 def discover(
     paths: Iterable[str | Path], include: Sequence[str], exclude: Sequence[str],
-    confine: Sequence[Path] | None = None,
+    confine: Sequence[Path] | None = None, *, names: Names | None = None,
 ) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
     """Files to ingest under ``paths`` (directories are walked), each as the absolute path
     it was reached by (see :mod:`isotope.files`) with the path it was found under (its
@@ -32,7 +37,12 @@ def discover(
 
     With ``confine`` (resolved folders: a server's ``serve_roots``), a file or folder
     whose links lead out of them is not read: the file is listed with the errors, the
-    folder is not walked."""
+    folder is not walked.
+
+    ``names``: filled with the files found with several names (hard links: a file under
+    ``hr/`` and ``d/``), by identity (device, inode): each name's real path, with the path
+    it was reached by and its root; who may see such a file is decided from all its
+    names (:meth:`isotope.ingest.pipeline.Pipeline.ingest_files`)."""
     files: dict[Path, Path] = {}
     skipped: list[FileError] = []
     missing: list[FileError] = []
@@ -49,6 +59,9 @@ def discover(
         except OSError:
             files.setdefault(file, root)  # reported when it is read
             return
+        if names is not None and stat.st_nlink > 1:
+            names.setdefault((stat.st_dev, stat.st_ino), {}).setdefault(
+                os.path.realpath(file), (str(file), str(root)))
         first = seen.setdefault((stat.st_dev, stat.st_ino), file)
         if first != file:
             skipped.append(FileError(str(file), f"the same file as {first} (a link to it); "

@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 
 from isotope import loaders
-from isotope.access import Assigner, held_by_hand
+from isotope.access import Assigner, file_of, held_by_hand, strictest
 from isotope.embedders import Embedder
 from isotope.errors import IsotopeError, ProviderError
 from isotope.files import read_opened
@@ -32,10 +32,10 @@ from isotope.ingest import changes, contextual, maintenance, reading, references
 from isotope.ingest.assembly import Work, assemble
 from isotope.ingest.atomizers import Atomizer
 from isotope.ingest.chunking import chunk_text, section_metadata
-from isotope.ingest.discovery import discover
+from isotope.ingest.discovery import Names, discover
 from isotope.ingest.enrichment import Enricher
 from isotope.ingest.generation import QuestionGenerator
-from isotope.ingest.reading import Found, Members, Reader, Unchanged
+from isotope.ingest.reading import Found, Members, Read, Reader, Unchanged
 from isotope.ingest.selection import select_questions
 from isotope.models import ACCESS_BY_HAND, Atom, Chunk, Question, Source, content_hash
 from isotope.prompts import PROMPTS, PromptSpec
@@ -83,6 +83,12 @@ class Pipeline:
         self.max_chars = int(settings.max_text_mb * 1e6)
         self._members_of: dict[str, set[str]] | None = None
         """Sources inside others, by container (read when a container is first met)."""
+        self.seen: dict[str, Read] = {}
+        """Each file this run read, as it was read (what its sources' lists come from)."""
+        self.roots: dict[str, str] = {}
+        """The folder each file of this run was found under (its rules file's)."""
+        self.names: Names = {}
+        """The files of this run with several names (hard links), by identity."""
         self.store = store
         self.embedder = embedder
         self.atomizer = atomizer
@@ -107,8 +113,11 @@ class Pipeline:
         token = CONFINE.set(None if confine is None else tuple(
             Path(os.path.realpath(r)) for r in confine))
         try:
-            files, skipped, missing = self.discover(paths, include, exclude, confine)
-            report = self.ingest_files(files, progress=progress, questions=questions)
+            names: Names = {}
+            files, skipped, missing = self.discover(paths, include, exclude, confine,
+                                                    names=names)
+            report = self.ingest_files(files, progress=progress, questions=questions,
+                                       names=names)
         finally:
             CONFINE.reset(token)
         report.skipped[:0], report.errors[:0] = skipped, missing
@@ -116,11 +125,17 @@ class Pipeline:
 
     def ingest_files(self, files: dict[Path, Path], *,
                      progress: ProgressCallback | None = None,
-                     questions: Questions = "now") -> IngestReport:
-        """Ingest files, each given with its root (the folder it was found under)."""
+                     questions: Questions = "now", names: Names | None = None
+                     ) -> IngestReport:
+        """Ingest files, each given with its root (the folder it was found under);
+        ``names``: those with several names, all of them (:func:`discover`; else those of
+        ``files``)."""
         report = IngestReport()
         meter = self._meter()
+        self.roots = {str(path): str(root) for path, root in files.items()}
+        self.names = _names(files) if names is None else names
         self._then(questions, report, progress, self._read_files(files, report, progress))
+        self._reassign(report)
         meter(report)
         self._notify(progress, "done", "", len(files), len(files), report)
         return report
@@ -230,18 +245,20 @@ class Pipeline:
                     yield from held.flushing()
 
         self._then(questions, report, progress, stored())
+        self._reassign(report)
         meter(report)
         self._notify(progress, "done", "", len(grouped), len(grouped), report)
         return report
 
     # -- the stages' parts, also used by planning --------------------------------------
-    def read(self, path: Path) -> tuple[os.stat_result, bytes, Path | None]:
+    def read(self, path: Path) -> tuple[os.stat_result, bytes, Path]:
         return read_opened(path, self.max_bytes)
 
     def reader(self) -> Reader:
         """The walk of what each file makes, as the ingest and the dry run take it."""
         return Reader(self.store, self.read, self.is_current, max_bytes=self.max_bytes,
-                      max_chars=self.max_chars, grouping=self.settings.mail_sources)
+                      max_chars=self.max_chars, grouping=self.settings.mail_sources,
+                      seen=self.seen)
 
     def is_current(self, existing: Source | None, digest: str) -> bool:
         """The stored source is of this content, made by this pipeline, and complete."""
@@ -275,12 +292,14 @@ class Pipeline:
         return lambda text: self.embedder.count_tokens(text) or 0
 
     def discover(self, paths: Iterable[str | Path], include: Sequence[str] | None,
-                 exclude: Sequence[str] | None, confine: Sequence[Path] | None = None,
+                 exclude: Sequence[str] | None, confine: Sequence[Path] | None = None, *,
+                 names: Names | None = None,
                  ) -> tuple[dict[Path, Path], list[FileError], list[FileError]]:
         """The files an ingest of ``paths`` takes (``include``/``exclude``: the settings'
         when None), those skipped, and the paths that cannot be read."""
         return discover(paths, self.settings.include if include is None else include,
-                        self.settings.exclude if exclude is None else exclude, confine)
+                        self.settings.exclude if exclude is None else exclude, confine,
+                        names=names)
 
     # -- sequencing --------------------------------------------------------------------
     def _take(self, found: Found, report: IngestReport, progress: ProgressCallback | None,
@@ -379,17 +398,7 @@ class Pipeline:
                 report.unchanged.append(source.uri)
                 return None
         assert existing is not True
-        had = existing.access if existing is not None else None
-        mark = held_by_hand(existing)  # (None too when its file is now another one)
-        if (owner := source.metadata.get("container")) is not None and mark is None:
-            # a member (a mailbox's message, an email's attachment) follows its container,
-            # whose list set by hand holds for a new member too
-            container = self.store.get_source(str(owner))
-            had = container.access if container is not None else had
-            mark = held_by_hand(container)
-        source.access = self.assign(source.uri, source.root, source.metadata, had,
-                                    loader=source.loader, by_hand=mark is not None,
-                                    real=source._real)
+        source.access, mark = self._list_of(source, existing, report)
         if mark is not None and self.assign.allow is None:  # (it goes with a list given)
             source.metadata[ACCESS_BY_HAND] = mark
         source.metadata["pipeline"] = self.fingerprint
@@ -416,6 +425,84 @@ class Pipeline:
         return Work(source, chunks, atoms_per_chunk, existing is not None, done, total,
                     reused, failed_chunks=failed_contexts, failed_contexts=len(failed_contexts),
                     replaces=existing.uri if existing and existing.uri != source.uri else None)
+
+    # -- who may see it ----------------------------------------------------------------
+    def _list_of(self, source: Source, stored: Source | None, report: IngestReport
+                 ) -> tuple[list[str] | None, str | None]:
+        """The access list ``source`` gets now (``stored``: what is stored under its
+        name), and the mark of its list set by hand where that holds. Every list an
+        ingest gives goes through here: new, changed and unchanged sources, a container's
+        members, lists set by hand; each from its file as it was read (:attr:`seen`),
+        never from its path resolved again."""
+        read = self.seen.get(file_of(source.uri, source.metadata))
+        real = read.real if read is not None else None
+        had = stored.access if stored is not None else None
+        mark = held_by_hand(stored, real)  # (None too when its file is now another one)
+        if (owner := source.metadata.get("container")) is not None and mark is None:
+            # a member (a mailbox's message, an email's attachment) follows its container,
+            # whose list set by hand holds for a new member too
+            container = self.store.get_source(str(owner))
+            had = container.access if container is not None else had
+            mark = held_by_hand(container, real)
+        listed = self.assign(source.uri, source.root, source.metadata, had,
+                             loader=source.loader, by_hand=mark is not None, real=real)
+        if read is not None and read.stat.st_nlink > 1 and self.assign.allow is None:
+            listed = self._one_file(source.uri, read, listed, report)
+        return listed, mark
+
+    def _one_file(self, uri: str, read: Read, listed: list[str] | None,
+                  report: IngestReport) -> list[str] | None:
+        """The list of a file with several names (hard links): one file, so the
+        strictest of the lists its names get (:func:`isotope.access.strictest`); with a
+        name this run did not find (outside the folders ingested: its list cannot be
+        known), administrators only. Either is said in the report's warnings."""
+        names = self.names.get((read.stat.st_dev, read.stat.st_ino), {})
+        found = set(names) | {read.real}
+        if len(found) < read.stat.st_nlink:
+            warning = (f"the file has {read.stat.st_nlink} names (hard links) and "
+                       f"{len(found)} of them are in the folders ingested: administrators "
+                       "only, as another name may be under another access list; ingest "
+                       "the folder holding all its names")
+            report.warnings.append(FileError(uri, warning))
+            log.warning("%s: %s", uri, warning)
+            return []
+        lists = [listed]
+        for real, (other, root) in sorted(names.items()):
+            if real == read.real:
+                continue
+            stored = self.store.get_source(other)
+            lists.append(self.assign(
+                other, root, stored.metadata if stored else {}, stored.access if stored
+                else None, loader=stored.loader if stored else "",
+                by_hand=held_by_hand(stored, real) is not None, real=real))
+        chosen = strictest(lists)
+        if chosen != listed:
+            warning = (f"another name of this file (a hard link: {', '.join(sorted(found))}) "
+                       f"has another access list: it takes the strictest, {chosen}")
+            report.warnings.append(FileError(uri, warning))
+            log.warning("%s: %s", uri, warning)
+        return chosen
+
+    def _reassign(self, report: IngestReport) -> None:
+        """Give the sources found unchanged the access list they get now (the list given,
+        or the rules file of their folder as it is now, from their file as this run read
+        it), and their members (an email's attachments, a mailbox's messages) theirs: no
+        model is called."""
+        unchanged = set(report.unchanged)
+        todo = list(reversed(report.unchanged))  # (in the walk's order: containers first)
+        while todo:
+            uri = todo.pop()
+            stored = self.store.get_source(uri)
+            if stored is None:
+                continue
+            root = self.roots.get(file_of(uri, stored.metadata), stored.root)
+            wanted, mark = self._list_of(stored.model_copy(update={"root": root}), stored,
+                                         report)
+            if wanted != stored.access or (stored.access_by_hand and (
+                    mark is None or self.assign.allow is not None)):
+                # (a list given ends one by hand; so does its file's being another now)
+                self.store.set_access([uri], wanted)
+            todo += [inner for inner in self._held().get(uri, ()) if inner not in unchanged]
 
     def _situate(self, source: Source, chunks: list[Chunk], reused: dict[int, StoredChunk],
                  document: str, report: IngestReport) -> set[int]:
@@ -509,6 +596,21 @@ class Pipeline:
         if progress is not None:
             progress(Progress(stage, source, done, total, report.chunks, report.atoms,
                               report.questions_generated))
+
+
+def _names(files: dict[Path, Path]) -> Names:
+    """The files of ``files`` with several names (hard links; the others are left out),
+    by identity: each real path, with the path it was reached by and its root."""
+    found: Names = {}
+    for path, root in files.items():
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue  # (reported when it is read)
+        if stat.st_nlink > 1:
+            found.setdefault((stat.st_dev, stat.st_ino), {})[os.path.realpath(path)] = (
+                str(path), str(root))
+    return found
 
 
 def _stored(report: IngestReport) -> tuple[list[str], list[str], list[str]]:

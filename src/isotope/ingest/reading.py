@@ -15,6 +15,7 @@ from pathlib import Path
 
 from isotope import loaders
 from isotope.errors import LoaderError
+from isotope.files import identify, open_regular
 from isotope.models import Source, content_hash
 from isotope.reports import FileError
 from isotope.stores import Store
@@ -51,6 +52,16 @@ class Members:
 Found = Loaded | Unchanged | FileError | Members
 
 
+@dataclass(frozen=True)
+class Read:
+    """A file as the walk read it: the real path of that very file (:func:`identify`)
+    and its status (device, inode and names: ``st_nlink``). Who may see what it holds is
+    decided from these, never from its path resolved again."""
+
+    real: str
+    stat: os.stat_result
+
+
 def uri_of(found: Found) -> str | None:
     """The source a found item is about (None: the end of a container's members)."""
     if isinstance(found, Loaded):
@@ -68,26 +79,29 @@ class Reader:
     does (``is_current``)."""
 
     store: Store
-    read: Callable[[Path], tuple[os.stat_result, bytes, Path | None]]
+    read: Callable[[Path], tuple[os.stat_result, bytes, Path]]
     is_current: Callable[[Source | None, str], bool]
     max_bytes: int
     max_chars: int
     grouping: str
+    seen: dict[str, Read] = field(default_factory=dict)
+    """Each file read, by the path it was reached by (its source's name)."""
 
     def sources(self, path: Path, root: Path) -> Iterator[Found]:
         """Everything ``path`` (found under ``root``) makes, in the order to store it."""
         try:
             loader = loaders.loader_for(path)
             if loader is not None and loader.members is not None:
-                try:
-                    mtime = os.stat(path).st_mtime
-                except OSError as exc:
-                    raise LoaderError(path, f"cannot read it ({exc.strerror or exc})") from exc
-                members = loader.members(path, self.max_bytes, grouping=self.grouping)
-                yield from self._members(str(path), str(path), members, mtime, root,
-                                         mailbox=True)
+                with open_regular(path) as handle:  # (opened once: its members are of it)
+                    stat, real = identify(handle.fileno(), path)
+                    self.seen[str(path)] = Read(str(real), stat)
+                    members = loader.members(path, self.max_bytes, grouping=self.grouping,
+                                             handle=handle)
+                    yield from self._members(str(path), str(path), members, stat.st_mtime,
+                                             root, mailbox=True)
                 return
             stat, data, real = self.read(path)
+            self.seen[str(path)] = Read(str(real), stat)
             uri, digest = str(path), content_hash(data)
             existing = self.store.get_source(uri)
             if existing is None and (resolved := str(path.resolve())) != uri:
@@ -105,7 +119,6 @@ class Reader:
             return
         source = Source(uri=uri, content_hash=digest, size=stat.st_size, mtime=stat.st_mtime,
                         loader=used.name, metadata={**document.metadata}, root=str(root))
-        source._real = None if real is None else str(real)
         yield from self._document(source, document, existing)
 
     def _document(self, source: Source, document: loaders.Document,
@@ -113,12 +126,11 @@ class Reader:
         yield Loaded(source, document, existing)
         if document.members or (existing is not None and existing.metadata.get("attachments")):
             yield from self._members(source.uri, str(source.metadata.get("file") or source.uri),
-                                     document.members, source.mtime, Path(source.root or "."),
-                                     real=source._real)
+                                     document.members, source.mtime, Path(source.root or "."))
 
     def _members(self, owner: str, file: str, members: Iterable[loaders.Member],
-                 mtime: float | None, root: Path, *, mailbox: bool = False,
-                 real: str | None = None) -> Iterator[Found]:
+                 mtime: float | None, root: Path, *, mailbox: bool = False
+                 ) -> Iterator[Found]:
         """The members of ``owner`` as sources ``OWNER#NAME`` naming it as their
         ``container`` and ``file`` as the file they are in (memory: one member)."""
         end = Members(owner, mailbox=mailbox)
@@ -145,6 +157,5 @@ class Reader:
             source = Source(uri=uri, content_hash=digest, size=len(member.data), mtime=mtime,
                             loader=member.loader, root=str(root),
                             metadata={**document.metadata, "container": owner, "file": file})
-            source._real = real  # (the file it is in, as read)
             yield from self._document(source, document, existing)
         yield end

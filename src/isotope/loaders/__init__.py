@@ -68,9 +68,11 @@ LoaderFunc = Callable[[Path, bytes], Document]
 
 
 MembersFunc = Callable[..., Iterator[Member]]
-"""A container's members, read one at a time: called ``(path, max_bytes, grouping=...)``
-(a member larger than ``max_bytes`` is yielded empty, for the caller to report;
-``grouping``: the ``mail_sources`` setting, ``message`` or ``thread``)."""
+"""A container's members, read one at a time: called ``(path, max_bytes, grouping=...,
+handle=...)`` (a member larger than ``max_bytes`` is yielded empty, for the caller to
+report; ``grouping``: the ``mail_sources`` setting, ``message`` or ``thread``;
+``handle``: the file as the caller opened it, to read through and never open ``path``
+again, so its members are of the very file whose access list they take)."""
 
 
 @dataclass(frozen=True)

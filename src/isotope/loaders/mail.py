@@ -18,6 +18,7 @@ a warning; a message nested deeper than :data:`MAX_DEPTH` parts is read down to 
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.header
 import email.parser
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 from email.message import Message
 from email.utils import getaddresses, parsedate_to_datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from isotope.errors import LoaderError
 from isotope.loaders import Document, Member
@@ -296,8 +297,8 @@ def written(body: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
 
 
-def mbox_members(path: Path, max_bytes: int, grouping: str = "message"
-                 ) -> Iterator[Member]:
+def mbox_members(path: Path, max_bytes: int, grouping: str = "message", *,
+                 handle: BinaryIO | None = None) -> Iterator[Member]:
     """The messages of an mbox mailbox, in order, streamed: a message starts at a line
     beginning ``From `` at the start of the file or after a blank line (mboxrd's
     ``>From `` lines are unescaped). Each is named by its Message-ID (else its number),
@@ -305,7 +306,10 @@ def mbox_members(path: Path, max_bytes: int, grouping: str = "message"
 
     ``grouping="thread"``: one member per thread instead (``thread-<first id>``, in the
     order threads start), its messages read back by their offsets in a second pass, so
-    memory stays one thread's."""
+    memory stays one thread's.
+
+    ``handle``: the mailbox already opened by the caller (who decided from that very
+    file who may see its messages): every pass reads through it, never ``path`` again."""
     names: set[str] = set()
 
     def unique(name: str) -> str:
@@ -317,27 +321,36 @@ def mbox_members(path: Path, max_bytes: int, grouping: str = "message"
         return name
 
     if grouping == "thread":
-        yield from _threads(path, max_bytes, unique)
+        yield from _threads(path, max_bytes, unique, handle)
         return
-    for number, (_, _, data) in enumerate(_split(path, max_bytes), start=1):
+    for number, (_, _, data) in enumerate(_split(path, max_bytes, handle), start=1):
         found = _MESSAGE_ID.search(data[:65536]) if data else None
         name = _member_name(found.group(1).decode("ascii", "replace")) if found else ""
         yield Member(unique(name or f"message-{number}"), data, "email")
 
 
-def _split(path: Path, max_bytes: int) -> Iterator[tuple[int, int, bytes]]:
-    """Each message of a mailbox as (its first byte, its end, its bytes unescaped; empty
-    when over ``max_bytes``), read a line (at most 64 KB of one) at a time."""
+def _opened(path: Path, handle: BinaryIO | None) -> contextlib.AbstractContextManager[BinaryIO]:
+    """``handle`` from its start (left open: its opener closes it), else ``path`` opened,
+    a regular file only (a FIFO named box.mbox would block)."""
     from isotope.files import open_regular
 
-    handle = open_regular(path)  # a regular file only (a FIFO named box.mbox would block)
+    if handle is None:
+        return open_regular(path)
+    handle.seek(0)
+    return contextlib.nullcontext(handle)
+
+
+def _split(path: Path, max_bytes: int, opened: BinaryIO | None = None
+           ) -> Iterator[tuple[int, int, bytes]]:
+    """Each message of a mailbox as (its first byte, its end, its bytes unescaped; empty
+    when over ``max_bytes``), read a line (at most 64 KB of one) at a time."""
 
     def finish(lines: list[bytes], size: int) -> bytes:
         # the blank line before the next "From " belongs to the separator, so appending
         # a message leaves the one before it as it was
         return b"".join(lines).rstrip(b"\r\n") + b"\n" if size <= max_bytes else b""
 
-    with handle:
+    with _opened(path, opened) as handle:
         lines: list[bytes] = []
         size, previous_blank, started, line_start, begin = 0, True, False, True, 0
         while piece := handle.readline(65536):  # a line, or 64 KB of one: memory bounded
@@ -371,18 +384,17 @@ def _split(path: Path, max_bytes: int) -> Iterator[tuple[int, int, bytes]]:
 _SEPARATOR = b"\nFrom isotope-thread\n"
 
 
-def _threads(path: Path, max_bytes: int, unique: Any) -> Iterator[Member]:
+def _threads(path: Path, max_bytes: int, unique: Any, opened: BinaryIO | None
+             ) -> Iterator[Member]:
     """One member per thread: the first pass keeps each message's offsets and thread,
     the second reads each thread's messages back."""
     threads: dict[str, list[tuple[int, int]]] = {}
-    for number, (begin, end, data) in enumerate(_split(path, max_bytes), start=1):
+    for number, (begin, end, data) in enumerate(_split(path, max_bytes, opened), start=1):
         head = email.parser.BytesHeaderParser(policy=email.policy.compat32).parsebytes(
             data[:65536]) if data else None
         thread = headers(head, []).get("thread") if head is not None else None
         threads.setdefault(thread or f"<message-{number}>", []).append((begin, end))
-    from isotope.files import open_regular
-
-    with open_regular(path) as handle:
+    with _opened(path, opened) as handle:
         for thread, spans in threads.items():
             total = sum(end - begin for begin, end in spans)
             parts: list[bytes] = []
