@@ -134,6 +134,44 @@ def test_a_changed_access_list_is_sent_to_chroma_with_the_next_write(
         store.close()
 
 
+def test_an_access_list_changed_in_chroma_is_never_trusted_and_check_finds_it(
+        place: str, embedder: Embedder) -> None:
+    """Another program on a shared server set an HR item's ``access`` metadata to
+    ``public``: the HR text was shown to every user in 4 modes and ``check`` said ok.
+    A search confirms what Chroma found against the index's lists; ``check`` compares
+    each item's metadata and ``--repair`` writes it again."""
+    store = _filled(place, embedder)
+    try:
+        query = embedder.embed(["When does the garage gate open?"])[0]
+        public = Condition(ACCESS_KEY, "eq", (False, "public"))
+        chroma = store._chroma  # type: ignore[attr-defined]
+        for kind in ("questions", "atoms", "chunks"):
+            collection = chroma._collection(kind)
+            held = collection.get(include=["metadatas"])
+            hr = [(i, m) for i, m in zip(held["ids"], held["metadatas"], strict=True)
+                  if "garage" in m["source"]]
+            collection.update(ids=[i for i, _ in hr], metadatas=[
+                {**m, "access": ["public"], "open": True} for _, m in hr])
+            hits = store.search(kind, query, 5, [public])
+            assert hits and all("garage" not in h.text and "garage" not in h.atom
+                                for h in hits)
+            grouped = store.search_by_chunk(kind, query, 3, filters=[public])
+            assert len(grouped) == 3 and all("garage" not in h.text
+                                             for _, hits in grouped for h in hits)
+        problems = store.check()
+        assert len([p for p in problems if "another access list" in p]) == 3, problems
+        assert all(p.startswith("40 vectors") for p in problems
+                   if "another access list" in p)
+        with store.writer():
+            store.repair()
+        assert store.check() == []
+        held = chroma._collection("chunks").get(include=["metadatas"])
+        assert all(m["access"] == ["group:hr"] for m in held["metadatas"]
+                   if "garage" in m["source"])
+    finally:
+        store.close()
+
+
 def test_many_chunks_meeting_a_filter_are_asked_in_parts(
         place: str, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     from isotope.stores import chroma_vectors

@@ -67,6 +67,9 @@ IN_LIMIT = 20_000
 asked in several searches, their answers merged)."""
 SEND = 2_000
 """Vectors sent to Chroma in one call (under its maximum batch size)."""
+MAX_ASKED = 10_000
+"""The most items one Chroma search asks for when those it found are left out (their
+metadata not confirmed by the index)."""
 
 
 class Rows(Protocol):
@@ -393,16 +396,7 @@ class ChromaVectors:
             adds.update(self._held_vectors(kind, pending.relabeled))
         found: list[tuple[int, int, float]] = []
         for where in self.where_of(filters):
-            reply = self._on(kind, "query",
-                             query_embeddings=[np.asarray(query, dtype=np.float32)],
-                             n_results=k + len(touched), where=where,
-                             include=["distances"])  # (metadata would cost 4x the query)
-            scored = [(int(i), 1.0 - float(d)) for i, d in zip(reply["ids"][0],
-                                                              reply["distances"][0],
-                                                              strict=True)
-                      if int(i) not in touched]
-            chunks = self._rows.chunk_rows(kind, [i for i, _ in scored])
-            found += [(i, chunks[i], score) for i, score in scored if i in chunks]
+            found += self._query(kind, query, k, where, touched, filters)
         if adds:
             items = list(adds)
             if filters:
@@ -412,6 +406,39 @@ class ChromaVectors:
                 found += [(i, adds[i][0], float(s)) for i, s in zip(items, scores, strict=True)]
         found.sort(key=lambda hit: -hit[2])
         return found[:k]
+
+    def _query(self, kind: Kind, query: Vectors, k: int, where: dict[str, Any] | None,
+               touched: set[int], filters: Sequence[Condition]
+               ) -> list[tuple[int, int, float]]:
+        """Chroma's ``k`` nearest items under ``where``, those the log touches left out,
+        each confirmed against the index's own rows (one indexed read of at most the
+        items found): Chroma's copy of the access lists is another program's to change on
+        a shared server, never trusted alone. Items it holds under metadata the index
+        does not confirm are left out, and more are asked for in their place."""
+        asked, left_out = k + len(touched), 0
+        while True:
+            reply = self._on(kind, "query",
+                             query_embeddings=[np.asarray(query, dtype=np.float32)],
+                             n_results=asked, where=where,
+                             include=["distances"])  # (metadata would cost 4x the query)
+            scored = [(int(i), 1.0 - float(d)) for i, d in zip(reply["ids"][0],
+                                                              reply["distances"][0],
+                                                              strict=True)
+                      if int(i) not in touched]
+            if filters and scored:
+                meeting = self._rows.meeting(kind, filters, [i for i, _ in scored])
+                left_out = len(scored) - len(meeting)
+                scored = [(i, score) for i, score in scored if i in meeting]
+            if len(scored) >= k or len(reply["ids"][0]) < asked or asked >= MAX_ASKED:
+                break
+            asked = min(MAX_ASKED, asked * 4)
+        if left_out:
+            log.warning("%d %s found in %s are not what its metadata says (their access "
+                        "list, type or source was changed outside isotope): left out; "
+                        "`isotope check --repair` writes them again", left_out, kind,
+                        self.where)
+        chunks = self._rows.chunk_rows(kind, [i for i, _ in scored])
+        return [(i, chunks[i], score) for i, score in scored if i in chunks]
 
     def searching(self, kind: Kind, filters: Sequence[Condition]) -> _Searched:
         """:meth:`search` of ``kind`` with ``filters``, as
@@ -466,19 +493,28 @@ class ChromaVectors:
                 found[int(item)] = np.asarray(vector, dtype=np.float32)
         return found
 
-    def held(self, kind: Kind) -> tuple[Ids, Ids]:
-        """Every item of ``kind`` Chroma holds with its chunk row, the log's pending writes
-        applied (sorted by item)."""
+    def _labels(self, kind: Kind) -> dict[int, dict[str, Any]]:
+        """The metadata of every item of ``kind`` Chroma holds (without the pending
+        writes)."""
         self._fresh()
-        items: dict[int, int] = {}
+        labels: dict[int, dict[str, Any]] = {}
         offset = 0
         while True:
             reply = self._on(kind, "get", include=["metadatas"], limit=10_000, offset=offset)
             for item, about in zip(reply["ids"], reply["metadatas"], strict=True):
-                items[int(item)] = int((about or {}).get("chunk", -1))
+                labels[int(item)] = dict(about or {})
             if len(reply["ids"]) < 10_000:
                 break
             offset += 10_000
+        return labels
+
+    def held(self, kind: Kind, labels: dict[int, dict[str, Any]] | None = None
+             ) -> tuple[Ids, Ids]:
+        """Every item of ``kind`` Chroma holds with its chunk row, the log's pending writes
+        applied (sorted by item); ``labels``: their metadata, if already read."""
+        if labels is None:
+            labels = self._labels(kind)
+        items = {item: int(about.get("chunk", -1)) for item, about in labels.items()}
         pending = self.pending(kind)
         for item in pending.gone:
             items.pop(item, None)
@@ -496,10 +532,31 @@ class ChromaVectors:
         ``(rowids, chunk rowids)``: each problem with the table rows it touches."""
         none = np.zeros(0, dtype=np.int64)
         try:
-            ids, groups = self.held(kind)
+            labels = self._labels(kind)
+            ids, groups = self.held(kind, labels)
         except StoreError as exc:
             return [(str(exc), none)]
-        return compare(kind, table, (ids, groups), f" in {self.where}")
+        problems = compare(kind, table, (ids, groups), f" in {self.where}")
+        wrong = self._mislabeled(kind, labels)
+        if len(wrong):
+            problems.append((
+                f"{len(wrong)} vectors of {kind} in {self.where} carry another access list, "
+                "type or source than the index's (changed outside isotope?): searches "
+                "leave them out; `isotope check --repair` writes them again", wrong))
+        return problems
+
+    def _mislabeled(self, kind: Kind, labels: dict[int, dict[str, Any]]) -> Ids:
+        """The items whose metadata in Chroma is not what the index says now (those the
+        log is about to send again left out)."""
+        touched = self.pending(kind).touched
+        items = sorted(set(labels) - touched)
+        wrong: list[int] = []
+        for start in range(0, len(items), SEND):
+            part = items[start:start + SEND]
+            stored = self._rows.metadata(kind, part)
+            wrong += [i for i in part if i in stored and any(
+                labels[i].get(key) != value for key, value in stored[i].items())]
+        return np.array(wrong, dtype=np.int64)
 
     def rebuild(self, kind: Kind, table: tuple[Ids, Ids],
                 embed_rows: Callable[[Ids], Vectors] | None) -> int:
