@@ -195,6 +195,54 @@ def test_names_shown_are_those_of_what_one_may_see(location: str, tmp_path: Path
             "copenhagen": "copenhagen", "utzon": "jørn utzon"}
 
 
+def test_wildcards_in_a_match_are_the_characters_themselves(location: str, tmp_path: Path,
+                                                            embedder: Embedder) -> None:
+    """``match="%"`` (``/entities?match=%``, MCP ``search_nodes "%"``) listed every entity,
+    and ``match="\\"`` too (issue 64): a text of punctuation alone has an empty key,
+    and the key's pattern ``%%`` matched everything. LIKE's wildcards in a match are the
+    characters themselves, and what one may not see is not matched."""
+    docs = tmp_path / "docs"
+    (docs / "hr").mkdir(parents=True)
+    (docs / ".isotope-access").write_text(RULES)
+    (docs / "percent.md").write_text("Acme Corp raised its prices by 50% in spring.\n")
+    (docs / "under.md").write_text("Delta Works saved the plan as report_final today.\n")
+    (docs / "slash.md").write_text("Orion Group writes its paths as a\\b on old machines.\n")
+    (docs / "plain.md").write_text("Zenith Labs hired new staff for its garden.\n")
+    (docs / "hr" / "pay.md").write_text("Vega Corp cut the pay of its staff by 10% there.\n")
+    with _open(location, embedder) as iso:
+        assert iso.ingest(docs).ok
+        assert {e.name for e in iso.entities(50)} == {
+            "Acme Corp", "Delta Works", "Orion Group", "Zenith Labs", "Vega Corp"}
+        for text, eve_sees in (("%", {"Acme Corp"}), ("_", {"Delta Works"}),
+                               ("\\", {"Orion Group"}), ("50%", {"Acme Corp"}),
+                               ("%%", set()), ("s_p", set()), ("s%p", set())):
+            assert {e.name for e in iso.entities(50, match=text, principal=EVE)} == (
+                eve_sees), text
+            found = iso.memory_graph(query=text, principal=EVE)["entities"]
+            assert {e["name"] for e in found} == eve_sees, text
+        assert {e.name for e in iso.entities(50, match="%", principal=ANN)} == {
+            "Acme Corp", "Vega Corp"}
+        # (a name's punctuation still does not count: "Acme-Corp" finds Acme Corp)
+        assert [e.name for e in iso.entities(50, match="Acme-Corp")] == ["Acme Corp"]
+        # over HTTP, with a key that is eve: the same
+        pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
+        from fastapi.testclient import TestClient
+
+        from isotope.server.app import create_app
+        from isotope.server.auth import Keys
+
+        keys = tmp_path / "keys"
+        keys.write_text(f"{'e' * 24} read user=eve\n")
+        app = create_app(iso, keys=Keys.from_settings(Settings(api_keys_file=keys)),
+                         roots=[], max_bytes=1_000_000, uploads=tmp_path / "up", mcp=False)
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            for text, eve_sees in (("%", ["Acme Corp"]), ("\\", ["Orion Group"]),
+                                   ("_", ["Delta Works"])):
+                listed = client.get("/entities", params={"match": text},
+                                    headers={"Authorization": f"Bearer {'e' * 24}"})
+                assert [e["name"] for e in listed.json()] == eve_sees, (text, listed.text)
+
+
 def test_a_relation_seen_in_two_sources_stays_while_one_holds_it(
         location: str, tmp_path: Path, embedder: Embedder) -> None:
     docs = tmp_path / "docs"
@@ -556,6 +604,40 @@ def test_the_commands_show_list_and_export_the_graph(tmp_path: Path, embedder: E
     assert not any("Copenhagen" in json.dumps(line) for line in lines)
     for command in (["graph", "--help"], ["graph", "export", "--help"], ["entities", "--help"]):
         assert runner.invoke(app, command).exit_code == 0
+
+
+def test_the_export_follows_no_link_planted_beside_its_file(tmp_path: Path,
+                                                            embedder: Embedder) -> None:
+    """``graph export -o F`` wrote through ``F.part``, a name known in advance: a link
+    planted there had the whole graph written into its target (issue 64). It writes a
+    new file of its own beside F and renames it over F (a link at F itself is replaced,
+    not followed)."""
+    from isotope.cli import app
+
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(_docs(tmp_path / "docs"))
+    runner = CliRunner()
+    victims = [tmp_path / "victim.txt", tmp_path / "other.txt"]
+    for victim in victims:
+        victim.write_text("not yours to write\n")
+    out, linked = tmp_path / "memory.jsonl", tmp_path / "linked.jsonl"
+    (tmp_path / "memory.jsonl.part").symlink_to(victims[0])
+    linked.symlink_to(victims[1])
+    for target in (out, linked):
+        exported = runner.invoke(app, ["graph", "export", "-o", str(target), "--index",
+                                       str(tmp_path / "index")])
+        assert exported.exit_code == 0, exported.output
+        assert not target.is_symlink()
+        assert "Sydney Opera House" in target.read_text()
+        assert (target.stat().st_mode & 0o777) == 0o666 & ~_umask()
+    assert [v.read_text() for v in victims] == ["not yours to write\n"] * 2
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def memory_server() -> Path | None:

@@ -841,3 +841,51 @@ with Isotope.open({str(base / 'index')!r}, llm=FakeLLM(), cache=False) as iso:
             if path.is_dir():
                 path.chmod(0o777)
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- issue 64: files written at a path a user gives ---------------------------------------------
+def test_a_file_written_at_a_user_s_path_follows_no_link_and_is_whole_or_absent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`isotope.files.write_atomically`, which every such writer uses: a link at the
+    path is replaced, never written through; the mode is the replaced file's (else the
+    umask's); a failed write leaves the old file and no temporary one."""
+    from isotope import files
+
+    victim = tmp_path / "victim"
+    victim.write_text("not yours to write\n")
+    target = tmp_path / "out.jsonl"
+    target.symlink_to(victim)
+    files.write_atomically(target, "first\n")
+    assert not target.is_symlink() and target.read_text() == "first\n"
+    assert victim.read_text() == "not yours to write\n"
+    target.chmod(0o640)
+    files.write_atomically(target, b"second\n")
+    assert target.read_bytes() == b"second\n" and target.stat().st_mode & 0o777 == 0o640
+    files.write_atomically(target, "private\n", private=True)
+    assert target.stat().st_mode & 0o777 == 0o600
+
+    def full(fd: int) -> None:  # (a full disk may say so only when flushed)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space"):
+        files.write_atomically(target, "x" * 100_000)
+    monkeypatch.undo()
+    assert target.read_text() == "private\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl", "victim"]
+
+
+def test_a_project_s_location_file_is_written_through_no_link(tmp_path: Path) -> None:
+    """The file that holds a project's store URL (a password, maybe) was opened with
+    O_CREAT|O_TRUNC, following a link planted at its name: the URL went wherever the link
+    pointed. It is a private file of its own now."""
+    from isotope import projects
+
+    folder = tmp_path / "projects" / "remote"
+    folder.mkdir(parents=True)
+    (folder / projects.LOCATION_FILE).symlink_to(tmp_path / "elsewhere")  # (dangling)
+    made = projects.create("remote", location=str(tmp_path / "store"))
+    written = made / projects.LOCATION_FILE
+    assert not (tmp_path / "elsewhere").exists()
+    assert not written.is_symlink() and written.read_text() == f"{tmp_path / 'store'}\n"
+    assert written.stat().st_mode & 0o777 == 0o600

@@ -350,8 +350,13 @@ def test_the_command_line_logs_marks_learns_and_reviews(
     assert isinstance(approved, dict) and approved["done"][0]["learned"] == "learned"
     assert approved["waiting"] == []
     assert run("questions", "orphaned") == []
+    # a link planted at a file --write makes: replaced, its target untouched (issue 64)
+    (tmp_path / "set").mkdir()
+    (tmp_path / "victim").write_text("not yours to write\n")
+    (tmp_path / "set" / "queries.jsonl").symlink_to(tmp_path / "victim")
     scored = run("eval", "--from-log", "--write", str(tmp_path / "set"), "-m", "hybrid",
                  "-m", "questions-dense")
+    assert (tmp_path / "victim").read_text() == "not yours to write\n"
     assert isinstance(scored, dict) and scored["queries"] == 2 and scored["passages"] == 2
     dense = next(m for m in scored["modes"] if m["mode"] == "questions-dense")
     assert dense["recall"]["1"] == 100.0  # (learned: each query is now its chunk's question)

@@ -762,3 +762,59 @@ def test_half_sent_headers_are_let_go(iso: Isotope, tmp_path: Path,
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_a_malformed_keys_file_quotes_no_key_and_names_no_path_in_a_reply(
+        iso: Isotope, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Two keys joined on one line answered every request (one without a key too) 503
+    with the second key and the file's path in the body (issue 64): whatever is wrong
+    with a line, the reply says only that the keys file is invalid, and the log (and the
+    error at start) names the file and the line, never any of a line's text."""
+    import logging
+
+    from isotope.errors import SettingsError
+
+    kept, first, second = "Kq7pX2mW9vLk4Rt8Zs", "Ay3nB6cJ1dFs5Gu0Ke", "Bw8hT4rN2xQm6Vp1Lc"
+
+    def fragments(text: str) -> list[str]:  # (any six characters in a row of a key)
+        return [key[i:i + 6] for key in (kept, first, second) for i in range(len(key) - 5)
+                if key[i:i + 6] in text]
+
+    keys_file = tmp_path / "team.keys"
+    keys_file.write_text(f"{kept}\n")
+    broken: dict[str, bytes] = {
+        "two keys joined": f"{first} {second}",
+        "two keys joined after a scope": f"{first} read {second}",
+        "a second key after a field": f"{first} read user=bob {second}",
+        "a name a principal cannot have": f"{first} read user=bob:{second}",
+        "an empty name before a key": f"{first} read groups=,{second}",
+        "a key with a character not printable": f"{first}\x7f{second} read",
+        "a key too short": second[:12],
+        "a scope misspelt": f"{first} raed",
+        "a key on two lines": f"{kept} read",
+        "not UTF-8": f"{first}\xff{second}",
+    }
+    with _serve(iso, tmp_path, keys=Keys.from_settings(Settings(api_keys_file=keys_file))
+                ) as url:
+        for case, line in broken.items():
+            caplog.clear()
+            keys_file.write_bytes(f"{kept}\n{line}\n".encode("latin-1"))
+            with caplog.at_level(logging.WARNING, logger="isotope.server.auth"):
+                for key in (None, kept, first, second):
+                    headers = {"Authorization": f"Bearer {key}"} if key else {}
+                    reply = httpx.get(url + "/sources", headers=headers)
+                    assert reply.status_code == 503, (case, reply.text)
+                    assert "keys file is invalid" in reply.json()["error"], case
+                    assert not fragments(reply.text), (case, reply.text)
+                    assert str(tmp_path) not in reply.text and keys_file.name not in (
+                        reply.text), (case, reply.text)
+            logged = [r.getMessage() for r in caplog.records]
+            assert len(logged) == 1, (case, logged)  # (once, not at every request)
+            assert f"api_keys_file {keys_file}, line 2: " in logged[0], (case, logged)
+            assert not fragments(logged[0]), (case, logged)
+            with pytest.raises(SettingsError, match=f"{keys_file}, line 2: ") as refused:
+                Keys.from_settings(Settings(api_keys_file=keys_file))  # (at start)
+            assert not fragments(str(refused.value)), (case, refused.value)
+        keys_file.write_text(f"{kept}\n{first} read\n")  # fixed: answered again
+        assert httpx.get(url + "/sources", headers={"Authorization": f"Bearer {first}"}
+                         ).status_code == 200

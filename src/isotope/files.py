@@ -1,6 +1,8 @@
-"""Reading a user's files, and naming them. Every path that reads a user file goes through
-:func:`read_file`: it reads only regular files (never a FIFO, socket or device, which
-could block forever or never end) and at most ``max_bytes``, even if the file grows.
+"""Reading a user's files, naming them, and writing at a path a user gives. Every path that
+reads a user file goes through :func:`read_file`: it reads only regular files (never a
+FIFO, socket or device, which could block forever or never end) and at most
+``max_bytes``, even if the file grows. Every file written at a path a user gives goes
+through :func:`write_atomically` (no link followed, whole or not at all).
 
 A source is the path it was reached by (made absolute, symbolic links *not* resolved), so
 ingest, sync, delete, filters and file references all agree on one name: after
@@ -10,10 +12,12 @@ content, and a deleted link is a deleted source.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from contextvars import ContextVar
 from pathlib import Path
-from stat import S_ISREG
+from stat import S_IMODE, S_ISREG
 from typing import BinaryIO
 
 from isotope.errors import LoaderError
@@ -121,3 +125,53 @@ def read_opened(path: str | Path, max_bytes: int) -> tuple[os.stat_result, bytes
         raise LoaderError(path, f"the file grew over the max_file_mb limit of "
                           f"{max_bytes / 1e6:g} MB while being read")
     return stat, data, real
+
+
+def write_atomically(path: str | Path, data: bytes | str, *, private: bool = False) -> None:
+    """Write ``data`` (text: as UTF-8) to ``path``, whole or not at all: into a new file
+    beside it that :func:`tempfile.mkstemp` makes (``O_CREAT|O_EXCL|O_NOFOLLOW``, a name
+    no one can plant a link at beforehand), flushed to disk, then renamed over ``path``
+    (a link at ``path`` itself is replaced, never followed). Every file isotope writes at
+    a path a user gives (an export, ``eval --write``, a project's files) is written so.
+
+    The file's mode is that of the file it replaces, else what the umask leaves of
+    0o666 (0o600 whatever it was with ``private``: it may hold a password). An error
+    (an ``OSError``) leaves ``path`` as it was and no temporary file behind."""
+    path = Path(path)
+    content = data.encode("utf-8") if isinstance(data, str) else data
+    mode = 0o600 if private else _mode_of(path)
+    # (the name's start, to be recognised; short enough for the longest name there is)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:64]}.",
+                                         suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            os.fchmod(out.fileno(), mode)
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _mode_of(path: Path) -> int:
+    """The permissions a file written at ``path`` gets: those of the regular file there
+    (not a link's target), else 0o666 less the umask."""
+    with contextlib.suppress(OSError):
+        found = os.lstat(path)
+        if S_ISREG(found.st_mode):
+            return S_IMODE(found.st_mode)
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (another thread may be creating a
+    file meanwhile); 0o022 where the system does not say."""
+    with (contextlib.suppress(OSError, ValueError, IndexError),
+          open("/proc/self/status", encoding="ascii", errors="replace") as status):
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022

@@ -16,7 +16,6 @@ moved to ``.default`` when the default is next written or a project ``default`` 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from isotope.errors import IsotopeError, SettingsError
+from isotope.files import write_atomically
 from isotope.redaction import has_secret
 from isotope.settings import (
     LOCAL_FIELDS,
@@ -130,9 +130,7 @@ def _write_marker(base: Path, name: str | None) -> None:
         marker.unlink(missing_ok=True)
     else:
         base.mkdir(parents=True, exist_ok=True)
-        partial = base / f"{DEFAULT_FILE}.{os.getpid()}.tmp"
-        partial.write_text(name + "\n", encoding="utf-8")
-        os.replace(partial, marker)
+        write_atomically(marker, name + "\n")
     legacy = base / LEGACY_DEFAULT_FILE
     if legacy.is_file() and not legacy.is_symlink():
         with contextlib.suppress(OSError):
@@ -170,14 +168,6 @@ def index_path(settings: Settings, origins: dict[str, str]) -> str:
     return location_of(name, settings) if name else settings.index
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to a file only its owner may read (it may hold a password)."""
-    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(handle, 0o600)
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(text)
-
-
 def create(name: str, *, location: str | None = None, **values: Any) -> Path:
     """Create an empty project whose saved settings are ``values`` over the defaults. With
     ``location`` (a store URL, or a directory elsewhere), the project's folder points at
@@ -207,7 +197,8 @@ def create(name: str, *, location: str | None = None, **values: Any) -> Path:
     if location is not None:
         store = stores.open(location, create=True)
         path.mkdir(parents=True, exist_ok=True)
-        _write_private(path / LOCATION_FILE, str(location) + "\n")
+        # (only its owner may read it: it may hold a password)
+        write_atomically(path / LOCATION_FILE, str(location) + "\n", private=True)
     else:
         store = stores.open(path, create=True)
     try:

@@ -13,6 +13,7 @@ from rich.table import Table
 from isotope.cli.console import err, errors, fail, out, print_json
 from isotope.cli.ingesting import with_bar
 from isotope.cli.shell import ContextOpt, IndexOpt, JsonOpt, ProjectOpt, app, open_index
+from isotope.files import write_atomically
 from isotope.search.retrieval import MODES, thresholds
 
 if TYPE_CHECKING:
@@ -214,9 +215,8 @@ def _from_log(index: str | None, project: str | None, modes: list[str], write: P
         if write is not None:
             write.mkdir(parents=True, exist_ok=True)
             for name, rows in (("passages", found_passages), ("queries", found_queries)):
-                (write / f"{name}.jsonl").write_text(
-                    "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
-                    encoding="utf-8")
+                write_atomically(write / f"{name}.jsonl", "".join(
+                    json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         result = evaluation.EvalResult(len(found_passages), len(found_queries))
         result.modes = evaluation.evaluate(
             evaluation.searcher(iso, lambda chunk: chunk.id), found_queries, modes,

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from isotope.cli.console import err, errors, fail, out, print_json
 from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, ShowByDefault, app, open_index
+from isotope.files import write_atomically
 from isotope.knowledge import memory
 from isotope.knowledge.facts import MAX_HOPS
 
@@ -89,9 +90,7 @@ def export_command(
         sys.stdout.writelines(lines)
         return
     try:
-        part = output.with_name(output.name + ".part")
-        part.write_text("".join(lines), encoding="utf-8")
-        part.replace(output)
+        write_atomically(output, "".join(lines))
     except OSError as exc:
         fail(f"{output}: cannot write it ({exc.strerror}); give another --output")
     err.print(f"wrote {len(graph['entities'])} entities and {len(graph['relations'])} "

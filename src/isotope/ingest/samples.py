@@ -7,6 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 from isotope.errors import InvalidArgument
+from isotope.files import write_atomically
 
 SAMPLE = "data/sample"
 """Where the sample documents are in the package."""
@@ -27,7 +28,7 @@ def write_sample(folder: str | Path) -> list[Path]:
             if item.is_dir():
                 copy(item, to / item.name)
             else:
-                (to / item.name).write_bytes(item.read_bytes())
+                write_atomically(to / item.name, item.read_bytes())
                 written.append(to / item.name)
 
     copy(resources.files("isotope") / SAMPLE, target)

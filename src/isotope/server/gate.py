@@ -153,9 +153,10 @@ class Gate:
         access, principal = "write", None
         keys = self.keys = self.keys.fresh()  # (the keys file, read again if it changed)
         if keys and not (inner in OPEN_PATHS or inner.startswith(OPEN_PREFIXES)):
-            if keys.broken:
-                await reply(send, 503, f"{keys.broken}; every request is refused until "
-                            "the keys file is fixed")
+            if keys.broken:  # (why, with the file and line, is in the server's log only)
+                await reply(send, 503, "the server's API keys file is invalid; every "
+                            "request is refused until it is fixed (the server's log says "
+                            "why)")
                 return
             kind, _, token = headers.get("authorization", "").partition(" ")
             found = keys.lookup(token.strip()) if kind.lower() == "bearer" else None

@@ -305,12 +305,13 @@ class Graph(ABC):
                  ) -> list[GraphEntity]:
         """The entities named in chunks meeting ``conditions``, most chunks first; only
         ``keys`` when given; only those whose name, type or a statement naming them holds
-        ``match`` (case ignored) when given; only those the chunk ``chunk`` names (when
-        it meets ``conditions``) when given. ``named_up_to``: the name and type read only
-        for entities named in at most that many chunks (the others: their key, "thing";
-        reading a hub's name reads every one of its mentions); with ``keys`` alone, the
-        others are also counted only that far (``named_up_to + 1`` chunks and mentions,
-        first)."""
+        ``match`` (case ignored; ``%``, ``_`` and ``\\`` are those characters, not
+        wildcards), or whose key holds its key (when it has one), when given; only those
+        the chunk ``chunk`` names (when it meets ``conditions``) when given.
+        ``named_up_to``: the name and type read only for entities named in at most that
+        many chunks (the others: their key, "thing"; reading a hub's name reads every one
+        of its mentions); with ``keys`` alone, the others are also counted only that far
+        (``named_up_to + 1`` chunks and mentions, first)."""
 
     @abstractmethod
     def relations(self, conditions: Sequence[Condition] = (), *,

@@ -181,13 +181,18 @@ class SQLGraph(Graph):
                 return "%" + re.sub(r"([\\%_])", r"\\\1", text) + "%"
 
             has = f"LIKE {d.mark} ESCAPE '\\'"
+            # the text as it is, or its key ("Eiffel-Tower": "eiffel tower"); a text of
+            # punctuation alone ("%", "\\") has an empty key, which would match every
+            # entity: then only the text itself
+            folded = entity_key(match)
+            by_key = f"n.entity {has} OR " if folded else ""
             where.append(
                 f"m.entity IN (SELECT n.entity FROM mentions n {self._seen('n', conditions)} WHERE "
                 f"{clause} AND ({d.lower}(n.name) {has} OR {d.lower}(n.type) {has} OR "
-                f"n.entity {has} OR EXISTS (SELECT 1 FROM atoms a WHERE a.id = n.atom_id AND "
+                f"{by_key}EXISTS (SELECT 1 FROM atoms a WHERE a.id = n.atom_id AND "
                 f"a.chunk_id = n.chunk_id AND {d.lower}(a.text) {has})))")
             lowered = like(match.lower())
-            extra += [*params, lowered, lowered, like(entity_key(match)), lowered]
+            extra += [*params, lowered, lowered, *([like(folded)] if folded else []), lowered]
         return [(key, int(chunks), int(mentions)) for key, chunks, mentions in self._rows(
             f"SELECT m.entity, count(DISTINCT m.chunk_id), count(*) FROM mentions m "
             f"{self._seen('m', conditions)} WHERE {' AND '.join(where)} GROUP BY m.entity "
