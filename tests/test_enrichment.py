@@ -129,3 +129,37 @@ def test_cli_ingest_later_list_query_and_enrich(tmp_path: Path) -> None:
     assert bad.exit_code != 0 and "now" in bad.output and "later" in bad.output
     assert "--questions" in runner.invoke(app, ["ingest", "--help"]).output
     assert "waiting" in runner.invoke(app, ["enrich", "--help"]).output
+
+
+def test_the_model_work_is_told_chunk_by_chunk_as_it_is_written(tmp_path: Path,
+                                                                embedder: Embedder) -> None:
+    """``isotope ingest`` printed "questions: 0/7 chunks done" for 465 s, then 7/7: a
+    window of chunks decoded together said nothing until it all ended. Through a real
+    local model (SmolLM2, in-process, batched decoding: one window of six chunks), each
+    chunk is told as its questions are written, with the tokens so far and, once a tenth
+    is done, the time left; the CLI's lines say them."""
+    from isotope.cli.ingesting import _model_work
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    topics = ["The harbour ferry leaves at seven.", "The city library opens at nine.",
+              "The bakery sells rye bread.", "The museum shows old maps.",
+              "The swimming pool closes on Mondays.", "The garden centre sells roses."]
+    for i, text in enumerate(topics):
+        (docs / f"{i}.md").write_text(text + "\n")
+    events: list[Progress] = []
+    with Isotope.open(tmp_path / "index", embedder=embedder, cache=False,
+                      question_model="local/smollm2-135m", generation="batched",
+                      questions_per_atom=1, max_repairs=0) as iso:
+        report = iso.ingest(docs, progress=events.append)
+    assert report.ok and report.chunks == 6
+    told = [e for e in events if e.stage == "generate"]
+    done = [e.sources_done for e in told]
+    assert done == sorted(done) and done[-1] == 6
+    assert len(set(done) - {0, 6}) >= 3, done  # (one by one, not the window at its end)
+    tokens = [e.tokens for e in told]
+    assert tokens == sorted(tokens) and tokens[-1] > 0
+    assert any(e.tokens > 0 for e in told if e.sources_done < 6)  # (as they are written)
+    later = [e for e in told if e.sources_done >= 1]
+    assert later and all(e.eta_s is not None and e.eta_s >= 0 for e in later)
+    assert "tokens written" in _model_work(later[0]) and "left" in _model_work(later[0])

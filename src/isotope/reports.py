@@ -96,6 +96,12 @@ class Progress:
     atoms: int
     questions: int
     """Questions generated so far."""
+    tokens: int = 0
+    """Tokens the language model has written in this run so far (a local model's
+    batched decoding tells them as it goes)."""
+    eta_s: float | None = None
+    """Seconds the questions are estimated to take still, once a tenth of the chunks is
+    done (None before, and outside the questions' stage)."""
 
 
 ProgressCallback = Callable[[Progress], None]

@@ -42,6 +42,7 @@ from isotope.ingest.assembly import Select, split
 from isotope.ingest.generation import Generated, QuestionGenerator
 from isotope.ingest.windows import windows
 from isotope.models import DroppedQuestion, Question, Source
+from isotope.providers import DECODING
 from isotope.reports import FileError, IngestReport, Progress, ProgressCallback, Timer
 from isotope.settings import IngestSettings
 from isotope.stores import ChunkQuestions, PendingChunk, Store, dropped_by_chunk
@@ -119,16 +120,47 @@ class Enricher:
                 pending = self._parts(size, report, fed.take(), count_atoms)
             return part
 
-        def notify(stage: str, part: list[PendingChunk]) -> None:
+        usage, started = generator.llm.usage, time.monotonic()
+        written = usage.completion_tokens  # (the tokens of this run: those after it)
+        flight: list[int] = [0, 0]  # chunks finished and tokens of the call in flight
+
+        def notify(stage: str, part: list[PendingChunk], *, finished: int = 0) -> None:
             if progress is not None and part:  # (a total of 0: not known yet)
                 n = total() or 0
-                progress(Progress(stage, part[-1].chunk.source, min(done, n) if n else done,
-                                  n, report.chunks, report.atoms, report.questions_generated))
+                now = min(done + finished, n) if n else done + finished
+                eta = ((time.monotonic() - started) / now * (n - now)
+                       if n and now >= max(1, n / 10) else None)
+                progress(Progress(stage, part[finished - 1 if finished else -1].chunk.source,
+                                  now, n, report.chunks, report.atoms,
+                                  report.questions_generated,
+                                  tokens=usage.completion_tokens - written + flight[1],
+                                  eta_s=eta))
 
         total()
         def begun(part: list[PendingChunk]) -> list[PendingChunk]:
             notify("generate", part)  # (the model starts on it: said before it ends)
             return part
+
+        def told(part: list[PendingChunk]) -> Callable[[Sequence[int], int], None]:
+            """What a local model's batched decoding tells of ``part`` as it goes: each
+            chunk as its questions are written, and the tokens (every second at most)."""
+            said = [0.0]
+
+            def tell(finished: Sequence[int], tokens: int) -> None:
+                flight[1] = tokens
+                if len(finished) > flight[0] or time.monotonic() - said[0] >= 1.0:
+                    flight[0], said[0] = len(finished), time.monotonic()
+                    notify("generate", [part[i] for i in sorted(finished)] or part,
+                           finished=len(finished))
+            return tell
+
+        def decoded(part: list[PendingChunk]) -> list[Generated | None]:
+            token = DECODING.set(told(part))
+            try:
+                return self._generate(generator, begun(part), report)
+            finally:
+                DECODING.reset(token)
+                flight[:] = [0, 0]  # (the model's usage holds them now)
 
         generated = (_Pipeline(lambda part: self._generate(generator, begun(part), report,
                                                            timed=False),
@@ -136,8 +168,7 @@ class Enricher:
                                None if fed.done else fed.step).run(
                                    report, lambda part: notify("wait", part))
                      if pipelined
-                     else ((part, self._generate(generator, begun(part), report))
-                           for part in pending))
+                     else ((part, decoded(part)) for part in pending))
         def stored(part: list[PendingChunk], results: Results, tally: IngestReport) -> None:
             """(in this thread) What storing a part did, added to the report."""
             nonlocal done, kept_waiting

@@ -12,6 +12,7 @@ import asyncio
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
@@ -47,6 +48,14 @@ class Usage:
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
         self.calls += 1
+
+
+DECODING: ContextVar[Callable[[Sequence[int], int], None] | None] = ContextVar(
+    "isotope_decoding", default=None)
+"""While set: called by a local model's batched decoding as it goes (when a group of
+prompts is finished, and every few steps), with the groups of the call finished so far
+(their indexes in the call) and the tokens it has decoded so far: how an ingest reports
+each chunk as its questions are written, not when the whole window is."""
 
 
 class BatchGenerationError(ProviderError):

@@ -22,14 +22,14 @@ one sequence only).
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp
 
 from isotope.errors import ProviderError
-from isotope.providers import Limits
+from isotope.providers import DECODING, Limits
 
 
 @dataclass
@@ -64,6 +64,38 @@ def _ends(text: bytes, questions: int) -> bool:
 class _Group:
     prompts: list[list[int]]
     shared: int  # tokens all its prompts share
+
+
+class _Teller:
+    """Tells :data:`isotope.providers.DECODING`'s listener (if any) how a call goes: the
+    groups finished (at once when one is) and the tokens decoded (every
+    :data:`TELL_EVERY` steps)."""
+
+    def __init__(self, listener: Callable[[Sequence[int], int], None] | None,
+                 sizes: list[int], stats: SampleStats) -> None:
+        self.listener, self.left, self.stats = listener, sizes, stats
+        self.done = [g for g, n in enumerate(sizes) if not n]
+        self.base, self.steps = stats.completion_tokens, 0
+
+    def finished(self, group: int) -> None:
+        self.left[group] -= 1
+        if not self.left[group]:
+            self.done.append(group)
+            self.tell()
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps % TELL_EVERY == 0:
+            self.tell()
+
+    def tell(self) -> None:
+        if self.listener is not None:
+            self.listener(list(self.done), self.stats.completion_tokens - self.base)
+
+
+TELL_EVERY = 16
+"""Decoding steps between two reports of the tokens decoded (a step is one token of
+every live sequence)."""
 
 
 def common_prefix(token_lists: Sequence[Sequence[int]], limit: int) -> int:
@@ -157,6 +189,7 @@ class BatchedSampler:
         asked = [g for g in work if g.prompts]
         if not asked:
             return out
+        tell = _Teller(DECODING.get(), [len(g.prompts) for g in work], stats)
         everyone = [t for g in asked for t in g.prompts]
         base = common_prefix(everyone, min(g.shared for g in asked))
         stats.prompt_tokens += self._set_prefix(everyone[0][:base])
@@ -209,12 +242,14 @@ class BatchedSampler:
                         if end.questions == 1:
                             text = text.split("\n", 1)[0]
                         out[seq.unit[0]][seq.prompt] = text
+                        tell.finished(seq.unit[0])
                         self._release(s, live, free)
                         if not any(q.unit == seq.unit for q in live.values()):
                             del held[seq.unit]
                         continue
                     seq.index = self._add(token, seq.pos, [s], True)
                     seq.pos += 1
+                tell.step()
         finally:
             for s in list(live):
                 self._release(s, live, free)
