@@ -32,7 +32,7 @@ from isotope.models import Atom
 from isotope.settings import Settings
 from isotope.stores import ChunkQuestions
 
-from conftest import FakeLLM
+from conftest import FakeLLM, served_on_loopback
 
 OPERA = "The Sydney Opera House was designed by Jørn Utzon in the late fifties."
 BORN = "Jørn Utzon was born in Copenhagen in the spring of 1918."
@@ -241,6 +241,89 @@ def test_wildcards_in_a_match_are_the_characters_themselves(location: str, tmp_p
                 listed = client.get("/entities", params={"match": text},
                                     headers={"Authorization": f"Bearer {'e' * 24}"})
                 assert [e["name"] for e in listed.json()] == eve_sees, (text, listed.text)
+
+
+MEMORY_CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("read_graph", {}),
+    *(("search_nodes", {"query": q}) for q in ("copenhagen", "1918", "pritzker", "utzon")),
+    ("open_nodes", {"names": ["Copenhagen", "Pritzker Prize", "Jørn Utzon",
+                              "Sydney Opera House"]}),
+    ("open_nodes", {"names": ["Utzon"]}),  # (an alias named in hr/ only)
+)
+"""Each MCP Memory tool, asked for what hr/ holds: its entities (Copenhagen, Pritzker
+Prize), its relations (was born in, received the), its statements (1918), and an entity
+both sources name (Jørn Utzon)."""
+
+
+def test_the_memory_tools_over_http_read_the_graph_as_the_key_may(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    """``read_graph``, ``search_nodes`` and ``open_nodes`` over HTTP with a user's key
+    returned the whole graph when the principal was left out of the call, and every test
+    stayed green (issue 64). A user outside hr (a read-only key, a read-write one) sees
+    no entity, relation or observation of hr/ through any of them; a member of hr and an
+    administrator see them."""
+    pytest.importorskip("fastapi", reason="pip install 'isotopedb[server]'")
+    pytest.importorskip("mcp", reason="pip install 'isotopedb[server]'")
+    import httpx
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from isotope.server.app import create_app
+    from isotope.server.auth import Keys
+
+    keys = {"eve read-only": ("e" * 24, "read user=eve"), "eve": ("w" * 24, "user=eve"),
+            "ann of hr": ("h" * 24, "read user=ann groups=hr"), "admin": ("a" * 24, "")}
+    (tmp_path / "keys").write_text("".join(f"{k} {line}\n" for k, line in keys.values()))
+
+    async def asked(url: str, key: str) -> list[tuple[str, dict[str, Any], Any]]:
+        replies = []
+        client = httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        async with streamable_http_client(url + "/mcp/", http_client=client) as (
+                read, write, _), ClientSession(read, write) as session:
+            await session.initialize()
+            for tool, arguments in MEMORY_CALLS:
+                done = await session.call_tool(tool, arguments)
+                assert not done.isError, (tool, arguments, done.content)
+                replies.append((tool, arguments, json.loads(done.content[0].text)))
+        return replies
+
+    with _open(location, embedder) as iso:
+        assert iso.ingest(_docs(tmp_path / "docs")).ok
+        app = create_app(iso, keys=Keys.from_settings(Settings(api_keys_file=tmp_path / "keys")),
+                         roots=[], max_bytes=1_000_000, uploads=tmp_path / "up")
+        with served_on_loopback(app) as url:
+            for who, (key, _) in keys.items():
+                hr = who in ("ann of hr", "admin")
+                for tool, arguments, graph in anyio.run(asked, url, key):
+                    said = (who, tool, arguments, graph)
+                    names = {e["name"] for e in graph["entities"]}
+                    kinds = {r["relationType"] for r in graph["relations"]}
+                    notes = [n for e in graph["entities"] for n in e["observations"]]
+                    shown = json.dumps(graph, ensure_ascii=False)
+                    if not hr:  # nothing of hr/: no entity, relation or statement
+                        assert not names & {"Copenhagen", "Pritzker Prize"}, said
+                        assert kinds <= {"was designed by"}, said
+                        assert set(notes) <= {OPERA}, said
+                        assert not any(w in shown for w in ("Copenhagen", "1918",
+                                                            "Pritzker")), said
+                    if tool == "read_graph":
+                        assert {"Sydney Opera House", "Jørn Utzon"} <= names, said
+                        assert ({"Copenhagen", "Pritzker Prize"} <= names) == hr, said
+                        assert ({"was born in", "received the"} <= kinds) == hr, said
+                        assert (BORN in notes and PRIZE in notes) == hr, said
+                    elif tool == "search_nodes" and arguments["query"] != "utzon":
+                        # (each query names hr/ alone: found only by who may see it)
+                        assert bool(names) == hr, said
+                    elif tool == "search_nodes":
+                        utzon = next(e for e in graph["entities"] if e["name"] == "Jørn Utzon")
+                        assert (BORN in utzon["observations"]) == hr, said
+                        assert OPERA in utzon["observations"], said
+                    elif arguments["names"] == ["Utzon"]:
+                        assert names == ({"Jørn Utzon"} if hr else set()), said
+                    else:
+                        assert names == {"Sydney Opera House", "Jørn Utzon"} | (
+                            {"Copenhagen", "Pritzker Prize"} if hr else set()), said
+                        assert ("was born in" in kinds) == hr, said
 
 
 def test_a_relation_seen_in_two_sources_stays_while_one_holds_it(

@@ -3,12 +3,17 @@ for every operation, whether it writes, whether it needs an administrator, and i
 routes, MCP tool and CLI command. Here the table is checked against the shells (every
 route, tool and command it names exists, and every route and tool of the shells is in
 it), and walked whole with every kind of key (administrator, administrator read-only,
-user, user read-only, a key of another project, none) over HTTP and MCP, so that a route
-or tool that forgets its check fails. A real uvicorn server on loopback over two real
+user, user read-only, a key of another project, none) over HTTP and MCP against what the
+test itself says each key may do (:data:`EXPECTED`), each call valid: a call allowed
+must succeed (2xx, no error of any kind), one refused is refused as expected, so that a
+route or tool that forgets its check, a row of the table changed, or a call that fails
+for another reason fails the walk. A real uvicorn server on loopback over two real
 indexes (the fake model at the provider boundary)."""
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +43,28 @@ KEYS = {"admin": "a" * 24, "admin read-only": "r" * 24, "user": "u" * 24,
 LINES = {"admin": "", "admin read-only": "read", "user": "write user=bob",
          "user read-only": "read user=bob", "another project's": "projects=beta"}
 GATE_READ_ONLY = "this API key may only read"
+NOT_ADMIN = "needs an administrator's API key"
+
+# What each key of the project gets, written here and not read from the table under test
+# (a walk whose refusals came from the table checked the table against itself): None, the
+# call succeeds; READ_ONLY, the gate refuses a read-only key (403, or the JSON-RPC error
+# of MCP's guard) before the call; ADMIN, a user's key is refused (403, an error result).
+READ_ONLY, ADMIN = "read-only", "administrator"
+ANYONE: dict[str, str | None] = {"admin": None, "admin read-only": None, "user": None,
+                                 "user read-only": None}
+ADMINS = {**ANYONE, "user": ADMIN, "user read-only": ADMIN}
+ADMIN_WRITES = {**ANYONE, "admin read-only": READ_ONLY, "user": ADMIN,
+                "user read-only": READ_ONLY}
+EXPECTED: dict[str, dict[str, str | None]] = {
+    **dict.fromkeys(("search", "ask", "answer", "questions", "chunk_questions", "sources",
+                     "status", "entities", "graph", "read_graph", "search_nodes",
+                     "open_nodes"), ANYONE),
+    # (a mark writes to the query log, but any key may give one: it waits for review)
+    "feedback": ANYONE,
+    "log": ADMINS,  # (what every user asked)
+    **dict.fromkeys(("delete", "add_question", "edit_question", "disable_question",
+                     "enable_question", "ingest", "sync"), ADMIN_WRITES),
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +74,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
     docs = tmp / "docs"
     docs.mkdir()
     (docs / "coffee.md").write_text("# Coffee\n\nThe alpha team brews cardamom coffee.\n")
-    alpha = Isotope.open(tmp / "alpha", embedder=embedder, llm=FakeLLM(), cache=False)
+    (tmp / "throwaway").mkdir()
+    alpha = Isotope.open(tmp / "alpha", embedder=embedder, llm=FakeLLM(), cache=False,
+                         graph=True)
     beta = Isotope.open(tmp / "beta", embedder=embedder, llm=FakeLLM(), cache=False)
     alpha.ingest(docs, allow=["public"])
     keys_file = tmp / "keys"
@@ -58,118 +87,158 @@ def server(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
     other = create_app(beta, uploads=tmp / "up-beta", gate=False, **options)
     app = create_app(alpha, uploads=tmp / "up-alpha", project="alpha",
                      projects={"beta": other}, **options)
-    chunk = next(iter(alpha.store.stored_chunks(str((docs / "coffee.md").resolve()))))
+    source = str((docs / "coffee.md").resolve())
+    chunk = alpha.search("cardamom coffee", k=1).results[0].chunk.id
     with served_on_loopback(app) as url:
-        yield {"url": url, "app": app, "docs": docs, "chunk": chunk, "iso": alpha}
+        yield {"url": url, "app": app, "docs": docs, "chunk": chunk, "iso": alpha,
+               "source": source, "throwaway": tmp / "throwaway", "made": itertools.count()}
     alpha.close()
     beta.close()
 
 
-def _request(op: Operation, method: str, route: str, server: dict[str, Any]
-             ) -> dict[str, Any]:
-    """A request the route's handler reaches (a valid body), doing as little as it can:
-    a source or question that is not there, a search of one result."""
-    path = (route.replace("{chunk_id}", server["chunk"])
-            .replace("{question_id}", "f" * 16).replace("{source:path}", "no-such.md"))
+def _request(op: Operation, method: str, route: str, server: dict[str, Any],
+             searched: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A valid request of the route, one that succeeds for a key that may make it: what
+    it acts on is made for it (a source to delete, a question to edit, disable or
+    enable, a new question's text), and it marks or answers ``searched`` (a reply of
+    ``POST /search`` made with the same key)."""
+    iso, n = server["iso"], next(server["made"])
+    chunk, question, source = server["chunk"], "", ""
+    if op.name in ("delete", "add_question", "edit_question", "disable_question",
+                   "enable_question"):  # (a source of its own: no question twice)
+        made = server["throwaway"] / f"made-{n}.md"
+        made.write_text(f"# Made\n\nThe walk made file number {n} to change.\n")
+        iso.ingest(made, allow=["public"])
+        source = str(made.resolve())
+        chunk = iso.store.export_source(source).chunks[0].id  # type: ignore[union-attr]
+        question = iso.questions(chunk_id=chunk)[0].id
+        if op.name == "enable_question":
+            iso.disable_question(question)
+    path = (route.replace("{chunk_id}", chunk).replace("{question_id}", question)
+            .replace("{source:path}", source.lstrip("/")))
+    searched = searched or {"query": "coffee"}
+    marked = next((r["chunk"]["id"] for r in searched.get("results", [])), server["chunk"])
     bodies: dict[str, dict[str, Any]] = {
         "search": {"json": {"query": "coffee", "k": 1}},
         "ask": {"json": {"query": "coffee", "k": 1}},
-        "answer": {"json": {"query": "coffee"}},
+        "answer": {"json": searched},
         "questions": {"params": {"sample": 1}},
-        "graph": {"params": {"entity": "coffee"}},
+        "graph": {"params": {"entity": "Coffee"}},
         "read_graph": {"params": {"query": "coffee"}},
-        "feedback": {"json": {"query_id": "f" * 16, "chunk_id": server["chunk"]}},
-        "delete": {"params": {"source": "/no-such.md"}} if "{" not in route else {},
-        "add_question": {"json": {"text": "Which team brews cardamom coffee?"}},
-        "edit_question": {"json": {"text": "Who brews cardamom coffee?"}},
+        "feedback": {"json": {"query_id": searched.get("query_id") or "f" * 16,
+                              "chunk_id": marked}},
+        "delete": {"params": {"source": source}} if "{" not in route else {},
+        "add_question": {"json": {"text": "Which file did the walk make to change?"}},
+        "edit_question": {"json": {"text": "What did the walk make a file for?"}},
         "ingest": {"files": {"files": ("tea.md", b"# Tea\n\nThe beta team drinks tea.\n")}},
         "sync": {"json": {"paths": [str(server["docs"])]}},
     }
     return {"method": method, "url": server["url"] + path, **bodies.get(op.name, {})}
 
 
-def _refusal(op: Operation, key: str | None) -> tuple[int, str] | None:
-    """The status and words the table says a key gets (None: let through)."""
-    if key is None:
-        return 401, "a valid API key is needed"
-    if key == "another project's":
-        return 404, "no route"
-    if op.writes and key.endswith("read-only"):
-        return 403, GATE_READ_ONLY
-    if op.admin and key.startswith("user"):
-        return 403, "needs an administrator's API key"
-    return None
+def _expected(op: Operation, key: str | None) -> str | None:
+    """What ``key`` gets for ``op`` (:data:`EXPECTED`; no key: 401, another project's:
+    404, before any route of this project)."""
+    if key is None or key == "another project's":
+        return key or "no key"
+    return EXPECTED[op.name][key]
+
+
+def test_the_walk_has_a_row_for_every_operation() -> None:
+    assert set(EXPECTED) == {op.name for op in OPERATIONS}
+    assert all(set(row) == set(ANYONE) for row in EXPECTED.values())
 
 
 @pytest.mark.parametrize("key", [*KEYS, None])
-def test_every_route_of_the_table_refuses_whom_the_table_says(server: dict[str, Any],
-                                                              key: str | None) -> None:
+def test_every_route_of_the_table_does_what_the_key_may(server: dict[str, Any],
+                                                        key: str | None) -> None:
+    """Each route with a valid request: a key that may make it succeeds (2xx: a 404 of
+    a thing not found, a 500, or a 422 is a failure), one that may not is refused as
+    :data:`EXPECTED` says."""
     headers = {} if key is None else {"Authorization": f"Bearer {KEYS[key]}"}
+    searched = httpx.post(server["url"] + "/search", json={"query": "coffee", "k": 1},
+                          headers=headers, timeout=60)
     walked = 0
     for op in OPERATIONS:
         for method, route in op.http:
-            reply = httpx.request(**_request(op, method, route, server), headers=headers,
-                                  timeout=60)
-            refused = _refusal(op, key)
+            reply = httpx.request(**_request(op, method, route, server, searched.json()
+                                             if searched.is_success else None),
+                                  headers=headers, timeout=60)
+            expected = _expected(op, key)
             said = f"{op.name}: {method} {route} with {key}: {reply.status_code} {reply.text}"
-            if refused is None:
-                assert reply.status_code not in (401, 403, 404) or (
-                    reply.status_code == 404 and "no route" not in reply.text), said
+            if expected is None:
+                assert reply.is_success, said
+            elif expected == "no key":
+                assert reply.status_code == 401 and "a valid API key is needed" in reply.text, \
+                    said
+            elif expected == "another project's":
+                assert reply.status_code == 404 and "no route" in reply.text, said
+            elif expected == READ_ONLY:  # (the gate's: before the body was read)
+                assert reply.status_code == 403 and reply.json()["error"] == GATE_READ_ONLY, \
+                    said
             else:
-                assert reply.status_code == refused[0] and refused[1] in reply.text, said
-                if refused[1] == GATE_READ_ONLY:  # (the gate's: before the body was read)
-                    assert reply.json()["error"] == GATE_READ_ONLY, said
+                assert reply.status_code == 403 and NOT_ADMIN in reply.text, said
             walked += 1
     assert walked == sum(len(op.http) for op in OPERATIONS) >= 17
 
 
-def _tool_calls(server: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _tool_calls(server: dict[str, Any], query_id: str = "f" * 16,
+                chunk: str | None = None) -> dict[str, dict[str, Any]]:
+    """Valid arguments of each tool (``query_id``, ``chunk``: a result of a search made
+    with the same key, for ``feedback``)."""
     return {"search": {"query": "coffee", "k": 1}, "ask": {"query": "coffee", "k": 1},
-            "feedback": {"query_id": "f" * 16, "chunk_id": server["chunk"]},
-            "list_sources": {}, "ingest": {"paths": [str(server["docs"] / "coffee.md")]},
+            "feedback": {"query_id": query_id, "chunk_id": chunk or server["chunk"]},
+            "list_sources": {}, "ingest": {"paths": [server["source"]]},
             "read_graph": {}, "search_nodes": {"query": "coffee"},
-            "open_nodes": {"names": ["coffee"]}}
+            "open_nodes": {"names": ["Coffee"]}}
 
 
 @pytest.mark.parametrize("key", [*KEYS, None])
-def test_every_tool_of_the_table_refuses_whom_the_table_says(server: dict[str, Any],
-                                                             key: str | None) -> None:
+def test_every_tool_of_the_table_does_what_the_key_may(server: dict[str, Any],
+                                                       key: str | None) -> None:
+    """Each MCP tool with valid arguments: a key that may call it gets a result that is
+    no error (any error, a ``ValueError`` a tool raised included, is a failure), one that
+    may not is refused as :data:`EXPECTED` says."""
     import mcp
 
     headers = {} if key is None else {"Authorization": f"Bearer {KEYS[key]}"}
-    calls = _tool_calls(server)
     if key in (None, "another project's"):  # refused before any tool is listed
         reply = httpx.post(server["url"] + "/mcp/", headers=headers, json={
             "jsonrpc": "2.0", "id": 1, "method": "initialize"})
         assert reply.status_code == (401 if key is None else 404)
         return
 
-    async def walk() -> dict[str, str | None]:
-        said: dict[str, str | None] = {}
+    async def walk() -> dict[str, tuple[str, str] | None]:
+        said: dict[str, tuple[str, str] | None] = {}
         client = httpx.AsyncClient(headers=headers, timeout=60)
         async with streamable_http_client(server["url"] + "/mcp/", http_client=client) as (
                 read, write, _), ClientSession(read, write) as session:
             await session.initialize()
-            for name, arguments in calls.items():
+            found = json.loads((await session.call_tool("search", {
+                "query": "coffee", "k": 1})).content[0].text)
+            for name, arguments in _tool_calls(server, found["query_id"], found[
+                    "results"][0]["chunk_id"]).items():
                 try:
                     done = await session.call_tool(name, arguments)
                 except mcp.McpError as exc:  # (the guard's JSON-RPC error)
-                    said[name] = str(exc)
+                    said[name] = ("JSON-RPC error", str(exc))
                     continue
-                said[name] = done.content[0].text if done.isError else None
+                said[name] = ("error result", done.content[0].text) if done.isError \
+                    else None
         return said
 
     said = anyio.run(walk)
     assert set(said) == set(BY_TOOL)
     for name, error in said.items():
-        refused = _refusal(BY_TOOL[name], key)
-        if refused is None:
-            assert error is None or not any(w in error for w in (
-                "may only read", "administrator")), (name, key, error)
+        expected = _expected(BY_TOOL[name], key)
+        if expected is None:
+            assert error is None, (name, key, error)
+        elif expected == READ_ONLY:  # (the guard's, before the tool is called)
+            assert error == ("JSON-RPC error", f"{GATE_READ_ONLY}: {name} needs a "
+                             "read-write key"), (name, key, error)
         else:
-            assert error is not None and refused[1] in error, (name, key, error)
-            if refused[1] == GATE_READ_ONLY:  # (the guard's, before the tool is called)
-                assert f"{name} needs a read-write key" in error, (name, key, error)
+            assert error is not None and error[0] == "error result" and NOT_ADMIN in error[
+                1], (name, key, error)
 
 
 def test_the_table_and_the_shells_name_the_same_operations(server: dict[str, Any]) -> None:
@@ -272,21 +341,11 @@ def test_every_shell_makes_the_call_the_table_names(
 
         monkeypatch.setattr(Isotope, name, watched)
     iso, docs, chunk = server["iso"], server["docs"], server["chunk"]
-    throwaway = docs.parent / "throwaway"
-    throwaway.mkdir(exist_ok=True)
     headers = {"Authorization": f"Bearer {KEYS['admin']}"}
     missed = []
     for op in OPERATIONS:
         for method, route in op.http:
-            request = _request(op, method, route, server)
-            if op.name == "delete":  # (a source that is there, so the call is made)
-                gone = throwaway / f"gone-{len(made)}.md"
-                gone.write_text("# Gone\n\nA file to delete.\n")
-                iso.ingest(gone, allow=["public"])
-                source = str(gone.resolve())
-                request = ({**request, "params": {"source": source}} if "{" not in route
-                           else {**request, "url": server["url"] + "/sources/" +
-                                 source.lstrip("/")})
+            request = _request(op, method, route, server)  # (what it acts on is there)
             made.clear()
             reply = httpx.request(**request, headers=headers, timeout=60)
             if op.call not in made:

@@ -9,7 +9,8 @@ where each shell offers it: its HTTP routes, its MCP tool, its CLI command.
 :func:`permit` is the one check; the gate asks :func:`writes` of a request, the HTTP
 routes and the MCP tools call :func:`permit` with the key's principal and scope, and
 ``tests/test_operations.py`` walks the whole table with every kind of key over HTTP and
-MCP, so a route or tool that forgets its check fails a test.
+MCP against what it says each key may do (a table of its own), so a route or tool that
+forgets its check, or a row changed here, fails a test.
 
 The CLI runs as the index's owner (it holds the files), so it checks nothing; its
 commands are named here so that each shell offers the same operations under one name.
