@@ -127,7 +127,7 @@ def _tool_calls(server: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {"search": {"query": "coffee", "k": 1}, "ask": {"query": "coffee", "k": 1},
             "feedback": {"query_id": "f" * 16, "chunk_id": server["chunk"]},
             "list_sources": {}, "ingest": {"paths": [str(server["docs"] / "coffee.md")]},
-            "read_graph": {}, "search_nodes": {"query": "coffee"},
+            "graph": {"entity": "coffee"}, "read_graph": {}, "search_nodes": {"query": "coffee"},
             "open_nodes": {"names": ["coffee"]}}
 
 
