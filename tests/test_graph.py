@@ -324,6 +324,48 @@ def test_the_memory_tools_over_http_read_the_graph_as_the_key_may(
                         assert names == {"Sydney Opera House", "Jørn Utzon"} | (
                             {"Copenhagen", "Pritzker Prize"} if hr else set()), said
                         assert ("was born in" in kinds) == hr, said
+def test_an_unknown_name_is_offered_the_closest_names_the_asker_may_see(
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
+    """Issue 64: `isotope graph "Tidewater Instruments"` (the entity is "Tidewater") was an
+    error with no suggestion, and open_nodes dropped the name without a word. The
+    suggestions are read under the asker's access conditions: an entity of an HR-only
+    source is never offered to who is outside HR, not even when it is the closest."""
+    from isotope.cli import app
+
+    docs = _docs(tmp_path / "docs")
+    (docs / "hr" / "annex.md").write_text("The Sydney Opera Housing office moved in 1990.\n")
+    with _open(location, embedder) as iso:
+        iso.ingest(docs)
+        with pytest.raises(SourceNotFound, match="did you mean 'Sydney Opera House'"):
+            iso.graph("Sydney Opera", principal=EVE)  # (a word short)
+        assert iso.closest_entities("Copenhagen Harbour", principal=ANN)[0] == "Copenhagen"
+        assert iso.closest_entities("Copenhagn", principal=ANN) == ["Copenhagen"]  # (a typo)
+        for name in ("Copenhagen Harbour", "Copenhagn", "Pritzker"):
+            assert iso.closest_entities(name, principal=EVE) == []
+            with pytest.raises(SourceNotFound) as refused:
+                iso.graph(name, principal=EVE)
+            assert "did you mean" not in str(refused.value)
+        # the hidden name is closer, yet it does not take the one place offered
+        assert iso.closest_entities("Sydney Opera Housin", 1, principal=ANN) == [
+            "Sydney Opera Housing"]
+        assert iso.closest_entities("Sydney Opera Housin", 1, principal=EVE) == [
+            "Sydney Opera House"]
+        # open_nodes says which names it did not find, with the closest visible ones
+        opened = iso.memory_graph(names=["Copenhagn", "Jørn Utzon", "Sydney Opera"],
+                                  principal=EVE)
+        assert [e["name"] for e in opened["entities"]] == ["Jørn Utzon"]
+        assert opened["not_found"] == [
+            {"name": "Copenhagn", "did_you_mean": []},
+            {"name": "Sydney Opera", "did_you_mean": ["Sydney Opera House"]}]
+        assert iso.memory_graph(names=["Copenhagn"], principal=ANN)["not_found"] == [
+            {"name": "Copenhagn", "did_you_mean": ["Copenhagen"]}]
+    runner = CliRunner()
+    shown = runner.invoke(app, ["graph", "Copenhagen Harbour", "--index", location])
+    assert shown.exit_code == 1 and "did you mean 'Copenhagen'" in shown.output, shown.output
+    hidden = runner.invoke(app, ["graph", "Copenhagen Harbour", "--as", "user:eve",
+                                 "--index", location])
+    assert hidden.exit_code == 1 and "Copenhagen'" not in hidden.output.replace(
+        "'Copenhagen Harbour'", ""), hidden.output
 
 
 def test_a_relation_seen_in_two_sources_stays_while_one_holds_it(

@@ -15,6 +15,7 @@ import pytest
 
 from isotope import Isotope
 from isotope._version import __version__
+from isotope.embedders import Embedder
 from isotope.settings import Settings
 
 from conftest import served_on_loopback
@@ -56,8 +57,8 @@ def test_stdio_tools_search_and_list(iso: Isotope, examples: Path, tmp_path: Pat
                 said = refused.content[0].text
                 assert refused.isError and "from 1 to 50" in said and "http" not in said
             names = {t.name for t in (await s.list_tools()).tools}
-            assert names == {"search", "ask", "feedback", "list_sources", "ingest", "read_graph",
-                             "search_nodes", "open_nodes"}
+            assert names == {"search", "ask", "feedback", "list_sources", "ingest", "graph",
+                             "read_graph", "search_nodes", "open_nodes"}
             found = _payload(await s.call_tool("search", {"query": QUERY, "k": 3}))
             assert Path(found["results"][0]["source"]).name == "handbook.md"
             assert found["results"][0]["matched_questions"]
@@ -141,3 +142,114 @@ def test_a_closed_http_session_logs_no_error(http_server: str,
         time.sleep(0.5)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
+
+
+# -- what the server says it does (issue 64) --------------------------------------------
+def test_the_help_and_the_instructions_name_every_tool_and_ingest_says_what_it_reads(
+        iso: Isotope, examples: Path, tmp_path: Path) -> None:
+    """`isotope mcp --help` listed 5 tools of 8, the instructions named none of the graph
+    tools, and `ingest` said "only paths below serve_roots" where over stdio it reads any
+    path: the help is made from the table the tools are registered from, and each
+    transport's server describes its own rule, which its `ingest` then keeps."""
+    from typer.testing import CliRunner
+
+    from isotope.cli import app
+    from isotope.server.mcp import create_mcp
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "note.md").write_text("# Note\n\nThe east door opens at seven.\n")
+
+    def described(server: Any) -> tuple[str, dict[str, str]]:
+        tools = anyio.run(server.list_tools)
+        return server.instructions, {t.name: t.description for t in tools}
+
+    said = " ".join(CliRunner().invoke(app, ["mcp", "--help"]).output.split())
+    local, tools = described(create_mcp(iso))
+    assert len(tools) == 9 and "graph" in tools
+    for name in tools:
+        assert f"`{name}`" in local, name
+        assert name in said, name
+    assert "any path" in tools["ingest"] and "any path" in local
+    # over stdio without serve_roots it reads any path, as it says
+    done = anyio.run(lambda: create_mcp(iso).call_tool("ingest", {"paths": [str(outside)]}))
+    assert not done.isError and done.structuredContent["added"] == [
+        str((outside / "note.md").resolve())]
+    confined, tools = described(create_mcp(iso, roots=[examples.resolve()]))
+    assert "only paths below" in tools["ingest"] and "only paths below" in confined
+    remote, tools = described(create_mcp(iso, remote=True, roots=[examples.resolve()]))
+    assert "only paths below" in tools["ingest"] and "only paths below" in remote
+    off, tools = described(create_mcp(iso, remote=True))
+    assert "off on this server" in tools["ingest"] and "off on this server" in off
+    reader, tools = described(create_mcp(iso, writable=False))
+    assert "ingest" not in tools and "`ingest`" not in reader
+    assert all(f"`{name}`" in reader for name in tools)
+
+
+def test_the_graph_tool_walks_hops_as_the_caller_may_see(tmp_path: Path,
+                                                        embedder: Embedder) -> None:
+    """The walk of `isotope graph --hops` as the MCP tool `graph`, in the Memory server's
+    shapes, over HTTP: the administrator's key reaches the HR source's entities two hops
+    away, a user's key outside HR none of them (nor their statements), and a name it may
+    not see is not found, with no hidden name offered in its place."""
+    import httpx
+
+    from test_graph import EVE, _docs, _open
+
+    admin, eve = "a" * 24, "e" * 24
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"{admin}\n{eve} read user={EVE.user}\n")
+    iso = _open(tmp_path / "index", embedder)
+    iso.ingest(_docs(tmp_path / "docs"))
+    app = create_app(iso, keys=Keys.from_settings(Settings(api_keys_file=keys_file)),
+                     roots=[], max_bytes=1_000_000, uploads=tmp_path / "up")
+
+    async def walk(key: str) -> dict[str, Any]:
+        said: dict[str, Any] = {}
+        async with _connect(url, {"Authorization": f"Bearer {key}"}) as (read, write, _), \
+                ClientSession(read, write) as s:
+            await s.initialize()
+            said["one"] = _payload(await s.call_tool("graph", {"entity": "Sydney Opera House"}))
+            said["two"] = _payload(await s.call_tool("graph", {"entity": "Sydney Opera House",
+                                                               "hops": 2}))
+            hidden = await s.call_tool("graph", {"entity": "Copenhagn"})
+            said["hidden"] = hidden.content[0].text if hidden.isError else None
+            said["far"] = (await s.call_tool("graph", {"entity": "Utzon", "hops": 4})).isError
+            said["opened"] = _payload(await s.call_tool("open_nodes", {
+                "names": ["Copenhagn", "Sydney Opera"]}))
+        return said
+
+    try:
+        with served_on_loopback(app) as base:
+            url = base + "/mcp/"
+            full, seen = anyio.run(walk, admin), anyio.run(walk, eve)
+            routed = httpx.get(base + "/graph/memory", params={  # (the walk over HTTP)
+                "entity": "Sydney Opera House", "hops": 2},
+                headers={"Authorization": f"Bearer {eve}"}).json()
+    finally:
+        iso.close()
+    assert set(full["two"]) == {"center", "hops", "entities", "relations", "truncated"}
+    assert full["two"]["center"] == "Sydney Opera House" and full["two"]["hops"] == 2
+    names = {e["name"] for e in full["two"]["entities"]}
+    assert {"Copenhagen", "Pritzker Prize"} <= names
+    assert {"Copenhagen", "Pritzker Prize"}.isdisjoint(e["name"] for e in full["one"][
+        "entities"])
+    assert {"from": "Jørn Utzon", "to": "Copenhagen", "relationType": "was born in"} in (
+        full["two"]["relations"])
+    assert all(set(e) == {"name", "entityType", "observations"}
+               for e in full["two"]["entities"])
+    assert "did you mean 'Copenhagen'" in full["hidden"]
+    assert full["far"] and seen["far"]
+    # the user outside HR: the same walk holds nothing of the HR source
+    shown = json.dumps(seen["two"])
+    assert {e["name"] for e in seen["two"]["entities"]} == {"Sydney Opera House",
+                                                            "Jørn Utzon"}
+    assert "Copenhagen" not in shown and "1918" not in shown and "Pritzker" not in shown
+    assert routed == seen["two"]
+    assert "no entity named 'Copenhagn'" in seen["hidden"]
+    assert "Copenhagen'" not in seen["hidden"]
+    assert seen["opened"]["not_found"] == [
+        {"name": "Copenhagn", "did_you_mean": []},
+        {"name": "Sydney Opera", "did_you_mean": ["Sydney Opera House"]}]
+    assert full["opened"]["not_found"][0] == {"name": "Copenhagn",
+                                              "did_you_mean": ["Copenhagen"]}

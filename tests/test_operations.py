@@ -189,7 +189,7 @@ def _tool_calls(server: dict[str, Any], query_id: str = "f" * 16,
     return {"search": {"query": "coffee", "k": 1}, "ask": {"query": "coffee", "k": 1},
             "feedback": {"query_id": query_id, "chunk_id": chunk or server["chunk"]},
             "list_sources": {}, "ingest": {"paths": [server["source"]]},
-            "read_graph": {}, "search_nodes": {"query": "coffee"},
+            "graph": {"entity": "coffee"}, "read_graph": {}, "search_nodes": {"query": "coffee"},
             "open_nodes": {"names": ["Coffee"]}}
 
 

@@ -118,11 +118,12 @@ class Client:
         return Neighbourhood.from_json(self._call(
             "GET", "/graph?" + urlencode({"entity": entity, "hops": hops})))
 
-    def memory_graph(self, *, query: str | None = None,
-                     names: Sequence[str] | None = None) -> dict[str, Any]:
+    def memory_graph(self, *, query: str | None = None, names: Sequence[str] | None = None,
+                     entity: str | None = None, hops: int = 1) -> dict[str, Any]:
         """As :meth:`Isotope.memory_graph`."""
-        asked = [("query", query)] if query is not None else []
+        asked: list[tuple[str, str | int]] = [("query", query)] if query is not None else []
         asked += [("names", n) for n in names or ()]
+        asked += [("entity", entity), ("hops", hops)] if entity is not None else []
         found: dict[str, Any] = self._call("GET", "/graph/memory?" + urlencode(asked))
         return found
 

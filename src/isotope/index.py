@@ -952,19 +952,41 @@ class Isotope:
         :class:`SourceNotFound` when no chunk it may see names that entity."""
         if not 1 <= hops <= MAX_HOPS:
             raise InvalidArgument(f"hops must be 1 to {MAX_HOPS}, not {hops}")
-        found = self.store.neighbourhood(entity, self._conditions(principal), hops=hops)
+        conditions = self._conditions(principal)
+        found = self.store.neighbourhood(entity, conditions, hops=hops)
         if found is None:
-            raise SourceNotFound(f"no entity named {entity!r} in the index's graph (`isotope "
-                                 "entities` lists them; the graph is made with the setting "
-                                 "graph = true)")
+            close = self.store.closest_entities(entity, conditions)
+            raise SourceNotFound(f"no entity named {entity!r} in the index's graph" + (
+                f"; did you mean {_either(close)}?" if close else "") + " (`isotope "
+                "entities --match TEXT` finds them; the graph is made with the setting graph "
+                "= true)")
         return found
 
+    def closest_entities(self, name: str, top: int = 5, *,
+                         principal: Asker = None) -> list[str]:
+        """The names of up to ``top`` entities of the graph closest to ``name`` (one of
+        its words, a typo of it), closest first: what "did you mean" offers when no
+        entity is named ``name``. Only entities ``principal`` may see, by the names it
+        may see (read under its access conditions: one it may not see is never
+        offered)."""
+        if top < 1:
+            raise InvalidArgument(f"top must be at least 1, not {top}")
+        return self.store.closest_entities(name, self._conditions(principal), top=top)
+
     def memory_graph(self, *, query: str | None = None, names: Sequence[str] | None = None,
+                     entity: str | None = None, hops: int = 1,
                      principal: Asker = None) -> memory.MemoryGraph:
         """The graph in the MCP Memory server's shapes (what its ``read_graph``,
-        ``search_nodes`` with ``query`` or ``open_nodes`` with ``names`` reply), of what
-        ``principal`` may see."""
+        ``search_nodes`` with ``query`` or ``open_nodes`` with ``names`` reply; to
+        ``open_nodes`` isotope adds ``not_found``: each name that names no entity, with
+        the closest names), of what ``principal`` may see. With ``entity``: its
+        neighbourhood up to ``hops`` away, as :meth:`graph` walks it, in those shapes
+        (:func:`isotope.knowledge.memory.walk`: ``center``, ``hops``, ``entities``,
+        ``relations``, ``truncated``)."""
         conditions = self._conditions(principal)
+        if entity is not None:
+            return memory.walk(self.store, self.graph(entity, hops=hops, principal=principal),
+                               conditions)
         if names is not None:
             return memory.open_nodes(self.store, names, conditions)
         if query is not None:
@@ -1082,6 +1104,12 @@ def _valid_query(query: str) -> str:
         raise InvalidArgument(f"the query has {len(query):,} characters; at most "
                               f"{MAX_QUERY:,}: ask a question, or give some keywords")
     return query
+
+
+def _either(names: Sequence[str]) -> str:
+    """Names offered as alternatives: ``'A'``, ``'A' or 'B'``, ``'A', 'B' or 'C'``."""
+    quoted = [repr(n) for n in names]
+    return " or ".join(filter(None, [", ".join(quoted[:-1]), quoted[-1]]))
 
 
 def _valid_k(k: int) -> int:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from isotope.cli.console import display, errors, fail, out, print_json
+from isotope.cli.console import errors, fail, out, print_json
 from isotope.cli.shell import IndexOpt, JsonOpt, ProjectOpt, WaitOpt, app, open_index
 
 access_app = typer.Typer(
@@ -45,7 +45,7 @@ def access_set(
         print_json({"sources": changed, "access": listed})
         return
     for uri in changed:
-        out.print(display(uri))
+        out.print(uri)
     out.print(f"{len(changed)} source(s) now: " + (", ".join(listed) if listed is not None
                                                    else "no list"))
 

@@ -9,11 +9,10 @@ import sys
 import unicodedata
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.segment import Segment
 from rich.text import Text
 
@@ -30,14 +29,33 @@ def visible(text: str) -> str:
                    else ascii(c)[1:-1] for c in text)
 
 
+UNWRAPPED = 10_000
+"""The width of a console that writes to no terminal: no line of a table is folded."""
+
+
 class SafeConsole(Console):
     """A console that never interprets markup in what it is given (a file named
-    ``[red]x.txt`` is shown as such) and shows control characters of the text it prints
-    visibly (:func:`visible`); its own styles and the progress bar's cursor moves pass."""
+    ``[red]x.txt`` is shown as such: a style is given as a style, ``Text(name, "bold")``,
+    never as ``[bold]`` in a string) and shows control characters of the text it prints
+    visibly (:func:`visible`); its own styles and the progress bar's cursor moves pass.
+    Writing to a pipe or a file (no terminal, no ``COLUMNS``), it is as wide as a line
+    needs: a table's cells are not folded at 80 columns (a source's path cut in two is
+    found by no grep)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(highlight=False, markup=False, emoji=False, soft_wrap=True,
                          **kwargs)
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        found = super().size
+        if self._width is None and "COLUMNS" not in self._environ and not self.is_terminal:
+            return ConsoleDimensions(UNWRAPPED, found.height)
+        return found
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(
@@ -75,14 +93,6 @@ def errors() -> Iterator[None]:
         yield
     except IsotopeError as exc:
         fail(str(exc))
-
-
-def display(uri: str) -> str:
-    """A source as a user would type it: relative to the working directory when inside it."""
-    try:
-        return str(Path(uri).relative_to(Path.cwd()))
-    except ValueError:
-        return uri
 
 
 def print_json(data: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from isotope.cli.console import err, errors, fail, out, print_json
 from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, ShowByDefault, app, open_index
@@ -55,8 +56,8 @@ def graph_command(
         return
     names = {e.key: e.name for e in found.entities}
     c = found.center
-    out.print(f"[bold]{c.name}[/bold] ({c.type}): named in {c.chunks} chunk(s), "
-              f"{c.mentions} time(s)")
+    out.print(Text.assemble((c.name, "bold"), f" ({c.type}): named in {c.chunks} chunk(s), "
+                            f"{c.mentions} time(s)"))
     if not found.relations:
         out.print("no relations stated about it" + (f" within {hops} hops" if hops > 1 else ""))
         return
@@ -105,7 +106,7 @@ def entities_command(
         "this text (case ignored).")] = None,
     chunk: Annotated[str | None, typer.Option(
         "--chunk", help="Only the entities this chunk names (a chunk id, as `isotope "
-        "search --json` gives it).")] = None,
+        "query --json` gives it: a result's chunk.id).")] = None,
     as_principal: AsOpt = None,
     index: IndexOpt = None,
     project: ProjectOpt = None,

@@ -94,7 +94,7 @@ def sample(
     folder: Annotated[Path, typer.Argument(help="Where to write them (a new or empty "
                                                 "folder).")] = Path("isotope-sample"),
 ) -> None:
-    """Write a folder of sample documents to try isotope on (a handbook, release notes, a
+    """Write a folder of sample documents for a first try (a handbook, release notes, a
     FAQ page, a PDF, and an email, a mailbox, LaTeX and Word files): `isotope sample`,
     then `isotope ingest isotope-sample` and `isotope ask "How many vacation days do new
     employees get?"`."""

@@ -10,7 +10,7 @@ import typer
 from rich.table import Column, Table
 from rich.text import Text
 
-from isotope.cli.console import display, err, errors, labelled, out, print_json
+from isotope.cli.console import err, errors, labelled, out, print_json
 from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, WaitOpt, app, open_index
 from isotope.errors import IsotopeError
 
@@ -48,7 +48,7 @@ def list_sources(index: IndexOpt = None, project: ProjectOpt = None,
     labels = {"changed": Text("changed on disk", "yellow"), "missing": Text("missing", "red"),
               "incomplete": Text("incomplete", "yellow")}
     for i in infos:
-        table.add_row(display(i.source.uri), labels.get(i.state, i.state or "-"),
+        table.add_row(i.source.uri, labels.get(i.state, i.state or "-"),
                       i.source.loader, str(i.chunks),
                       str(i.questions),
                       *([str(i.pending) if i.pending else "-"] if waiting else []),
@@ -183,12 +183,12 @@ def check(
         return
     if done:
         for uri in done.reingested:
-            out.print(f"ingested again: {display(uri)}")
+            out.print(f"ingested again: {uri}")
         for uri in done.removed:
-            err.print(labelled("removed:", "yellow", f"{display(uri)} (damaged, and it "
+            err.print(labelled("removed:", "yellow", f"{uri} (damaged, and it "
                                 "cannot be ingested again from here: ingest it yourself)"))
         for uri in done.kept:
-            err.print(labelled("kept:", "yellow", f"{display(uri)} (damaged, but the folder "
+            err.print(labelled("kept:", "yellow", f"{uri} (damaged, but the folder "
                                 "it was ingested from is gone: mount it and repair again, "
                                 "or delete it)"))
         for failed in done.errors:
@@ -236,8 +236,10 @@ def copy_command(
         "holds unchanged.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Copy an index to another place or engine (embedded <-> PostgreSQL): every source
-    with its chunks, atoms, questions and vectors, and the index's settings and models.
+    """Copy an index to another place, engine or vector backend (a folder with usearch or
+    Chroma vectors, Chroma embedded or a server, PostgreSQL; in any direction): every
+    source with its chunks, atoms, questions and vectors, and the index's settings and
+    models; a new folder takes the vector_backend setting of the environment or .env.
     No model is called; searches give the same results in the copy. The target must hold
     no sources yet (or pass --resume after an interrupted copy)."""
     from pathlib import Path

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from isotope.cli.console import display, err, errors, fail, out, print_json
+from isotope.cli.console import err, errors, fail, out, print_json
 from isotope.cli.questions_view import questions_app
 from isotope.cli.shell import (
     AsOpt,
@@ -90,7 +90,7 @@ def log_command(
         out.print(Text("\nfeedback by source", "bold"))
         for row in said.feedback_by_source:
             out.print(f"  {row['useful']:>4} useful {row['not_useful']:>4} not  "
-                      f"{display(row['source'])}")
+                      f"{row['source']}")
 
 
 @questions_app.command("review")
@@ -130,7 +130,7 @@ def review_command(
         out.print("no learned questions wait for review")
     for m in left:
         out.print(Text(f"{m.query_id}:{m.chunk_id}", "bold") + f"  {m.query}")
-        out.print(f"    for {display(m.source or '')}, marked by {m.principal} at {m.at}",
+        out.print(f"    for {m.source or ''}, marked by {m.principal} at {m.at}",
                   style="dim")
 
 
@@ -150,7 +150,7 @@ def orphaned_command(
     if not found:
         out.print("no orphaned questions")
     for q in found:
-        out.print(Text(q["text"], "bold") + f"  ({q['origin']}, {display(q['source'])})")
+        out.print(Text(q["text"], "bold") + f"  ({q['origin']}, {q['source']})")
         text = " ".join(q["chunk_text"].split())
         out.print(f"    was for: {text[:200]}{'…' if len(text) > 200 else ''}", style="dim")
 

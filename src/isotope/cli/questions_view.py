@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from isotope.cli.console import display, errors, fail, out, print_json
+from isotope.cli.console import errors, fail, out, print_json
 from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, ShowByDefault, app, open_index
 from isotope.models import GeneratedQuestion
 
@@ -70,7 +70,7 @@ def questions_command(
             place, atom = q.chunk_index, q.atom_id
             out.print(Text(f"  atom: {q.atom or '(removed)'}", "cyan"))
         elif sample is not None:
-            out.print(Text(f"\n{display(q.source)} chunk {q.chunk_index}", "bold"))
+            out.print(Text(f"\n{q.source} chunk {q.chunk_index}", "bold"))
             out.print(Text(f"  atom: {q.atom or '(removed)'}", "cyan"))
         if q.kept:
             out.print(Text(f"    + {_shown(q)}"))

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from isotope.cli.console import display, errors, out, print_json
+from isotope.cli.console import errors, out, print_json
 from isotope.cli.shell import AsOpt, IndexOpt, JsonOpt, ProjectOpt, app, open_index
 from isotope.search.retrieval import MODES
 
@@ -98,7 +98,7 @@ def query(
     if not response.results:
         out.print("no results")
     for r in response.results:
-        place = display(r.chunk.source)
+        place = r.chunk.source
         if "page" in r.chunk.metadata:
             place += f" (page {r.chunk.metadata['page']})"
         elif r.chunk.metadata.get("headings"):

@@ -11,6 +11,7 @@ import typer
 from isotope.cli.console import err, errors, fail
 from isotope.cli.shell import AsOpt, IndexOpt, ProjectOpt, app, open_index
 from isotope.server.auth import Keys
+from isotope.server.operations import BY_TOOL
 
 
 def _loopback(host: str) -> bool:
@@ -108,11 +109,14 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
                     "--create", help="Serve an empty new index when there is none at the "
                     "location (without it, a location that holds no index is an error).")
                                   ] = False, as_principal: AsOpt = None) -> None:
-    """Serve the index to an agent as an MCP server over stdio: the tools search, ask,
-    feedback, list_sources and ingest (the same tools are at /mcp of `isotope serve`). With --as,
-    the agent is that principal as a user's API key is over HTTP: it sees only what the
-    principal may see (never a source without a list), its feedback waits for review, and
-    it cannot ingest."""
+    """Serve the index to an agent as an MCP server over stdio: the tools {tools} (the
+    same tools are at /mcp of `isotope serve`; the graph tools read the knowledge graph,
+    setting graph). ingest reads any path the user running it may read, unless the
+    serve_roots setting is set (then only below those folders).
+
+    With --as, the agent is that principal as a user's API key is over HTTP: it sees only
+    what the principal may see (never a source without a list), its feedback waits for
+    review, and it cannot ingest."""
     try:
         from isotope.server.mcp import create_mcp
     except ImportError as exc:
@@ -131,3 +135,10 @@ def mcp_command(index: IndexOpt = None, project: ProjectOpt = None,
                    writable=principal is None).run("stdio")
     finally:
         iso.close()
+
+
+# (the tools named from the table of operations, which tests/test_operations.py holds
+# equal to the tools the server registers: the help cannot drift from them)
+_TOOLS = list(BY_TOOL)
+mcp_command.__doc__ = (mcp_command.__doc__ or "").format(
+    tools=f"{', '.join(_TOOLS[:-1])} and {_TOOLS[-1]}")

@@ -12,11 +12,13 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from isotope.knowledge.facts import GraphEntity, GraphRelation
+from isotope.knowledge.facts import GraphEntity, GraphRelation, Neighbourhood
 from isotope.models import Condition
 from isotope.stores import Store
 
-MemoryGraph = dict[str, list[dict[str, Any]]]
+MemoryGraph = dict[str, Any]
+"""``entities`` and ``relations`` (lists of the Memory server's objects), and what a
+reply adds to them (``not_found``; a walk's ``center``, ``hops``, ``truncated``)."""
 ALL = 1_000_000
 """Entities read by ``read_graph`` (and an export): all of them, in practice."""
 
@@ -59,12 +61,32 @@ def search_nodes(store: Store, query: str, conditions: Sequence[Condition] = (),
 def open_nodes(store: Store, names: Sequence[str],
                conditions: Sequence[Condition] = ()) -> MemoryGraph:
     """The entities named (by any of their names or aliases), with the relations that
-    touch them."""
+    touch them; and ``not_found``: each name that names no entity one may see, with the
+    closest names one may see (``did_you_mean``; the Memory server drops such a name
+    without a word)."""
     with store.snapshot():
-        keys = sorted({store.resolve_entity(n, conditions) for n in names})
+        asked = {n: store.resolve_entity(n, conditions) for n in dict.fromkeys(names)}
+        keys = sorted(set(asked.values()))
         found = store.entities(conditions, keys=keys, top=len(keys) or 1)
-        return shaped(store, found, store.relations(conditions, keys=[e.key for e in found]),
-                      conditions)
+        graph = shaped(store, found, store.relations(conditions, keys=[e.key for e in found]),
+                       conditions)
+        seen = {e.key for e in found}
+        graph["not_found"] = [{"name": n, "did_you_mean": store.closest_entities(n, conditions)}
+                              for n, key in asked.items() if key not in seen]
+        return graph
+
+
+def walk(store: Store, found: Neighbourhood, conditions: Sequence[Condition] = (), *,
+         observations: int = 5) -> MemoryGraph:
+    """An entity's neighbourhood (:meth:`isotope.Isotope.graph`) in the Memory server's
+    shapes: its ``entities`` (with up to ``observations`` statements each) and
+    ``relations``, and ``center`` (the entity's name), ``hops`` and ``truncated`` (more
+    relations were within reach than shown)."""
+    with store.snapshot():
+        graph = shaped(store, found.entities, found.relations, conditions,
+                       observations=observations)
+    return {"center": found.center.name, "hops": found.hops, **graph,
+            "truncated": found.truncated}
 
 
 def jsonl(graph: MemoryGraph) -> Iterator[str]:

@@ -1,6 +1,9 @@
 """isotope as an MCP server for agents (the official ``mcp`` SDK): the tools ``search``,
-``ask``, ``list_sources`` and, with write access, ``ingest``. ``isotope mcp`` serves them
-over stdio; ``isotope serve`` also at ``/mcp`` (streamable HTTP), behind its gate (Host,
+``ask``, ``feedback``, ``list_sources``, the knowledge graph's ``graph`` (a walk from one
+entity) and ``read_graph``, ``search_nodes``, ``open_nodes`` (the MCP Memory server's), and,
+with write access, ``ingest`` (the table :data:`isotope.server.operations.OPERATIONS`
+names them; ``isotope mcp --help`` lists them from it). ``isotope mcp`` serves them over
+stdio; ``isotope serve`` also at ``/mcp`` (streamable HTTP), behind its gate (Host,
 Origin, API keys): a read-only key cannot call ``ingest``.
 
 ``ingest`` reads paths of the machine the server runs on. Over HTTP it reads only below
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,6 +29,7 @@ from pydantic import Field
 
 from isotope._version import __version__
 from isotope.access import Principal
+from isotope.knowledge.facts import MAX_HOPS
 from isotope.reports import source_listing
 from isotope.search.retrieval import Mode
 from isotope.server.gate import principal_in, scope_in
@@ -46,7 +50,33 @@ INSTRUCTIONS = (
     "passages; it runs a language model and can take many seconds: prefer `search` and "
     "read the passages yourself. When the user confirms a passage answered the question, "
     "or says it did not, call `feedback` with the search's `query_id` and the passage's "
-    "`chunk_id`: the index learns from it.")
+    "`chunk_id`: the index learns from it. `list_sources` lists the documents. The "
+    "knowledge graph (when the index makes one: the entities and relations its "
+    "documents name): `graph` walks from one entity up to `hops` relations away, "
+    "`read_graph`, `search_nodes` and `open_nodes` read it as the MCP Memory server's "
+    "tools do (`open_nodes` says which names it did not find, with the closest ones).")
+
+
+def instructions(ingest: str | None) -> str:
+    """What the server tells an agent on connecting: :data:`INSTRUCTIONS`, and, when it
+    offers ``ingest``, what that tool reads (``ingest``: :func:`ingest_reads`)."""
+    if ingest is None:
+        return INSTRUCTIONS
+    return f"{INSTRUCTIONS} `ingest` adds files or folders to the index. {ingest}"
+
+
+def ingest_reads(roots: Sequence[Path] | None, remote: bool) -> str:
+    """Which paths the ``ingest`` tool reads, as it does on this transport (the rule is
+    :func:`isotope.server.work.below_roots`'s)."""
+    if roots:
+        return ("It reads only paths below the folders of the server's serve_roots setting "
+                "(links out of them are not followed).")
+    if remote:
+        return ("It is off on this server: the server has no serve_roots setting, so every "
+                "path is refused.")
+    return ("It reads any path the user who started this server may read (a local server "
+            "over stdio; the serve_roots setting would confine it).")
+
 
 FILTERS = (
     "Optional conditions on the passages' source and metadata, all of which must hold. "
@@ -121,10 +151,11 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
 
     _quiet_closed_streams()
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    server = FastMCP("isotope", instructions=INSTRUCTIONS, streamable_http_path="/",
+    confine = roots or None
+    reads = ingest_reads(confine, remote) if writable else None
+    server = FastMCP("isotope", instructions=instructions(reads), streamable_http_path="/",
                      transport_security=security)
     server._mcp_server.version = __version__  # (serverInfo said the SDK's version)
-    confine = roots or None
     turns = turns or Turns(iso)
 
     @server.tool()
@@ -197,6 +228,23 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         return _reply(found)
 
     @server.tool()
+    async def graph(ctx: Context,  # type: ignore[type-arg]
+                    entity: Annotated[str, Field(
+                        min_length=1, max_length=200,
+                        description="An entity's name (or one of its aliases)")],
+                    hops: Annotated[int, Field(
+                        description=f"How many relations away to follow (1 to {MAX_HOPS})",
+                        json_schema_extra={"minimum": 1, "maximum": MAX_HOPS})] = 1,
+                    ) -> CallToolResult:
+        """Walk the knowledge graph from one entity: the entities and relations up to
+        `hops` relations away, in the MCP Memory server's shapes (entities: name,
+        entityType, observations: up to 5 statements naming each; relations: from,
+        to, relationType), with `center` (the entity's name) and `truncated` (more
+        relations were within reach than shown: lower hops). A name that names no
+        entity is an error that names the closest ones."""
+        return await graph_of(ctx, "graph", entity=entity, hops=hops)
+
+    @server.tool()
     async def read_graph(ctx: Context) -> CallToolResult:  # type: ignore[type-arg]
         """Read the whole knowledge graph of the user's documents: entities (name,
         entityType, observations: the statements naming each) and relations (from, to,
@@ -220,20 +268,21 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
                              min_length=1, max_length=100,
                              description="Entity names (or aliases)")]) -> CallToolResult:
         """Open entities of the knowledge graph by name, with the relations that touch
-        them (as the MCP Memory server's open_nodes)."""
+        them (as the MCP Memory server's open_nodes), and `not_found`: each name that
+        names no entity, with `did_you_mean` (the closest entity names)."""
         return await graph_of(ctx, "open_nodes", names=names)
 
     if writable:
-        @server.tool()
+        @server.tool(description=(
+            "Add files or folders of the server's machine to the index (a changed file "
+            "replaces its old version; unchanged ones are skipped). Supported: .md .txt "
+            ".html .pdf .eml .mbox .tex .docx. " + (reads or "")))
         async def ingest(ctx: Context,  # type: ignore[type-arg]
                          paths: Annotated[list[str], Field(
                 min_length=1, max_length=100,
                 description="Files or folders on the server's machine (absolute paths)")],
                 ) -> CallToolResult:
-            """Add files or folders of the server's machine to the index (a changed file
-            replaces its old version; unchanged ones are skipped). Only paths below the
-            server's serve_roots setting are read. Supported: .md .txt .html .pdf .eml
-            .mbox .tex .docx."""
+            # (its description, above, says which paths it reads on this transport)
             _allowed(ctx, "ingest", principal, remote)
             wanted = below_roots(paths, confine, what="ingest by path", remote=remote)
             missing = [str(p) for p in wanted if not p.exists()]

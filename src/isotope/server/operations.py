@@ -72,7 +72,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("entities", "listing entities", http=(("GET", "/entities"),), cli="entities",
               call="entities"),
     Operation("graph", "reading an entity's neighbourhood", http=(("GET", "/graph"),),
-              cli="graph show", call="graph"),
+              mcp="graph", cli="graph show", call="graph"),
     # (the MCP Memory server's tools, in its shapes: an agent reads isotope's graph as it
     # reads that server's)
     Operation("read_graph", "reading the graph", http=(("GET", "/graph/memory"),),

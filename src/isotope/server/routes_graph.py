@@ -50,12 +50,21 @@ def router(iso: Isotope) -> APIRouter:
                query: Annotated[str | None, Query(
                    max_length=200, description="As the Memory server's search_nodes")] = None,
                names: Annotated[list[str] | None, Query(
-                   max_length=100, description="As its open_nodes (repeatable)")] = None
+                   max_length=100, description="As its open_nodes (repeatable)")] = None,
+               entity: Annotated[str | None, Query(
+                   min_length=1, max_length=200, description="An entity's neighbourhood "
+                   "(as the MCP tool graph)")] = None,
+               hops: Annotated[int, Query(ge=1, le=MAX_HOPS, description="With entity: how "
+                                          "many relations away to follow")] = 1,
                ) -> dict[str, Any]:
         """The graph in the MCP Memory server's shapes: ``entities`` (name, entityType,
         observations) and ``relations`` (from, to, relationType); all of it, or as
-        ``search_nodes`` (``query``) or ``open_nodes`` (``names``) give it."""
+        ``search_nodes`` (``query``) or ``open_nodes`` (``names``; with ``not_found``:
+        the names that name no entity, each with the closest names) give it, or an
+        entity's neighbourhood up to ``hops`` away (``entity``; with ``center``, ``hops``
+        and ``truncated``; 404 when no chunk the key may see names it)."""
         who = allowed(request, "read_graph")
-        return iso.memory_graph(query=query, names=names, principal=who)
+        return iso.memory_graph(query=query, names=names, entity=entity, hops=hops,
+                                principal=who)
 
     return api

@@ -1,6 +1,7 @@
-"""Copy an index between engines (embedded <-> PostgreSQL, or any two stores): every
-source with its chunks, atoms, questions and vectors, and the index's own description
-(settings, embedding model), without calling any model."""
+"""Copy an index between engines and vector backends (a folder with usearch or Chroma
+vectors, PostgreSQL; any two stores, in any direction): every source with its chunks,
+atoms, questions and vectors, and the index's own description (settings, embedding
+model), without calling any model."""
 
 from __future__ import annotations
 

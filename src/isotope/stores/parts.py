@@ -327,6 +327,14 @@ class Graph(ABC):
         chunks meeting ``conditions`` (None: no such entity there)."""
 
     @abstractmethod
+    def closest_entities(self, name: str, conditions: Sequence[Condition] = (), *,
+                         top: int = 5) -> list[str]:
+        """The names of up to ``top`` entities closest to ``name`` (a word of it, a typo
+        of it), closest first, of those named in chunks meeting ``conditions`` (the
+        conditions are part of the reading: an entity one may not see is never among
+        them, nor is a name it has only in such chunks)."""
+
+    @abstractmethod
     def named_in(self, keys: Sequence[str], conditions: Sequence[Condition] = ()
                  ) -> dict[str, str]:
         """Of ``keys`` (names' keys, :func:`isotope.knowledge.facts.entity_key`), those

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 _SEEN = "JOIN chunks c ON c.id = {t}.chunk_id JOIN sources s ON s.uri = c.source"
 MAX_RELATIONS = 500
 """Most relations one neighbourhood reads per hop (it says it was cut)."""
+CANDIDATES = 200
+"""Most entities :meth:`SQLGraph.closest_entities` weighs (those sharing most pieces of
+the name)."""
 GRAPH_TABLES = ("mentions", "relations", "entity_aliases")
 """The graph's tables, each row keyed by the chunk its fact was read from."""
 
@@ -269,6 +272,34 @@ class SQLGraph(Graph):
             entities = self.entities(conditions, keys=sorted(reached), top=len(reached))
         return Neighbourhood(found[0], hops, entities, list(relations.values()), truncated)
 
+    def closest_entities(self, name: str, conditions: Sequence[Condition] = (), *,
+                         top: int = 5) -> list[str]:
+        # candidates: the entities one may see (the conditions are in the query) whose key
+        # holds a word of the name, or a word's first or last four letters (a typo), most
+        # such pieces first; then the closest of them by their letters and words
+        wanted = entity_key(name)
+        if not wanted or top < 1:
+            return []
+        pieces = sorted({wanted} | {p for w in wanted.split() if len(w) >= 3
+                                    for p in (w, w[:4], w[-4:])})
+        d = self.dialect
+        clause, params = self.conditions_sql(conditions)
+        has = f"m.entity LIKE {d.mark} ESCAPE '\\'"
+        likes = ["%" + re.sub(r"([\\%_])", r"\\\1", p) + "%" for p in pieces]
+        hits = " + ".join(f"CASE WHEN {has} THEN 1 ELSE 0 END" for _ in likes)
+        with self.snapshot():
+            keys = [key for key, _ in self._rows(
+                f"SELECT m.entity, {hits} FROM mentions m {self._seen('m', conditions)} "
+                f"WHERE {clause} AND ({' OR '.join([has] * len(likes))}) GROUP BY m.entity "
+                f"ORDER BY 2 DESC, m.entity{d.binary_order} LIMIT {CANDIDATES}",
+                (*likes, *params, *likes))]
+            ranked = sorted(((s, k) for k in keys if (s := _closeness(wanted, k)) >= 0.6),
+                            key=lambda pair: (-pair[0], pair[1]))[:top]
+            names: dict[str, Counter[str]] = {}
+            for key, shown, _, n in self._names(conditions, [k for _, k in ranked]):
+                names.setdefault(key, Counter())[shown] += n
+        return [_most(names.get(key)) or key for _, key in ranked]
+
     def named_in(self, keys: Sequence[str], conditions: Sequence[Condition] = ()
                  ) -> dict[str, str]:
         d = self.dialect
@@ -329,6 +360,16 @@ class SQLGraph(Graph):
             if len(out.setdefault(key, [])) < per_entity:
                 out[key].append(text)
         return out
+
+
+def _closeness(wanted: str, key: str) -> float:
+    """How close an entity's key is to a name's (0 to 1): the share of the shorter one's
+    words the other holds, or the likeness of their letters, whichever is more."""
+    from difflib import SequenceMatcher
+
+    words, other = set(wanted.split()), set(key.split())
+    shared = len(words & other) / min(len(words), len(other))
+    return max(shared, SequenceMatcher(None, wanted, key).ratio())
 
 
 def _most(counts: Counter[str] | None) -> str:
