@@ -253,3 +253,43 @@ def test_the_graph_tool_walks_hops_as_the_caller_may_see(tmp_path: Path,
         {"name": "Sydney Opera", "did_you_mean": ["Sydney Opera House"]}]
     assert full["opened"]["not_found"][0] == {"name": "Copenhagn",
                                               "did_you_mean": ["Copenhagen"]}
+
+
+def test_ingest_and_ask_send_progress_when_the_call_asks_for_it(http_server: str,
+                                                                 examples: Path) -> None:
+    """``ingest`` and ``ask`` said nothing until they ended (issue 64: an agent saw a
+    minutes-long call without a word). A call carrying a ``progressToken`` gets
+    ``notifications/progress``: each greater than the last, an ingest's files and then
+    its chunks' questions, ask's search and then its answer."""
+    seen: dict[str, list[tuple[float, float | None, str | None]]] = {"ingest": [], "ask": []}
+
+    def noting(name: str) -> Any:
+        async def note(progress: float, total: float | None, message: str | None) -> None:
+            seen[name].append((progress, total, message))
+        return note
+
+    async def run() -> None:
+        headers = {"Authorization": f"Bearer {WRITE_KEY}"}
+        async with _connect(http_server, headers) as (read, write, _), \
+                ClientSession(read, write) as s:
+            await s.initialize()
+            done = await s.call_tool("ingest", {"paths": [str(examples)]},
+                                     progress_callback=noting("ingest"))
+            assert not done.isError and _payload(done)["ok"]
+            answered = await s.call_tool("ask", {"query": QUERY},
+                                         progress_callback=noting("ask"))
+            assert _payload(answered)["answer"]
+            plain = await s.call_tool("search", {"query": QUERY})  # (none asked: none sent)
+            assert not plain.isError
+
+    anyio.run(run)
+    for name, notes in seen.items():
+        values = [v for v, _, _ in notes]
+        assert values and values == sorted(set(values)), (name, notes)
+    messages = [m or "" for _, _, m in seen["ingest"]]
+    assert any(m.startswith("documents:") for m in messages), messages
+    assert any(m.startswith("questions:") for m in messages), messages
+    last, total, _ = seen["ingest"][-1]
+    assert total is not None and last == total
+    assert [(v, t) for v, t, _ in seen["ask"]] == [(0, 2), (1, 2), (2, 2)]
+    assert "answered" in (seen["ask"][-1][2] or "")

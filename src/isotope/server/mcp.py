@@ -184,9 +184,12 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         answer was made: generated (supported by the cited passages), quoted (the passage
         that matched best, quoted), or declined (the documents do not hold it)."""
         who, k = _allowed(ctx, "ask", principal, remote), _within(k, 20)
+        await _say(ctx, 0, 2, "searching the documents")
         found = await turns.search(query, k, mode=mode, filters=filters, for_answer=True,
                                    principal=who)
+        await _say(ctx, 1, 2, f"writing the answer from {len(found.results)} passage(s)")
         await turns.answer(found, who)  # (the call cancelled: the model stops too)
+        await _say(ctx, 2, 2, f"answered ({found.answer_kind})")
         return _reply(agent_view(found))
 
     @server.tool()
@@ -288,7 +291,10 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
             missing = [str(p) for p in wanted if not p.exists()]
             if missing:
                 raise ValueError(f"no such file or folder: {', '.join(missing)}")
-            report = await turns.write(lambda: iso.ingest(wanted, confine=confine))
+            tell = _teller(ctx)
+            told = None if tell is None else _ingest_progress(tell)
+            report = await turns.write(lambda: iso.ingest(wanted, confine=confine,
+                                                          progress=told))
             done = reported(report, brief=True)
             if not report.ok:
                 return CallToolResult(content=[TextContent(type="text", text=json.dumps(
@@ -296,6 +302,78 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
             return _reply(done)
 
     return server
+
+
+Tell = Callable[[float, "float | None", str], None]
+
+
+def _progress_token(ctx: Context) -> Any:  # type: ignore[type-arg]
+    """The ``progressToken`` a tool call carries (None: it asked for no progress)."""
+    try:
+        meta = ctx.request_context.meta
+    except (LookupError, ValueError, AttributeError):
+        return None
+    return None if meta is None else meta.progressToken
+
+
+async def _say(ctx: Context, progress: float, total: float | None,  # type: ignore[type-arg]
+               message: str) -> None:
+    """A ``notifications/progress`` of the call (the MCP specification's progress
+    notifications), where it carries a ``progressToken``."""
+    if _progress_token(ctx) is not None:
+        await ctx.report_progress(progress, total, message)
+
+
+def _teller(ctx: Context) -> Tell | None:  # type: ignore[type-arg]
+    """:func:`_say` for work running in another thread (an ingest): each value greater
+    than the last, the last always, the others at most every half second. None where
+    the call asked for no progress."""
+    import asyncio
+    import threading
+    import time
+
+    if _progress_token(ctx) is None:
+        return None
+    loop = asyncio.get_running_loop()
+    lock, last = threading.Lock(), [-1.0, 0.0]  # (the value and the time sent last)
+
+    def tell(progress: float, total: float | None, message: str) -> None:
+        with lock:  # (sent in order: each is scheduled on the loop before the next)
+            now = time.monotonic()
+            final = total is not None and progress >= total
+            if progress <= last[0] or (not final and last[0] >= 0 and now - last[1] < 0.5):
+                return
+            last[:] = [progress, now]
+            asyncio.run_coroutine_threadsafe(ctx.report_progress(progress, total, message),
+                                             loop)
+
+    return tell
+
+
+def _ingest_progress(tell: Tell) -> Callable[[Any], None]:
+    """An ingest's progress events (:class:`isotope.reports.Progress`) as MCP progress:
+    files done while the documents are stored, then files and chunks done while their
+    questions are written (each chunk as the model finishes it, with the tokens written
+    and the time left)."""
+    files = [0]
+
+    def told(p: Any) -> None:
+        if p.stage in ("generate", "wait"):
+            total = files[0] + p.sources_total if p.sources_total else None
+            said = (f"questions: {p.sources_done}/{p.sources_total or '?'} chunks done, "
+                    f"{p.questions} questions")
+            if p.tokens:
+                said += f", {p.tokens} tokens written"
+            if p.eta_s is not None:
+                said += f", about {p.eta_s:.0f} s left"
+            tell(files[0] + p.sources_done, total, said)
+        elif p.stage == "done":
+            return
+        else:
+            files[0] = max(files[0], p.sources_total)
+            tell(p.sources_done, None, f"documents: {p.sources_done}/{p.sources_total} "
+                 f"files read, {p.chunks} chunks")
+    return told
 
 
 def _http_scope(ctx: Context) -> Any:  # type: ignore[type-arg]
