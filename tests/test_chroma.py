@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from isotope import Isotope, stores
 from isotope.cli import app
 from isotope.embedders import Embedder
-from isotope.errors import StoreError
+from isotope.errors import FixedSetting, StoreError
 from isotope.models import ACCESS_KEY, Atom, Chunk, Condition, Question, Source, content_hash
 from isotope.search.filters import parse
 from isotope.stores import SourceBatch, Store, VectorBackend
@@ -193,10 +193,8 @@ def test_two_indexes_never_share_a_servers_collections(
     with Isotope.open(tmp_path / "a", embedder=embedder, vector_backend=url,
                       cache=False) as first:
         first.ingest_chunks(["The gym closes at ten."], source="gym", questions="later")
-    with (Isotope.open(tmp_path / "b", embedder=embedder, vector_backend=url,
-                       cache=False) as second,
-          pytest.raises(StoreError, match="holds another index's vectors")):
-        second.ingest_chunks(["The pool is warm."], source="pool", questions="later")
+    with pytest.raises(StoreError, match="holds another index's vectors"):  # (as it opens)
+        Isotope.open(tmp_path / "b", embedder=embedder, vector_backend=url, cache=False)
     with Isotope.open(tmp_path / "a", embedder=embedder, cache=False) as first:
         assert first.check() == []
 
@@ -591,10 +589,20 @@ def silent() -> Iterator[int]:
 
 
 def test_a_silent_server_fails_with_a_message_instead_of_hanging(
-        tmp_path: Path, silent: int, embedder: Embedder) -> None:
+        tmp_path: Path, silent: int, embedder: Embedder, chroma_server: str) -> None:
     url = f"chroma+http://127.0.0.1:{silent}/isotope"
-    with Isotope.open(tmp_path / "index", embedder=embedder, vector_backend=url,
-                      chroma_timeout=1, cache=False) as iso:
+    with pytest.raises(StoreError, match=r"did not answer within 1 s.*nothing was stored"):
+        Isotope.open(tmp_path / "new", embedder=embedder, vector_backend=url,
+                     chroma_timeout=1, cache=False)  # (a new index claims its collections)
+    assert not (tmp_path / "new").exists()
+    with Isotope.open(tmp_path / "index", embedder=embedder, cache=False,
+                      vector_backend=f"{chroma_server}/silenced"):
+        pass
+    store = stores.open(tmp_path / "index")  # (the index's server stops answering)
+    store.set_meta("vector_backend", {**store.get_meta("vector_backend"), "url": url})
+    store.close()
+    with Isotope.open(tmp_path / "index", embedder=embedder, chroma_timeout=1,
+                      cache=False) as iso:
         with pytest.raises(StoreError, match=r"did not answer within 1 s.*chroma_timeout"):
             iso.ingest_chunks(["The gym closes at ten."], source="gym", questions="later")
         assert iso.counts()["chunks"] == 1  # (stored; its vector waits in the log)
@@ -657,14 +665,16 @@ def test_status_names_the_backend_and_never_shows_the_token(
         assert iso.status().vector_backend == f"{chroma_server}/status"
 
 
-def test_an_index_keeps_the_backend_it_was_made_with(
-        tmp_path: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_index_keeps_the_backend_it_was_made_with(tmp_path: Path,
+                                                     embedder: Embedder) -> None:
     with Isotope.open(tmp_path / "plain", embedder=embedder, cache=False) as iso:
         iso.ingest_chunks(["The gym closes at ten."], source="gym", questions="later")
-    with Isotope.open(tmp_path / "plain", embedder=embedder, cache=False,
-                      vector_backend="chroma") as iso:
+    with pytest.raises(FixedSetting, match="made with vector_backend = usearch and keeps "
+                       "it; to change it, `isotope copy`"):
+        Isotope.open(tmp_path / "plain", embedder=embedder, cache=False,
+                     vector_backend="chroma")
+    with Isotope.open(tmp_path / "plain", embedder=embedder, cache=False) as iso:
         assert iso.status().vector_backend == "usearch"
-    assert "applies to a new index" in caplog.text and "isotope copy" in caplog.text
     with pytest.raises(Exception, match="chroma\\+http://HOST:PORT/PREFIX"):
         Isotope.open(tmp_path / "other", embedder=embedder, vector_backend="redis")
 

@@ -299,7 +299,11 @@ def test_the_memory_tools_over_http_read_the_graph_as_the_key_may(
                     names = {e["name"] for e in graph["entities"]}
                     kinds = {r["relationType"] for r in graph["relations"]}
                     notes = [n for e in graph["entities"] for n in e["observations"]]
-                    shown = json.dumps(graph, ensure_ascii=False)
+                    # (the names asked for and not found are the caller's own words;
+                    # what they are told about them, did_you_mean, is checked)
+                    shown = json.dumps({**graph, "not_found": [
+                        n["did_you_mean"] for n in graph.get("not_found", [])]},
+                        ensure_ascii=False)
                     if not hr:  # nothing of hr/: no entity, relation or statement
                         assert not names & {"Copenhagen", "Pritzker Prize"}, said
                         assert kinds <= {"was designed by"}, said

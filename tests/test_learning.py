@@ -281,9 +281,12 @@ def test_learned_questions_outlive_everything_that_keeps_their_chunk(
             backend += "-copy"
         copy_index(location, copied,
                    backend=VectorBackend(backend, explicit=True) if backend else None)
-        with Isotope.open(copied, embedder=embedder, llm=FakeLLM(), cache=False) as other:
-            assert [q.text for q in other.questions(str(lighthouse.resolve()))
-                    if q.origin == "user"] == [ASKED]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.delenv("ISOTOPE_VECTOR_BACKEND", raising=False)  # (the copy's is its own)
+            with Isotope.open(copied, embedder=embedder, llm=FakeLLM(),
+                              cache=False) as other:
+                assert [q.text for q in other.questions(str(lighthouse.resolve()))
+                        if q.origin == "user"] == [ASKED]
 
         lighthouse.write_text("# Tides\n\nSpring tides reach four metres at the quay.\n")
         iso.ingest(docs)
@@ -684,10 +687,12 @@ def test_signal_weights_are_fitted_on_the_marks_used_and_reset(
         kept = iso.fitted_weights()
         assert kept is not None and kept.weights == fit.weights
         copy_index(location, tmp_path / "copy")  # the fit goes with a copy
-        with Isotope.open(tmp_path / "copy", embedder=embedder, llm=FakeLLM(),
-                          cache=False) as copy:
-            copied = copy.fitted_weights()
-            assert copied is not None and copied.weights == fit.weights
+        with pytest.MonkeyPatch.context() as patch:
+            patch.delenv("ISOTOPE_VECTOR_BACKEND", raising=False)  # (the copy's: usearch)
+            with Isotope.open(tmp_path / "copy", embedder=embedder, llm=FakeLLM(),
+                              cache=False) as copy:
+                copied = copy.fitted_weights()
+                assert copied is not None and copied.weights == fit.weights
         if "://" in location:
             assert iso.reset_weights() and not iso.reset_weights()
             assert sum(iso.search(q, 1, mode="hybrid").results[0].chunk.id == c

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from isotope import Isotope, stores
 from isotope.cli import app
 from isotope.embedders import Embedder
+from isotope.errors import FixedSetting
 from isotope.models import Atom, Chunk, Question, Source, content_hash
 from isotope.search.filters import parse
 from isotope.stores import SourceBatch, Store
@@ -245,11 +246,12 @@ def test_an_index_made_before_step_13_finds_chunks_by_their_questions(
         assert store.check() == []
 
 
-def test_question_vectors_in_diskann(postgres_url: str, embedder: Embedder, examples: Path,
-                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_question_vectors_in_diskann(postgres_url: str, embedder: Embedder,
+                                     examples: Path) -> None:
     """pg_vector_index = diskann: pgvectorscale's index over the question vectors (a
     vector column); searches, filtered ones included, find what HNSW finds; the choice
-    holds for the index (another setting later says how to change it)."""
+    holds for the index (another setting given later is refused, saying how to change
+    it)."""
     with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM(), cache=False,
                       pg_vector_index="diskann") as iso:
         iso.ingest(examples)
@@ -277,13 +279,16 @@ def test_question_vectors_in_diskann(postgres_url: str, embedder: Embedder, exam
             filtered = store.search("questions", vector, 4, parse({"source": "*faq.html"}))
         assert len(filtered) == 4 and {h.chunk_id for h in filtered} <= held
         assert iso.check() == []
-    with caplog.at_level(logging.INFO, logger="isotope.stores.postgres"), Isotope.open(
-            postgres_url, embedder=embedder, llm=FakeLLM(), cache=False) as again:
+    with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM(), cache=False) as again:
         assert again.store.question_index == "diskann"  # type: ignore[attr-defined]
+        assert again.settings.pg_vector_index == "diskann"  # (the index's, unset here)
+        assert again.origins["pg_vector_index"] == "index"
         assert again.search(query, k=1, mode="questions-dense").results[0].chunk.source \
             .endswith("handbook.md")
-    assert any("pg_vector_index = hnsw applies to a new index" in r.getMessage()
-               for r in caplog.records)
+    with pytest.raises(FixedSetting, match=r"pg_vector_index = hnsw .*made with "
+                       "pg_vector_index = diskann and keeps it; to change it, `isotope copy` "
+                       "the index into a new schema"):
+        Isotope.open(postgres_url, embedder=embedder, cache=False, pg_vector_index="hnsw")
 
 
 def test_a_service_url_opens_and_names_its_replicas(postgres_server: str, tmp_path: Path,

@@ -12,6 +12,7 @@ import logging
 from isotope._version import __version__
 from isotope.client import Client
 from isotope.errors import (
+    FixedSetting,
     IndexDamaged,
     IndexLocked,
     InvalidArgument,
@@ -46,6 +47,7 @@ __all__ = [
     "Atom",
     "Chunk",
     "Client",
+    "FixedSetting",
     "GraphEntity",
     "GraphRelation",
     "IndexDamaged",

@@ -46,6 +46,17 @@ class SettingsError(IsotopeError):
     """A setting's value is invalid (the message names it and where it came from)."""
 
 
+class FixedSetting(SettingsError):
+    """A setting the index fixed when it was made (:data:`isotope.settings.FIXED`: graph,
+    questions_per_atom, vector_backend, pg_vector_index) was given another value, in an
+    argument, the environment or ``.env``; nothing was done. The message says how to change
+    it (a new index, ``isotope ingest --force``, ``isotope copy``)."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        self.setting = setting
+        super().__init__(message)
+
+
 class MissingDependency(IsotopeError):
     """An optional dependency is not installed; the message names the extra to install."""
 

@@ -8,7 +8,9 @@ API's documentation."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -31,8 +33,10 @@ from isotope.access import (
 )
 from isotope.embedders import Embedder
 from isotope.errors import (
+    FixedSetting,
     InvalidArgument,
     InvalidIndex,
+    IsotopeError,
     ModelMismatch,
     SourceNotFound,
     StoreError,
@@ -61,7 +65,16 @@ from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, ans
 from isotope.search.filters import parse as parse_filters
 from isotope.search.filters import shown_text
 from isotope.search.searching import ChunkCounts, Search, hide_members
-from isotope.settings import Settings, index_settings, resolve, shown
+from isotope.settings import (
+    FIXED,
+    INDEX_FIELDS,
+    REMAKE,
+    Settings,
+    index_settings,
+    keep_fixed,
+    resolve,
+    shown,
+)
 from isotope.stores import (
     SCHEMA_VERSION,
     Feedback,
@@ -106,6 +119,8 @@ class IndexStatus(BaseModel):
     keyword_engine: str = "fts5"
     """What ranks keyword search: ``fts5`` (embedded), ``pg_textsearch`` or ``postings``
     (PostgreSQL; chosen when the index was made, from what the server has)."""
+    graph: bool = False
+    """Whether the index has a knowledge graph (the ``graph`` setting it was made with)."""
     replicas: list[dict[str, Any]] = []
     """Each read replica's ``url`` (password masked), ``healthy``, ``lag_s`` (seconds
     behind the primary) and ``error`` (why it is not healthy)."""
@@ -150,6 +165,10 @@ class Isotope:
                                  fresh=store.get_meta("embedding") is None)
         self.settings = settings = settings.model_copy(update=self._scaled)
         self.embedder = embedder
+        self.prompts = prompt_specs.load(settings.prompts_dir)
+        """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""
+        self.cache = Cache(settings.cache_dir / "cache.db") if settings.cache else None
+        # (what may be refused first: a new index's Chroma collections are made next)
         store.set_vector_index(settings.vector_index)
         self.vector_backend = store.set_vector_backend(vector_backend(settings, origins or {}))
         """Where the index keeps its vectors (``usearch``, ``chroma`` or a Chroma URL)."""
@@ -159,9 +178,6 @@ class Isotope:
         store.set_vector_build(settings.pg_vector_index, settings.hnsw_build_memory,
                                settings.hnsw_build_workers)
         self.origins = origins or {}
-        self.prompts = prompt_specs.load(settings.prompts_dir)
-        """The prompts in effect (built-in, or overridden from ``prompts_dir``)."""
-        self.cache = Cache(settings.cache_dir / "cache.db") if settings.cache else None
         self._llms: dict[str, CachedLLM] = {}
         self._counts = ChunkCounts()
         """The chunks each asker may see, for the confidence thresholds."""
@@ -183,6 +199,9 @@ class Isotope:
         self._check_embedder()
         if self.cache is not None:
             self.embedder = CachedEmbedder(embedder, self.cache)
+        self._remade: dict[str, Any] = {}
+        """The index-fixed settings given otherwise with ``remake`` (see :meth:`open`),
+        until a forced ingest makes them the index's."""
 
     def _wrap(self, llm: LLM) -> CachedLLM:
         return llm if isinstance(llm, CachedLLM) else CachedLLM(llm, self.cache,
@@ -199,6 +218,7 @@ class Isotope:
         embedder: Embedder | None = None,
         llm: LLM | None = None,
         answer_llm: LLM | None = None,
+        remake: bool = False,
         **settings: Any,
     ) -> Isotope:
         """Open (or create) the index at ``path``: a directory, or the name of a project
@@ -209,7 +229,15 @@ class Isotope:
         Keyword arguments override settings (``questions_per_atom=3``). ``llm`` replaces
         the question, atomizer and answer models; ``answer_llm`` only the answer model.
         Raises :class:`ModelMismatch` if ``embedder`` (or the ``embedding_model`` setting)
-        differs from the model the index was built with.
+        differs from the model the index was built with, and :class:`FixedSetting` if a
+        setting the index fixed when it was made (:data:`isotope.settings.FIXED`: graph,
+        questions_per_atom, vector_backend, pg_vector_index) is given another value (in
+        an argument, the environment or ``.env``); nothing is written then.
+
+        ``remake``: ``graph`` and ``questions_per_atom`` given with other values are
+        accepted, for an :meth:`ingest` with ``force=True``, which makes them the index's
+        (a source it does not make again is made again with them when next ingested), or
+        a :meth:`plan`; any other ingest or enrichment refuses them.
         """
         if isinstance(path, str) and projects.is_name(path):
             settings["project"], path = path, None
@@ -222,12 +250,35 @@ class Isotope:
         else:
             settings["index"] = projects.index_path(base, origins)
         base, _ = resolve(None, **settings)
+        opened = store is None
+        folder = Path(base.index).expanduser() if stores.scheme(base.index) is None else None
+        made_here = opened and folder is not None and not folder.exists()
         if store is None:
             store = stores.open(base.index, create=create)
-        resolved, origins = resolve(store.get_meta("settings"), **settings)
-        if embedder is None:
-            embedder = embeddings_for(resolved)
-        return cls(store, resolved, embedder, llm=llm, answer_llm=answer_llm, origins=origins)
+        try:
+            saved = store.get_meta("settings")
+            resolved, origins = resolve(saved, **settings)
+            resolved, origins = keep_fixed(resolved, origins, fixed_of(store),
+                                           stores.describe(base.index), remake=remake)
+            if embedder is None:
+                embedder = embeddings_for(resolved)
+            iso = cls(store, resolved, embedder, llm=llm, answer_llm=answer_llm,
+                      origins=origins)
+        except BaseException:
+            if opened:  # (an index folder this call made, still empty, is removed)
+                try:
+                    empty = made_here and not store.counts().get("sources")
+                except IsotopeError:
+                    empty = False
+                store.close()
+                if empty and folder is not None:
+                    shutil.rmtree(folder, ignore_errors=True)
+            raise
+        if remake and isinstance(saved, dict):
+            fields = Settings.model_fields
+            iso._remade = {name: getattr(resolved, name) for name in REMAKE
+                           if saved.get(name, fields[name].default) != getattr(resolved, name)}
+        return iso
 
     def _check_embedder(self) -> None:
         saved = self.store.get_meta("embedding")
@@ -289,8 +340,21 @@ class Isotope:
                 prompt=self.prompts["atomizer"])
         return SentenceAtomizer(min_words=self.settings.min_atom_words)
 
-    def _pipeline(self, *, force: bool = False,
-                  allow: Sequence[str] | None = None) -> Pipeline:
+    def _pipeline(self, *, force: bool = False, allow: Sequence[str] | None = None,
+                  remaking: bool = False, plan_only: bool = False) -> Pipeline:
+        """The ingest pipeline. Settings given otherwise with ``remake`` (see
+        :meth:`open`) are saved as the index's by a forced ingest (``remaking``: under the
+        writer lock, before it stores anything), read by a plan (``plan_only``), refused
+        otherwise."""
+        if self._remade and not plan_only:
+            name, value = next(iter(self._remade.items()))
+            if not remaking:
+                raise FixedSetting(name, f"{name} = {json.dumps(value)} is not the index's "
+                                   "(opened with remake=True): only an ingest with "
+                                   "force=True makes it so, making the sources again")
+            self.store.set_meta("settings", {**self.store.get_meta("settings"),
+                                             **self._remade})
+            self._remade = {}
         return Pipeline(self.settings, self.store, self.embedder, self.atomizer(),
                         lambda: self.llm(self.settings.question_model), force=force,
                         prompts=self.prompts, assign=self._assigner(allow))
@@ -357,7 +421,7 @@ class Isotope:
             paths = [paths]
         paths = _rules_read(paths)
         with self.store.writer(self.settings.lock_wait):
-            report = self._pipeline(force=force, allow=allow).ingest_paths(
+            report = self._pipeline(force=force, allow=allow, remaking=force).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
             learning.learn_waiting(self.store, self.embedder, report)
@@ -446,7 +510,8 @@ class Isotope:
         calls needed and how many the cache covers, estimated tokens."""
         if isinstance(paths, str | Path):
             paths = [paths]
-        return planning.plan_paths(self._pipeline(), paths, include=include, exclude=exclude)
+        return planning.plan_paths(self._pipeline(plan_only=True), paths, include=include,
+                                   exclude=exclude)
 
     async def aingest_chunks(
         self,
@@ -1045,6 +1110,19 @@ class Isotope:
             store.close()
         return saved if isinstance(saved, dict) else None
 
+    @staticmethod
+    def fixed_settings(path: str | Path) -> dict[str, Any]:
+        """The values of the settings the index at ``path`` fixed when it was made
+        (:data:`isotope.settings.FIXED`; none where there is no index yet). Reads only
+        the index's metadata: no model is loaded."""
+        if not stores.exists(str(path)):
+            return {}
+        store = stores.open(str(path), create=False)
+        try:
+            return fixed_of(store)
+        finally:
+            store.close()
+
     def status(self, *, principal: Asker = None) -> IndexStatus:
         """The index's description and counts (of what ``principal`` may see)."""
         return IndexStatus(
@@ -1067,6 +1145,7 @@ class Isotope:
             settings=shown(self.settings),
             vector_backend=self.vector_backend,
             keyword_engine=self.store.keyword_engine,
+            graph=self.settings.graph,
             replicas=self.store.replicas(),
         )
 
@@ -1130,6 +1209,19 @@ def _on_scale(settings: Settings, embedder: Embedder, origins: dict[str, str] | 
             if origins.get(name, "default") == "default"
             or (fresh and origins.get(name) == "index"
                 and getattr(settings, name) == fields[name].default)}
+
+
+def fixed_of(store: Store) -> dict[str, Any]:
+    """The values of the settings the index at ``store`` has fixed
+    (:data:`isotope.settings.FIXED`): those saved with its settings when it was made (an
+    index made before one existed has its default), and those its store keeps
+    (:meth:`Store.fixed_settings`); none for an index not made yet."""
+    saved = store.get_meta("settings")
+    fields = Settings.model_fields
+    fixed = {name: saved.get(name, fields[name].default) for name in FIXED
+             if name in INDEX_FIELDS} if isinstance(saved, dict) else {}
+    return {**fixed, **{name: value for name, value in store.fixed_settings().items()
+                        if name in FIXED}}
 
 
 def embeddings_for(settings: Settings) -> Embedder:

@@ -196,6 +196,14 @@ class MatchedQuestion(_Record):
     """``generated``, ``manual`` or ``user`` (see :class:`Question`)."""
 
 
+def best_first(score: float, key: str) -> tuple[float, str]:
+    """The order of search results, and of every list a search ranks on the way: the
+    higher score first, and scores equal to the 6 digits a result shows by ``key`` (a
+    chunk's id, a question's text), so that ties come out in the same order on every
+    engine and in a copy of the index (whose rows are numbered otherwise)."""
+    return (-round(score, 6), key)
+
+
 class SearchResult(_Record):
     """One retrieved chunk, with the questions of it that matched the query."""
 

@@ -46,7 +46,8 @@ def ingest(
     chunk_context: ContextOpt = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Ingest unchanged files again too, reusing nothing stored (cached "
-        "model replies still answer).")] = False,
+        "model replies still answer); a graph or questions-per-atom setting other than the "
+        "index's becomes the index's.")] = False,
     allow: AllowOpt = None,
     plain: PlainOpt = False,
     wait: WaitOpt = None,
@@ -65,7 +66,8 @@ def ingest(
         questions_per_atom = questions_per_atom or per_atom
         _some_exist(paths)
         iso = open_index(index, project, create=True, questions_per_atom=questions_per_atom,
-                    generation=generation, lock_wait=wait, chunk_context=chunk_context)
+                         generation=generation, lock_wait=wait, chunk_context=chunk_context,
+                         remake=force)
         with iso:
             if dry_run:
                 plan = iso.plan(paths, include=include, exclude=exclude)

@@ -110,7 +110,9 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
     table.add_row("embedding", f"{info.embedding.get('model_id')} ({info.embedding.get('dim')}-d)")
     table.add_row("prompts", ", ".join(f"{name} {version}"
                                        for name, version in info.prompt_versions.items()))
+    table.add_row("vector backend", info.vector_backend)
     table.add_row("keyword search", info.keyword_engine)
+    table.add_row("graph", "on" if info.graph else "off")
     for name in ("chunk_size", "chunk_overlap", "questions_per_atom", "dedup_threshold"):
         table.add_row(name, str(info.settings[name]))
     for replica in info.replicas:
@@ -125,9 +127,16 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
 def config(index: IndexOpt = None, project: ProjectOpt = None,
            as_json: JsonOpt = False) -> None:
     """Show the resolved settings and where each value came from."""
-    from isotope import Isotope, projects
+    from isotope import Isotope, projects, stores
     from isotope import prompts as prompt_specs
-    from isotope.settings import Settings, group_of, resolve, shown
+    from isotope.settings import (
+        Settings,
+        fixed_conflicts,
+        group_of,
+        keep_fixed,
+        resolve,
+        shown,
+    )
 
     with errors():
         base, first = resolve(None, index=index, project=project)
@@ -135,13 +144,19 @@ def config(index: IndexOpt = None, project: ProjectOpt = None,
         settings, origins = resolve(Isotope.saved_settings(path), index=path, project=project)
         if index is None:  # the location came from where the first reading found it
             origins["index"] = first["index"] if base.index == path else "project"
+        # (the settings the index fixed: its values; one given otherwise is said refused)
+        fixed, where = Isotope.fixed_settings(path), stores.describe(path)
+        refused = [str(p) for p in fixed_conflicts(settings, origins, fixed, where)]
+        settings, origins = keep_fixed(settings, origins, fixed, where, refuse=False)
         overridden = {name: str(spec.source) for name, spec in
                       prompt_specs.load(settings.prompts_dir).items() if spec.source}
     values = shown(settings)
+    for problem in refused:
+        err.print(labelled("refused:", "red", problem))
     if as_json:
         print_json({**{name: {"value": values[name], "from": origins[name],
                               "group": group_of(name)} for name in values},
-                    "overridden_prompts": overridden})
+                    "overridden_prompts": overridden, "refused": refused})
         return
     table = Table("group", "setting (env ISOTOPE_<NAME>)", Column("value", overflow="fold"),
                   "from")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from isotope.embedders import Vectors
 from isotope.ingest.questions import STOPWORDS
 from isotope.knowledge.facts import entity_key
-from isotope.models import Condition
+from isotope.models import Condition, best_first
 from isotope.stores import Hit, Store
 
 LONGEST_NAME = 6
@@ -142,7 +142,7 @@ def graph_hits(store: Store, query: str, vector: Vectors, pool: int,
     for key, chunk, _ in named:
         best.setdefault(chunk, []).append((weight(key), key))
     ranked = sorted(((chunk, sorted(set(ways), reverse=True)) for chunk, ways in best.items()),
-                    key=lambda x: -x[1][0][0])[:pool]
+                    key=lambda x: best_first(x[1][0][0], x[0]))[:pool]
     # (a path spelt out only for the best ways to each chunk kept)
     return [(chunk, ways[0][0], [Hit("chunks", chunk, w, reached[key].shown(names))
                                  for w, key in ways[:SHOWN_PATHS]]) for chunk, ways in ranked]

@@ -17,7 +17,14 @@ import numpy as np
 
 from isotope.embedders import Embedder, Vectors
 from isotope.ingest.questions import STOPWORDS
-from isotope.models import Action, Chunk, MatchedQuestion, QueryResponse, SearchResult
+from isotope.models import (
+    Action,
+    Chunk,
+    MatchedQuestion,
+    QueryResponse,
+    SearchResult,
+    best_first,
+)
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
 from isotope.search.filters import Condition
@@ -53,7 +60,7 @@ def search_many(
             texts = {m.text for m in seen.matched_questions}
             seen.matched_questions.extend(
                 m for m in result.matched_questions if m.text not in texts)
-            seen.matched_questions.sort(key=lambda m: -m.score)
+            seen.matched_questions.sort(key=lambda m: best_first(m.score, m.text))
             del seen.matched_questions[MATCHES_PER_CHUNK:]
             wins = result.score > seen.score  # (the winning search's paths first)
             paths = [*graph_paths(result), *graph_paths(seen)] if wins else \
@@ -64,7 +71,7 @@ def search_many(
             if paths and seen.explain is not None:  # (as many as one search shows)
                 graph = seen.explain.setdefault("signals", {}).setdefault("graph", {})
                 graph["paths"] = list(dict.fromkeys(paths))[:SHOWN_PATHS]
-    ranked = sorted(best.values(), key=lambda r: -r.score)[:k]
+    ranked = sorted(best.values(), key=lambda r: best_first(r.score, r.chunk.id))[:k]
     for rank, result in enumerate(ranked, start=1):
         result.rank = rank
     timings = {name: sum(r.timings.get(name, 0.0) for r in responses)
@@ -169,9 +176,10 @@ def signal(store: Store, mode: str, query: str, vector: Vectors, pool: int,
             if len(group) < MATCHES_PER_CHUNK:
                 group.append(hit)
         grouped = list(by_chunk.items())[:pool]
-    found = [Candidate(c, aggregated([h.score for h in hits], aggregate), hits)
+    found = [Candidate(c, aggregated([h.score for h in hits], aggregate),
+                       sorted(hits, key=lambda h: best_first(h.score, h.text)))
              for c, hits in grouped]
-    found.sort(key=lambda c: -c.score)
+    found.sort(key=lambda c: best_first(c.score, c.chunk_id))
     return found
 
 
@@ -239,7 +247,7 @@ def fuse(signals: dict[str, list[Candidate]], weights: dict[str, float],
             fused[chunk_id] *= total / applied
             if parts is not None:
                 parts.setdefault(chunk_id, {})["*"] = total / applied
-    return sorted(fused.items(), key=lambda item: -item[1])
+    return sorted(fused.items(), key=lambda item: best_first(item[1], item[0]))
 
 
 DEFAULT_WEIGHTS: dict[str, float] = {s.name: s.weight for s in REGISTRY
@@ -425,7 +433,7 @@ def _seen(found: list[Candidate], mode: str, aggregate: Aggregate,
         if hits:
             kept.append(Candidate(candidate.chunk_id,
                                   aggregated([h.score for h in hits], aggregate), hits))
-    kept.sort(key=lambda c: -c.score)
+    kept.sort(key=lambda c: best_first(c.score, c.chunk_id))
     return kept
 
 
@@ -491,7 +499,7 @@ def confirmed_raise(found: dict[str, list[Candidate]], fused: list[tuple[str, fl
     for chunk_id, score in fused:
         extra = gain * (nearest.get(chunk_id, CONFIRMED_MATCH) - CONFIRMED_MATCH)
         raised.append((chunk_id, score + extra, extra))
-    raised.sort(key=lambda item: -item[1])
+    raised.sort(key=lambda item: best_first(item[1], item[0]))
     same = max(nearest, key=lambda c: nearest[c])
     at = next((i for i, (c, _, _) in enumerate(raised) if c == same), None)
     if nearest[same] >= CONFIRMED_SAME and at:  # the query asked again: its chunk first

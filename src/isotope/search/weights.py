@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from isotope.errors import InvalidArgument
+from isotope.models import best_first
 from isotope.search import learning, retrieval
 from isotope.search.retrieval import SIGNALS, Candidate
 
@@ -182,7 +183,7 @@ def _without_own(found: list[Candidate], said: str, aggregate: Any, *, dense: bo
             kept.append(Candidate(candidate.chunk_id,
                                   retrieval.aggregated([h.score for h in hits], aggregate),
                                   hits))
-    return sorted(kept, key=lambda c: -c.score)
+    return sorted(kept, key=lambda c: best_first(c.score, c.chunk_id))
 
 
 def _first(cases: list[Marked], weights: dict[str, float], fusion: Any) -> int:

@@ -273,6 +273,19 @@ class ChromaVectors:
         embedded folder may have been reopened since)."""
         return self._call(lambda: getattr(self._collection(kind), method)(**arguments))
 
+    def claim(self) -> None:
+        """Make the collections of a new index (owned by it) before the index records
+        where its vectors are: a prefix whose collections another index holds is refused
+        (:class:`StoreError`), the collections made meanwhile deleted, so that nothing of
+        the refused index is left on either side."""
+        try:
+            for kind in KINDS:
+                self._collection(kind)
+        except StoreError as exc:
+            with contextlib.suppress(StoreError):
+                self.drop()
+            raise StoreError(f"{exc}; nothing was stored") from None
+
     def drop(self) -> None:
         """Delete the index's collections (the index is being removed; one another index
         owns is left alone)."""

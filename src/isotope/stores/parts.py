@@ -16,7 +16,6 @@ every abstract method of each part, and a part's defaults are correct but do les
 
 from __future__ import annotations
 
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -428,13 +427,16 @@ class Upkeep:
     def set_vector_backend(self, backend: VectorBackend) -> str:
         """Where the vectors are kept (``usearch``: the store's own; ``chroma``: a Chroma
         folder inside the index, or a server's URL): the index keeps the backend it was
-        made with (another one set is warned of), which this returns. Default: the store
-        keeps its own vectors."""
-        if backend.name != "usearch" and backend.explicit:
-            logging.getLogger(__name__).warning(
-                "vector_backend = %s is for an embedded index; the index at %s keeps its "
-                "vectors itself", backend.name, getattr(self, "where", "this store"))
+        made with (:meth:`fixed_settings`; ``Isotope.open`` refuses another one given),
+        which this returns. Default: the store keeps its own vectors."""
         return "usearch"
+
+    def fixed_settings(self) -> dict[str, Any]:
+        """The settings of :data:`isotope.settings.FIXED` this store has fixed, by name:
+        ``vector_backend`` (as the setting says it) once it holds a source or its vectors
+        are elsewhere, ``pg_vector_index`` once a server store holds vectors. Default: the
+        store keeps its own vectors."""
+        return {"vector_backend": "usearch"}
 
     def set_read_replicas(self, urls: Sequence[str], max_lag: float = 5.0,
                           wait: float = 1.0) -> None:

@@ -603,9 +603,10 @@ class PostgresStore(SQLStore):
     def set_vector_backend(self, backend: VectorBackend) -> str:
         """pgvector columns (``usearch``, the default, names the store's own vectors), or
         a Chroma server for a new index whose setting names one
-        (:mod:`isotope.stores.postgres_chroma`); an index keeps what it was made with (a
-        different setting is warned of: ``isotope copy`` moves an index to another).
-        Sends what a crash left pending when no other process is sending."""
+        (:mod:`isotope.stores.postgres_chroma`), once its collections are claimed (a
+        prefix another index uses is refused before anything is written); an index keeps
+        what it was made with (:meth:`fixed_settings`). Sends what a crash left pending
+        when no other process is sending."""
         if not is_vector_backend(backend.name):
             raise InvalidArgument(f"vector_backend {backend.name!r}: use usearch, chroma, or "
                                   "a server as chroma+http://HOST:PORT/PREFIX")
@@ -629,18 +630,18 @@ class PostgresStore(SQLStore):
                     chroma_rows.prepare(conn, self.schema)
                     from psycopg.types.json import Jsonb
 
+                    new = {"name": "chroma", "url": place.url, "prefix": place.prefix,
+                           "tenant": place.tenant, "database": place.database,
+                           "owner": uuid.uuid4().hex}
+                    claimed = self._chroma_of(new, backend)
+                    try:  # (refused: the transaction, and so the index, is left as it was)
+                        claimed.claim()
+                    finally:
+                        claimed.close()
                     conn.execute("INSERT INTO meta(key, value) VALUES ('vector_backend', %s)",
-                                 (Jsonb({"name": "chroma", "url": place.url,
-                                         "prefix": place.prefix, "tenant": place.tenant,
-                                         "database": place.database,
-                                         "owner": uuid.uuid4().hex}),))
+                                 (Jsonb(new),))
             made = self.get_meta("vector_backend")
         name = "usearch" if not isinstance(made, dict) else str(made.get("url"))
-        if backend.explicit and backend.name != name:
-            log.warning("%s keeps its vectors %s (it was made so); vector_backend = %s "
-                        "applies to a new index (`isotope copy` it into one)", self.where,
-                        "in pgvector columns" if name == "usearch" else f"with {name}",
-                        backend.name)
         self._backend = backend
         if isinstance(made, dict):
             self._chroma = self._chroma_of(made, backend)
@@ -650,6 +651,16 @@ class PostgresStore(SQLStore):
                 except StoreError as exc:
                     log.warning("%s", exc)
         return name
+
+    def fixed_settings(self) -> dict[str, Any]:
+        made = self.get_meta("vector_backend")
+        held = self.get_meta("vector_dim") is not None
+        if isinstance(made, dict):
+            return {"vector_backend": str(made.get("url"))}
+        fixed: dict[str, Any] = {"pg_vector_index": self.question_index} if held else {}
+        if held or self._rows("SELECT 1 FROM sources LIMIT 1"):
+            fixed["vector_backend"] = "usearch"
+        return fixed
 
     def _chroma_of(self, made: dict[str, Any], backend: VectorBackend) -> ChromaVectors:
         """The Chroma collections the index's meta names (``made``)."""
@@ -857,11 +868,6 @@ class PostgresStore(SQLStore):
                                   f"{', '.join(VECTOR_INDEXES)}")
         self._wanted_index = index
         self._build = (memory, workers)
-        made = self.question_index if self.get_meta("vector_dim") is not None else index
-        if made != index:
-            log.info("%s: its question vectors are indexed with %s (made so); "
-                     "pg_vector_index = %s applies to a new index (isotope copy into a new "
-                     "schema)", self.where, made, index)
 
     @contextmanager
     def bulk(self) -> Iterator[None]:

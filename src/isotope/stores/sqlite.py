@@ -289,10 +289,10 @@ class SQLiteStore(SQLStore):
 
     # -- where the vectors are kept ----------------------------------------------------
     def set_vector_backend(self, backend: VectorBackend) -> str:
-        """Chroma (embedded or a server) for a new index whose setting says so; an index
-        keeps the backend it was made with (a different one set by the user is warned of:
-        ``isotope copy`` moves an index to another). Sends the vector writes a crash left
-        pending when the writer lock is free."""
+        """Chroma (embedded or a server) for a new index whose setting says so, once its
+        collections are claimed (a prefix another index uses is refused before anything
+        is written); an index keeps the backend it was made with (:meth:`fixed_settings`).
+        Sends the vector writes a crash left pending when the writer lock is free."""
         if not is_vector_backend(backend.name):
             raise InvalidArgument(f"vector_backend {backend.name!r}: use usearch, chroma, or "
                                   "a server as chroma+http://HOST:PORT/PREFIX")
@@ -304,21 +304,33 @@ class SQLiteStore(SQLStore):
             made = {"name": "chroma", "url": place.url, "prefix": place.prefix,
                     "tenant": place.tenant, "database": place.database,
                     "owner": uuid.uuid4().hex}
-            self.set_meta("vector_backend", made)
-        name = "usearch" if made is None else str(made.get("url") or made["name"])
-        if backend.explicit and backend.name != name:
-            log.warning("the index at %s keeps its vectors with %s (it was made so); "
-                        "vector_backend = %s applies to a new index (`isotope copy` it "
-                        "into one)", self.directory, name, backend.name)
-        if made is not None:
+            claimed = self._chroma_of(made, backend)
+            try:
+                claimed.claim()
+                self.set_meta("vector_backend", made)
+            except BaseException:
+                claimed.close()
+                raise
+            self._chroma = claimed
+        elif made is not None:
             self._chroma = self._chroma_of(made, backend)
-            if not self.read_only and any(self._chroma.log_size(k) for k in KINDS):
-                try:  # (what a crash left pending, when no other process writes)
-                    with self.writer():
-                        self._send()
-                except (StoreError, IndexLocked) as exc:
-                    log.warning("%s", exc)
+        name = "usearch" if made is None else str(made.get("url") or made["name"])
+        chroma = self._chroma if made is not None else None
+        if chroma is not None and not self.read_only and any(chroma.log_size(k)
+                                                             for k in KINDS):
+            try:  # (what a crash left pending, when no other process writes)
+                with self.writer():
+                    self._send()
+            except (StoreError, IndexLocked) as exc:
+                log.warning("%s", exc)
         return name
+
+    def fixed_settings(self) -> dict[str, Any]:
+        made = self.get_meta("vector_backend")
+        if isinstance(made, dict):
+            return {"vector_backend": str(made.get("url") or made["name"])}
+        return {"vector_backend": "usearch"} if self._rows(
+            "SELECT 1 FROM sources LIMIT 1") else {}
 
     def _chroma_of(self, made: dict[str, Any], backend: VectorBackend) -> ChromaVectors:
         """The Chroma collections the index's meta names (``made``)."""
