@@ -524,3 +524,144 @@ def test_a_swapper_racing_syncs_never_gets_the_salary_a_public_list(
         finally:
             stop.set()
             thread.join()
+
+
+def test_hard_links_changed_between_the_walk_and_the_read_are_for_administrators(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: the names of a file were counted as the walk found them. With
+    ``/srv/hr/pay.md`` linked as ``d/a.md`` and ``d/b.md`` and ``d/b.md`` removed before
+    ``d/a.md`` was read, the two names found matched the link count and ``d/a.md`` was
+    stored public. Each name is checked again to be that file, and the count again."""
+    from isotope.ingest import pipeline
+
+    outside = tmp_path / "srv" / "hr"
+    outside.mkdir(parents=True)
+    (outside / "pay.md").write_text(f"# Pay\n\n{SALARY}\n")
+    shared = tmp_path / "shared"
+    (shared / "d").mkdir(parents=True)
+    (shared / ".isotope-access").write_text("** = public\n")
+    os.link(outside / "pay.md", shared / "d" / "a.md")
+    os.link(outside / "pay.md", shared / "d" / "b.md")
+    read = pipeline.Pipeline.read
+
+    def unlink_then_read(self: pipeline.Pipeline, path: Path) -> object:
+        if path.name == "a.md":
+            (shared / "d" / "b.md").unlink()
+        return read(self, path)
+
+    monkeypatch.setattr(pipeline.Pipeline, "read", unlink_then_read)
+    with _open(tmp_path / "index", embedder) as iso:
+        report = iso.sync(shared)
+        assert iso.get_access(str(shared / "d" / "a.md")) == []
+        assert any("hard links" in w.message for w in report.warnings)
+        assert not _bob_sees_salary(iso)
+    # a name made a hard link of the HR file after the walk found it a file of its own
+    docs = _folder(tmp_path / "docs")
+    (docs / "d" / "a.md").write_text("# A\n\nThe canteen opens at nine.\n")
+    walked = pipeline.discover
+
+    def walk_then_link(*args: object, **kwargs: object) -> object:
+        done = walked(*args, **kwargs)  # type: ignore[arg-type]
+        (docs / "d" / "a.md").unlink()
+        os.link(docs / "hr" / "pay.md", docs / "d" / "a.md")
+        return done
+
+    monkeypatch.setattr(pipeline.Pipeline, "read", read)
+    monkeypatch.setattr(pipeline, "discover", walk_then_link)
+    with _open(tmp_path / "index2", embedder) as iso:
+        iso.sync(docs)
+        assert iso.get_access(str(docs / "d" / "a.md")) == ["group:hr"]
+        assert not _bob_sees_salary(iso)
+
+
+def test_a_new_link_takes_the_list_of_the_file_read_not_of_its_path_resolved_again(
+        tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: a new source's stored namesake (a source an older isotope stored
+    under its resolved path) was looked up by the path resolved after the read. With no
+    rules file, ``hr/`` ingested ``--allow group:hr`` and ``d/`` ``--allow public``, a new
+    ``d/memo.md -> hr/pay.md`` pointed at ``d/public.md`` just after it was read took
+    ``public``, with the salary."""
+    docs = tmp_path / "docs"
+    (docs / "hr").mkdir(parents=True)
+    (docs / "d").mkdir()
+    (docs / "hr" / "pay.md").write_text(f"# Pay\n\n{SALARY}\n")
+    (docs / "d" / "public.md").write_text("# Public\n\nThe canteen opens at nine.\n")
+    memo = docs / "d" / "memo.md"
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs / "hr", allow=["group:hr"])
+        iso.ingest(docs / "d", allow=["public"])
+        memo.symlink_to(docs / "hr" / "pay.md")
+        _swap_after_reading(monkeypatch, memo.name,
+                            lambda: _replace(memo, link_to=docs / "d" / "public.md"))
+        iso.sync(docs / "d")
+        assert _lists_of_salary(iso) and all(
+            listed == ["group:hr"] for listed in _lists_of_salary(iso))
+        assert not _bob_sees_salary(iso)
+
+
+def test_a_list_set_by_hand_is_for_the_file_whose_text_is_stored(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """Found by review: ``access set`` bound the list to the path resolved when it was
+    run. ``d/memo.md -> d/lunch.md`` ingested, then pointed at ``hr/pay.md`` by the
+    attacker, then set ``public`` by hand (the administrator looking at the lunch text
+    in the index): the mark named ``hr/pay.md``, so the next sync kept ``public`` for
+    the salary. The mark is the file the stored text was read from."""
+    docs = _folder(tmp_path / "docs")
+    (docs / "d" / "zz-lunch.md").write_text("# Lunch\n\nLunch is served at noon.\n")
+    memo = docs / "d" / "memo.md"  # (found first: the lunch file is ingested as it)
+    memo.symlink_to(docs / "d" / "zz-lunch.md")
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.sync(docs)
+        assert iso.get_access(str(memo)) == ["public"]
+        _replace(memo, link_to=docs / "hr" / "pay.md")
+        iso.set_access(str(memo), ["public", "user:bob"])
+        iso.sync(docs)
+        assert iso.get_access(str(memo)) == ["group:hr"]
+        assert not _bob_sees_salary(iso)
+
+
+@pytest.mark.parametrize("race", ["input swapped after its check", "document swapped after "
+                                  "its read", "input a hard link"])
+def test_latex_decides_inputs_from_the_files_read(tmp_path: Path, embedder: Embedder,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  race: str) -> None:
+    r"""Found by review: LaTeX judged its inputs by paths resolved again. A public
+    ``d/doc.tex`` took in the salary when its ``\input{part}`` was made a link to the HR
+    file between the check and the read, when the document itself was pointed into hr/
+    after the ingest read it (its ``\input{../hr/pay}`` then looked like the same list),
+    or when the input was a hard link of the HR file. Each input is read first and judged
+    by the file read; the document by its own file as read; a hard link is left out."""
+    from isotope.loaders import latex
+
+    docs = _folder(tmp_path / "docs")
+    (docs / "hr" / "pay.tex").write_text(f"{SALARY}\n")
+    (docs / "hr" / "other.tex").write_text("Other HR notes.\n")
+    doc = docs / "d" / "doc.tex"
+    part = docs / "d" / "part.tex"
+    part.write_text("The canteen serves okapi stew on Fridays.\n")
+    body = {"input swapped after its check": "\\input{part}",
+            "document swapped after its read": "\\input{../hr/pay}",
+            "input a hard link": "\\input{copy}"}[race]
+    doc.write_text(f"\\documentclass{{article}}\\begin{{document}}\n{body}\nNotes of the "
+                   "week.\n\\end{document}\n")
+    if race == "input a hard link":
+        os.link(docs / "hr" / "pay.tex", docs / "d" / "copy.tex")
+    elif race == "input swapped after its check":
+        checked = latex.same_list
+
+        def check_then_swap(real: Path, other: Path, root: Path) -> bool:
+            said = checked(real, other, root)
+            if other.name == "part.tex" and not part.is_symlink():
+                _replace(part, link_to=docs / "hr" / "pay.tex")
+            return said
+
+        monkeypatch.setattr(latex, "same_list", check_then_swap)
+    else:
+        _swap_after_reading(monkeypatch, doc.name,
+                            lambda: _replace(doc, link_to=docs / "hr" / "other.tex"))
+    with _open(tmp_path / "index", embedder) as iso:
+        iso.ingest(docs)
+        assert iso.get_access(str(doc)) == ["public"]
+        texts = " ".join(a.text for c in iso.store.stored_chunks(str(doc)).values()
+                         for a in c.atoms)
+        assert "tapir" not in texts and "Notes of the week" in texts

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from isotope.errors import IsotopeError
-from isotope.models import ACCESS_BY_HAND, ACCESS_KEY, Condition, Source
+from isotope.models import ACCESS_BY_HAND, ACCESS_KEY, READ_AS, Condition, Source
 
 PUBLIC = "public"
 RULES_FILE = ".isotope-access"
@@ -344,11 +344,23 @@ def strictest(lists: Sequence[list[str] | None]) -> list[str] | None:
 
 
 def set_for(uri: str) -> str:
-    """What a list set by hand on source ``uri`` is set for: the real path of its file
-    (a member's: the file it is in; links followed), or ``uri`` itself when it is no
-    file's (an identifier given to ``ingest_chunks``)."""
+    """The real path of source ``uri``'s file now (a member's: the file it is in; links
+    followed), or ``uri`` itself when it is no file's (an identifier given to
+    ``ingest_chunks``)."""
     file = uri.split("#", 1)[0]
     return os.path.realpath(file) if os.path.isabs(file) else uri
+
+
+def mark_for(source: Source) -> str:
+    """What a list set by hand on ``source`` is set for: the real path of the file its
+    text was read from, as the ingest that stored it read it (never the path resolved
+    when the list is set: a link pointed at another file since would make the list that
+    file's); a source that is no file's, its own name; one stored by an older isotope,
+    its file's real path now."""
+    if source.loader == "chunks":
+        return source.uri
+    read = source.metadata.get(READ_AS)
+    return str(read) if read else set_for(source.uri)
 
 
 def held_by_hand(source: Source | None, real: str | None) -> str | None:
@@ -360,7 +372,8 @@ def held_by_hand(source: Source | None, real: str | None) -> str | None:
     mark = None if source is None else source.metadata.get(ACCESS_BY_HAND)
     if not mark or source is None:
         return None
-    target = real if os.path.isabs(source.uri.split("#", 1)[0]) else source.uri
+    target = (source.uri if source.loader == "chunks" or not os.path.isabs(
+        source.uri.split("#", 1)[0]) else real)
     if target is None:
         return None
     if mark is True:  # (marked before the mark said what for: held, and said what for)

@@ -27,6 +27,7 @@ from isotope.access import (
     Assigner,
     Principal,
     access_list,
+    mark_for,
     principal_of,
     rules_for,
     set_for,
@@ -1083,7 +1084,9 @@ class Isotope:
             # an email's attachments, a mailbox's messages: theirs too
             matched += sorted(_inside(matched, maintenance.members_of(self.store))
                               - set(matched))
-            self.store.set_access(matched, listed, by_hand={u: set_for(u) for u in matched})
+            marks = {u: mark_for(stored) if (stored := self.store.get_source(u)) else set_for(u)
+                     for u in matched}
+            self.store.set_access(matched, listed, by_hand=marks)
         return matched
 
     def get_access(self, source: str | Path) -> list[str] | None:

@@ -63,6 +63,10 @@ class Source(_Record):
 
 ACCESS_BY_HAND = "access_by_hand"
 """The metadata key marking a source whose access list was set by hand."""
+READ_AS = "read_as"
+"""The metadata key of the real path of the file a source's text was read from (links
+followed as the open followed them), by the ingest that stored it: what a list set by
+hand is set for (:func:`isotope.access.mark_for`)."""
 
 
 class Chunk(_Record):

@@ -21,9 +21,9 @@ def inside(path: str | Path, roots: Sequence[Path]) -> bool:
     return any(real == root or root in real.parents for root in roots)
 
 
-Names = dict[tuple[int, int], dict[str, tuple[str, str]]]
-"""Files with several names, by identity (device, inode): each name's real path, with
-the path it was reached by and the root it was found under."""
+Names = dict[tuple[int, int], dict[str, str]]
+"""The files found, by identity (device, inode): each path it was reached by, with the
+root it was found under (hard links: one identity, several paths)."""
 
 
 def discover(
@@ -39,10 +39,10 @@ def discover(
     whose links lead out of them is not read: the file is listed with the errors, the
     folder is not walked.
 
-    ``names``: filled with the files found with several names (hard links: a file under
-    ``hr/`` and ``d/``), by identity (device, inode): each name's real path, with the path
-    it was reached by and its root; who may see such a file is decided from all its
-    names (:meth:`isotope.ingest.pipeline.Pipeline.ingest_files`)."""
+    ``names``: filled with every file found by identity, the names of one file (hard
+    links: a file under ``hr/`` and ``d/``) together, those skipped as the same file
+    included: who may see a file is decided from all its names
+    (:meth:`isotope.ingest.pipeline.Pipeline.ingest_files`)."""
     files: dict[Path, Path] = {}
     skipped: list[FileError] = []
     missing: list[FileError] = []
@@ -59,9 +59,8 @@ def discover(
         except OSError:
             files.setdefault(file, root)  # reported when it is read
             return
-        if names is not None and stat.st_nlink > 1:
-            names.setdefault((stat.st_dev, stat.st_ino), {}).setdefault(
-                os.path.realpath(file), (str(file), str(root)))
+        if names is not None:  # (every file: its link count may change before the read)
+            names.setdefault((stat.st_dev, stat.st_ino), {}).setdefault(str(file), str(root))
         first = seen.setdefault((stat.st_dev, stat.st_ino), file)
         if first != file:
             skipped.append(FileError(str(file), f"the same file as {first} (a link to it); "

@@ -37,7 +37,7 @@ from isotope.ingest.enrichment import Enricher
 from isotope.ingest.generation import QuestionGenerator
 from isotope.ingest.reading import Found, Members, Read, Reader, Unchanged
 from isotope.ingest.selection import select_questions
-from isotope.models import ACCESS_BY_HAND, Atom, Chunk, Question, Source, content_hash
+from isotope.models import ACCESS_BY_HAND, READ_AS, Atom, Chunk, Question, Source, content_hash
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import LLM
 from isotope.reports import (
@@ -436,6 +436,8 @@ class Pipeline:
         never from its path resolved again."""
         read = self.seen.get(file_of(source.uri, source.metadata))
         real = read.real if read is not None else None
+        if real is not None:  # (what a list set by hand on it is then set for)
+            source.metadata[READ_AS] = real
         had = stored.access if stored is not None else None
         mark = held_by_hand(stored, real)  # (None too when its file is now another one)
         if (owner := source.metadata.get("container")) is not None and mark is None:
@@ -453,16 +455,29 @@ class Pipeline:
     def _one_file(self, uri: str, read: Read, listed: list[str] | None,
                   report: IngestReport) -> list[str] | None:
         """The list of a file with several names (hard links): one file, so the
-        strictest of the lists its names get (:func:`isotope.access.strictest`); with a
-        name this run did not find (outside the folders ingested: its list cannot be
-        known), administrators only. Either is said in the report's warnings."""
-        names = self.names.get((read.stat.st_dev, read.stat.st_ino), {})
-        found = set(names) | {read.real}
-        if len(found) < read.stat.st_nlink:
-            warning = (f"the file has {read.stat.st_nlink} names (hard links) and "
-                       f"{len(found)} of them are in the folders ingested: administrators "
-                       "only, as another name may be under another access list; ingest "
-                       "the folder holding all its names")
+        strictest of the lists its names get (:func:`isotope.access.strictest`). Its names
+        are those this run found, each checked again to be that file now; unless they are
+        all of its names (the link count, at the read and now), one may be outside the
+        folders ingested, or changed since the walk: administrators only. Either is said
+        in the report's warnings."""
+        identity = (read.stat.st_dev, read.stat.st_ino)
+        found = self.names.get(identity, {})
+        still = {path: root for path, root in found.items() if _is_file(path, identity)}
+        names: dict[str, tuple[str, str]] = {}  # real path -> (a path reached by, root)
+        for path, root in still.items():
+            names.setdefault(os.path.realpath(path), (path, root))
+        names.setdefault(read.real, (uri, ""))
+        try:
+            now: os.stat_result | None = os.stat(read.real)
+        except OSError:
+            now = None
+        if (len(still) < len(found) or now is None
+                or (now.st_dev, now.st_ino) != identity
+                or not read.stat.st_nlink == now.st_nlink == len(names)):
+            warning = (f"the file has {read.stat.st_nlink} names (hard links), of which "
+                       f"{len(names)} are in the folders ingested and still this file: "
+                       "administrators only, as another name may be under another access "
+                       "list; ingest the folder holding all its names")
             report.warnings.append(FileError(uri, warning))
             log.warning("%s: %s", uri, warning)
             return []
@@ -477,7 +492,7 @@ class Pipeline:
                 by_hand=held_by_hand(stored, real) is not None, real=real))
         chosen = strictest(lists)
         if chosen != listed:
-            warning = (f"another name of this file (a hard link: {', '.join(sorted(found))}) "
+            warning = (f"another name of this file (a hard link: {', '.join(sorted(names))}) "
                        f"has another access list: it takes the strictest, {chosen}")
             report.warnings.append(FileError(uri, warning))
             log.warning("%s: %s", uri, warning)
@@ -599,18 +614,24 @@ class Pipeline:
 
 
 def _names(files: dict[Path, Path]) -> Names:
-    """The files of ``files`` with several names (hard links; the others are left out),
-    by identity: each real path, with the path it was reached by and its root."""
+    """``files`` by identity (as :func:`isotope.ingest.discovery.discover` gives them)."""
     found: Names = {}
     for path, root in files.items():
         try:
             stat = os.stat(path)
         except OSError:
             continue  # (reported when it is read)
-        if stat.st_nlink > 1:
-            found.setdefault((stat.st_dev, stat.st_ino), {})[os.path.realpath(path)] = (
-                str(path), str(root))
+        found.setdefault((stat.st_dev, stat.st_ino), {})[str(path)] = str(root)
     return found
+
+
+def _is_file(path: str, identity: tuple[int, int]) -> bool:
+    """Whether ``path`` is, now, the file of ``identity`` (device, inode)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    return (stat.st_dev, stat.st_ino) == identity
 
 
 def _stored(report: IngestReport) -> tuple[list[str], list[str], list[str]]:

@@ -104,13 +104,15 @@ class Reader:
             self.seen[str(path)] = Read(str(real), stat)
             uri, digest = str(path), content_hash(data)
             existing = self.store.get_source(uri)
-            if existing is None and (resolved := str(path.resolve())) != uri:
-                # stored by an older isotope under its resolved path: take its place
-                existing = self.store.get_source(resolved)
+            if existing is None and str(real) != uri:
+                # stored by an older isotope under its resolved path (the file read's:
+                # never resolved again, a link may point elsewhere since): take its place
+                existing = self.store.get_source(str(real))
             if self.is_current(existing, digest) and existing and existing.uri == uri:
                 yield Unchanged(uri)
                 return
-            document, used = loaders.load(path, data, root=root, max_chars=self.max_chars)
+            document, used = loaders.load(path, data, root=root, max_chars=self.max_chars,
+                                          real=real)
         except LoaderError as exc:
             yield FileError(exc.path, exc.reason)
             return

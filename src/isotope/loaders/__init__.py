@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from isotope.errors import LoaderError, UnsupportedFile
-from isotope.models import ACCESS_BY_HAND
+from isotope.models import ACCESS_BY_HAND, READ_AS
 
 
 @dataclass
@@ -130,6 +130,9 @@ def loader_for(path: Path) -> Loader | None:
 ROOT: ContextVar[Path | None] = ContextVar("isotope_loader_root", default=None)
 """The folder being ingested, while a loader runs: what a loader may read besides its
 file must be inside it (LaTeX's ``\\input``)."""
+READ: ContextVar[Path | None] = ContextVar("isotope_loader_read", default=None)
+"""The real path of the file being loaded, as the ingest read it (its access list is
+decided from it): what a loader that reads other files compares their lists with."""
 MAX_TEXT_CHARS = 32_000_000
 """The default of the ``max_text_mb`` setting, in characters."""
 TEXT_BUDGET: ContextVar[int] = ContextVar("isotope_loader_text_budget", default=MAX_TEXT_CHARS)
@@ -149,18 +152,19 @@ def over_budget(path: Path, chars: int) -> LoaderError:
                        "(ISOTOPE_MAX_TEXT_MB)")
 
 
-RESERVED = frozenset({"file", "container", ACCESS_BY_HAND})
+RESERVED = frozenset({"file", "container", ACCESS_BY_HAND, READ_AS})
 """Metadata keys only isotope sets (the file a member source is in, the source holding
-it, the mark of an access list set by hand): a document's own text (its front matter)
-never names its path, its container or its list, which decide who may see it and what a
-sync removes with it."""
+it, the mark of an access list set by hand, the file it was read from): a document's own
+text (its front matter) never names its path, its container or its list, which decide
+who may see it and what a sync removes with it."""
 
 
 def load(path: Path, data: bytes | None = None, *, root: Path | None = None,
-         max_chars: int | None = None) -> tuple[Document, Loader]:
+         max_chars: int | None = None, real: Path | None = None) -> tuple[Document, Loader]:
     """Load one file (found under ``root``: the folder a loader may read other files of),
     making at most ``max_chars`` characters of text (default: the ``max_text_mb``
-    default). Raises :class:`LoaderError` (naming the file) when it cannot."""
+    default); ``real``: the real path of the file as ``data`` was read from it (else
+    resolved now). Raises :class:`LoaderError` (naming the file) when it cannot."""
     loader = loader_for(path)
     if loader is None:
         raise UnsupportedFile(
@@ -174,12 +178,13 @@ def load(path: Path, data: bytes | None = None, *, root: Path | None = None,
         data = read_file(path, DEFAULT_MAX_BYTES)[1]
     if not data.strip():
         raise LoaderError(path, "file is empty; nothing to index")
-    token = ROOT.set(root)
+    token, read = ROOT.set(root), READ.set(real)
     budget = TEXT_BUDGET.set(max_chars or MAX_TEXT_CHARS)
     try:
         document = _run(loader, path, data)
     finally:
         ROOT.reset(token)
+        READ.reset(read)
         TEXT_BUDGET.reset(budget)
     if not document.text.strip():
         raise LoaderError(path, "no text found in the file; nothing to index")

@@ -28,6 +28,7 @@ from typing import Any
 
 from isotope.errors import LoaderError, MissingDependency
 from isotope.loaders import (
+    READ,
     ROOT,
     SEALED,
     TEXT_BUDGET,
@@ -97,8 +98,9 @@ def load_tex(path: Path, data: bytes) -> Document:
                           f"{budget.chars / 1e6:g} MB a document may make with its inputs; "
                           "split it into files joined by \\input")
     budget.chars -= len(own)
-    source = _COMMENT.sub("", own) if sealed or root is None else \
-        _expand(own, path, root, warnings, 0, {_resolved(path)}, budget)
+    real = READ.get() or _resolved(path)  # (as the ingest read it: its list's file)
+    source = _COMMENT.sub("", own) if sealed or root is None or real is None else \
+        _expand(own, path, real, root, warnings, 0, {real}, budget)
     if sealed and _INPUT.search(source):
         warnings.append("an attachment's \\input and \\include are not followed")
         source = _INPUT.sub("", source)
@@ -106,7 +108,8 @@ def load_tex(path: Path, data: bytes) -> Document:
     if depth:
         warnings.append(f"unbalanced braces ({abs(depth)} {'{' if depth > 0 else '}'} "
                         "unmatched): the text is read as far as it can be")
-    works = {} if sealed or root is None else _bibliography(path, root, source, warnings)
+    works = ({} if sealed or root is None or real is None
+             else _bibliography(path, real, root, source, warnings))
     try:
         nodes, _, _ = LatexWalker(_breakable(source), latex_context=_context(),
                                   tolerant_parsing=True).get_latex_nodes()
@@ -178,9 +181,11 @@ def _resolved(path: Path) -> Path | None:
         return None
 
 
-def same_list(path: Path, other: Path, root: Path) -> bool:
-    """Whether the rules file of ``root`` gives ``other`` (a file ``path`` would read in)
-    the list it gives ``path``: a public file never takes in an HR file's text."""
+def same_list(real: Path, other: Path, root: Path) -> bool:
+    """Whether the rules file of ``root`` (resolved) gives ``other`` (the real path of a
+    file read in, as it was read) the list it gives ``real`` (the reading file's, as it
+    was read): a public file never takes in an HR file's text. Neither path is resolved
+    again: a link pointed elsewhere since would decide for another file."""
     from isotope.access import rules_for
 
     rules = rules_for(root)
@@ -189,19 +194,47 @@ def same_list(path: Path, other: Path, root: Path) -> bool:
 
     def listed(file: Path) -> list[str] | None:
         try:
-            return rules.match(file.resolve().relative_to(root).as_posix())
-        except (OSError, ValueError, RuntimeError):
+            return rules.match(file.relative_to(root).as_posix())
+        except ValueError:
             return []
 
-    return listed(path) == listed(other)
+    return listed(real) == listed(other)
 
 
-def _expand(text: str, path: Path, root: Path, warnings: list[str], depth: int,
-            seen: set[Path | None], budget: _Budget) -> str:
-    """``text`` without comments, with its ``\\input``/``\\include`` files in place
-    (only regular files inside ``root``, within the budget)."""
-    from isotope.files import read_file
+def _read_in(target: Path, real: Path, root: Path, said: str, warnings: list[str]
+             ) -> tuple[Path, bytes] | None:
+    """A file the document whose real path is ``real`` reads in (``\\input``, a .bib):
+    read first, then judged by the real path of the very file read (inside ``root``, the
+    same list, one name only: a hard link's other name may have another list); None,
+    with a warning, when it is left out."""
+    from isotope.files import read_opened
 
+    first = _resolved(target)  # (nothing outside the folder is even opened)
+    if first is None or not first.is_relative_to(root):
+        warnings.append(f"{said} is outside the folder being ingested: left out")
+        return None
+    try:
+        stat, data, got = read_opened(target, MAX_EXPANDED)  # a regular file, never a FIFO
+    except (OSError, LoaderError) as exc:
+        reason = exc.reason if isinstance(exc, LoaderError) else str(exc)
+        warnings.append(f"{said}: cannot read it ({reason}): left out")
+        return None
+    if not got.is_relative_to(root):
+        warnings.append(f"{said} is outside the folder being ingested: left out")
+        return None
+    if not same_list(real, got, root) or stat.st_nlink > 1:
+        warnings.append(f"{said} has another access list than this file (the folder's "
+                        ".isotope-access), or is a hard link (another name of it may): "
+                        "left out")
+        return None
+    return got, data
+
+
+def _expand(text: str, path: Path, real: Path, root: Path, warnings: list[str],
+            depth: int, seen: set[Path | None], budget: _Budget) -> str:
+    """``text`` (of ``path``, whose real path as read is ``real``) without comments, with
+    its ``\\input``/``\\include`` files in place (only regular files inside ``root`` of
+    its list, within the budget)."""
     text = _COMMENT.sub("", text)
 
     def replace(match: re.Match[str]) -> str:
@@ -210,25 +243,23 @@ def _expand(text: str, path: Path, root: Path, warnings: list[str], depth: int,
         target = (path.parent / name)
         if not target.suffix:
             target = target.with_suffix(".tex")
-        resolved = _resolved(target)
-        if resolved is None or not resolved.is_relative_to(root):
-            warnings.append(f"{said} is outside the folder being ingested: left out")
-            return ""
-        if not same_list(path, resolved, root):
-            warnings.append(f"{said} has another access list than this file (the folder's "
-                            ".isotope-access): left out")
-            return ""
-        if resolved in seen or depth >= MAX_INPUT_DEPTH or budget.inputs <= 0:
+        if depth >= MAX_INPUT_DEPTH or budget.inputs <= 0:
             warnings.append(f"{said} includes itself, nests deeper than {MAX_INPUT_DEPTH} or "
                             f"is past the {MAX_INPUTS} inputs a document may make: left out")
             return ""
         budget.inputs -= 1
+        found = _read_in(target, real, root, said, warnings)
+        if found is None:
+            return ""
+        resolved, data = found
+        if resolved in seen:
+            warnings.append(f"{said} includes itself, nests deeper than {MAX_INPUT_DEPTH} or "
+                            f"is past the {MAX_INPUTS} inputs a document may make: left out")
+            return ""
         try:
-            data = read_file(resolved, MAX_EXPANDED)[1]  # a regular file, never a FIFO
             included = decode_text(target, data)
-        except (OSError, LoaderError) as exc:
-            reason = exc.reason if isinstance(exc, LoaderError) else str(exc)
-            warnings.append(f"{said}: cannot read it ({reason}): left out")
+        except LoaderError as exc:
+            warnings.append(f"{said}: cannot read it ({exc.reason}): left out")
             return ""
         if len(included) > budget.chars:
             warnings.append(f"{said}: past the {min(MAX_EXPANDED, TEXT_BUDGET.get()) / 1e6:g} "
@@ -236,7 +267,7 @@ def _expand(text: str, path: Path, root: Path, warnings: list[str], depth: int,
                             "(and any after it that does not fit)")
             return ""
         budget.chars -= len(included)
-        return "\n" + _expand(included, resolved, root, warnings, depth + 1,
+        return "\n" + _expand(included, resolved, resolved, root, warnings, depth + 1,
                               seen | {resolved}, budget) + "\n"
 
     return _INPUT.sub(replace, text)
@@ -285,10 +316,10 @@ def _balance(text: str) -> int:
     return low if low < 0 else depth
 
 
-def _bibliography(path: Path, root: Path, source: str, warnings: list[str]
+def _bibliography(path: Path, real: Path, root: Path, source: str, warnings: list[str]
                   ) -> dict[str, dict[str, Any]]:
     """The works of the .bib files the document names (else all beside it), by key: only
-    regular files inside ``root``."""
+    regular files inside ``root`` of its list (``real``: its real path as read)."""
     named = [n.strip() for group in re.findall(
         r"\\(?:bibliography|addbibresource)\s*(?:\[[^\]]*\])?\{([^{}]*)\}", source)
         for n in group.split(",") if n.strip()]
@@ -307,24 +338,12 @@ def _bibliography(path: Path, root: Path, source: str, warnings: list[str]
         raise MissingDependency.from_import(exc, ".tex citations", "latex") from exc
     logging.getLogger("bibtexparser").setLevel(logging.CRITICAL)
     works: dict[str, dict[str, Any]] = {}
-    from isotope.files import read_file
 
     for bib in files:
-        resolved = _resolved(bib)
-        if resolved is None or not resolved.is_relative_to(root):
-            warnings.append(f"{bib.name}: outside the folder being ingested: its citations "
-                            "kept as keys")
+        found = _read_in(bib, real, root, bib.name, warnings)
+        if found is None:
             continue
-        if not same_list(path, resolved, root):
-            warnings.append(f"{bib.name}: has another access list than this file (the "
-                            "folder's .isotope-access): its citations kept as keys")
-            continue
-        try:
-            text = read_file(resolved, MAX_EXPANDED)[1].decode("utf-8", errors="replace")
-        except (OSError, LoaderError):
-            warnings.append(f"{bib.name}: no such .bib (or not a readable file): its "
-                            "citations kept as keys")
-            continue
+        text = found[1].decode("utf-8", errors="replace")
         try:
             library = parse_string(text, append_middleware=[LatexDecodingMiddleware()])
         except Exception as exc:
