@@ -1,7 +1,9 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from isotope import loaders
 from isotope.errors import LoaderError, UnsupportedFile
 from isotope.loaders import load, supported_extensions
 
@@ -333,3 +335,30 @@ def test_docx_reads_nested_tables_and_content_controls(tmp_path: Path) -> None:
     text = load(tmp_path / "n.docx")[0].text
     assert "Outer A | Nested one / Nested two" in text
     assert "Inside a content control." in text
+
+
+def test_a_container_registered_without_a_handle_still_reads_its_members(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: the ingest began handing a container's members function the file
+    it opened (``handle=``); one registered without that argument raised TypeError and
+    the whole ingest stopped. A function without it opens the file by its path, as
+    before; the mailbox's takes the handle."""
+    from isotope import Isotope
+    from isotope.loaders import Member, handle_for, loader_named, register_container
+    from isotope.loaders.mail import mbox_members
+
+    from conftest import FakeLLM
+
+    def lines(path: Path, max_bytes: int, grouping: str = "message") -> Any:
+        for n, line in enumerate(path.read_text().splitlines()):
+            yield Member(f"line-{n}", line.encode(), "text")
+
+    monkeypatch.setattr(loaders, "_REGISTRY", dict(loaders._REGISTRY))
+    monkeypatch.setattr(loaders, "_NAMED", dict(loaders._NAMED))
+    register_container("lines", (".lines",), lines)
+    assert handle_for(loader_named("lines").members, object()) == {}  # type: ignore[arg-type]
+    assert "handle" in handle_for(mbox_members, object())
+    (tmp_path / "notes.lines").write_text("The okapi eats leaves.\nThe tapir swims well.\n")
+    with Isotope.open(tmp_path / "index", llm=FakeLLM(), cache=False) as iso:
+        report = iso.ingest(tmp_path / "notes.lines", questions="later")
+        assert report.ok and len(report.added) == 2

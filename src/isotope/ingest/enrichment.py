@@ -147,11 +147,15 @@ class Enricher:
             said = [0.0]
 
             def tell(finished: Sequence[int], tokens: int) -> None:
+                # (a window that failed is asked again chunk by chunk: those calls' counts
+                # start again, so the most told so far stands)
                 flight[1] = tokens
                 if len(finished) > flight[0] or time.monotonic() - said[0] >= 1.0:
-                    flight[0], said[0] = len(finished), time.monotonic()
-                    notify("generate", [part[i] for i in sorted(finished)] or part,
-                           finished=len(finished))
+                    grew = len(finished) > flight[0]
+                    flight[0], said[0] = max(flight[0], len(finished)), time.monotonic()
+                    notify("generate", [part[i] for i in sorted(finished) if i < len(part)]
+                           if grew and finished else part[:flight[0]] or part,
+                           finished=flight[0])
             return tell
 
         def decoded(part: list[PendingChunk]) -> list[Generated | None]:

@@ -96,7 +96,7 @@ class Reader:
                     stat, real = identify(handle.fileno(), path)
                     self.seen[str(path)] = Read(str(real), stat)
                     members = loader.members(path, self.max_bytes, grouping=self.grouping,
-                                             handle=handle)
+                                             **loaders.handle_for(loader.members, handle))
                     yield from self._members(str(path), str(path), members, stat.st_mtime,
                                              root, mailbox=True)
                 return

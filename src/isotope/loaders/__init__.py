@@ -75,6 +75,21 @@ report; ``grouping``: the ``mail_sources`` setting, ``message`` or ``thread``;
 again, so its members are of the very file whose access list they take)."""
 
 
+def handle_for(members: MembersFunc, handle: Any) -> dict[str, Any]:
+    """``{"handle": handle}`` for a container's ``members`` that takes the opened file
+    (the built-in mailbox does), else nothing: a function registered before containers
+    were handed their file opens it by its path, as it always did."""
+    import inspect
+
+    try:
+        taken = inspect.signature(members).parameters
+    except (TypeError, ValueError):
+        return {}
+    if "handle" in taken or any(p.kind is p.VAR_KEYWORD for p in taken.values()):
+        return {"handle": handle}
+    return {}
+
+
 @dataclass(frozen=True)
 class Loader:
     name: str

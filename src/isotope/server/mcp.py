@@ -16,6 +16,7 @@ library in a worker thread, never on the event loop."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
@@ -291,10 +292,14 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
             missing = [str(p) for p in wanted if not p.exists()]
             if missing:
                 raise ValueError(f"no such file or folder: {', '.join(missing)}")
-            tell = _teller(ctx)
-            told = None if tell is None else _ingest_progress(tell)
-            report = await turns.write(lambda: iso.ingest(wanted, confine=confine,
-                                                          progress=told))
+            teller = _teller(ctx)
+            told = None if teller is None else _ingest_progress(teller.tell)
+            try:
+                report = await turns.write(lambda: iso.ingest(wanted, confine=confine,
+                                                              progress=told))
+            finally:
+                if teller is not None:  # (every notification before the result)
+                    await teller.sent()
             done = reported(report, brief=True)
             if not report.ok:
                 return CallToolResult(content=[TextContent(type="text", text=json.dumps(
@@ -324,30 +329,49 @@ async def _say(ctx: Context, progress: float, total: float | None,  # type: igno
         await ctx.report_progress(progress, total, message)
 
 
-def _teller(ctx: Context) -> Tell | None:  # type: ignore[type-arg]
+class _Teller:
     """:func:`_say` for work running in another thread (an ingest): each value greater
-    than the last, the last always, the others at most every half second. None where
-    the call asked for no progress."""
+    than the last, a value reaching its total always, the others at most every half
+    second; :meth:`sent` waits until all are sent (none may follow the call's result)."""
+
+    def __init__(self, ctx: Context, loop: Any) -> None:  # type: ignore[type-arg]
+        import threading
+
+        self.ctx, self.loop = ctx, loop
+        self.lock, self.last = threading.Lock(), (-1.0, 0.0)  # (value, time sent)
+        self.pending: list[Any] = []
+
+    def tell(self, progress: float, total: float | None, message: str) -> None:
+        import asyncio
+        import time
+
+        with self.lock:  # (sent in order: each is scheduled on the loop before the next)
+            now = time.monotonic()
+            value, when = self.last
+            final = total is not None and progress >= total
+            if progress <= value or (not final and value >= 0 and now - when < 0.5):
+                return
+            self.last = (progress, now)
+            self.pending.append(asyncio.run_coroutine_threadsafe(
+                self.ctx.report_progress(progress, total, message), self.loop))
+
+    async def sent(self) -> None:
+        import asyncio
+
+        with self.lock:
+            pending, self.pending = self.pending, []
+        for future in pending:
+            with contextlib.suppress(Exception):  # (a client gone: nothing to tell)
+                await asyncio.wrap_future(future)
+
+
+def _teller(ctx: Context) -> _Teller | None:  # type: ignore[type-arg]
+    """A :class:`_Teller` of the call, where it asked for progress (None: it did not)."""
     import asyncio
-    import threading
-    import time
 
     if _progress_token(ctx) is None:
         return None
-    loop = asyncio.get_running_loop()
-    lock, last = threading.Lock(), [-1.0, 0.0]  # (the value and the time sent last)
-
-    def tell(progress: float, total: float | None, message: str) -> None:
-        with lock:  # (sent in order: each is scheduled on the loop before the next)
-            now = time.monotonic()
-            final = total is not None and progress >= total
-            if progress <= last[0] or (not final and last[0] >= 0 and now - last[1] < 0.5):
-                return
-            last[:] = [progress, now]
-            asyncio.run_coroutine_threadsafe(ctx.report_progress(progress, total, message),
-                                             loop)
-
-    return tell
+    return _Teller(ctx, asyncio.get_running_loop())
 
 
 def _ingest_progress(tell: Tell) -> Callable[[Any], None]:
@@ -371,8 +395,8 @@ def _ingest_progress(tell: Tell) -> Callable[[Any], None]:
             return
         else:
             files[0] = max(files[0], p.sources_total)
-            tell(p.sources_done, None, f"documents: {p.sources_done}/{p.sources_total} "
-                 f"files read, {p.chunks} chunks")
+            tell(p.sources_done, p.sources_total or None, f"documents: {p.sources_done}/"
+                 f"{p.sources_total} files read, {p.chunks} chunks")
     return told
 
 

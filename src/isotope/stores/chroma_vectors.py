@@ -459,12 +459,13 @@ class ChromaVectors:
         return _Searched(self, kind, filters)
 
     def _held_vectors(self, kind: Kind, items: set[int]) -> dict[int, tuple[int, Vectors]]:
-        """The vectors Chroma holds for ``items``, with their chunk rows."""
-        reply = self._on(kind, "get", ids=[str(i) for i in items],
-                         include=["embeddings", "metadatas"])
-        return {int(i): (int(about["chunk"]), np.asarray(vector, dtype=np.float32))
-                for i, vector, about in zip(reply["ids"], reply["embeddings"],
-                                            reply["metadatas"], strict=True)}
+        """The vectors Chroma holds for ``items``, with their chunk rows (the index's,
+        never Chroma's metadata: see :meth:`_query`)."""
+        reply = self._on(kind, "get", ids=[str(i) for i in items], include=["embeddings"])
+        chunks = self._rows.chunk_rows(kind, [int(i) for i in reply["ids"]])
+        return {int(i): (chunks[int(i)], np.asarray(vector, dtype=np.float32))
+                for i, vector in zip(reply["ids"], reply["embeddings"], strict=True)
+                if int(i) in chunks}
 
     def where_of(self, filters: Sequence[Condition]) -> list[dict[str, Any] | None]:
         """``filters`` as Chroma ``where`` clauses, one per search to run (their answers
