@@ -101,21 +101,64 @@ def relevance_reasons(
     ]
 
 
-def duplicates(vectors: Vectors, threshold: float | None) -> list[tuple[int, float] | None]:
+_WH = re.compile(r"\b(what|which|who|whom|whose|when|where|why|how)\b(?:'s)?\s*([a-z]*)")
+_WHAT_NOUN_KIND = {
+    **dict.fromkeys("year date day month century centuries decade time era period".split(),
+                    "when"),
+    **dict.fromkeys("city cities country countries place location town region state "
+                    "continent county province area address".split(), "where"),
+    **dict.fromkeys("person individual".split(), "who"),
+    **dict.fromkeys("number percentage percent proportion fraction share amount quantity "
+                    "age size length distance height width depth weight speed cost price "
+                    "temperature".split(), "quantity"),
+}
+_HOW_MEASURE = frozenset(
+    """many much long far old big large small tall high low deep wide heavy often fast
+    quickly frequently soon""".split()
+)
+
+
+def answer_kind(question: str) -> str | None:
+    """The kind of answer an English question asks for, read from its first wh-word and
+    the word after it: ``when`` (when; what/which/in what year, date, day, century...),
+    ``who`` (who, whom, whose, which person), ``where`` (where; what/which city,
+    country, place...), ``quantity`` (how many, how much, how long/far/old/big...,
+    what number, percentage, age...), ``why``, ``how`` (how, followed by anything
+    else: a way or a manner), ``what`` (what or which, followed by anything else).
+    None when it has no English wh-word ("Is it open on Sundays?", a question in
+    another language): a kind that is not known differs from none."""
+    found = _WH.search(question.lower())
+    if found is None:
+        return None
+    wh, after = found.groups()
+    if wh in ("what", "which"):
+        return _WHAT_NOUN_KIND.get(after, _WHAT_NOUN_KIND.get(after.removesuffix("s"), "what"))
+    if wh == "how":
+        return "quantity" if after in _HOW_MEASURE else "how"
+    return "who" if wh in ("whom", "whose") else wh
+
+
+def duplicates(vectors: Vectors, threshold: float | None,
+               kinds: Sequence[str | None] | None = None) -> list[tuple[int, float] | None]:
     """Greedy diversity filter: for each vector, None when it is kept, else the position
     of the kept vector it is too close to (cosine above ``threshold``) and that
-    similarity. ``threshold`` None keeps all."""
+    similarity. ``threshold`` None keeps all. With ``kinds`` (each question's
+    :func:`answer_kind`), a vector is compared only with the kept ones of the same kind
+    or of no known kind: "When was the revision launched?" asks for another answer than
+    "What is the current revision?", however close their vectors."""
     n = len(vectors)
     if threshold is None or n == 0:
         return [None] * n
     found: list[tuple[int, float] | None] = []
     kept: list[int] = []
     for i in range(n):
-        if kept:
-            similarity = vectors[kept] @ vectors[i]
+        same = [j for j in kept if kinds is None or kinds[i] is None or kinds[j] is None
+                or kinds[i] == kinds[j]]
+        if same:
+            similarity = vectors[same] @ vectors[i]
             best = int(np.argmax(similarity))
             if float(similarity[best]) > threshold:
-                found.append((kept[best], float(similarity[best])))
+                found.append((same[best], float(similarity[best])))
                 continue
         found.append(None)
         kept.append(i)

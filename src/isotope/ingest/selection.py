@@ -1,13 +1,19 @@
 """Which generated questions are kept, and why the others are not: a pure function of
 the atoms, the questions and their vectors. Each question goes to the atom of its chunk
 it is closest to, is kept if it is close enough to that atom (relevance), and is dropped
-if the chunk already has the same or a near-identical question (diversity)."""
+if the chunk already has the same or a near-identical question asking for the same kind
+of answer (diversity; :func:`isotope.ingest.questions.answer_kind`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from isotope.ingest.questions import duplicates, normalize_question, relevance_reasons
+from isotope.ingest.questions import (
+    answer_kind,
+    duplicates,
+    normalize_question,
+    relevance_reasons,
+)
 from isotope.models import Atom, Question
 
 REATTRIBUTE_MARGIN = 0.05
@@ -20,7 +26,8 @@ def select_questions(
 ) -> tuple[list[Question], list[str]]:
     """Attribute each question to the atom of its chunk that it is closest to (a model
     given the whole chunk sometimes asks about a neighbouring statement), apply the
-    relevance filter against that atom, then the diversity filter per chunk. Returns the
+    relevance filter against that atom, then the diversity filter per chunk (questions
+    of different answer kinds, "when" and "what", never duplicates). Returns the
     attributed questions and, for each, why it was dropped ("" when it is kept)."""
     atoms_of_chunk: dict[str, list[int]] = {}
     for i, atom in enumerate(atoms):
@@ -60,7 +67,8 @@ def select_questions(
             seen.add(key)
             by_chunk.setdefault(q.chunk_id, []).append(i)
     for idx in by_chunk.values():
-        for i, near in zip(idx, duplicates(question_vectors[idx], dedup_threshold),
+        kinds = [answer_kind(questions[i].text) for i in idx]
+        for i, near in zip(idx, duplicates(question_vectors[idx], dedup_threshold, kinds),
                            strict=True):
             if near is not None:
                 other, similarity = near
