@@ -174,6 +174,17 @@ def test_calibration_finds_where_the_first_result_becomes_reliable() -> None:
     hit1 = [k < 10 for k in range(30)]
     hit5 = [k < 20 for k in range(30)]
     assert calibrate(tops, hit1, hit5) == (0.89, 0.82)
+    # On a few chunks every answerable question finds its passage among the first five:
+    # the band marks where the unanswerable ones (here 0.555-0.745) outnumber the right
+    # first results (0.70-0.89), which put 4 of the 20 right ones under `refine`; bounded
+    # by a share of the right first results (issue 64, item 20), 5% (1 of 20) or 10%.
+    tops = [round(0.70 + 0.01 * k, 3) for k in range(20)] + [
+        round(0.555 + 0.01 * k, 3) for k in range(20)]
+    found = [k < 20 for k in range(40)]
+    assert calibrate(tops, found, found) == (0.74, 0.74)
+    assert calibrate(tops, found, found, right_under=0.05) == (0.74, 0.71)
+    assert calibrate(tops, found, found, right_under=0.1) == (0.74, 0.72)
+    assert calibrate(tops[20:], found[20:], found[20:], right_under=0.05) == (1.0, 0.745)
 
 
 def test_eval_reports_recall_per_suggested_action(

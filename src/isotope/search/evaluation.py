@@ -9,6 +9,7 @@ Input files are JSON lines: passages (``pid``, ``text``, optional ``title``) and
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -62,12 +63,29 @@ REFINE_BAND = 0.05
 """Share of the questions (at least 5) in the band :data:`REFINE_RECALL` looks at. A local
 rule: a cumulative one (recall of all the questions under a score) puts ``refine`` at
 ``deliver`` when many questions have no answer in the index."""
+REFINE_RIGHT = 0.05
+"""By index size (``hybrid``'s :data:`isotope.search.retrieval.HYBRID_BY_SIZE`), ``refine``
+is also at most the score under which fall this share of the questions whose first result
+is right: a right first result is told to rephrase at most one time in twenty by its
+score. On an index of a few chunks every answerable question finds its passage among the
+first five, so :data:`REFINE_RECALL` there only marks where the unanswerable questions
+outnumber the answerable ones; where the two overlap (3 and 4 chunks) that put 15-19% of
+the right first results under ``refine``."""
 
 
-def calibrate(tops: Sequence[float], hit1: Sequence[bool], hit5: Sequence[bool]
-              ) -> tuple[float, float]:
-    """(deliver, refine) thresholds for these top scores and outcomes (see
-    :data:`DELIVER_PRECISION` and :data:`REFINE_RECALL`)."""
+def calibrate(tops: Sequence[float], hit1: Sequence[bool], hit5: Sequence[bool],
+              right_under: float | None = None) -> tuple[float, float]:
+    """(deliver, refine) thresholds for these top scores and outcomes (hit1: the right
+    passage first; hit5: among the first five; a question the index cannot answer has
+    neither).
+
+    ``deliver``: the lowest top score from which the first result is right for
+    :data:`DELIVER_PRECISION` (90%) of the questions scoring as high or higher.
+    ``refine``: the highest top score just under which (a band of :data:`REFINE_BAND` of
+    the questions) fewer than :data:`REFINE_RECALL` (half) of the questions find the
+    right passage among the first five; with ``right_under`` (:data:`REFINE_RIGHT` for
+    the thresholds by index size), no higher than the score under which fall that share
+    of the questions whose first result is right. Never above ``deliver``."""
     order = sorted(range(len(tops)), key=lambda i: -tops[i])
     deliver, right = 1.0, 0
     for seen, i in enumerate(order, start=1):
@@ -80,6 +98,9 @@ def calibrate(tops: Sequence[float], hit1: Sequence[bool], hit5: Sequence[bool]
     for j in range(band, len(rising)):  # rising[j - band:j] score just under rising[j]
         if sum(hit5[i] for i in rising[j - band : j]) < REFINE_RECALL * band:
             refine = tops[rising[j]]
+    firsts = sorted(tops[i] for i in rising if hit1[i])
+    if right_under is not None and firsts:  # (at most that share under it, once rounded)
+        refine = min(refine, math.floor(1000 * firsts[int(right_under * len(firsts))]) / 1000)
     return round(deliver, 3), round(min(refine, deliver), 3)
 
 

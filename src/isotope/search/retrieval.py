@@ -573,14 +573,25 @@ CONFIDENCE: dict[str, tuple[float, float]] = {
 
 
 HYBRID_BY_SIZE: tuple[tuple[int, float, float], ...] = (
-    (5, 0.733, 0.723), (10, 0.837, 0.763), (20, 0.871, 0.824), (50, 0.927, 0.881),
-    (100, 0.943, 0.886), (300, *CONFIDENCE["hybrid"]))
+    (3, 0.733, 0.647), (4, 0.733, 0.688), (5, 0.733, 0.716), (10, 0.837, 0.748),
+    (20, 0.871, 0.808), (50, 0.927, 0.880), (100, 0.943, 0.884), (300, *CONFIDENCE["hybrid"]))
 """``hybrid``'s (deliver, refine) thresholds by the index's size in chunks: its scores
 are standardised over a query's candidates, so a small index's right chunk scores lower.
-Calibrated as CONFIDENCE (90% of first results right from ``deliver``) on the 300-passage
-index cut to its first 5, 10, 20, 50 and 100 passages (benchmarks/calibrate.py --sizes;
-RESULTS.md, "Confidence by index size"); between sizes, interpolated on the logarithm of
-the size; below 5 the value at 5, above 300 the value at 300."""
+Calibrated on the 300-passage index cut to its first N passages, each cut queried with
+its passages' questions and as many whose answer is not in it (benchmarks/calibrate.py
+--sizes; RESULTS.md, "Confidence by index size"), with
+:func:`isotope.search.evaluation.calibrate`. ``deliver`` (from 5 passages): the first
+result is right for 90% of the questions scoring as high; below 5 chunks the value at 5
+(measured 0.692 at 3 and 0.715 at 4, but on three of the example files, questions on
+their subject that they do not answer scored 0.69-0.70). ``refine`` (from 3 passages): where,
+just under it, fewer than half of the questions find their passage among the first
+five (on a few chunks, where the questions the index cannot answer outnumber the
+others), but never above the score under which fall 5% of the questions whose first
+result is right (:data:`~isotope.search.evaluation.REFINE_RIGHT`): a right first result
+is told to rephrase at most one time in twenty by its score. At 300 chunks and above,
+the thresholds of CONFIDENCE (calibrated for every mode without that bound, which would
+put ``refine`` at 0.887 there). Between sizes, interpolated on the logarithm of the
+size; below 3 the values at 3."""
 
 
 def thresholds(mode: str, deliver: float | None = None,
