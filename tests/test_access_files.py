@@ -665,3 +665,62 @@ def test_latex_decides_inputs_from_the_files_read(tmp_path: Path, embedder: Embe
         texts = " ".join(a.text for c in iso.store.stored_chunks(str(doc)).values()
                          for a in c.atoms)
         assert "tapir" not in texts and "Notes of the week" in texts
+
+
+def _plain(root: Path) -> Path:
+    """hr/pay.md and d/zz-public.md, no rules file."""
+    (root / "hr").mkdir(parents=True)
+    (root / "d").mkdir()
+    (root / "hr" / "pay.md").write_text(f"# Pay\n\n{SALARY}\n")
+    (root / "d" / "zz-public.md").write_text("# Public\n\nThe canteen opens at nine.\n")
+    return root
+
+
+def test_what_a_second_review_found_gives_no_public_salary(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """Found by a second review, each a public salary before its fix: (1) a list set by
+    hand on ready-made chunks named like a file held for a link planted at that name;
+    (2) a source stored before ``read_as`` existed, its link pointed at the HR file and
+    then set public by hand, bound the mark to the HR file; (3) a list from ``--allow``
+    followed the name to another file at a sync without it; (4) ``--allow public`` took
+    in a link out of the folder given."""
+    docs = _folder(tmp_path / "one")
+    note = docs / "d" / "note.md"
+    with _open(tmp_path / "i1", embedder) as iso:  # (1)
+        iso.ingest_chunks(["Lunch is served at noon."], source=str(note))
+        iso.set_access(str(note), ["public"])
+        note.symlink_to(docs / "hr" / "pay.md")
+        iso.sync(docs)
+        assert iso.get_access(str(note)) == ["group:hr"] and not _bob_sees_salary(iso)
+    docs = _plain(tmp_path / "two")
+    memo = docs / "d" / "memo.md"
+    memo.symlink_to(docs / "d" / "zz-public.md")
+    with _open(tmp_path / "i2", embedder) as iso:  # (2)
+        iso.ingest(docs / "hr", allow=["group:hr"])
+        iso.ingest(docs / "d", allow=["public"])
+        conn = iso.store._conn()  # type: ignore[attr-defined]
+        with iso.store.writer():
+            conn.execute("UPDATE sources SET metadata = json_remove(metadata, '$.read_as')")
+            conn.commit()
+        _replace(memo, link_to=docs / "hr" / "pay.md")
+        iso.set_access(str(memo), ["public"])
+        iso.sync(docs / "d")
+        assert iso.get_access(str(memo)) != ["public"] and not _bob_sees_salary(iso)
+    docs = _plain(tmp_path / "three")
+    memo = docs / "d" / "memo.md"
+    memo.symlink_to(docs / "d" / "zz-public.md")
+    with _open(tmp_path / "i3", embedder) as iso:  # (3)
+        iso.ingest(docs / "hr", allow=["group:hr"])
+        iso.ingest(docs / "d", allow=["public"])
+        _replace(memo, link_to=docs / "hr" / "pay.md")
+        report = iso.sync(docs / "d")
+        assert iso.get_access(str(memo)) == [] and not _bob_sees_salary(iso)
+        assert any(w.path == str(memo) and "another now" in w.message
+                   for w in report.warnings)
+    docs = _plain(tmp_path / "four")
+    (docs / "d" / "memo.md").symlink_to(docs / "hr" / "pay.md")
+    with _open(tmp_path / "i4", embedder) as iso:  # (4)
+        iso.sync(docs / "d", allow=["public"])
+        assert iso.get_access(str(docs / "d" / "memo.md")) == []
+        assert iso.get_access(str(docs / "d" / "zz-public.md")) == ["public"]
+        assert not _bob_sees_salary(iso)

@@ -355,29 +355,41 @@ def mark_for(source: Source) -> str:
     """What a list set by hand on ``source`` is set for: the real path of the file its
     text was read from, as the ingest that stored it read it (never the path resolved
     when the list is set: a link pointed at another file since would make the list that
-    file's); a source that is no file's, its own name; one stored by an older isotope,
-    its file's real path now."""
+    file's); a source that is no file's, its own name. One stored before isotope kept
+    that path: its file's real path now if that is its own path (no link in the way),
+    else a mark no file matches (the rules speak at the next sync)."""
     if source.loader == "chunks":
         return source.uri
     read = source.metadata.get(READ_AS)
-    return str(read) if read else set_for(source.uri)
+    if read:
+        return str(read)
+    file, now = source.uri.split("#", 1)[0], set_for(source.uri)
+    return now if not os.path.isabs(file) or now == os.path.abspath(file) else (
+        UNBOUND + source.uri)
+
+
+UNBOUND = "unbound:"
+"""The start of a mark set for no file (:func:`mark_for`): it never holds."""
 
 
 def held_by_hand(source: Source | None, real: str | None) -> str | None:
-    """The mark of ``source``'s list set by hand while it still holds: the file read,
+    """The mark of ``source``'s list set by hand while it still holds: the file read now,
     whose real path as it was read is ``real``, is the one it was set for (replaced by a
     link to another file, the list set by hand is not that file's: the rules speak
-    again). A source that is no file's (``ingest_chunks``) holds it as its own name.
-    None: no list by hand, or it no longer holds (its file not read, too)."""
+    again). Where no file was read (``ingest_chunks``), a source that is no file's holds
+    it as its own name. None: no list by hand, or it no longer holds."""
     mark = None if source is None else source.metadata.get(ACCESS_BY_HAND)
     if not mark or source is None:
         return None
-    target = (source.uri if source.loader == "chunks" or not os.path.isabs(
-        source.uri.split("#", 1)[0]) else real)
-    if target is None:
+    file = source.uri.split("#", 1)[0]
+    if real is not None:  # (a file was read: it decides, whatever was stored before)
+        target = real
+    elif source.loader == "chunks" or not os.path.isabs(file):
+        target = source.uri
+    else:
         return None
-    if mark is True:  # (marked before the mark said what for: held, and said what for)
-        return target
+    if mark is True:  # (marked before the mark said what for: its own file only)
+        return target if real is None or real == os.path.abspath(file) else None
     return str(mark) if mark == target else None
 
 
@@ -404,6 +416,8 @@ class Assigner:
         hand and holds, unless lists are given; ``real``: the real path of its file as it
         was read: a file not known to be the one read matches no rule)."""
         if self.allow is not None:
+            if root is not None and real is not None and _real_relative(root, real) is None:
+                return []  # (a link out of the folder given: not what the lists were for)
             return list(self.allow)
         if by_hand:
             return had

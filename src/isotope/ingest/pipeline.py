@@ -436,10 +436,21 @@ class Pipeline:
         never from its path resolved again."""
         read = self.seen.get(file_of(source.uri, source.metadata))
         real = read.real if read is not None else None
-        if real is not None:  # (what a list set by hand on it is then set for)
-            source.metadata[READ_AS] = real
         had = stored.access if stored is not None else None
         mark = held_by_hand(stored, real)  # (None too when its file is now another one)
+        before = stored.metadata.get(READ_AS) if stored is not None else None
+        if real is not None:  # (what a list set by hand on it is then set for)
+            source.metadata[READ_AS] = real
+        if stored is not None and stored.access_by_hand and mark is None:
+            had = []  # (a list set by hand for another file: not this one's either)
+        elif before and real is not None and before != real and mark is None and had:
+            # the list it had was given for the file read then: not this one's
+            had = []
+            warning = (f"its file is another now ({real}, was {before}): the list it had "
+                       "is not carried over; administrators only unless the rules or "
+                       "--allow give it one")
+            report.warnings.append(FileError(source.uri, warning))
+            log.warning("%s: %s", source.uri, warning)
         if (owner := source.metadata.get("container")) is not None and mark is None:
             # a member (a mailbox's message, an email's attachment) follows its container,
             # whose list set by hand holds for a new member too
@@ -448,7 +459,7 @@ class Pipeline:
             mark = held_by_hand(container, real)
         listed = self.assign(source.uri, source.root, source.metadata, had,
                              loader=source.loader, by_hand=mark is not None, real=real)
-        if read is not None and read.stat.st_nlink > 1 and self.assign.allow is None:
+        if read is not None and read.stat.st_nlink > 1:
             listed = self._one_file(source.uri, read, listed, report)
         return listed, mark
 
@@ -511,8 +522,8 @@ class Pipeline:
             if stored is None:
                 continue
             root = self.roots.get(file_of(uri, stored.metadata), stored.root)
-            wanted, mark = self._list_of(stored.model_copy(update={"root": root}), stored,
-                                         report)
+            wanted, mark = self._list_of(stored.model_copy(update={
+                "root": root, "metadata": dict(stored.metadata)}), stored, report)
             if wanted != stored.access or (stored.access_by_hand and (
                     mark is None or self.assign.allow is not None)):
                 # (a list given ends one by hand; so does its file's being another now)
