@@ -676,6 +676,17 @@ def _plain(root: Path) -> Path:
     return root
 
 
+def _given_apart(iso: Isotope, root: Path) -> tuple[Path, Path]:
+    """:func:`_plain` with ``d/memo.md -> d/zz-public.md``, ``hr/`` ingested ``--allow
+    group:hr`` and ``d/`` ``--allow public``: the folder and the link."""
+    docs = _plain(root)
+    memo = docs / "d" / "memo.md"
+    memo.symlink_to(docs / "d" / "zz-public.md")
+    iso.ingest(docs / "hr", allow=["group:hr"])
+    iso.ingest(docs / "d", allow=["public"])
+    return docs, memo
+
+
 def test_what_a_second_review_found_gives_no_public_salary(
         tmp_path: Path, embedder: Embedder) -> None:
     """Found by a second review, each a public salary before its fix: (1) a list set by
@@ -692,12 +703,8 @@ def test_what_a_second_review_found_gives_no_public_salary(
         note.symlink_to(docs / "hr" / "pay.md")
         iso.sync(docs)
         assert iso.get_access(str(note)) == ["group:hr"] and not _bob_sees_salary(iso)
-    docs = _plain(tmp_path / "two")
-    memo = docs / "d" / "memo.md"
-    memo.symlink_to(docs / "d" / "zz-public.md")
     with _open(tmp_path / "i2", embedder) as iso:  # (2)
-        iso.ingest(docs / "hr", allow=["group:hr"])
-        iso.ingest(docs / "d", allow=["public"])
+        docs, memo = _given_apart(iso, tmp_path / "two")
         conn = iso.store._conn()  # type: ignore[attr-defined]
         with iso.store.writer():
             conn.execute("UPDATE sources SET metadata = json_remove(metadata, '$.read_as')")
@@ -706,12 +713,8 @@ def test_what_a_second_review_found_gives_no_public_salary(
         iso.set_access(str(memo), ["public"])
         iso.sync(docs / "d")
         assert iso.get_access(str(memo)) != ["public"] and not _bob_sees_salary(iso)
-    docs = _plain(tmp_path / "three")
-    memo = docs / "d" / "memo.md"
-    memo.symlink_to(docs / "d" / "zz-public.md")
     with _open(tmp_path / "i3", embedder) as iso:  # (3)
-        iso.ingest(docs / "hr", allow=["group:hr"])
-        iso.ingest(docs / "d", allow=["public"])
+        docs, memo = _given_apart(iso, tmp_path / "three")
         _replace(memo, link_to=docs / "hr" / "pay.md")
         report = iso.sync(docs / "d")
         assert iso.get_access(str(memo)) == [] and not _bob_sees_salary(iso)

@@ -138,8 +138,6 @@ def test_the_model_work_is_told_chunk_by_chunk_as_it_is_written(tmp_path: Path,
     local model (SmolLM2, in-process, batched decoding: one window of six chunks), each
     chunk is told as its questions are written, with the tokens so far and, once a tenth
     is done, the time left; the CLI's lines say them."""
-    from isotope.cli.ingesting import _model_work
-
     docs = tmp_path / "docs"
     docs.mkdir()
     topics = ["The harbour ferry leaves at seven.", "The city library opens at nine.",
@@ -162,4 +160,4 @@ def test_the_model_work_is_told_chunk_by_chunk_as_it_is_written(tmp_path: Path,
     assert any(e.tokens > 0 for e in told if e.sources_done < 6)  # (as they are written)
     later = [e for e in told if e.sources_done >= 1]
     assert later and all(e.eta_s is not None and e.eta_s >= 0 for e in later)
-    assert "tokens written" in _model_work(later[0]) and "left" in _model_work(later[0])
+    assert "tokens written" in later[0].model_work() and "left" in later[0].model_work()

@@ -103,6 +103,15 @@ class Progress:
     """Seconds the questions are estimated to take still, once a tenth of the chunks is
     done (None before, and outside the questions' stage)."""
 
+    def model_work(self) -> str:
+        """``, 1200 tokens written, about 3 min left``: what this event knows of the
+        model's work (nothing before the model writes), as the CLI and MCP say it."""
+        said = f", {self.tokens} tokens written" if self.tokens else ""
+        if self.eta_s is not None:
+            said += (f", about {self.eta_s / 60:.0f} min left" if self.eta_s >= 90 else
+                     f", about {self.eta_s:.0f} s left")
+        return said
+
 
 ProgressCallback = Callable[[Progress], None]
 

@@ -197,17 +197,6 @@ def _with_progress(run: Callable[[Any], Any], plain: bool, as_json: bool) -> Any
     return with_bar(run)
 
 
-def _model_work(p: Any) -> str:
-    """``, 1200 tokens written, about 3 min left`` of a progress event of the questions'
-    stage (what it knows of them: nothing before the model writes)."""
-    said = f", {p.tokens} tokens written" if getattr(p, "tokens", 0) else ""
-    eta = getattr(p, "eta_s", None)
-    if eta is not None:
-        said += (f", about {eta / 60:.0f} min left" if eta >= 90 else
-                 f", about {eta:.0f} s left")
-    return said
-
-
 def _of(p: Any) -> str:
     """``done/total`` of a progress event (``?`` while the total is not known)."""
     return f"{p.sources_done}/{p.sources_total or '?'}"
@@ -238,7 +227,7 @@ def _with_lines(run: Callable[[Any], Any]) -> Any:
         unit = "chunks" if phase(p) == "questions" else "files"
         err.print(f"[{time.monotonic() - started:5.0f} s] {phase(p)}: {_of(p)} {unit} done, "
                   f"{p.chunks} chunks, {p.atoms} atoms, {p.questions} questions"
-                  + _model_work(p))
+                  + p.model_work())
 
     def beat() -> None:
         while not stop.wait(EVERY):
@@ -295,7 +284,7 @@ def with_bar(run: Callable[[Callable[[Any], None]], Any]) -> Any:
                 description=("waiting for the model" if p.stage == "wait"
                              else f"{p.stage} {name}")[:40],
                 counts=f"chunks {p.chunks} · atoms {p.atoms} · questions {p.questions}"
-                + _model_work(p).replace(", ", " · "),
+                + p.model_work().replace(", ", " · "),
             )
 
         return run(update)

@@ -384,13 +384,9 @@ def _ingest_progress(tell: Tell) -> Callable[[Any], None]:
     def told(p: Any) -> None:
         if p.stage in ("generate", "wait"):
             total = files[0] + p.sources_total if p.sources_total else None
-            said = (f"questions: {p.sources_done}/{p.sources_total or '?'} chunks done, "
-                    f"{p.questions} questions")
-            if p.tokens:
-                said += f", {p.tokens} tokens written"
-            if p.eta_s is not None:
-                said += f", about {p.eta_s:.0f} s left"
-            tell(files[0] + p.sources_done, total, said)
+            tell(files[0] + p.sources_done, total,
+                 f"questions: {p.sources_done}/{p.sources_total or '?'} chunks done, "
+                 f"{p.questions} questions{p.model_work()}")
         elif p.stage == "done":
             return
         else:
