@@ -22,7 +22,8 @@ cores the first time: replies are cached in ``benchmarks/out/cache-graph``). The
 each mode: the share of questions with both gold passages in the top 5, with the
 answering passage in the top 5, and with the first passage in the top 5; ``--ask``: the
 share of ``ask`` answers that contain the answer (the local answer model), of those
-generated without it, and the answers' kinds.
+generated without it (and how many of those had an ``answer_confidence`` of 0.8 or more),
+and the answers' kinds.
 
 ``--graph`` builds the index with the knowledge graph (setting ``graph``) and adds the
 ``graph`` mode, ``hybrid`` with the graph signal at the weights of ``--graph-weights``, and
@@ -212,16 +213,19 @@ def measure(iso: Isotope, items: list[dict[str, Any]], modes: list[str], ask: bo
                       "first_at_5": round(100 * first / n, 1),
                       "p50_ms": round(1000 * times[n // 2], 2), "missed": missed}
     if ask:
-        contained = wrong = 0
+        contained = wrong = sure_wrong = 0
         kinds: dict[str, int] = {}
         for item in items:
             answered = iso.ask(item["question"])
             right = item["answer"].lower() in (answered.answer or "").lower()
             contained += right
             wrong += answered.answer_kind == "generated" and not right
+            sure_wrong += (answered.answer_kind == "generated" and not right
+                           and (answered.answer_confidence or 0) >= 0.8)
             kinds[answered.answer_kind or ""] = kinds.get(answered.answer_kind or "", 0) + 1
         said["ask_contains_answer"] = round(100 * contained / len(items), 1)
         said["ask_generated_without_answer"] = round(100 * wrong / len(items), 1)
+        said["ask_generated_without_answer_confident"] = sure_wrong
         said["ask_kinds"] = kinds
     return said
 
@@ -293,8 +297,9 @@ def main() -> None:
               f"{m['p50_ms']} |")
     if args.ask:
         print(f"ask contains the answer: {said['ask_contains_answer']} %; generated "
-              f"without it: {said['ask_generated_without_answer']} %; kinds: "
-              f"{said['ask_kinds']}")
+              f"without it: {said['ask_generated_without_answer']} % (with "
+              f"answer_confidence >= 0.8: {said['ask_generated_without_answer_confident']}); "
+              f"kinds: {said['ask_kinds']}")
 
 
 if __name__ == "__main__":

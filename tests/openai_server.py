@@ -5,6 +5,7 @@ script: each request pops the next fault (or none) for the statement it is about
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 import sys
@@ -41,6 +42,10 @@ class Script:
     """Embeddings as lists of numbers even when base64 is asked (as some servers do)."""
     spans: list[tuple[float, float]] = field(default_factory=list)
     """When each chat request arrived and was answered (``time.monotonic``)."""
+    yes: float | None = None
+    """A request for ``logprobs`` gets a first token "Yes" with this probability and "No"
+    with the rest (as OpenAI's ``top_logprobs`` lists them); None: refused with HTTP 400,
+    as an endpoint without log-probabilities does."""
 
 
 def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
@@ -107,6 +112,18 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 self._send(200, _completion("too late"))
             elif fault == "malformed":
                 self._send(200, _completion("Sure! Here is what you asked for."))
+            elif request.get("logprobs"):
+                if script.yes is None:
+                    self._send(400, {"error": {"message": "logprobs are not supported",
+                                               "type": "invalid_request_error"}})
+                    return
+                reply = _completion("Yes" if script.yes >= 0.5 else "No")
+                tops = [{"token": "Yes", "logprob": math.log(max(script.yes, 1e-9))},
+                        {"token": "No", "logprob": math.log(max(1 - script.yes, 1e-9))},
+                        {"token": "Maybe", "logprob": -9.0}]
+                reply["choices"][0]["logprobs"] = {"content": [{**max(
+                    tops, key=lambda t: t["logprob"]), "top_logprobs": tops}]}
+                self._send(200, reply)
             else:
                 self._send(200, _completion(FakeLLM._reply(user)))
 

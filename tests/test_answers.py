@@ -49,6 +49,14 @@ class Replying(LLM):
     def __init__(self) -> None:
         self.reply = ""
         self.prompts: list[Prompt] = []
+        self.yes: float | None = 0.99
+        """P(yes) of the answer check: a model sure of its answers unless a test says
+        otherwise (None: a model that gives no log-probabilities)."""
+        self.checks: list[Prompt] = []
+
+    def yes_probability(self, prompt: Prompt) -> float | None:
+        self.checks.append(prompt)
+        return self.yes
 
     def complete_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 256,
                        temperature: float = 0.0, json_schema: dict[str, Any] | None = None,
@@ -149,40 +157,48 @@ def test_a_claim_taken_from_the_question_needs_the_passage_too(
     assert right.answer_kind == "generated" and "Austria takes 3 days" in right.answer
 
 
-def test_when_the_search_is_sure_a_refusal_quotes_the_best_statement(
+def test_a_refusal_is_declined_even_when_the_search_is_sure(
         answering: tuple[Isotope, Replying]) -> None:
+    """The model found nothing: the answer is declined, whether or not the search is sure
+    of its first result (issue 65: quoting the best matched statement then gave an answer
+    to questions no passage answers, which a search is as often sure of; a reply that
+    fails its check quotes its own passage's sentence instead, test_answer_confidence)."""
     iso, model = answering
     model.reply = "not found"
     sure = iso.search("How long does the Orbit R2 battery last on a full charge?", 3)
     sure.suggested_action = "deliver"  # as a large index's search would say
-    quoted = iso.answer(sure)
-    assert quoted.answer_kind == "quoted" and quoted.citations == [1]
-    assert quoted.answer == "The index says: The Orbit R2 battery lasts 9 hours on a full " \
-                            "charge. [1]"
-    unsure = iso.search("What is the capital of Australia?", 3)
-    assert unsure.suggested_action != "deliver"
-    declined = iso.answer(unsure)
+    declined = iso.answer(sure)
     assert declined.answer_kind == "declined" and declined.citations == []
     assert declined.answer == "The indexed documents do not contain the answer."
+    assert declined.answer_confidence == 0.0
+    unsure = iso.search("What is the capital of Australia?", 3)
+    assert unsure.suggested_action != "deliver"
+    assert iso.answer(unsure).answer_kind == "declined"
 
 
-def test_strictness_decides_an_answer_drawn_from_elsewhere_in_a_passage(
+def test_an_answer_drawn_from_elsewhere_in_a_passage_is_trusted_less(
         answering: tuple[Isotope, Replying]) -> None:
     """An answer whose words are in the passage but not where it speaks of what was
-    asked (a small model's usual invention): shown when lenient, not otherwise; an
-    answer said where the question's words are is shown at every level."""
+    asked (a small model's usual invention) gets a lower confidence than one said where
+    the question's words are, for the same check; at some P(yes) the right one is
+    generated at ``balanced`` and the invention is not."""
     iso, model = answering
     question = "How long does the Orbit R2 battery last?"
     found = iso.search(question, 3)
-    found.suggested_action = "query_more"  # (not sure: the check applies)
-    kinds = {}
-    for level in ("lenient", "balanced", "strict"):
-        iso.settings.answer_strictness = level  # type: ignore[assignment]
+    found.suggested_action = "query_more"
+    apart = []
+    for yes in (0.5, 0.8, 0.9, 0.95, 0.98):
+        model.yes = yes
         model.reply = "It keeps between 5 and 40 degrees Celsius [1]."
-        kinds[level] = iso.answer(found.model_copy(deep=True)).answer_kind
+        invented = iso.answer(found.model_copy(deep=True))
         model.reply = "The Orbit R2 battery lasts 9 hours on a full charge [1]."
-        assert iso.answer(found.model_copy(deep=True)).answer_kind == "generated", level
-    assert kinds == {"lenient": "generated", "balanced": "declined", "strict": "declined"}
+        right = iso.answer(found.model_copy(deep=True))
+        assert right.answer_confidence >= invented.answer_confidence, yes  # (0: declined)
+        if right.answer_confidence:
+            assert right.answer_confidence > invented.answer_confidence, yes
+        if right.answer_kind == "generated" != invented.answer_kind:
+            apart.append(yes)
+    assert apart
 
 
 def test_a_typo_in_the_question_still_finds_its_words() -> None:
@@ -344,20 +360,25 @@ def test_two_passages_back_a_two_hop_answer_only_when_a_name_joins_them() -> Non
     assert joined(spread, question, given(mace, together), 0.0) == (1, 2)
     said_first = mace + " It is made of silver."  # (the first one says it: it must back it)
     assert joined(answer, question, given(said_first, silver), 0.0) is None
-    assert judge(answer, question, given(mace, silver), sure=False).kind == "declined"
-    both = judge(answer, question, given(mace, silver), sure=False, two_hop=True)
+    def confirmed(prompt: object) -> float:  # (a model that confirms the answer)
+        return 0.99
+
+    assert judge(answer, question, given(mace, silver), sure=False,
+                 check=confirmed).kind == "declined"
+    both = judge(answer, question, given(mace, silver), sure=False, two_hop=True,
+                 check=confirmed)
     assert both.kind == "generated" and both.cited == [1, 2]
     assert both.text.endswith("made of silver. [1] [2]")
-    assert judge(answer, question, given(silver, mace), sure=False, two_hop=True).cited == [
-        1, 2]  # (cited in order)
+    assert judge(answer, question, given(silver, mace), sure=False, two_hop=True,
+                 check=confirmed).cited == [1, 2]  # (cited in order)
     # a search sure of its first result lowers no bar for a pair (which need not hold it)
     long = ("What precious metal is the ornamental ceremonial staff lying before the "
             "Scottish Parliament's chair made of?")
     few = "The Scottish Parliament has a Presiding Officer."  # (a fifth of the question)
     for sure in (False, True):
-        assert judge(answer, long, given(few, silver), sure=sure, two_hop=True).kind \
-            != "generated"
-    assert judge(answer, long, given(few, silver), sure=False, two_hop=True,
+        assert judge(answer, long, given(few, silver), sure=sure, two_hop=True,
+                     check=confirmed).kind != "generated"
+    assert judge(answer, long, given(few, silver), sure=False, two_hop=True, check=confirmed,
                  strictness="lenient").kind == "generated"
     assert judge(answer, question, given(mace, silver), sure=False, two_hop=True,
-                 strictness="strict").kind == "declined"  # (strict: one passage backs it)
+                 check=confirmed, strictness="strict").kind == "declined"  # (one passage)

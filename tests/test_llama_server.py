@@ -80,6 +80,7 @@ def test_ingest_and_ask_through_an_openai_compatible_server(
         response = iso.ask("How often do the irrigation pumps run?")
         assert response.results[0].chunk.source == str(doc.resolve())
         assert response.answer  # SmolLM's answer: text, not judged here
+        assert response.answer_confidence is not None and 0 <= response.answer_confidence <= 1
         again = iso.ingest(doc)
         assert again.unchanged == [str(doc.resolve())] and again.llm_calls == 0
 
@@ -104,3 +105,18 @@ def test_litellm_end_to_end_through_the_same_server(
         response = iso.ask("When do the greenhouse vents open?")
         assert response.results[0].chunk.source == str(doc.resolve())
         assert response.answer
+
+
+def test_the_answer_check_reads_the_server_s_log_probabilities(server: str) -> None:
+    """The answer check's P(yes) through a real OpenAI-compatible server's
+    ``top_logprobs`` (SmolLM's judgement is poor: only that one comes back is tested)."""
+    from isotope.providers import create, messages
+    from isotope.settings import Settings
+
+    llm = create(f"openai/smol@{server}", Settings(openai_api_key="local"))
+    try:
+        yes = llm.yes_probability(messages("Reply with one word: yes or no.",
+                                           "Is Paris in France? yes or no?"))
+        assert yes is not None and 0 < yes < 1
+    finally:
+        llm.close()

@@ -16,6 +16,8 @@ from isotope.ingest.generation import numbered_prompts
 from isotope.ingest.language import language_of
 from isotope.ingest.questions import parse_questions
 from isotope.providers.model_files import QWEN_CODER_15B
+from isotope.search.answer import judge
+from isotope.search.answer_check import LEVELS, check_prompt
 
 pytestmark = pytest.mark.llm
 
@@ -60,7 +62,29 @@ def test_real_answer_cites_the_passage(local_index: Isotope) -> None:
     response = local_index.answer(found, on_token=pieces.append)
     assert response.answer is not None and "24" in response.answer
     assert response.citations == [1] and response.answer_kind == "generated"
+    assert response.answer_confidence is not None
+    assert response.answer_confidence >= LEVELS["balanced"].generate
     assert len(pieces) > 1  # streamed as the model wrote it
+
+
+def test_the_real_model_s_check_tells_a_right_answer_from_a_wrong_one(
+        local_index: Isotope) -> None:
+    """The answer check through the real model's logits: an answer made of the passage's
+    own words but wrong ("every 24 hours": 24 is the passage's temperature) gets a lower
+    P(yes) than the right one, and is not shown as generated."""
+    question = "How often do the irrigation pumps of the greenhouse run?"
+    passage = DOCUMENT.split("\n\n", 1)[1]
+    llm = local_index.answer_llm()
+    right = llm.yes_probability(check_prompt(
+        "The irrigation pumps run every six hours.", question, passage))
+    wrong = llm.yes_probability(check_prompt(
+        "The irrigation pumps run every 24 hours.", question, passage))
+    assert right is not None and wrong is not None
+    assert right > 0.5 > wrong, (right, wrong)
+    found = local_index.search(question, 3)
+    judged = judge("The irrigation pumps run every 24 hours [1].", question, found.results,
+                   sure=False, check=llm.yes_probability)
+    assert judged.kind != "generated" and "24 hours" not in judged.text
 
 
 def test_real_llm_atomizer_resolves_pronouns(tmp_path: Path, embedder: Embedder) -> None:

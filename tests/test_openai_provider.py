@@ -402,3 +402,22 @@ def test_a_closed_model_works_again_on_its_next_call() -> None:
         assert len(llm.complete_batch(prompts)) == 3
         llm.close()
     assert len(script.requests) == 6
+
+
+def test_the_answer_check_reads_the_endpoint_s_log_probabilities() -> None:
+    """An endpoint's ``top_logprobs`` give the answer check its P(yes) (one token asked
+    for); one that refuses log-probabilities (HTTP 400) gives None, and is not asked
+    again: answers are then judged by their words."""
+    prompt = messages("You check answers. Reply yes or no.", "Is 9 hours said? yes or no?")
+    script = Script(yes=0.8)
+    with serve(script) as url:
+        llm = create(f"openai/test-model@{url}", Settings(openai_api_key="k"))
+        assert llm.yes_probability(prompt) == pytest.approx(0.8, abs=1e-6)
+        asked = script.requests[-1]
+        assert asked["logprobs"] is True and asked["max_tokens"] == 1
+        assert asked["top_logprobs"] >= 5
+        script.yes = None
+        assert llm.yes_probability(prompt) is None
+        count = len(script.requests)
+        assert llm.yes_probability(prompt) is None and len(script.requests) == count
+        llm.close()

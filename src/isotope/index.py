@@ -783,7 +783,7 @@ class Isotope:
             response.answer = ("The index is empty or nothing matched." if not response.results
                                else "The matching chunks are stale: their files changed. "
                                "Run `isotope sync` on them.")
-            response.answer_kind = "declined"
+            response.answer_kind, response.answer_confidence = "declined", 0.0
             return response
         started = time.perf_counter()
         pieces: list[str] = []
@@ -802,19 +802,21 @@ class Isotope:
                     on_token(piece)
         finally:
             stream.close()  # type: ignore[attr-defined]
-        response.timings["answer"] = time.perf_counter() - started
         sure = response.suggested_action == "deliver" and readable[0] is response.results[0]
         judged = judge("".join(pieces), query, readable, sure=sure,
                        strictness=self.settings.answer_strictness,
-                       two_hop=self.settings.graph)
+                       two_hop=self.settings.graph, check=model.yes_probability,
+                       check_spec=self.prompts["check"])
+        response.timings["answer"] = time.perf_counter() - started
         response.answer, response.answer_kind = judged.text, judged.kind
+        response.answer_confidence = round(judged.confidence, 3)
         response.citations = [readable[n - 1].rank for n in judged.cited]
         if conditions:  # a list changed while the model wrote: what it may see now
             seen = self.store.visible_chunks([r.chunk.id for r in readable], conditions)
             if any(r.chunk.id not in seen for r in readable):
                 response.results = [r for r in response.results if r.chunk.id in seen]
                 response.answer, response.answer_kind = HIDDEN_SINCE, "declined"
-                response.citations = []
+                response.citations, response.answer_confidence = [], 0.0
         return response
 
     def as_retriever(self, k: int | None = None, *, mode: str | None = None,

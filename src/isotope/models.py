@@ -258,6 +258,11 @@ class QueryResponse(_Record):
     """How the answer was made (``ask`` only): ``generated`` by the model and supported by
     the passages it cites, ``quoted`` from the passage that best matches (the model's
     reply was not supported), or ``declined`` (no passage holds the answer)."""
+    answer_confidence: float | None = None
+    """The answer's own confidence (``ask`` only), apart from the search's: how likely
+    the answer shown holds the right answer, 0 to 1 (0 when declined), calibrated on the
+    development set (the retrieval guide's reliability table). An answer is ``generated``
+    only when it reaches the ``answer_strictness`` level's bar."""
     rewrites: list[str] = Field(default_factory=list)
     """Questions the model rewrote a keyword query into (query transformation)."""
     top_score: float = 0.0

@@ -125,6 +125,11 @@ DEFAULTS: tuple[PromptSpec, ...] = (
         "note you used like [1]. If the notes do not say, reply: not found.",
         "Notes:\n$passages\n\nQuestion: $query"),
     PromptSpec(
+        "check", "chk1",
+        "You check answers against a passage. Reply with one word: yes or no.",
+        "Passage: $passage\n\nQuestion: $query\n\nProposed answer: $answer\n\nDoes the "
+        "passage say that the proposed answer is the right answer to the question? yes or no?"),
+    PromptSpec(
         "transform", "t1",
         "Rewrite the user's search query as one to three short, complete questions that a "
         "document could answer. Keep every name and number. Write one question per line and "

@@ -49,8 +49,10 @@ def eval_(
     answers: Annotated[bool, typer.Option(
         "--answers", help="Also ask every question (or --limit-queries of them) and score "
         "the answers against the queries' gold `answers` (SQuAD-normalised): contains "
-        "gold, F1, declined, declined with the gold passage given, citations of the gold "
-        "passage, wrong, latency. Runs the answer model once per question.")] = False,
+        "gold, F1, the share of generated answers that are right, generated / quoted / "
+        "declined, declined with the gold passage given, citations of the gold passage, "
+        "wrong, latency, and how often an answer of each answer_confidence was right. Runs "
+        "the answer model once per question.")] = False,
     limit_queries: Annotated[int | None, typer.Option(
         "--limit-queries", min=1, help="With --answers: ask only N questions, spread "
         "evenly over the passages.")] = None,
@@ -181,16 +183,24 @@ def eval_(
     if chart is not None:
         out.print(f"chart: {chart}")
     if answered is not None:
-        table = Table("contains gold %", "F1", "declined %", "declined with gold %",
+        table = Table("contains gold %", "F1", "generated right %",
+                      "generated / quoted / declined %", "declined with gold %",
                       "citation is gold %", "wrong %", "unanswerable declined %",
                       "ask p50 s", title=f"answers: {answered.questions} questions "
                       f"({answered.gold_given} with their gold passage given to the model), "
                       f"{answered.unanswerable} unanswerable")
         table.add_row(*(str(v) for v in (
-            answered.contains_gold, answered.f1, answered.declined,
-            answered.declined_with_gold, answered.citation_is_gold, answered.wrong,
-            answered.unanswerable_declined, answered.latency_p50_s)))
+            answered.contains_gold, answered.f1, answered.generated_precision,
+            f"{answered.generated_share} / {answered.quoted_share} / "
+            f"{answered.declined_share}", answered.declined_with_gold,
+            answered.citation_is_gold, answered.wrong, answered.unanswerable_declined,
+            answered.latency_p50_s)))
         out.print(table)
+        reliability = Table("answer_confidence", "answers", "right %",
+                            title="how often an answer of each confidence was right")
+        for row in answered.reliability:
+            reliability.add_row(row["bin"], str(row["answers"]), str(row["right"]))
+        out.print(reliability)
 
 
 def _with_progress(run: Callable[[Callable[[Any], None] | None], IngestReport],

@@ -94,6 +94,9 @@ def query(
         if live:
             out.print(f"checked ({response.answer_kind}): ", style="bold", end="")
         out.print(response.answer)
+        if response.answer_kind != "declined" and response.answer_confidence is not None:
+            out.print(f"answer confidence {response.answer_confidence:.2f} "
+                      f"({response.answer_kind})", style="dim")
         out.print()
     if not response.results:
         out.print("no results")

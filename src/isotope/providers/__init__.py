@@ -142,6 +142,14 @@ class LLM(ABC):
         without one."""
         return [False] * len(prompts)
 
+    def yes_probability(self, prompt: Prompt) -> float | None:
+        """How likely the model's reply to ``prompt`` (a yes-or-no question) begins with
+        "yes" rather than "no": P(yes) / (P(yes) + P(no)) of its first token, read from
+        its log-probabilities (each word's spellings counted together: "yes", "Yes", " yes").
+        None when the model does not give them (the default): an answer's check then
+        rests on the passages' words alone."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional
         """Release the model (weights, connections)."""
 
@@ -199,6 +207,20 @@ class AsyncFirst:
         batch: Coroutine[Any, Any, list[str]] = self.acomplete_batch(  # type: ignore[attr-defined]
             prompts, max_tokens=max_tokens, temperature=temperature, json_schema=json_schema)
         return run_sync(batch)
+
+
+YES_WORDS = ("yes", "Yes", "YES")
+NO_WORDS = ("no", "No", "NO")
+
+
+def yes_share(logprobs: dict[str, float]) -> float | None:
+    """P(yes) / (P(yes) + P(no)) from a first token's log-probabilities by token text
+    (leading spaces ignored); None when neither word is among them."""
+    import math
+
+    yes = sum(math.exp(v) for k, v in logprobs.items() if k.strip() in YES_WORDS)
+    no = sum(math.exp(v) for k, v in logprobs.items() if k.strip() in NO_WORDS)
+    return yes / (yes + no) if yes + no > 0 else None
 
 
 def messages(system: str, user: str) -> Prompt:

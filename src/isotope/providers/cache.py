@@ -306,6 +306,23 @@ class CachedLLM(LLM):
         if self.cache is not None:
             self.cache.put_replies([(key, "".join(pieces), 0, 0)])
 
+    def yes_probability(self, prompt: Prompt) -> float | None:
+        """The wrapped model's P(yes), cached as a reply is (a model that gives none is
+        asked each time: it answers at once)."""
+        key = Cache.reply_key(self.model_id, prompt, {"yes_probability": 1})
+        found = self.cache.get_replies([key]) if self.cache is not None else {}
+        if key in found:
+            with contextlib.suppress(ValueError):
+                held = float(found[key][0])
+                self.stats.count(1, 0)
+                return held
+        probability = self.inner.yes_probability(prompt)
+        if probability is not None:
+            self.stats.count(0, 1)
+            if self.cache is not None:
+                self.cache.put_replies([(key, repr(probability), 0, 1)])
+        return probability
+
     def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
                        temperature: float, questions: int,
                        limits: Sequence[Sequence[Limits]] | None = None) -> list[list[str]]:

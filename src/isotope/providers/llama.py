@@ -51,6 +51,7 @@ class LocalLlama(LLM):
         self.seed = seed
         self._llama: Any = None
         self._sampler: Any = None
+        self._yes_no: tuple[list[int], list[int]] | None = None
         self.batch_sequences = BATCH_SEQUENCES
         self._lock = threading.Lock()
 
@@ -149,6 +150,52 @@ class LocalLlama(LLM):
             finally:
                 if pieces is not None and hasattr(pieces, "close"):
                     pieces.close()
+
+    def yes_probability(self, prompt: Prompt) -> float | None:
+        """P(yes) / (P(yes) + P(no)) of the reply's first token, from the model's logits
+        after one prefill of ``prompt``: the beginning it shares with the last prompt
+        evaluated (an answer's prompt and reply, which a check of that answer repeats) is
+        kept in the KV cache and not evaluated again."""
+        import numpy as np
+
+        with self._lock:
+            llama = self._load()
+            tokens = llama.tokenize(self._format(llama, prompt).encode("utf-8"),
+                                    add_bos=True, special=True)
+            if len(tokens) >= llama.n_ctx():
+                raise ProviderError(f"{self.model_id}: the check's prompt ({len(tokens)} "
+                                    f"tokens) exceeds the context window ({llama.n_ctx()})")
+            kept = 0
+            for held, token in zip(llama.input_ids[:llama.n_tokens], tokens, strict=False):
+                if held != token:
+                    break
+                kept += 1
+            llama.n_tokens = min(kept, len(tokens) - 1)  # (the last one is evaluated again)
+            llama.eval(tokens[llama.n_tokens:])
+            logits = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(llama.n_vocab(),))
+            self.usage.add(len(tokens) - kept, 1)
+            yes, no = self._answer_tokens(llama)
+            chosen = logits[yes + no].astype(np.float64)
+            weights = np.exp(chosen - chosen.max())
+            return float(weights[:len(yes)].sum() / weights.sum())
+
+    def _answer_tokens(self, llama: Any) -> tuple[list[int], list[int]]:
+        """The tokens that begin a "yes" and a "no" reply (each spelling that is one
+        token)."""
+        if self._yes_no is None:
+            from isotope.providers import NO_WORDS, YES_WORDS
+
+            def one_token(words: Sequence[str]) -> list[int]:
+                found = set()
+                for word in words:
+                    for spelled in (word, " " + word):
+                        ids = llama.tokenize(spelled.encode(), add_bos=False, special=False)
+                        if len(ids) == 1:
+                            found.add(ids[0])
+                return sorted(found)
+
+            self._yes_no = (one_token(YES_WORDS), one_token(NO_WORDS))
+        return self._yes_no
 
     def sample_batched(self, groups: Sequence[Sequence[Prompt]], *, max_tokens: int,
                        temperature: float, questions: int,

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from isotope.errors import MissingDependency, ProviderError
-from isotope.providers import LLM, AsyncFirst, Prompt, collect
+from isotope.providers import LLM, AsyncFirst, Prompt, collect, yes_share
 from isotope.providers.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -243,6 +243,7 @@ class OpenAIChat(AsyncFirst, LLM):
         self.model_id = f"openai:{model}" + (f"@{base_url}" if base_url else "")
         self.concurrency = concurrency
         self._slots: asyncio.Semaphore | None = None
+        self._no_logprobs = False
         self._client = EndpointClient(base_url, api_key, timeout=timeout, max_retries=max_retries,
                                limiter=limiter or RateLimiter(),
                                key_setting="ISOTOPE_OPENAI_API_KEY")
@@ -309,6 +310,39 @@ class OpenAIChat(AsyncFirst, LLM):
             raise refused[0]
         return collect(outcomes)
 
+
+    def yes_probability(self, prompt: Prompt) -> float | None:
+        """P(yes) from the first token's ``top_logprobs`` (one token asked for); None when
+        the endpoint gives no log-probabilities (it refuses them, or leaves them out):
+        it is then not asked again."""
+        if self._no_logprobs:
+            return None
+        body = {"model": self.model, "messages": prompt, "max_tokens": 1, "temperature": 0.0,
+                "logprobs": True, "top_logprobs": 20}
+        try:
+            reply = self._client.submit(lambda client: self._client.call(
+                self.model_id, sum(len(m["content"]) for m in prompt) // 4 + 1,
+                lambda: self._client.post(client, self.model_id, "/chat/completions", body)))
+        except (ProviderAuthError, ServerDown):
+            raise
+        except ProviderError as exc:  # (an endpoint without logprobs may refuse them)
+            refused = ": HTTP 4" in str(exc)
+            log.warning("%s: no log-probabilities for this answer's check (%s)%s",
+                        self.model_id, exc, ": answers are checked by their words alone"
+                        if refused else "")
+            self._no_logprobs = refused
+            return None
+        self._content(reply)  # (its usage counted)
+        try:
+            first = reply["choices"][0]["logprobs"]["content"][0]
+            tops = {str(t["token"]): float(t["logprob"]) for t in first["top_logprobs"]}
+            tops.setdefault(str(first["token"]), float(first["logprob"]))
+        except (KeyError, TypeError, IndexError, ValueError):
+            log.warning("%s gives no log-probabilities: answers are checked by their words "
+                        "alone", self.model_id)
+            self._no_logprobs = True
+            return None
+        return yes_share(tops)
 
     def _content(self, reply: dict[str, Any]) -> str:
         """A chat reply's text (its usage counted); "" when it has no choice."""

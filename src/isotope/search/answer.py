@@ -13,20 +13,27 @@ judged by what the passages support, not by its marks (:func:`judge`):
   and every number and name in it (the question's too: "Express delivery to Japan takes
   3 days" is not supported by a passage about Austria), are in the passage
   (:func:`support`);
-- a supported answer must also be **said where the passage speaks of what was asked**
-  (:func:`evidence`): the question's own words are in the sentences around the answer.
-  This is what tells an answer from a small model's usual invention, put together from
-  another part of a passage on the right topic ("The Denver Broncos won Super Bowl LI");
-  how much of the question must be there is the ``answer_strictness`` setting. When the
-  search is sure of its first result (``deliver``), support alone is enough;
+- how much of the question the passage says **where it says the answer**
+  (:func:`evidence`: the question's own words in the sentences around it) tells an
+  answer from a small model's usual invention, put together from another part of a
+  passage on the right topic ("The Denver Broncos won Super Bowl LI"): it weighs in the
+  answer's confidence;
 - on an index with a knowledge graph, an answer no passage backs alone may be backed by
   **two joined by a name** (:func:`joined`): a two-hop question's answer is in a passage
   that shares no word with it ("In which city was the architect of the opera house
   born?"), so one passage says what was asked, the other the answer;
+- such an answer gets its own **confidence** (:mod:`isotope.search.answer_check`): the
+  answer model is asked whether the sentences of the passage that hold the answer say
+  that it answers the question, and the probability of its "yes", with what the words
+  said, makes ``answer_confidence``;
 - ``generated``: the answer, citing the passages that support it (its own marks when
-  they are among them, else the best one; both passages of a two-hop answer);
-- ``quoted``: otherwise, when the search is sure of its first result: the statement of it
-  that matched best, "The index says: ... [1]" (never an invention);
+  they are among them, else the best one; both passages of a two-hop answer), when its
+  confidence reaches the ``answer_strictness`` level's bar;
+- ``quoted``: otherwise, the sentence of that passage that says most of the answer's
+  words, as the passage writes it ("The index says: ... [n]"), when the confidence still
+  reaches the level's quoting bar (the passage's words, never an invention; a search sure
+  of its first result is no reason to quote it: the questions no passage answers are as
+  often "sure" as the others);
 - ``declined``: otherwise, :data:`NOT_FOUND`.
 
 Measured on SQuAD (benchmarks/RESULTS.md, "Answers"): the check this replaced declined
@@ -37,7 +44,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, reduce
 from operator import or_
 from typing import TypeVar
@@ -47,6 +54,14 @@ from isotope.ingest.sentences import sentences
 from isotope.models import AnswerKind, SearchResult
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
+from isotope.search.answer_check import (
+    LEVELS,
+    WINDOW_CHARS,
+    Check,
+    Signals,
+    check_prompt,
+    confidence,
+)
 from isotope.settings import AnswerStrictness
 from isotope.stores.keywords import TOKENIZER
 
@@ -68,28 +83,11 @@ SUPPORT_SHARE = 0.5
 """Share of an answer's new words that must be in a passage that supports it."""
 
 
-@dataclass(frozen=True)
-class Strictness:
-    """How much of the question a passage must say around a supported answer (unless the
-    search is sure of its first result): the share of the question's words
-    (:func:`evidence`) at least ``evidence``, or at least ``weak`` when a question of
-    the index matched the query at least ``matched`` (cosine); for two passages that back
-    an answer together (:func:`joined`), the first one's share at least ``joined`` (None:
-    one passage must back an answer)."""
-
-    evidence: float
-    weak: float = 1.0
-    matched: float = 1.0
-    joined: float | None = None
-
-
-STRICTNESS: dict[AnswerStrictness, Strictness] = {
-    "lenient": Strictness(0.0, joined=0.0),
-    "balanced": Strictness(0.66, weak=0.4, matched=0.8, joined=0.25),
-    "strict": Strictness(0.75),
-}
-"""The ``answer_strictness`` levels; the trade-off each makes (answers given against
-questions of no passage declined) is measured in RESULTS.md, "Answers"."""
+JOINED: dict[AnswerStrictness, float | None] = {
+    "lenient": 0.0, "balanced": 0.25, "strict": None}
+"""For two passages that back an answer together (:func:`joined`, an index with a
+graph): the share of the question's words the first one must say, per
+``answer_strictness`` level (None: one passage must back an answer)."""
 
 _DECLINES = re.compile(
     r"\b(?:not\s+found|(?:do|does|did)\s+not\s+(?:contain|mention|say|state|specify|"
@@ -470,55 +468,117 @@ class Judged:
     text: str
     cited: list[int]
     """1-based positions (among the passages given) of the passages cited."""
+    confidence: float = 0.0
+    """The answer's own confidence (:mod:`isotope.search.answer_check`): 0 when
+    declined."""
+    candidate: str = ""
+    """The model's answer that was checked ("" when none was: the reply declined, or no
+    passage supports it)."""
+    signals: Signals | None = None
+    """What its confidence was made from (None when nothing was checked)."""
 
 
 def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
-          strictness: AnswerStrictness = "balanced", two_hop: bool = False) -> Judged:
+          strictness: AnswerStrictness = "balanced", two_hop: bool = False,
+          check: Check | None = None, check_spec: PromptSpec = PROMPTS["check"]) -> Judged:
     """The answer to show for the model's ``reply`` to ``question`` over ``results``
     (the passages given, in order); ``sure``: the search is sure of its first result (its
-    suggested action is ``deliver``). See the module docstring."""
-    level = STRICTNESS[strictness]
-    if not declines(reply):
-        # (sentences keeps initials and abbreviations whole: "C. J. Anderson", "U.S.")
-        said = [s for s in sentences(reply.strip()) if _says_something(s, question)]
-        answer = said[0] if said else ""
-        scores = [support(answer, question, r.chunk.text) if answer else 0.0
-                  for r in results]
-        backing = [n for n, score in enumerate(scores, start=1) if score >= SUPPORT_SHARE]
-        if backing and not sure and level.evidence:
-            matched = max((q.score for r in results for q in r.matched_questions),
-                          default=0.0)
-            needed = level.weak if matched >= level.matched else level.evidence
-            backing = [n for n in backing
-                       if evidence(answer, question, results[n - 1].chunk.text) >= needed]
-        if backing:
-            own = [n for n in citations(answer, len(results)) if n in backing]
-            cited = own or [max(backing, key=lambda n: (scores[n - 1], -n))]
-            marks = " ".join(f"[{n}]" for n in cited)
-            return Judged("generated", f"{_tidy(answer)} {marks}", cited)
-        pair = (joined(answer, question, results, level.joined)
-                if two_hop and answer and level.joined is not None else None)
-        if pair:  # (the search being sure of its first result says nothing of the pair)
-            cited = sorted(pair)
-            return Judged("generated", f"{_tidy(answer)} [{cited[0]}] [{cited[1]}]", cited)
-    if sure and results:
-        statement = best_statement(results[0]) or _closest_sentence(results[0].chunk.text,
-                                                                    question)
-        if statement:
-            return Judged("quoted", f"{QUOTED}{' '.join(statement.split())} [1]", [1])
-    return Judged("declined", NOT_FOUND, [])
+    suggested action is ``deliver``); ``check``: asks the model whether a passage says
+    the answer (P(yes), :meth:`isotope.providers.LLM.yes_probability`; None: the words
+    alone decide). See the module docstring."""
+    answer = _answer_sentence(reply, question)
+    found = _backed(answer, question, results, JOINED[strictness], sure=sure,
+                    two_hop=two_hop) if answer else None
+    if found is None:
+        return Judged("declined", NOT_FOUND, [])
+    cited, signals, passage, source = found
+    signals = replace(signals, checked=check(check_prompt(
+        _tidy(answer), question, passage, check_spec)) if check is not None else None)
+    trust = confidence(signals)
+    generate, quote_at = LEVELS[strictness].bars(signals.checked is not None)
+    if trust >= generate:
+        marks = " ".join(f"[{n}]" for n in cited)
+        return Judged("generated", f"{_tidy(answer)} {marks}", cited, trust, _tidy(answer),
+                      signals)
+    quote = _quote(answer, question, results[source - 1].chunk.text)
+    if quote and trust >= quote_at:
+        return Judged("quoted", f"{QUOTED}{quote} [{source}]", [source], trust,
+                      _tidy(answer), signals)
+    return Judged("declined", NOT_FOUND, [], 0.0, _tidy(answer), signals)
 
 
-def _closest_sentence(text: str, question: str) -> str:
-    """The sentence of ``text`` that says the most of ``question``'s words."""
-    asked = _asked(question)
-    best, shared = "", 0
-    for sentence in sentences(text):
-        words = _Words(sentence)
-        overlap = sum(words.has(w) for w in asked)
-        if overlap > shared:
-            best, shared = sentence, overlap
-    return best
+def _backed(answer: str, question: str, results: list[SearchResult], joined_share: float |
+            None, *, sure: bool, two_hop: bool) -> tuple[list[int], Signals, str, int] | None:
+    """The passages that back ``answer`` (1-based positions: those it cites among them,
+    else the one that supports it best; or the two of a two-hop answer, the first saying
+    ``joined_share`` of the question at least), the signals of its words (``checked`` not
+    yet asked), the sentences the check reads and the passage that says the answer (to
+    quote when it fails); None when no passage supports it."""
+    scores = [support(answer, question, r.chunk.text) for r in results]
+    backing = [n for n, score in enumerate(scores, start=1) if score >= SUPPORT_SHARE]
+    shares = {n: evidence(answer, question, results[n - 1].chunk.text) for n in backing}
+    if backing:
+        own = [n for n in citations(answer, len(results)) if n in backing]
+        cited = own or [max(backing, key=lambda n: (scores[n - 1], shares[n], -n))]
+        first = cited[0]
+        return cited, Signals(support=scores[first - 1], evidence=shares[first],
+                              matched=_matched(results[first - 1]), top=results[0].score,
+                              first=first == 1, sure=sure and first == 1), \
+            window(answer, question, results[first - 1].chunk.text), first
+    pair = joined(answer, question, results, joined_share) \
+        if two_hop and joined_share is not None else None
+    if pair is None:  # (the search being sure of its first result says nothing of a pair)
+        return None
+    asks, says = (results[n - 1].chunk.text for n in pair)
+    return sorted(pair), Signals(support=1.0, evidence=evidence(answer, question, asks),
+                                 matched=_matched(results[pair[0] - 1]),
+                                 top=results[0].score, first=min(pair) == 1, sure=False), \
+        f"{window(question, '', asks)} {window(answer, question, says)}", pair[1]
+
+
+def _matched(result: SearchResult) -> float:
+    """The best cosine of a result's indexed questions to the query (0: none matched)."""
+    return max((q.score for q in result.matched_questions), default=0.0)
+
+
+def _answer_sentence(reply: str, question: str) -> str:
+    """The reply's first sentence that says something ("" when the model declined)."""
+    if declines(reply):
+        return ""
+    # (sentences keeps initials and abbreviations whole: "C. J. Anderson", "U.S.")
+    said = [s for s in sentences(reply.strip()) if _says_something(s, question)]
+    return said[0] if said else ""
+
+
+def window(answer: str, question: str, passage: str) -> str:
+    """The sentences of ``passage`` that hold ``answer``: the window (a sentence and its
+    neighbours) saying most of its new words and numbers, then most of the question's
+    words; cut to :data:`~isotope.search.answer_check.WINDOW_CHARS` around its middle."""
+    parts = _sentences(passage)
+    new, numbers, asked = (_new_words(answer, question), _new_numbers(answer, question),
+                           _asked(question or answer))
+    best, chosen = (-1, -1), 0
+    for i, around in enumerate(_windows([_Words(p) for p in parts])):
+        said = reduce(or_, around)
+        score = (_said(said, new, numbers), sum(said.has(w) for w in asked))
+        if score > best:
+            best, chosen = score, i
+    text = " ".join(" ".join(parts[max(0, chosen - 1):chosen + 2]).split())
+    return _around(text, parts[chosen].strip(), WINDOW_CHARS)
+
+
+def _quote(answer: str, question: str, passage: str) -> str:
+    """The sentence of ``passage`` that says most of ``answer``'s new words and numbers
+    (then most of the question's), as the passage writes it; "" when none says any."""
+    new, numbers, asked = (_new_words(answer, question), _new_numbers(answer, question),
+                           _asked(question))
+    best, chosen = (0, 0), ""
+    for sentence in _sentences(passage):
+        said = _Words(sentence)
+        score = (_said(said, new, numbers), sum(said.has(w) for w in asked))
+        if score > best:
+            best, chosen = score, sentence
+    return " ".join(chosen.split()) if best[0] else ""
 
 
 def grounded(answer: str, question: str, results: list[SearchResult]) -> list[int]:
@@ -528,5 +588,5 @@ def grounded(answer: str, question: str, results: list[SearchResult]) -> list[in
             if support(answer, question, results[n - 1].chunk.text) >= SUPPORT_SHARE]
 
 
-__all__ = ["NOT_FOUND", "STRICTNESS", "Judged", "Strictness", "answer_prompt", "citations",
+__all__ = ["JOINED", "NOT_FOUND", "Judged", "answer_prompt", "citations",
            "declines", "evidence", "grounded", "judge", "support"]

@@ -16,7 +16,14 @@ single spaces):
 - ``wrong``: the share answered without a gold answer in the answer;
 - ``latency_p50_s``: the median time of ``ask`` (search and answer);
 - with questions whose answer is in no passage (``unanswerable``): the share of them
-  declined (``unanswerable_declined``).
+  declined (``unanswerable_declined``);
+- ``generated_precision``: of the answers shown as ``generated`` (answerable questions
+  and unanswerable ones alike), the share that contains a gold answer (an unanswerable
+  question has none); ``generated_share``, ``quoted_share``, ``declined_share``: the share
+  of answerable questions given each kind;
+- ``reliability``: the answers given (not declined) by ``answer_confidence`` in bins of
+  0.2, each with how many fell there and the share of them that contains a gold answer
+  (a calibrated confidence has each bin's share within it).
 """
 
 from __future__ import annotations
@@ -87,6 +94,15 @@ class AnswerScores:
     wrong answer shown as checked."""
     first_token_p50_s: float | None = None
     """Median time from the results to the answer's first streamed piece."""
+    generated_precision: float | None = None
+    """Of the answers shown as ``generated`` (unanswerable questions' too), the share
+    that contains a gold answer."""
+    generated_share: float = 0.0
+    quoted_share: float = 0.0
+    declined_share: float = 0.0
+    reliability: list[dict[str, Any]] = field(default_factory=list)
+    """``answer_confidence`` in bins of 0.2 (``bin``: "0.8-1.0"): ``answers`` given in
+    it (not declined) and ``right``, the share of them containing a gold answer."""
     examples: list[dict[str, Any]] = field(default_factory=list)
     """Each question with its answer, kind, citations and whether it was right."""
 
@@ -150,6 +166,7 @@ def _scored(query: dict[str, Any], answered: QueryResponse,
     gold = str(query.get("gold_pid", ""))
     swapped_to = str(query.get("swapped", "")).partition(" -> ")[2]
     return {"question": query["question"], "answer": text, "kind": kind,
+            "confidence": answered.answer_confidence,
             "impossible": impossible, "swapped": bool(swapped_to),
             "asserts_swap": bool(swapped_to) and kind == "generated" and (
                 swapped_to.lower() in text.lower()), "gold_given": bool(gold) and gold in given,
@@ -171,7 +188,22 @@ def _summary(rows: list[dict[str, Any]], latency: list[float], first_token: list
     def share(part: Sequence[Any], of: Sequence[Any]) -> float:
         return round(100 * len(part) / max(1, len(of)), 1)
 
+    generated = [r for r in rows if r["kind"] == "generated"]
+    given = [r for r in rows if r["kind"] != "declined" and r["confidence"] is not None]
+    bins = []
+    for low in (0.0, 0.2, 0.4, 0.6, 0.8):
+        inside = [r for r in given
+                  if low <= r["confidence"] < low + 0.2 or (low == 0.8 and r["confidence"] >= 1)]
+        bins.append({"bin": f"{low:.1f}-{low + 0.2:.1f}", "answers": len(inside),
+                     "right": share([r for r in inside if r["contains_gold"]], inside)
+                     if inside else None})
     return AnswerScores(
+        generated_precision=share([r for r in generated if r["contains_gold"]], generated)
+        if generated else None,
+        generated_share=share([r for r in answerable if r["kind"] == "generated"], answerable),
+        quoted_share=share([r for r in answerable if r["kind"] == "quoted"], answerable),
+        declined_share=share([r for r in answerable if r["kind"] == "declined"], answerable),
+        reliability=bins,
         questions=len(answerable),
         contains_gold=share([r for r in answerable if r["contains_gold"]], answerable),
         f1=round(100 * sum(r["f1"] for r in answerable) / n, 1),

@@ -117,6 +117,7 @@ def agent_view(response: QueryResponse) -> dict[str, Any]:
         view["query_id"] = response.query_id
     if response.answer is not None:
         view.update(answer=response.answer, answer_kind=response.answer_kind,
+                    answer_confidence=response.answer_confidence,
                     citations=response.citations)
     view["results"] = [{
         "rank": r.rank, "score": round(r.score, 3), "source": r.chunk.source,
@@ -182,15 +183,19 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         passages used as [1], [2] (`citations` are their ranks). Slow: a language model
         writes the answer (seconds on a GPU server, up to a minute on a laptop's CPU);
         `search` is faster when you can read passages yourself. `answer_kind` says how the
-        answer was made: generated (supported by the cited passages), quoted (the passage
-        that matched best, quoted), or declined (the documents do not hold it)."""
+        answer was made: generated (checked against the cited passages), quoted (the
+        passage's own sentence, quoted: the answer did not pass the check), or declined (the
+        documents do not hold it); `answer_confidence` (0 to 1) how likely the answer is
+        right: act on a generated answer without reading the passage only when it is
+        high."""
         who, k = _allowed(ctx, "ask", principal, remote), _within(k, 20)
         await _say(ctx, 0, 2, "searching the documents")
         found = await turns.search(query, k, mode=mode, filters=filters, for_answer=True,
                                    principal=who)
         await _say(ctx, 1, 2, f"writing the answer from {len(found.results)} passage(s)")
         await turns.answer(found, who)  # (the call cancelled: the model stops too)
-        await _say(ctx, 2, 2, f"answered ({found.answer_kind})")
+        await _say(ctx, 2, 2, f"answered ({found.answer_kind}, confidence "
+                                 f"{found.answer_confidence or 0:.2f})")
         return _reply(agent_view(found))
 
     @server.tool()

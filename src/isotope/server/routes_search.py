@@ -140,7 +140,8 @@ async def _events(turns: Turns, found: QueryResponse,
         await work
         yield "event: answer\ndata: " + json.dumps(
             {"answer": found.answer, "citations": found.citations,
-             "answer_kind": found.answer_kind}) + "\n\n"
+             "answer_kind": found.answer_kind,
+             "answer_confidence": found.answer_confidence}) + "\n\n"
     except errors.IsotopeError as exc:
         yield "event: error\ndata: " + json.dumps({"error": str(exc)}) + "\n\n"
     finally:

@@ -248,9 +248,11 @@ function showResults(data) {
 
 const KIND = { generated: "", quoted: "quoted from the best match · ", declined: "" };
 
-function showAnswer(text, citations, kind) {
+function showAnswer(text, citations, kind, confidence) {
+  const trust = kind !== "declined" && typeof confidence === "number"
+    ? `answer confidence ${confidence.toFixed(2)} · ` : "";
   $("answer").textContent = text + (citations && citations.length
-    ? `\n\n${KIND[kind] || ""}cites ${citations.map((n) => `[${n}]`).join(" ")}` : "");
+    ? `\n\n${KIND[kind] || ""}${trust}cites ${citations.map((n) => `[${n}]`).join(" ")}` : "");
   $("answer").style.display = "block";
 }
 
@@ -279,7 +281,7 @@ async function ask(body, signal) {
         written += data.text;
         $("answer").textContent = written;
       } else if (name === "answer") {
-        showAnswer(data.answer || "", data.citations, data.answer_kind);
+        showAnswer(data.answer || "", data.citations, data.answer_kind, data.answer_confidence);
       } else if (name === "error") {
         throw new Error(data.error);
       }
