@@ -71,7 +71,7 @@ def test_the_real_model_s_check_tells_a_right_answer_from_a_wrong_one(
         local_index: Isotope) -> None:
     """The answer check through the real model's logits: an answer made of the passage's
     own words but wrong ("every 24 hours": 24 is the passage's temperature) gets a lower
-    P(yes) than the right one, and is not shown as generated."""
+    P(yes) than the right one, and is not shown as generated; the right one is."""
     question = "How often do the irrigation pumps of the greenhouse run?"
     passage = DOCUMENT.split("\n\n", 1)[1]
     llm = local_index.answer_llm()
@@ -80,11 +80,14 @@ def test_the_real_model_s_check_tells_a_right_answer_from_a_wrong_one(
     wrong = llm.yes_probability(check_prompt(
         "The irrigation pumps run every 24 hours.", question, passage))
     assert right is not None and wrong is not None
-    assert right > 0.5 > wrong, (right, wrong)
+    assert right > wrong + 0.1, (right, wrong)  # (0.93 and 0.77 here)
     found = local_index.search(question, 3)
     judged = judge("The irrigation pumps run every 24 hours [1].", question, found.results,
                    sure=False, check=llm.yes_probability)
     assert judged.kind != "generated" and "24 hours" not in judged.text
+    judged = judge("The irrigation pumps run every six hours [1].", question, found.results,
+                   sure=False, check=llm.yes_probability)
+    assert judged.kind == "generated" and judged.confidence > 0.87
 
 
 def test_real_llm_atomizer_resolves_pronouns(tmp_path: Path, embedder: Embedder) -> None:
