@@ -17,32 +17,14 @@ from typer.testing import CliRunner
 
 from isotope import Isotope
 from isotope.cli import app as app_cli
-from isotope.embedders import Embedder
-from isotope.models import Chunk, SearchResult
 from isotope.providers import yes_share
 from isotope.providers.cache import Cache, CachedLLM
-from isotope.search.answer import judge
 from isotope.search.answer_check import LEVELS, Signals, confidence
-from test_answers import BATTERY, HANDBOOK, SHIPPING, Replying
-
-from conftest import FakeLLM
+from test_answers import Replying
+from test_answers import answering as answering
 
 CARRY = "Until when can unused vacation days be carried over?"
 STRAP = "Which strap does every unit ship with?"
-
-
-@pytest.fixture
-def answering(tmp_path: Path, embedder: Embedder) -> tuple[Isotope, Replying]:
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for name, text in (("handbook.md", HANDBOOK), ("battery.md", BATTERY),
-                       ("shipping.md", SHIPPING)):
-        (docs / name).write_text(text)
-    model = Replying()
-    iso = Isotope.open(tmp_path / "index", embedder=embedder, llm=FakeLLM(),
-                       answer_llm=model, cache=False)
-    iso.ingest(docs)
-    return iso, model
 
 
 def _unsure(iso: Isotope, question: str) -> object:
@@ -166,33 +148,6 @@ def test_a_model_without_log_probabilities_is_judged_by_the_words(
     assert iso.answer(_unsure(iso, CARRY)).answer_kind != "generated"  # type: ignore[arg-type]
 
 
-def test_a_two_hop_answer_is_checked_over_both_passages() -> None:
-    """(d) A two-hop answer cites both passages whose names it uses, and the check reads
-    both (the sentences that say what was asked, then those that say the answer); the
-    check saying no keeps it from ``generated`` and under 0.8."""
-    def given(*texts: str) -> list[SearchResult]:
-        return [SearchResult(rank=n, score=0.5, chunk=Chunk(text=t, source=f"s{n}"))
-                for n, t in enumerate(texts, start=1)]
-
-    mace = ("The Presiding Officer sits in the chamber of the Scottish Parliament. "
-            "Before the Presiding Officer's chair lies the ornamental staff of office.")
-    silver = "The mace of the Presiding Officer is made of silver and gold. It is old."
-    question = "What is the ornamental staff before the Scottish Parliament's chair made of?"
-    answer = "The ornamental staff before the Scottish Parliament's chair is made of silver."
-    read: list[str] = []
-
-    def check(yes: float):  # type: ignore[no-untyped-def]
-        return lambda prompt: read.append(prompt[-1]["content"]) or yes
-
-    doubted = judge(answer, question, given(mace, silver), sure=False, two_hop=True,
-                    strictness="lenient", check=check(0.01))
-    assert doubted.kind != "generated" and doubted.confidence < 0.8
-    assert "ornamental staff of office" in read[-1] and "made of silver and gold" in read[-1]
-    trusted = judge(answer, question, given(mace, silver), sure=False, two_hop=True,
-                    strictness="lenient", check=check(0.99))
-    assert trusted.kind == "generated" and trusted.cited == [1, 2]
-
-
 def test_the_confidence_rises_with_each_signal() -> None:
     base = Signals(support=0.6, evidence=0.5, matched=0.6, top=0.7, first=False, sure=False,
                    checked=0.5)
@@ -295,3 +250,24 @@ def test_a_swapped_name_is_never_generated_even_when_the_check_says_yes(
         iso.settings.answer_strictness = level  # type: ignore[assignment]
         answered = iso.ask("How long does express delivery to Japan take?")
         assert answered.answer_kind != "generated" and "Japan" not in answered.answer
+
+
+def test_the_answer_scores_count_generated_precision_and_reliability(
+        answering: tuple[Isotope, Replying]) -> None:
+    """``isotope eval --answers`` and benchmarks/answers.py: of the generated answers, the
+    share that holds a gold answer (an unanswerable question's generated answer counts as
+    wrong); the share of each kind; and the answers by ``answer_confidence`` bin."""
+    from isotope.search.answer_eval import evaluate_answers
+
+    iso, model = answering
+    model.yes = 0.999
+    model.reply = "Unused vacation days can be carried over until March 31 [1]."
+    asked = [{"question": CARRY, "answers": ["March 31"]},
+             {"question": CARRY + " ", "answers": ["April 1"]}]  # (its gold is not said)
+    scores = evaluate_answers(iso, asked, unanswerable=[{"question": CARRY + "  "}])
+    assert scores.kinds["generated"] == 100.0 and scores.generated_share == 100.0
+    assert scores.generated_precision == pytest.approx(33.3)  # (1 right of 3 generated)
+    assert scores.contains_gold == 50.0 and scores.unanswerable_declined == 0.0
+    top = next(b for b in scores.reliability if b["bin"] == "0.8-1.0")
+    assert top["answers"] == 3 and top["right"] == pytest.approx(33.3)
+    assert sum(b["answers"] for b in scores.reliability) == 3

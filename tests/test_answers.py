@@ -314,7 +314,8 @@ def test_an_answer_is_made_from_answer_k_chunks_a_search_returns_top_k(
 def test_two_passages_back_a_two_hop_answer_only_when_a_name_joins_them() -> None:
     """A two-hop answer (``judge(two_hop=True)``, an index with a graph): the question's
     names in one passage, the answer in another that names what the first one leads to.
-    Each condition of :func:`isotope.search.answer.joined` is needed."""
+    Each condition of :func:`isotope.search.answer.joined` is needed; the answer cites
+    both passages, and is checked over both."""
     from isotope.models import Chunk, SearchResult
     from isotope.search.answer import joined, judge
 
@@ -382,3 +383,11 @@ def test_two_passages_back_a_two_hop_answer_only_when_a_name_joins_them() -> Non
                  strictness="lenient").kind == "generated"
     assert judge(answer, question, given(mace, silver), sure=False, two_hop=True,
                  check=confirmed, strictness="strict").kind == "declined"  # (one passage)
+    # (issue 65, d) the check reads both passages' sentences (what was asked, then the
+    # answer); the check saying no keeps a two-hop answer from generated, under 0.8
+    read: list[str] = []
+    doubted = judge(answer, question, given(mace, silver), sure=False, two_hop=True,
+                    strictness="lenient",
+                    check=lambda prompt: read.append(prompt[-1]["content"]) or 0.01)
+    assert doubted.kind != "generated" and doubted.confidence < 0.8
+    assert "ornamental staff of office" in read[-1] and "made of silver and gold" in read[-1]
