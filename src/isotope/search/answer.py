@@ -471,11 +471,6 @@ class Judged:
     confidence: float = 0.0
     """The answer's own confidence (:mod:`isotope.search.answer_check`): 0 when
     declined."""
-    candidate: str = ""
-    """The model's answer that was checked ("" when none was: the reply declined, or no
-    passage supports it)."""
-    signals: Signals | None = None
-    """What its confidence was made from (None when nothing was checked)."""
 
 
 def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
@@ -498,17 +493,16 @@ def judge(reply: str, question: str, results: list[SearchResult], *, sure: bool,
     generate, quote_at = LEVELS[strictness].bars(signals.checked is not None)
     if trust >= generate:
         marks = " ".join(f"[{n}]" for n in cited)
-        return Judged("generated", f"{_tidy(answer)} {marks}", cited, trust, _tidy(answer),
-                      signals)
+        return Judged("generated", f"{_tidy(answer)} {marks}", cited, trust)
     quote = _quote(answer, question, results[source - 1].chunk.text)
     if quote and trust >= quote_at:
-        return Judged("quoted", f"{QUOTED}{quote} [{source}]", [source], trust,
-                      _tidy(answer), signals)
-    return Judged("declined", NOT_FOUND, [], 0.0, _tidy(answer), signals)
+        return Judged("quoted", f"{QUOTED}{quote} [{source}]", [source], trust)
+    return Judged("declined", NOT_FOUND, [])
 
 
-def _backed(answer: str, question: str, results: list[SearchResult], joined_share: float |
-            None, *, sure: bool, two_hop: bool) -> tuple[list[int], Signals, str, int] | None:
+def _backed(answer: str, question: str, results: list[SearchResult],
+            joined_share: float | None, *, sure: bool, two_hop: bool,
+            ) -> tuple[list[int], Signals, str, int] | None:
     """The passages that back ``answer`` (1-based positions: those it cites among them,
     else the one that supports it best; or the two of a two-hop answer, the first saying
     ``joined_share`` of the question at least), the signals of its words (``checked`` not
