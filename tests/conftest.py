@@ -91,10 +91,14 @@ class FakeLLM(LLM):
     Question prompts get numbered questions that reword the statement (:func:`paraphrase`,
     with an answer line mixed in, as small models write); answer prompts get the sentence
     of any passage that shares most words with the question, cited as [1] whichever
-    passage it is from, or the refusal when no passage shares a word with the question.
+    passage it is from, or the refusal when no passage shares a word with the question;
+    the answer's check (:meth:`yes_probability`) confirms what it wrote (P(yes) 0.95).
     """
 
     model_id = "fake/echo"
+
+    def yes_probability(self, prompt: Prompt) -> float | None:
+        return 0.95
 
     def __init__(self) -> None:
         self.calls = 0

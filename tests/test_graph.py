@@ -654,9 +654,6 @@ class _Chaining(FakeLLM):
 
     reply = "The man who designed the Sydney Opera House was born in Copenhagen. [2]"
 
-    def yes_probability(self, prompt):  # type: ignore[no-untyped-def]
-        return 0.95  # (the answer's check: a model that confirms what it wrote)
-
     def complete_batch(self, prompts, **kwargs):  # type: ignore[no-untyped-def]
         if "\n\nQuestion: " in prompts[0][-1]["content"]:  # (the answer prompt)
             self.prompts.extend(prompts)
