@@ -29,6 +29,7 @@ KNOWN = {  # name: (version, hash of the text): a text change must bump the vers
     "atomizer": ("a2", "11841d2e75728f0e"),
     "context": ("context-1", "668ec501fe32ac3c"),
     "answer": ("ans4", "f76dc70b3ce24417"),
+    "check": ("chk1", "a0a1e51c87e83a4c"),
     "transform": ("t1", "d5f59650001543fe"),
 }
 
@@ -86,7 +87,7 @@ def test_an_overridden_question_prompt_redoes_questions_only(
     assert second.llm_calls == first.atoms
     assert second.llm_cache_hits == first.chunks  # the atomizer's replies
     assert status.prompt_versions["questions"] == f"q1 (overridden by {brief / 'questions.txt'})"
-    assert status.prompt_versions["answer"] == "ans4" and len(status.prompt_versions) == 9
+    assert status.prompt_versions["answer"] == "ans4" and len(status.prompt_versions) == 10
 
 
 def test_config_shows_overridden_prompts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
