@@ -217,8 +217,7 @@ def _pairs(store: Store, embedder: Embedder, pairs: QuestionPairs
     marks, left_out = learning.vetted(store, MOST_MARKS)
     position = {chunk_id: i for i, chunk_id in enumerate(pairs.chunk_ids)}
     learned = {(learning.normalized(text), pairs.chunk_of[i]): i
-               for i, (text, origin) in enumerate(zip(pairs.texts, pairs.origins, strict=True))
-               if origin == "user"}
+               for i, text in enumerate(pairs.texts) if text is not None}
     own = [i for i, origin in enumerate(pairs.origins) if origin != "user"]
     vectors = [np.asarray(pairs.vectors, dtype=np.float32)[own]] if own else []
     chunk_of = [pairs.chunk_of[i] for i in own]

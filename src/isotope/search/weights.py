@@ -114,11 +114,11 @@ def fit(store: Store, embedder: Embedder, settings: RetrievalSettings, *,
     (the searches fitted on are those ``hybrid`` makes)."""
     started = time.perf_counter()
     if questions:
-        drawn = store.question_pairs(questions, seed=0)
+        drawn = store.question_pairs(questions, seed=0, texts=True)
         asked = [i for i, origin in enumerate(drawn.origins) if origin != "user"]
-        keys = [(learning.normalized(drawn.texts[i]), drawn.chunk_ids[drawn.chunk_of[i]])
-                for i in asked]
-        marks = {key: drawn.texts[i] for key, i in zip(keys, asked, strict=True)}
+        keys = [(learning.normalized(drawn.texts[i] or ""),
+                 drawn.chunk_ids[drawn.chunk_of[i]]) for i in asked]
+        marks = {key: drawn.texts[i] or "" for key, i in zip(keys, asked, strict=True)}
         own = {key: drawn.vectors[i] for key, i in zip(keys, asked, strict=True)}
         if len(marks) < min_marks:
             raise InvalidArgument(f"{len(marks)} kept question(s) to fit on; fitting the "

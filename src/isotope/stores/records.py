@@ -75,7 +75,9 @@ class QuestionPairs:
     ``chunk_of[i]`` (a position in ``chunk_ids`` and ``chunk_vectors``)."""
 
     vectors: Vectors
-    texts: list[str]
+    texts: list[str | None]
+    """A learned question's text (origin ``user``: matched against the marks that may
+    teach); None for the others unless every text was asked for."""
     origins: list[str]
     chunk_of: list[int]
     chunk_ids: list[str]

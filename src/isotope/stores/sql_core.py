@@ -523,7 +523,8 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
                 f"{self._questions_sql(where)} ORDER BY 3, 1, 2, 5, 8 DESC, 10",
                 (value, value)))
 
-    def question_pairs(self, most: int, seed: int = 0) -> QuestionPairs:
+    def question_pairs(self, most: int, seed: int = 0, *, texts: bool = False
+                       ) -> QuestionPairs:
         d = self.dialect
         with self.snapshot():
             rows = self._rows(f"SELECT x.{d.row}, x.origin, c.{d.row}, c.id FROM questions x "
@@ -535,9 +536,10 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
                 rows = random.Random(seed).sample(rows, most)
             rows.sort(key=lambda r: int(r[0]))
             numbers = [int(r[0]) for r in rows]
-            texts = {int(r): str(t) for r, t in self._rows(
+            said = {int(r): str(t) for r, t in (self._rows(
                 f"SELECT {d.row}, text FROM questions WHERE {d.any_of(d.row)}",
-                (d.many(numbers),))} if rows else {}
+                (d.many(numbers),)) if texts and rows else self._rows(  # (learned: few)
+                f"SELECT {d.row}, text FROM questions WHERE origin = 'user'"))}
             questions = self._vectors_of("questions", numbers)
             chunks = self._vectors_of("chunks", list(dict.fromkeys(int(r[2]) for r in rows)))
         kept = [r for r in rows if int(r[0]) in questions and int(r[2]) in chunks]
@@ -546,7 +548,7 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
         row_of = {r[3]: int(r[2]) for r in kept}
         return QuestionPairs(
             vectors=_stack([questions[int(r[0])] for r in kept]),
-            texts=[texts.get(int(r[0]), "") for r in kept],
+            texts=[said.get(int(r[0])) for r in kept],
             origins=[str(r[1] or "generated") for r in kept],
             chunk_of=[position[r[3]] for r in kept], chunk_ids=chunk_ids,
             chunk_vectors=_stack([chunks[row_of[c]] for c in chunk_ids]), total=total)
