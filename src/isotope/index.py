@@ -766,19 +766,11 @@ class Isotope:
         return query_adapter.fitted(self.store)
 
     def _refit_adapter(self) -> None:
-        """Fit the query adapter again when the ``query_adapter`` setting is on and the
-        kept questions grew by a quarter since its last fit (or reached the fewest it is
-        fitted on); inside a write."""
-        if self.settings.query_adapter == "off" or not query_adapter.due(
-                self.store, self.store.counts()["questions"]):
-            return
-        try:
-            done, fitted = query_adapter.fit(self.store, self.embedder)
-        except InvalidArgument as exc:  # (too few chunks to hold a tenth out)
-            log.info("the query adapter is not fitted: %s", exc)
-            return
-        query_adapter.keep(self.store, done, fitted)
-        self._adapter = (time.monotonic(), fitted if done.used else None)
+        """The query adapter fitted again if due (:func:`query_adapter.refit`; inside a
+        write)."""
+        made = query_adapter.refit(self.store, self.embedder, self.settings.query_adapter)
+        if made is not None:
+            self._adapter = (time.monotonic(), made[1] if made[0].used else None)
 
     def _after_questions(self, report: IngestReport) -> None:
         """After an ingest or enrichment (inside its write): the marks that waited for

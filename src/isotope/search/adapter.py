@@ -25,6 +25,7 @@ Measured in benchmarks/RESULTS.md ("Query adapter (issue 66)")."""
 from __future__ import annotations
 
 import base64
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from isotope.settings import QueryAdapter
 if TYPE_CHECKING:
     from isotope.embedders import Embedder, Vectors
     from isotope.stores import QuestionPairs, Store
+
+log = logging.getLogger(__name__)
 
 META_KEY = "query_adapter"
 MATRIX_KEY = "query_adapter_matrix"
@@ -172,6 +175,22 @@ def due(store: Store, questions: int) -> bool:
         return False
     done = fitted(store)
     return done is None or questions >= (1 + GROWTH) * done.questions
+
+
+def refit(store: Store, embedder: Embedder, setting: str
+          ) -> tuple[AdapterFit, Adapter] | None:
+    """With the ``query_adapter`` ``setting`` on, fit the adapter again and keep it when
+    :func:`due` (after an ingest, an enrichment or a compaction, inside its write); None
+    when nothing was fitted."""
+    if setting == "off" or not due(store, store.counts()["questions"]):
+        return None
+    try:
+        done, fitted = fit(store, embedder)
+    except InvalidArgument as exc:  # (too few chunks to hold a tenth out)
+        log.info("the query adapter is not fitted: %s", exc)
+        return None
+    keep(store, done, fitted)
+    return done, fitted
 
 
 def fit(store: Store, embedder: Embedder, *, seed: int = 0,
