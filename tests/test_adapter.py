@@ -19,6 +19,7 @@ from isotope.cli import app
 from isotope.embedders import Embedder
 from isotope.errors import InvalidArgument
 from isotope.search import adapter
+from isotope.stores.copying import copy_index
 
 from conftest import FakeLLM, location_of
 
@@ -56,7 +57,7 @@ def _raw(iso: Isotope, query: str, mode: str) -> list[tuple[str, float]]:
 
 
 def test_the_adapter_is_fitted_kept_and_applied_to_the_dense_signals(
-        location: str, embedder: Embedder) -> None:
+        location: str, tmp_path: Path, embedder: Embedder) -> None:
     query = "which animal eats grain at nine in the morning"
     with Isotope.open(location, embedder=embedder, llm=FakeLLM(), cache=False) as iso:
         iso.ingest_chunks(_zoo(0, 40))
@@ -92,6 +93,16 @@ def test_the_adapter_is_fitted_kept_and_applied_to_the_dense_signals(
             best = iso.store.search_by_chunk(mode.split("-")[0], vector, 1, 3)[0]
             assert best[0] == after[mode][0][0]
         assert iso.check() == []  # (the stored vectors and their indexes untouched)
+    copy_index(location, tmp_path / "copy")  # the fit goes with a copy
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("ISOTOPE_VECTOR_BACKEND", raising=False)  # (the copy's: usearch)
+        with Isotope.open(tmp_path / "copy", embedder=embedder, llm=FakeLLM(), cache=False,
+                          query_adapter="linear") as copy:
+            assert copy.adapter_fit() == done
+            copied = adapter.load(copy.store)
+            assert copied is not None and np.array_equal(copied.matrix, mapped.matrix)
+            assert [c for c, _ in _raw(copy, query, "chunks-dense")] == [
+                c for c, _ in after["chunks-dense"]]  # (scores: each engine's own)
 
 
 def test_an_adapter_that_does_not_beat_none_is_not_used(tmp_path: Path,
