@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/quality.py [--passages 300] [--generation batched]
         [--transform-queries N] [--graph] [--graph-weights 0.5,1]
         [--embedder local/multilingual-e5-small] [--cache DIR] [--unseen 150]
-        [--questions-per-atom 15]
+        [--questions-per-atom 15] [--adapter]
 
 Indexes the first ``--passages`` passages of ../shared/eval/squad-dev (each passage one
 chunk) with the default offline models, then scores every retrieval mode on all their
@@ -24,6 +24,12 @@ reused); ``--cache`` keeps the model cache elsewhere (a copy of benchmarks/cache
 another model's vectors do not grow the committed file). ``--questions-per-atom`` asks the
 model for that many questions per statement instead of the default 5 (its own folder; a
 count never asked before generates every question again, so give ``--cache`` a copy).
+
+``--adapter`` (issue 66) fits the index's query adapter on its own questions (kept in the
+index; no model call) and adds, from the same run, the dense modes and ``hybrid`` with it
+applied (rows ``... +adapter``), and ``hybrid`` with the weights fitted on 1,000 of the
+index's own questions (``weights fit --from-questions``, not kept), without and with the
+adapter. The fit's report (held-out R@1, seconds) is printed first.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ from typing import Any
 
 from isotope import Isotope
 from isotope.ingest.pipeline import Progress
+from isotope.search import adapter as query_adapter
 from isotope.search import evaluation
+from isotope.search import weights as weight_fit
 from isotope.search.retrieval import MODES, keyword_query
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +60,10 @@ mode ``hybrid-no-questions`` leaves the question signals out of the fusion, but 
 chunks' keyword text still holds the questions' words.)"""
 UNSEEN = 600
 """The first passage of those the project was never tuned on (``--unseen``)."""
+ADAPTED = " +adapter"
+"""The suffix of a mode searched with the index's query adapter (``--adapter``)."""
+WEIGHTED = " +question weights"
+"""... and of ``hybrid`` with the weights fitted on the index's own questions."""
 
 
 def main() -> None:
@@ -76,6 +88,8 @@ def main() -> None:
                         help="passages 600 to 600+N instead of the first --passages")
     parser.add_argument("--questions-per-atom", type=int, default=None, metavar="N",
                         help="questions asked per statement (default: the setting's, 5)")
+    parser.add_argument("--adapter", action="store_true",
+                        help="fit the query adapter and add the modes searched with it")
     args = parser.parse_args()
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                         args.unseen or args.passages,
@@ -103,6 +117,9 @@ def main() -> None:
                   f"{report.llm_cache_hits} cache hits, {time.perf_counter() - started:.0f} s",
                   file=sys.stderr)
         search = evaluation.searcher(iso)
+        if args.adapter:
+            search, extra = adapted(iso, search)
+            modes += extra
         result = evaluation.EvalResult(len(passages), len(queries))
         result.modes = evaluation.evaluate(search, queries, modes)
         keywords = [{**q, "question": keyword_query(q["question"])} for q in queries]
@@ -149,6 +166,42 @@ def main() -> None:
     (OUT / f"{index.name}.json").write_text(json.dumps(
         {"modes": [m.__dict__ for m in result.modes],
          "keyword": [m.__dict__ for m in keyword_scores]}, indent=1, default=str))
+
+
+def adapted(iso: Isotope, search: evaluation.Search
+            ) -> tuple[evaluation.Search, list[str]]:
+    """``search`` knowing the modes ``MODE +adapter`` (the index's query adapter, fitted
+    here, applied) and ``hybrid +question weights`` (with the weights fitted on the
+    index's own questions, without and with the adapter), and those modes."""
+    started = time.perf_counter()
+    done = iso.fit_adapter()
+    print(f"query adapter: {json.dumps(done.model_dump())} "
+          f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    fitted: dict[bool, dict[str, float]] = {}
+    for on in (False, True):
+        weights = weight_fit.fit(iso.store, iso.embedder, iso.settings, min_marks=1,
+                                 adapter=query_adapter.load(iso.store) if on else None,
+                                 questions=weight_fit.QUESTIONS)
+        fitted[on] = weights.weights
+        print(f"weights from questions{ADAPTED if on else ''}: "
+              f"{json.dumps(weights.model_dump())}", file=sys.stderr)
+
+    def run(query: str, mode: str, k: int) -> tuple[list[str], float, str]:
+        on = mode.endswith(ADAPTED)
+        mode = mode.removesuffix(ADAPTED)
+        iso.settings.query_adapter = "linear" if on else "off"
+        try:
+            if mode.endswith(WEIGHTED):
+                response = iso.search(query, k, mode="hybrid", weights=fitted[on])
+                return ([evaluation.passage_id(r.chunk) for r in response.results],
+                        response.top_score, response.suggested_action)
+            return search(query, mode, k)
+        finally:
+            iso.settings.query_adapter = "off"
+
+    extra = [f"{m}{ADAPTED}" for m in ("atoms-dense", "chunks-dense", "hybrid",
+                                       evaluation.WITHOUT_QUESTIONS)]
+    return run, [*extra, f"hybrid{WEIGHTED}", f"hybrid{WEIGHTED}{ADAPTED}"]
 
 
 def passages_done(every: int) -> Callable[[Progress], None]:

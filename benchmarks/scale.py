@@ -4,6 +4,7 @@ public API, then searched.
     .venv/bin/python benchmarks/scale.py --questions 100000 [--json] [--rebuild]
     .venv/bin/python benchmarks/scale.py --questions 1000000 --learned 5000
     .venv/bin/python benchmarks/scale.py --questions 100000 --graph [--json]
+    .venv/bin/python benchmarks/scale.py --questions 100000 --adapter
 
 The index has the usual proportions (about 4.25 questions per atom and 4 atoms per chunk,
 as isotope keeps for SQuAD passages), built with ``Isotope.ingest_chunks`` by a model
@@ -23,6 +24,11 @@ stand-in (no language model) and an embedder stand-in whose vectors have real st
   with that question's, as a user asks about a fact in their own words. (Held-out
   questions alone, about nothing stored, put every stored question at cosine 0.28 to 0.33
   of the query, near ties that no approximate index ranks like exact search.)
+
+``--adapter`` (issue 66) fits the index's query adapter three times (``Isotope.fit_adapter``:
+its questions read and the fit; wall and CPU seconds, the CPU time of every thread, which
+a loaded box inflates less), then times hybrid and chunks-dense searches
+without and with it, each query searched both ways in turn; the fit is forgotten after.
 
 ``--graph`` (issue 46) builds a second index of the same chunks with the knowledge graph
 (setting ``graph``; the stand-in model names each passage's runs of capitalised words as
@@ -726,6 +732,47 @@ def learned_cost(path: Path, synthesis: Synthesis, learned: int, n_queries: int
         shutil.rmtree(copy, ignore_errors=True)
 
 
+def adapter_cost(path: Path, synthesis: Synthesis, n_queries: int) -> dict[str, Any]:
+    """The query adapter on the index (issue 66): the seconds of three fits (reading its
+    questions, then fitting) and the p50 and p95 of hybrid and chunks-dense searches
+    without and with the adapter, each query searched both ways in turn."""
+    from isotope.search import adapter
+
+    with open_index(path, synthesis) as iso:
+        synthesis.atoms = iso.store.counts()["atoms"]
+    queries = [synthesis.query_text(i) for i in range(n_queries)]
+    with open_index(path, synthesis, query_adapter="linear") as iso:
+        try:
+            reads, fits, cpu = [], [], []
+            for _ in range(3):
+                started = time.perf_counter()
+                pairs = iso.store.question_pairs(adapter.MOST_PAIRS)
+                reads.append(time.perf_counter() - started)
+                used = time.process_time()  # (every thread's: a loaded box's wall
+                done = iso.fit_adapter()    # time says more of the box than the fit)
+                cpu.append(round(time.process_time() - used, 2))
+                fits.append(done.seconds)
+            for q in queries:  # (warm)
+                iso.search(q, k=10)
+            times: dict[str, list[float]] = {}
+            for i, q in enumerate(queries):
+                for on in ((False, True) if i % 2 else (True, False)):
+                    iso.settings.query_adapter = "linear" if on else "off"
+                    for mode in ("hybrid", "chunks-dense"):
+                        started = time.perf_counter()
+                        iso.search(q, k=10, mode=mode)
+                        times.setdefault(f"{mode}{' +adapter' if on else ''}", []).append(
+                            time.perf_counter() - started)
+        finally:
+            iso.store.set_meta(adapter.META_KEY, None)
+            iso.store.set_meta(adapter.MATRIX_KEY, None)
+    return {"questions": done.questions, "pairs_read": len(pairs.origins),
+            "read_s": [round(r, 2) for r in reads], "fit_s": fits, "fit_cpu_s": cpu,
+            "fit": done.model_dump(),
+            **{f"{name}_p50_ms": ms(t, 50) for name, t in times.items()},
+            **{f"{name}_p95_ms": ms(t, 95) for name, t in times.items()}}
+
+
 def _version() -> str:
     """isotope's version and the commit of this checkout, if it is one."""
     import isotope
@@ -746,6 +793,8 @@ def main() -> None:
                         "copy of the index; issue 29)")
     parser.add_argument("--graph", action="store_true",
                         help="only: the index without and with the knowledge graph (issue 46)")
+    parser.add_argument("--adapter", action="store_true",
+                        help="only: the query adapter's fit time and search latency (issue 66)")
     args = parser.parse_args()
     if not DATA.is_dir():
         sys.exit(f"benchmark data not found at {DATA}")
@@ -782,6 +831,9 @@ def main() -> None:
         built = json.loads(marker.read_text())
     if args.learned:
         print(json.dumps(learned_cost(path, synthesis, args.learned, args.queries), indent=2))
+        return
+    if args.adapter:
+        print(json.dumps(adapter_cost(path, synthesis, args.queries), indent=2))
         return
     result = measure(path, synthesis, built, args.queries)
     if args.json:

@@ -145,6 +145,8 @@ def test_no_command_prints_unrendered_markup(workspace: Path) -> None:
     run("weights", "show", *index)
     run("weights", "fit", *index, fails=True)  # (too few marks: it says so)
     run("weights", "reset", *index)
+    run("adapter", "show", *index)
+    run("adapter", "fit", *index, fails=True)  # (too few questions: it says so)
     run("access", "set", "docs/handbook.md", "--allow", "public", *index)
     run("access", "show", "docs/handbook.md", *index)
     run("entities", *index)

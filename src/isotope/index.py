@@ -60,6 +60,7 @@ from isotope.models import (
 )
 from isotope.providers import LLM
 from isotope.providers.cache import Cache, CachedEmbedder, CachedLLM
+from isotope.search import adapter as query_adapter
 from isotope.search import learning, retrieval
 from isotope.search import weights as weight_fit
 from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
@@ -125,6 +126,11 @@ class IndexStatus(BaseModel):
     replicas: list[dict[str, Any]] = []
     """Each read replica's ``url`` (password masked), ``healthy``, ``lag_s`` (seconds
     behind the primary) and ``error`` (why it is not healthy)."""
+    query_adapter: dict[str, Any] = {}
+    """The query adapter (:mod:`isotope.search.adapter`): ``setting`` (``off`` or the
+    kind), ``in_use`` (searches apply it: the setting is on and its last fit beat none
+    on its held-out questions) and ``fit`` (that fit, as ``isotope adapter fit --json``
+    gives it; None: never fitted)."""
 
 
 log = logging.getLogger(__name__)
@@ -183,6 +189,7 @@ class Isotope:
         self._counts = ChunkCounts()
         """The chunks each asker may see, for the confidence thresholds."""
         self._fitted: tuple[float, dict[str, float] | None] = (-FITTED_FOR, None)
+        self._adapter: tuple[float, query_adapter.Adapter | None] = (-FITTED_FOR, None)
         self.access_control = settings.access_control
         """Sources without an access list are seen by administrators only (the
         ``access_control`` setting; a server whose keys name users turns it on)."""
@@ -425,7 +432,7 @@ class Isotope:
             report = self._pipeline(force=force, allow=allow, remaking=force).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
-            learning.learn_waiting(self.store, self.embedder, report)
+            self._after_questions(report)
             return report
 
     def enrich(self, *, progress: ProgressCallback | None = None,
@@ -437,7 +444,7 @@ class Isotope:
         exist."""
         with self.store.writer(self.settings.lock_wait):
             report = self._pipeline().enrich(progress=progress, sources=sources)
-            learning.learn_waiting(self.store, self.embedder, report)
+            self._after_questions(report)
             return report
 
     def sync(
@@ -468,7 +475,7 @@ class Isotope:
             report = self._pipeline(allow=allow).ingest_paths(
                 paths, include=include, exclude=exclude, progress=progress,
                 questions=questions, confine=confine)
-            learning.learn_waiting(self.store, self.embedder, report)
+            self._after_questions(report)
             for uri in gone:
                 self.store.delete_source(uri)
                 report.removed.append(uri)
@@ -497,7 +504,7 @@ class Isotope:
         with self.store.writer(self.settings.lock_wait):
             report = self._pipeline(allow=allow).ingest_chunks(
                 items, source=source, progress=progress, questions=questions)
-            learning.learn_waiting(self.store, self.embedder, report)
+            self._after_questions(report)
             return report
 
     def plan(
@@ -567,7 +574,8 @@ class Isotope:
         if for_answer and self.settings.graph:  # (over the fitted weights, under the rest)
             fitted = {**(fitted or {}), "graph": self.settings.answer_graph_weight}
         options = {**retrieval.fusion_options(self.settings, weights, fitted),
-                   "filters": parse_filters(filters) + conditions, "explain": bool(explain)}
+                   "filters": parse_filters(filters) + conditions, "explain": bool(explain),
+                   "adapter": self._query_adapter()}
         mode = mode or self.settings.mode
         if mode == "graph" and not self.settings.graph:
             raise InvalidArgument("mode graph searches the knowledge graph, and this index has "
@@ -706,7 +714,8 @@ class Isotope:
         only with ``allow_zero``. The ``weights`` setting still wins, signal by signal.
         See :mod:`isotope.search.weights`."""
         done = weight_fit.fit(self.store, self.embedder, self.settings, min_marks=min_marks,
-                              allow_zero=allow_zero, progress=progress)
+                              allow_zero=allow_zero, progress=progress,
+                              adapter=self._query_adapter())
         if done.adopted:
             with self.store.writer(self.settings.lock_wait):
                 weight_fit.keep(self.store, done)
@@ -736,6 +745,52 @@ class Isotope:
                 # on on its read replicas)
                 log.warning("the fitted weights could not be read; the last known are used")
             self._fitted = (time.monotonic(), known)
+        return known
+
+    def fit_adapter(self, *, min_questions: int = query_adapter.MIN_QUESTIONS
+                    ) -> query_adapter.AdapterFit:
+        """Fit the index's query adapter on its kept questions and the queries users
+        confirmed (no user's beyond a quarter), a tenth of the chunks' questions held out,
+        and keep it: searches apply it (with the ``query_adapter`` setting on) only when
+        it beats none on those held-out questions (``used``). Refuses fewer than
+        ``min_questions`` kept questions. See :mod:`isotope.search.adapter`."""
+        done, fitted = query_adapter.fit(self.store, self.embedder,
+                                         min_questions=min_questions)
+        with self.store.writer(self.settings.lock_wait):
+            query_adapter.keep(self.store, done, fitted)
+        self._adapter = (time.monotonic(), fitted if done.used else None)
+        return done
+
+    def adapter_fit(self) -> query_adapter.AdapterFit | None:
+        """The last fit of the query adapter (:meth:`fit_adapter`), used or not, if any."""
+        return query_adapter.fitted(self.store)
+
+    def _refit_adapter(self) -> None:
+        """The query adapter fitted again if due (:func:`query_adapter.refit`; inside a
+        write)."""
+        made = query_adapter.refit(self.store, self.embedder, self.settings.query_adapter)
+        if made is not None:
+            self._adapter = (time.monotonic(), made[1] if made[0].used else None)
+
+    def _after_questions(self, report: IngestReport) -> None:
+        """After an ingest or enrichment (inside its write): the marks that waited for
+        their chunk's questions learned, the query adapter fitted again if due."""
+        learning.learn_waiting(self.store, self.embedder, report)
+        self._refit_adapter()
+
+    def _query_adapter(self) -> query_adapter.Adapter | None:
+        """The query adapter searches apply (None: the setting is off, or none beat the
+        identity), read again at most every :data:`FITTED_FOR` seconds (its matrix only
+        when the fit changed)."""
+        if self.settings.query_adapter == "off":
+            return None
+        at, known = self._adapter
+        if time.monotonic() - at >= FITTED_FOR:
+            try:
+                known = query_adapter.load(self.store, known)
+            except (StoreError, InvalidIndex):  # (as the fitted weights)
+                log.warning("the query adapter could not be read; the last known is used")
+            self._adapter = (time.monotonic(), known)
         return known
 
     def log_summary(self, days: float | None = None, top: int = 10) -> learning.LogSummary:
@@ -994,7 +1049,9 @@ class Isotope:
         ``hnsw``). Writes do this on their own once a kind has gathered enough changes;
         searches never wait for it."""
         with self.store.writer(self.settings.lock_wait):
-            return self.store.compact()
+            done = self.store.compact()
+            self._refit_adapter()
+            return done
 
     def counts(self, *, principal: Asker = None) -> dict[str, int]:
         """What the index holds (sources, chunks, atoms, questions, and the chunks and
@@ -1152,6 +1209,8 @@ class Isotope:
             keyword_engine=self.store.keyword_engine,
             graph=self.settings.graph,
             replicas=self.store.replicas(),
+            query_adapter=query_adapter.status(self.settings.query_adapter,
+                                               self.adapter_fit()),
         )
 
 

@@ -186,6 +186,8 @@ Fusion = Literal["zscore", "rrf"]
 """How ``hybrid`` fuses its signals (:data:`isotope.search.retrieval.FUSIONS`)."""
 Aggregate = Literal["max", "softsum"]
 """How several matches of one chunk make its score."""
+QueryAdapter = Literal["off", "linear"]
+"""The index's query adapter (:mod:`isotope.search.adapter`), or none."""
 AnswerStrictness = Literal["lenient", "balanced", "strict"]
 """How much a passage must say of the question around an answer (:mod:`isotope.search.answer`)."""
 VectorIndex = Literal["auto", "exact", "hnsw"]
@@ -464,6 +466,12 @@ class RetrievalSettings(BaseModel):
     query_transform: bool = Field(
         False, description="Rewrite keyword queries into questions with the model first"
     )
+    query_adapter: QueryAdapter = Field(
+        "off", description="A map of the query's embedding fitted on the index's own "
+        "questions, for the statements' and chunks' dense signals: linear (fitted by "
+        "`isotope adapter fit`, and again after an ingest, enrich or compact once the "
+        "questions grew by a quarter; used only where it beats none on the questions held "
+        "out of its fit); off: none")
     answer_k: int = Field(3, ge=1, le=100, description="Chunks given to the answer model")
     answer_bridges: int = Field(
         2, ge=0, le=20, description="With a knowledge graph (setting graph): passages given "

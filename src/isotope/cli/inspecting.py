@@ -86,8 +86,11 @@ def delete(
 def status(index: IndexOpt = None, project: ProjectOpt = None,
            as_principal: AsOpt = None, as_json: JsonOpt = False) -> None:
     """Counts, disk size, models, every prompt's version (and its file when overridden),
-    the read replicas of a PostgreSQL index with their lag, and the settings of an index
-    (--as: the counts of what a principal may see)."""
+    the read replicas of a PostgreSQL index with their lag, the query adapter (whether it
+    is on, when it was fitted) and the settings of an index (--as: the counts of what a
+    principal may see)."""
+    from isotope.search import adapter
+
     with errors(), open_index(index, project) as iso:
         info = iso.status(principal=as_principal)
     if as_json:
@@ -113,6 +116,7 @@ def status(index: IndexOpt = None, project: ProjectOpt = None,
     table.add_row("vector backend", info.vector_backend)
     table.add_row("keyword search", info.keyword_engine)
     table.add_row("graph", "on" if info.graph else "off")
+    table.add_row("query adapter", adapter.summary(info.query_adapter))
     for name in ("chunk_size", "chunk_overlap", "questions_per_atom", "dedup_threshold"):
         table.add_row(name, str(info.settings[name]))
     for replica in info.replicas:

@@ -1,6 +1,7 @@
 """Learning from use: ``isotope feedback``, ``isotope log``, ``isotope questions review``
 and ``isotope questions orphaned`` (see :mod:`isotope.search.learning`), ``isotope
-weights`` (see :mod:`isotope.search.weights`)."""
+weights`` (see :mod:`isotope.search.weights`), ``isotope adapter`` (see
+:mod:`isotope.search.adapter`)."""
 
 from __future__ import annotations
 
@@ -320,3 +321,59 @@ def weights_reset_command(
         print_json({"reset": done})
         return
     out.print("the fitted weights are forgotten" if done else "no fitted weights to forget")
+
+
+adapter_app = typer.Typer(
+    cls=ShowByDefault,
+    help="The query adapter (setting query_adapter): a map of the query's embedding "
+    "fitted on the index's own questions, for the statements' and chunks' dense signals. "
+    "`isotope adapter` shows it, `isotope adapter fit` fits it.")
+app.add_typer(adapter_app, name="adapter")
+
+
+@adapter_app.command("show")
+def adapter_show_command(
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The query adapter: the setting, whether searches apply it, and its last fit
+    (when, on how many questions, and the R@1 of the questions held out of it without
+    and with it)."""
+    from isotope.search import adapter
+
+    with errors(), open_index(index, project) as iso:
+        said = adapter.status(iso.settings.query_adapter, iso.adapter_fit())
+    if as_json:
+        print_json(said)
+        return
+    out.print(f"query adapter: {adapter.summary(said)}")
+
+
+@adapter_app.command("fit")
+def adapter_fit_command(
+    min_questions: Annotated[int, typer.Option(
+        "--min-questions", min=1, help="Refuse with fewer kept questions than this.")] = 200,
+    index: IndexOpt = None,
+    project: ProjectOpt = None,
+    wait: WaitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit the query adapter on the index's kept questions (at most 50,000, drawn at
+    random) and the queries users confirmed (learned or approved marks, no user's beyond
+    a quarter), a tenth of the chunks held out with their questions, and keep it. No
+    model is called. Searches apply it (with the setting query_adapter on) only when
+    more held-out questions find their chunk first with it than without it."""
+    with errors(), open_index(index, project, lock_wait=wait) as iso:
+        done = iso.fit_adapter(min_questions=min_questions)
+        setting = iso.settings.query_adapter
+    if as_json:
+        print_json(done.model_dump())
+        return
+    out.print(f"fitted on {done.pairs:,} pairs ({done.confirmed:,} confirmed queries, "
+              f"{done.left_out:,} marks left out) in {done.seconds:g} s; R@1 of the "
+              f"{done.held_out:,} held-out questions {100 * done.r1_identity:.1f}% without "
+              f"it, {100 * done.r1:.1f}% with it: " + (
+                  ("used" if setting != "off" else "kept; the setting query_adapter is off "
+                   "(ISOTOPE_QUERY_ADAPTER=linear applies it)") if done.used else
+                  "not used (it does not beat none)"))

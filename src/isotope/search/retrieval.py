@@ -1,6 +1,9 @@
 """Retrieval: the query is embedded, matched against the stored questions (question to
 question), and the hits are mapped to distinct chunks. A chunk's score is the cosine
-similarity of its best matching question; its matched questions come along."""
+similarity of its best matching question; its matched questions come along. The
+statements' and chunks' dense signals read the query's vector through the index's query
+adapter where one is in use (:mod:`isotope.search.adapter`); ``hybrid`` fuses every
+signal."""
 
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from isotope.models import (
 )
 from isotope.prompts import PROMPTS, PromptSpec
 from isotope.providers import Prompt
+from isotope.search.adapter import Adapter
 from isotope.search.filters import Condition
 from isotope.search.graph_signal import SHOWN_PATHS
 from isotope.settings import Aggregate, Fusion, RetrievalSettings
@@ -156,10 +160,20 @@ def aggregated(scores: list[float], how: Aggregate) -> float:
 SOFTSUM_TEMPERATURE = 0.05
 
 
+ADAPTED = frozenset({"atoms-dense", "chunks-dense"})
+"""The signals that read the query's vector through the index's query adapter, when it
+has one in use (:mod:`isotope.search.adapter`); question-to-question matching and the
+graph read it as embedded."""
+
+
 def signal(store: Store, mode: str, query: str, vector: Vectors, pool: int,
-           aggregate: Aggregate = "max", filters: Sequence[Condition] = ()) -> list[Candidate]:
-    """The chunks one signal finds, best first."""
+           aggregate: Aggregate = "max", filters: Sequence[Condition] = (), *,
+           adapted: Vectors | None = None) -> list[Candidate]:
+    """The chunks one signal finds, best first. ``adapted``: the query's vector through
+    the index's query adapter (read by the signals of :data:`ADAPTED`)."""
     kind, how = SIGNALS[mode]
+    if adapted is not None and mode in ADAPTED:
+        vector = adapted
     if how == "graph":
         from isotope.search.graph_signal import graph_hits
 
@@ -308,18 +322,22 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
            weights: dict[str, float] | None = None, fusion: Fusion = "zscore",
            aggregate: Aggregate = "max", pool: int = 50,
            filters: Sequence[Condition] = (), explain: bool = False,
-           confirmed_by: tuple[str, ...] = CONFIRMING) -> QueryResponse:
+           confirmed_by: tuple[str, ...] = CONFIRMING,
+           adapter: Adapter | None = None) -> QueryResponse:
     """The ``k`` best chunks for ``query`` in a retrieval mode (see :data:`MODES`), among
     the chunks that meet ``filters``. All reads see one committed state of the index.
     With ``explain``, each result says how its score was made (:func:`explained`).
     ``confirmed_by``: the origins of the questions whose match raises their chunk (see
-    :func:`confirmed_raise`; ``manual`` alone for one who may not see learned ones)."""
+    :func:`confirmed_raise`; ``manual`` alone for one who may not see learned ones).
+    ``adapter``: the index's query adapter, applied to the query's vector for the
+    signals of :data:`ADAPTED`."""
     if mode not in MODES:
         from isotope.errors import IsotopeError
 
         raise IsotopeError(f"unknown retrieval mode {mode!r}; choose from: {', '.join(MODES)}")
     started = time.perf_counter()
     vector = embedder.embed_one(query)
+    adapted = adapter.apply(vector) if adapter is not None else None
     embedded = time.perf_counter()
     told: dict[str, dict[str, Any]] | None = {} if explain else None
     similar: dict[str, dict[str, float]] = {}
@@ -331,7 +349,8 @@ def search(store: Store, embedder: Embedder, query: str, k: int,
                 told.clear()
             similar.clear()
             scored, chunks = _ranked(store, query, vector, k, mode, alpha, weights, fusion,
-                                     aggregate, pool, filters, told, confirmed_by, similar)
+                                     aggregate, pool, filters, told, confirmed_by, similar,
+                                     adapted)
             waiting = store.without_questions(list(chunks))
             described = {uri: store.get_source(uri)
                          for uri in {chunks[c].source for c, _, _ in scored if c in chunks}}
@@ -371,22 +390,23 @@ def _ranked(
     weights: dict[str, float] | None, fusion: Fusion, aggregate: Aggregate, pool: int,
     filters: Sequence[Condition], told: dict[str, dict[str, Any]] | None = None,
     confirmed_by: tuple[str, ...] = CONFIRMING,
-    similar: dict[str, dict[str, float]] | None = None,
+    similar: dict[str, dict[str, float]] | None = None, adapted: Vectors | None = None,
 ) -> tuple[list[tuple[str, float, list[Hit]]], dict[str, Chunk]]:
     """(chunk id, normalised score, hits) best first, and the chunks; ``told``, when
     given, gets each result's explanation (:func:`explained`); ``similar``, the cosine
-    similarity of each hybrid candidate's best atom and of its text (kind to score)."""
+    similarity of each hybrid candidate's best atom and of its text (kind to score);
+    ``adapted``: the query's vector through the index's adapter (:func:`signal`)."""
     scored: list[tuple[str, float, list[Hit]]]
     if mode == "hybrid":
         used = {m: w for m, w in signal_weights(alpha, weights).items() if w}
-        found = {m: _seen(signal(store, m, query, vector, max(pool, k), aggregate, filters),
-                          m, aggregate, confirmed_by) for m in used}
+        found = {m: _seen(signal(store, m, query, vector, max(pool, k), aggregate, filters,
+                                 adapted=adapted), m, aggregate, confirmed_by) for m in used}
         waiting = store.without_questions(
             list({c.chunk_id for candidates in found.values() for c in candidates}))
         parts: dict[str, dict[str, float]] | None = {} if told is not None else None
         total = sum(used.values())
-        reference = (unfiltered(store, query, vector, max(pool, k), aggregate, filters, used)
-                     if fusion == "zscore" else None)  # (RRF reads ranks alone)
+        reference = (unfiltered(store, query, vector, max(pool, k), aggregate, filters, used,
+                                adapted) if fusion == "zscore" else None)  # (RRF: ranks)
         ranked = confirmed_raise(found, fuse(found, used, fusion, waiting, parts, reference),
                                  total, parts, fusion, confirmed_by)[:k]
         if similar is not None:
@@ -403,8 +423,8 @@ def _ranked(
                 told[chunk_id] = explained(chunk_id, found, used, parts.get(chunk_id, {}),
                                            fused, normalized(mode, fused, total), fusion)
     else:
-        found_one = _seen(signal(store, mode, query, vector, k, aggregate, filters), mode,
-                          aggregate, confirmed_by)[:k]
+        found_one = _seen(signal(store, mode, query, vector, k, aggregate, filters,
+                                 adapted=adapted), mode, aggregate, confirmed_by)[:k]
         scored = [(c.chunk_id, normalized(mode, c.score), c.hits) for c in found_one]
         if told is not None:
             for chunk_id, score, _ in scored:
@@ -438,8 +458,8 @@ def _seen(found: list[Candidate], mode: str, aggregate: Aggregate,
 
 
 def unfiltered(store: Store, query: str, vector: Vectors, pool: int, aggregate: Aggregate,
-               filters: Sequence[Condition], used: dict[str, float]
-               ) -> dict[str, list[Candidate]] | None:
+               filters: Sequence[Condition], used: dict[str, float],
+               adapted: Vectors | None = None) -> dict[str, list[Candidate]] | None:
     """For a search narrowed by filters, each signal's candidates among all the asker
     may see (its access condition kept: nothing it may not see shapes a score): their
     spread standardises the narrowed candidates' scores as the search without filters
@@ -450,7 +470,8 @@ def unfiltered(store: Store, query: str, vector: Vectors, pool: int, aggregate: 
     if not any(c.key != ACCESS_KEY for c in filters):
         return None
     access = [c for c in filters if c.key == ACCESS_KEY]
-    return {m: signal(store, m, query, vector, pool, aggregate, access) for m in used}
+    return {m: signal(store, m, query, vector, pool, aggregate, access, adapted=adapted)
+            for m in used}
 
 
 CONFIRMED_MATCH = 0.7

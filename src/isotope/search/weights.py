@@ -13,14 +13,22 @@ a search's own ``weights``.
 
 On the first 300 passages of SQuAD dev (benchmarks/learning.py), the weights fitted from
 half of each passage's questions raise the other half's hybrid R@1 beyond what the learned
-questions alone give (RESULTS.md, "Learning from use")."""
+questions alone give (RESULTS.md, "Learning from use").
+
+With ``questions``, the queries are a sample of the index's own kept questions instead,
+each searched with its own question left out of the question signals, its chunk the one
+to come first (issue 66). Measured by benchmarks/quality.py --adapter, and not offered by
+``isotope weights fit``: the weights so fitted lowered hybrid's R@1 on real questions (a
+chunk's keyword text holds its questions' words, so its own question finds it by
+keywords and the fit leans on ``chunks-bm25``; RESULTS.md, "Query adapter (issue
+66)")."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel
@@ -32,6 +40,7 @@ from isotope.search.retrieval import SIGNALS, Candidate
 
 if TYPE_CHECKING:
     from isotope.embedders import Embedder
+    from isotope.search.adapter import Adapter
     from isotope.settings import RetrievalSettings
     from isotope.stores import Store
 
@@ -42,6 +51,8 @@ MIN_GAIN = 0.01
 """The share of the marks the fitted weights must place first beyond those in use."""
 MOST_MARKS = 5_000
 """The newest marks a fit reads (one search per mark)."""
+QUESTIONS = 1_000
+"""The index's own questions a fit from questions reads (one search each)."""
 STEPS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
 """The weights each signal may take."""
 ROUNDS = 4
@@ -55,7 +66,10 @@ class WeightFit(BaseModel):
     before: dict[str, float]
     """The weights in use before the fit."""
     marks: int
-    """The useful marks fitted on (one per query and chunk)."""
+    """The useful marks fitted on (one per query and chunk), or the index's questions
+    (``source`` ``questions``)."""
+    source: Literal["marks", "questions"] = "marks"
+    """What the queries were: users' useful marks, or the index's own questions."""
     left_out: int = 0
     """Useful marks not fitted on: pending review, rejected, never learned (``learn =
     off``), or beyond one user's share (:func:`learning.vetted`)."""
@@ -89,15 +103,32 @@ def reset(store: Store) -> bool:
 
 def fit(store: Store, embedder: Embedder, settings: RetrievalSettings, *,
         min_marks: int = MIN_MARKS, allow_zero: bool = False,
-        progress: Callable[[int, int], None] | None = None) -> WeightFit:
+        progress: Callable[[int, int], None] | None = None,
+        adapter: Adapter | None = None, questions: int = 0) -> WeightFit:
     """Fit ``hybrid``'s signal weights on the useful marks of the index that were learned
-    or approved (:func:`learning.vetted`; see the module's text); ``adopted``: they help
-    enough to be kept (:func:`keep`). A signal's weight goes to 0 only with
-    ``allow_zero`` (an administrator's explicit choice: a weight of 0 switches a signal
-    off for everyone)."""
+    or approved (:func:`learning.vetted`; see the module's text), or, with
+    ``questions``, on that many of its own kept questions drawn at random (learned ones
+    aside); ``adopted``: they help enough to be kept (:func:`keep`). A signal's weight
+    goes to 0 only with ``allow_zero`` (an administrator's explicit choice: a weight of
+    0 switches a signal off for everyone). ``adapter``: the index's query adapter in use
+    (the searches fitted on are those ``hybrid`` makes)."""
     started = time.perf_counter()
-    read, left_out = learning.vetted(store, MOST_MARKS)
-    marks = {(learning.normalized(m.query), m.chunk_id): m.query for m in read}
+    if questions:
+        drawn = store.question_pairs(questions, seed=0, texts=True)
+        asked = [i for i, origin in enumerate(drawn.origins) if origin != "user"]
+        keys = [(learning.normalized(drawn.texts[i] or ""),
+                 drawn.chunk_ids[drawn.chunk_of[i]]) for i in asked]
+        marks = {key: drawn.texts[i] or "" for key, i in zip(keys, asked, strict=True)}
+        own = {key: drawn.vectors[i] for key, i in zip(keys, asked, strict=True)}
+        if len(marks) < min_marks:
+            raise InvalidArgument(f"{len(marks)} kept question(s) to fit on; fitting the "
+                                  f"weights needs at least {min_marks} (isotope enrich "
+                                  "generates the questions of the chunks waiting for them)")
+        left_out = 0
+    else:
+        read, left_out = learning.vetted(store, MOST_MARKS)
+        marks = {(learning.normalized(m.query), m.chunk_id): m.query for m in read}
+        own = {}
     if len(marks) < min_marks:
         raise InvalidArgument(f"{len(marks)} useful mark(s) to fit on ({left_out} left out: "
                               "pending review, rejected, never learned, or beyond one "
@@ -116,16 +147,19 @@ def fit(store: Store, embedder: Embedder, settings: RetrievalSettings, *,
     before = retrieval.weights_in_use(settings, fitted_weights(store))
     pool, aggregate = max(50, settings.top_k), settings.aggregate
     queries = list(marks.values())
-    vectors = np.asarray(embedder.embed(queries), dtype=np.float32)
+    vectors = (np.asarray([own[key] for key in marks], dtype=np.float32) if own else
+               np.asarray(embedder.embed(queries), dtype=np.float32))
     cases: list[Marked] = []
     for i, ((said, chunk_id), query) in enumerate(marks.items()):
+        adapted = adapter.apply(vectors[i]) if adapter is not None else None
         with store.snapshot():  # (one per mark: no snapshot held for the whole fit)
-            found = {m: retrieval.signal(store, m, query, vectors[i], pool, aggregate)
-                     for m in SIGNALS}
+            found = {m: retrieval.signal(store, m, query, vectors[i], pool, aggregate,
+                                         adapted=adapted) for m in SIGNALS}
             waiting = store.without_questions(
                 list({c.chunk_id for candidates in found.values() for c in candidates}))
         for m in ("questions-dense", "questions-bm25"):
-            found[m] = _without_own(found[m], said, aggregate, dense=m == "questions-dense")
+            found[m] = _without_own(found[m], said, aggregate, dense=m == "questions-dense",
+                                    chunk_id=chunk_id if questions else None)
         cases.append((found, waiting, chunk_id))
         if progress is not None:
             progress(i + 1, len(marks))
@@ -152,7 +186,8 @@ def fit(store: Store, embedder: Embedder, settings: RetrievalSettings, *,
                      first_before=round(first_before / len(cases), 4),
                      first_after=round(first_after / len(cases), 4), adopted=adopted,
                      at=datetime.now(UTC).isoformat(timespec="seconds"),
-                     seconds=round(time.perf_counter() - started, 2))
+                     seconds=round(time.perf_counter() - started, 2),
+                     source="questions" if questions else "marks")
     return done
 
 
@@ -168,15 +203,21 @@ def fitted_weights(store: Store) -> dict[str, float] | None:
     return done.weights if done is not None and done.adopted else None
 
 
-def _without_own(found: list[Candidate], said: str, aggregate: Any, *, dense: bool
-                 ) -> list[Candidate]:
+def _without_own(found: list[Candidate], said: str, aggregate: Any, *, dense: bool,
+                 chunk_id: str | None = None) -> list[Candidate]:
     """A question signal's candidates without what the mark itself taught: a learned
     question that is the marked query (the same words), or one the mark confirmed (its
-    own words, or, ``dense``, a cosine within :data:`learning.DUPLICATE`); best first."""
+    own words, or, ``dense``, a cosine within :data:`learning.DUPLICATE`); best first.
+    ``chunk_id``: the query is that chunk's own question (``said``), left out alone."""
     kept = []
     for candidate in found:
-        hits = [h for h in candidate.hits if not (h.origin in ("user", "manual") and (
-            learning.normalized(h.text) == said or (dense and h.score >= learning.DUPLICATE)))]
+        if chunk_id is not None:
+            hits = [h for h in candidate.hits if candidate.chunk_id != chunk_id
+                    or learning.normalized(h.text) != said]
+        else:
+            hits = [h for h in candidate.hits if not (h.origin in ("user", "manual") and (
+                learning.normalized(h.text) == said
+                or (dense and h.score >= learning.DUPLICATE)))]
         if len(hits) == len(candidate.hits):
             kept.append(candidate)
         elif hits:

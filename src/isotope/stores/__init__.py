@@ -41,6 +41,7 @@ from isotope.stores.records import (
     Kind,
     LoggedQuery,
     PendingChunk,
+    QuestionPairs,
     SourceBatch,
     SourceInfo,
     StoredChunk,
@@ -49,10 +50,9 @@ from isotope.stores.records import (
 
 __all__ = [
     "KINDS", "SCHEMA_VERSION", "AuditEntry", "ChunkQuestions", "Feedback", "Hit",
-    "Inspection", "Kind", "LoggedQuery", "PendingChunk", "SourceBatch", "SourceInfo",
-    "Store", "StoredChunk", "VectorBackend", "describe", "exists", "open", "register",
-    "scheme",
-    "visible_chunk",
+    "Inspection", "Kind", "LoggedQuery", "PendingChunk", "QuestionPairs", "SourceBatch",
+    "SourceInfo", "Store", "StoredChunk", "VectorBackend", "describe", "exists", "open",
+    "register", "scheme", "visible_chunk",
 ]
 
 SCHEMA_VERSION = 13

@@ -15,10 +15,11 @@ from isotope.errors import IsotopeError
 
 log = logging.getLogger(__name__)
 
-COPIED_META = ("settings", "embedding", "created_at", "isotope_version", "fitted_weights")
-"""What describes an index, and the signal weights fitted on its users' marks (the rest
-of its meta is each store's own bookkeeping; the project an index belongs to stays with
-the original)."""
+COPIED_META = ("settings", "embedding", "created_at", "isotope_version", "fitted_weights",
+               "query_adapter", "query_adapter_matrix")
+"""What describes an index, the signal weights fitted on its users' marks, and its query
+adapter (:mod:`isotope.search.adapter`'s keys; the rest of its meta is each store's own
+bookkeeping; the project an index belongs to stays with the original)."""
 
 
 @dataclass

@@ -33,6 +33,7 @@ from isotope.stores.records import (
     Kind,
     LoggedQuery,
     PendingChunk,
+    QuestionPairs,
     SourceBatch,
     SourceInfo,
     StoredChunk,
@@ -123,6 +124,15 @@ class Content(ABC):
         ``sample`` of them drawn at random across the index (``seed`` makes the draw
         repeatable). Default: not supported."""
         raise NotImplementedError(f"{type(self).__name__} cannot list generated questions")
+
+    def question_pairs(self, most: int, seed: int = 0, *, texts: bool = False
+                       ) -> QuestionPairs:
+        """The kept questions (at most ``most``, drawn at random with ``seed`` among
+        them when there are more) with their vectors and their chunks' vectors: what a
+        query adapter is fitted on; the texts of the learned ones (origin ``user``), or
+        with ``texts`` of all. A question whose vector (or its chunk's) cannot be read
+        is left out. Default: not supported."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list question pairs")
 
     def export_source(self, uri: str) -> SourceBatch | None:
         """Everything a stored source holds, vectors included, as the batch that would

@@ -68,6 +68,25 @@ class ChunkQuestions:
 
 
 @dataclass
+class QuestionPairs:
+    """Kept questions with the chunks they were asked of (what a query adapter is fitted
+    on, :mod:`isotope.search.adapter`): each question's vector, origin and chunk, and
+    each of those chunks' vector once. Rows in one order: question ``i`` asks about chunk
+    ``chunk_of[i]`` (a position in ``chunk_ids`` and ``chunk_vectors``)."""
+
+    vectors: Vectors
+    texts: list[str | None]
+    """A learned question's text (origin ``user``: matched against the marks that may
+    teach); None for the others unless every text was asked for."""
+    origins: list[str]
+    chunk_of: list[int]
+    chunk_ids: list[str]
+    chunk_vectors: Vectors
+    total: int = 0
+    """The kept questions of the index (``vectors`` may hold a sample of them)."""
+
+
+@dataclass
 class StoredChunk:
     """What a source already stored holds for one chunk text (for reuse when the source
     changes elsewhere): the chunk's vector, its atoms and its questions with vectors."""

@@ -50,6 +50,7 @@ from isotope.stores import (
     Hit,
     Kind,
     PendingChunk,
+    QuestionPairs,
     SourceBatch,
     SourceInfo,
     Store,
@@ -521,6 +522,36 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
             return as_generated(self._rows(
                 f"{self._questions_sql(where)} ORDER BY 3, 1, 2, 5, 8 DESC, 10",
                 (value, value)))
+
+    def question_pairs(self, most: int, seed: int = 0, *, texts: bool = False
+                       ) -> QuestionPairs:
+        d = self.dialect
+        with self.snapshot():
+            rows = self._rows(f"SELECT x.{d.row}, x.origin, c.{d.row}, c.id FROM questions x "
+                              "JOIN chunks c ON c.id = x.chunk_id")
+            total = len(rows)
+            if total > most:  # (a sample drawn among the questions, repeatable)
+                import random
+
+                rows = random.Random(seed).sample(rows, most)
+            rows.sort(key=lambda r: int(r[0]))
+            numbers = [int(r[0]) for r in rows]
+            said = {int(r): str(t) for r, t in (self._rows(
+                f"SELECT {d.row}, text FROM questions WHERE {d.any_of(d.row)}",
+                (d.many(numbers),)) if texts and rows else self._rows(  # (learned: few)
+                f"SELECT {d.row}, text FROM questions WHERE origin = 'user'"))}
+            questions = self._vectors_of("questions", numbers)
+            chunks = self._vectors_of("chunks", list(dict.fromkeys(int(r[2]) for r in rows)))
+        kept = [r for r in rows if int(r[0]) in questions and int(r[2]) in chunks]
+        chunk_ids = list(dict.fromkeys(r[3] for r in kept))
+        position = {chunk_id: i for i, chunk_id in enumerate(chunk_ids)}
+        row_of = {r[3]: int(r[2]) for r in kept}
+        return QuestionPairs(
+            vectors=_stack([questions[int(r[0])] for r in kept]),
+            texts=[said.get(int(r[0])) for r in kept],
+            origins=[str(r[1] or "generated") for r in kept],
+            chunk_of=[position[r[3]] for r in kept], chunk_ids=chunk_ids,
+            chunk_vectors=_stack([chunks[row_of[c]] for c in chunk_ids]), total=total)
 
     # -- whole chunks and sources, with their vectors ----------------------------------
     def _questions_of(self, atom_ids: list[str]) -> list[tuple[Any, ...]]:
