@@ -429,6 +429,29 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
         report.longrepr = f"skipped in CI without an allowed reason: {reason}"
 
 
+_SECONDS_BY_FILE: dict[str, float] = {}
+"""Each test file's seconds (its tests' setup, call and teardown) in this run."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _SECONDS_BY_FILE[path] = _SECONDS_BY_FILE.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The run's time split by test file, slowest first (every file in CI, the ten
+    slowest elsewhere): where the suite's minutes go (issue 67 keeps ``.ci/run`` under 40
+    minutes). A session-wide server's start counts in the first file that uses it."""
+    if len(_SECONDS_BY_FILE) < 2:
+        return
+    ranked = sorted(_SECONDS_BY_FILE.items(), key=lambda item: -item[1])
+    total = sum(_SECONDS_BY_FILE.values())
+    shown = ranked if os.environ.get("CI") else ranked[:10]
+    terminalreporter.section(f"time by test file ({len(ranked)} files, {total:.0f} s in tests)")
+    for path, seconds in shown:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {100 * seconds / total:5.1f} %  {path}")
+
+
 @pytest.fixture(scope="session")
 def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A PostgreSQL primary with two streaming standbys (tests/replication.py), for the
