@@ -90,7 +90,12 @@ def main() -> None:
                         help="questions asked per statement (default: the setting's, 5)")
     parser.add_argument("--adapter", action="store_true",
                         help="fit the query adapter and add the modes searched with it")
+    parser.add_argument("--json", action="store_true",
+                        help="print the figures as one JSON object (the tables go to stderr)")
     args = parser.parse_args()
+    printed = sys.stdout
+    if args.json:
+        sys.stdout = sys.stderr
     passages, queries = evaluation.load(DATA / "passages.jsonl", DATA / "queries.jsonl",
                                         args.unseen or args.passages,
                                         start=UNSEEN if args.unseen else 0)
@@ -163,9 +168,11 @@ def main() -> None:
     print("|" + "|".join("---" for _ in rows[0]) + "|")
     for row in rows:
         print("| " + " | ".join(str(v) for v in row.values()) + " |")
-    (OUT / f"{index.name}.json").write_text(json.dumps(
-        {"modes": [m.__dict__ for m in result.modes],
-         "keyword": [m.__dict__ for m in keyword_scores]}, indent=1, default=str))
+    said = json.dumps({"modes": [m.__dict__ for m in result.modes],
+                       "keyword": [m.__dict__ for m in keyword_scores]}, indent=1, default=str)
+    (OUT / f"{index.name}.json").write_text(said)
+    if args.json:
+        print(said, file=printed)
 
 
 def adapted(iso: Isotope, search: evaluation.Search

@@ -4,6 +4,7 @@ query noise with Python's per-process ``hash``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -50,3 +51,34 @@ def test_the_two_hop_questions_keep_their_rules() -> None:
     word = sorted(graph.content_words(by_pid[str(item["second_pid"])]["text"]))[0]
     item["question"] = item["question"].rstrip("?") + f" {word}s?"  # (a plural counts)
     assert any("shares" in p for p in graph.problems(item, by_pid))
+
+
+def test_results_md_is_made_from_the_kept_runs_alone(tmp_path: Path) -> None:
+    """benchmarks/RESULTS.md is what ``benchmarks/current.py render`` makes of the outputs
+    kept in benchmarks/current/ (issue 67): a figure typed into it by hand, or an area's
+    output kept without rendering again, fails here; it has a section per area and stays
+    under 500 lines; a kept output's figures, command, commit and date reach its table."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import current
+
+    made = current.render()
+    assert made == (ROOT / "benchmarks" / "RESULTS.md").read_text(), (
+        "RESULTS.md differs from its rendering: python benchmarks/current.py render")
+    assert len(made.splitlines()) < 500
+    assert all(f"## {area.title}\n" in made for area in current.AREAS)
+    kept = {"area": "access", "commit": "abc1234", "date": "2026-12-08", "seconds": [12.0],
+            "commands": ["python benchmarks/access.py --json"],
+            "outputs": [{"questions": 962091, "hybrid_p50_ms": 31.25,
+                         "principals": [{"share": "1%", "p50_ms": 40.5}]}]}
+    original = current.KEPT
+    current.KEPT = tmp_path
+    try:
+        (tmp_path / "access.json").write_text(json.dumps(kept))
+        made = current.render()
+    finally:
+        current.KEPT = original
+    section = made.split("## Access control\n", 1)[1].split("\n## ", 1)[0]
+    assert "at commit `abc1234`" in section and "2026-12-08" in section
+    assert "    python benchmarks/access.py --json" in section
+    assert "| hybrid_p50_ms | 31.2 |" in section and "| 1% | 40.5 |" in section
+    assert "Not yet run" in made.split("## Learning from use\n", 1)[1]

@@ -122,8 +122,8 @@ def test_what_the_readme_held_was_moved_not_lost() -> None:
               "walked": "walked once, no hang", "members": "streamed"}
     wrong = [c.name for c in cases if not said[c.name].startswith(labels[c.outcome])]
     assert wrong == [], wrong
-    assert "PostgreSQL at a million questions" in (ROOT / "benchmarks" / "RESULTS.md"
-                                                   ).read_text()
+    assert "PostgreSQL at a million questions" in (
+        ROOT / "benchmarks" / "history" / "2026-11.md").read_text()
     assert '--8<-- "benchmarks/RESULTS.md"' in (DOCS / "benchmarks.md").read_text()
 
 
