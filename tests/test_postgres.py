@@ -843,7 +843,7 @@ def test_the_hnsw_build_of_a_bulk_load_takes_its_memory_and_workers_settings(
     setting to raise; `auto` sizes the memory from the rows."""
     import logging
 
-    from isotope.stores.postgres import build_memory
+    from isotope.stores.postgres_sql import build_memory
 
     assert build_memory("auto", 10, 384) == "64MB"
     assert build_memory("auto", 1_000_000, 384) == "1430MB"
