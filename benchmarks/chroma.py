@@ -38,7 +38,7 @@ import access
 import scale
 from isotope.access import Principal
 from isotope.stores import VectorBackend
-from isotope.stores.chroma_vectors import local_server
+from isotope.stores.chroma_server import local_server
 from isotope.stores.copying import copy_index
 
 KEYS = ("dense_p50_ms", "hybrid_p50_ms", "filtered_recall_at_10_1%",
@@ -117,7 +117,8 @@ def main() -> None:
                     folder = work / "server-data"
                     url = stack.enter_context(local_server(folder))
                     runs.append(("chroma_server",
-                                 VectorBackend(f"{url}/bench", True, timeout=600), folder))
+                                 VectorBackend(f"{url}/bench", True,
+                                               {"chroma_timeout": 600}), folder))
                 for name, backend, extra in runs:
                     results[name] = measure(name, path, work / name, backend, synthesis,
                                             embedded, queries, extra)

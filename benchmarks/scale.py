@@ -482,7 +482,7 @@ def measure(path: Path, synthesis: Synthesis, built: dict[str, float], n_queries
         from isotope.search.filters import parse
 
         allowed = store._allowed(parse({"shard": 7}))  # type: ignore[attr-defined]
-        index = store._vectors.index("questions")  # type: ignore[attr-defined]
+        index = store._place.vectors.index("questions")  # type: ignore[attr-defined]
         found, expected, found_f, expected_f = [], [], [], []
         for q in queries:
             v = vectors[q]
@@ -496,7 +496,7 @@ def measure(path: Path, synthesis: Synthesis, built: dict[str, float], n_queries
                                        for f, e in zip(found_f, expected_f, strict=True))
         # the same searches with every kind's vectors in exact float32 matrices
         # and keyword search from FTS5, as the store does below 20,000 rows
-        loaded = store._vectors._loaded  # type: ignore[attr-defined]
+        loaded = store._place.vectors._loaded  # type: ignore[attr-defined]
         postings = {kind: loaded[kind].keywords for kind in truth}
         for kind in truth:
             loaded[kind].keywords = None

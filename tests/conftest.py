@@ -298,8 +298,8 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def chroma_running(folder: Path, port: int | None = None) -> Any:
     """``chroma run`` on ``folder`` on loopback (on ``port``, else a free one) until the
-    block ends (:func:`isotope.stores.chroma_vectors.local_server`)."""
-    from isotope.stores.chroma_vectors import local_server
+    block ends (:func:`isotope.stores.chroma_server.local_server`)."""
+    from isotope.stores.chroma_server import local_server
 
     return local_server(folder, port)
 

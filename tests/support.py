@@ -44,7 +44,7 @@ def stale_compaction(iso: Isotope, kind: Kind) -> Callable[[], bool]:
 
     store = iso.store
     assert isinstance(store, SQLiteStore), store
-    vectors = store._vectors
+    vectors = store._place.vectors
     info = vectors.bases().get(kind)
     stale = vectors._open_base(kind, info, writable=True) if info else None
 

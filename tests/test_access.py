@@ -146,9 +146,10 @@ def ranked(request: pytest.FixtureRequest, tmp_path: Path, embedder: Embedder,
     conditions; with ``RARE_POSTINGS`` 0 the postings engine scores the items of the
     rarest term first. Yields the index and how each filtered keyword search went."""
     import isotope.stores.postgres as postgres
+    from isotope.stores import postgres_keywords, postgres_sql
 
-    monkeypatch.setattr(postgres, "EXACT_CHUNKS", 0)
-    monkeypatch.setattr(postgres, "RARE_POSTINGS", 0)
+    monkeypatch.setattr(postgres_sql, "EXACT_CHUNKS", 0)
+    monkeypatch.setattr(postgres_keywords, "RARE_POSTINGS", 0)
     ran: list[str] = []
     real_rows = postgres.PostgresStore._rows
 

@@ -199,3 +199,41 @@ def test_the_modes_come_from_the_registered_signals() -> None:
     tools = {t.name: t for t in anyio.run(create_mcp(_Index(), remote=True).list_tools)}  # type: ignore[arg-type]
     listed = tools["search"].inputSchema["properties"]["mode"]["anyOf"][0]["enum"]
     assert sorted(listed) == sorted(retrieval.MODES)
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No import circle (issue 67: the last, postgres_chroma -> postgres): a module's
+    imports at its top level, those for type checking among them, never lead back to
+    it. (An import inside a function, a package's lazy factory, is no circle.)"""
+    import ast
+
+    modules = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+               .removesuffix(".__init__"): p for p in PACKAGE.rglob("*.py")}
+
+    def top_level(path: Path) -> set[str]:
+        found: set[str] = set()
+        body = list(ast.parse(path.read_text()).body)
+        while body:
+            node = body.pop()
+            if isinstance(node, ast.If):  # (if TYPE_CHECKING: ...)
+                body += [*node.body, *node.orelse]
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                          else node.module for a in node.names}
+        return found & set(modules)
+
+    graph = {name: top_level(path) - {name} for name, path in modules.items()}
+    circles = []
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                circles.append(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                todo += graph[name]
+    assert circles == [], f"modules that import themselves back: {circles}"

@@ -115,7 +115,7 @@ def test_a_changed_access_list_is_sent_to_chroma_with_the_next_write(
             store.set_access(["/docs/hr/garage3.md"], ["public"])
         hits = store.search("questions", query, 1, [public])
         assert "garage gate 3" in hits[0].atom
-        chroma = store._chroma  # type: ignore[attr-defined]
+        chroma = store._place.vectors  # type: ignore[attr-defined]
         assert chroma.log_size("questions") == 0  # (sent: Chroma's own where found it)
         with store.writer():
             store.set_access(["/docs/hr/garage3.md"], ["group:hr"])
@@ -144,7 +144,7 @@ def test_an_access_list_changed_in_chroma_is_never_trusted_and_check_finds_it(
     try:
         query = embedder.embed(["When does the garage gate open?"])[0]
         public = Condition(ACCESS_KEY, "eq", (False, "public"))
-        chroma = store._chroma  # type: ignore[attr-defined]
+        chroma = store._place.vectors  # type: ignore[attr-defined]
         for kind in ("questions", "atoms", "chunks"):
             collection = chroma._collection(kind)
             held = collection.get(include=["metadatas"])
@@ -239,15 +239,15 @@ def test_a_sigkill_between_the_two_stores_is_finished_on_the_next_open(
     opened = stores.open(index)  # (the rows, and what is pending: opening sends nothing)
     try:
         assert opened.counts()["sources"] == 2
-        assert opened._chroma.log_size("chunks") > 0  # type: ignore[attr-defined]
+        assert opened._place.vectors.log_size("chunks") > 0  # type: ignore[attr-defined]
     finally:
         opened.close()
     with Isotope.open(index, cache=False) as iso:  # (the next open sends the rest)
         assert iso.status().vector_backend == backend
-        assert iso.store._chroma.log_size("chunks") == 0  # type: ignore[attr-defined]
+        assert iso.store._place.vectors.log_size("chunks") == 0  # type: ignore[attr-defined]
         assert iso.check() == []
         counts = iso.counts()
-        chroma = iso.store._chroma  # type: ignore[attr-defined]
+        chroma = iso.store._place.vectors  # type: ignore[attr-defined]
         assert chroma.count("chunks") == counts["chunks"] == 2
         assert chroma.count("atoms") == counts["atoms"]
         top = iso.search("When does the gym close?", k=1, mode="chunks-dense").results[0]
@@ -290,7 +290,7 @@ def test_writers_side_by_side_in_postgresql_leave_chroma_whole(
     try:
         assert made.check() == []  # (Chroma with what is still pending)
         made.repair()  # (sends what waits: Chroma alone then holds exactly the rows)
-        chroma = made._chroma  # type: ignore[attr-defined]
+        chroma = made._place.vectors  # type: ignore[attr-defined]
         counts = made.counts()
         assert counts["sources"] == 4 * 9
         assert [chroma.log_size(k) for k in ("chunks", "atoms", "questions")] == [0, 0, 0]
@@ -340,7 +340,7 @@ def test_postgresql_keeps_its_vectors_in_a_chroma_server_and_drops_them_with_it(
         store = iso.store
         assert store._rows(  # type: ignore[attr-defined]
             "SELECT count(*) FROM chunks WHERE vector IS NOT NULL")[0][0] == 0
-        assert store._chroma.count("chunks") == 1  # type: ignore[attr-defined]
+        assert store._place.vectors.count("chunks") == 1  # type: ignore[attr-defined]
         store.drop()  # type: ignore[attr-defined]
     import chromadb
 
@@ -425,7 +425,7 @@ def test_a_process_that_opened_postgresql_before_it_took_chroma_follows_it(
         early.add(_batch(embedder, "/docs/pool.md", ["The pool is heated to twenty-eight "
                                                      "degrees."], None))
         assert early.check() == []
-        assert early._chroma.count("chunks") == 2  # type: ignore[attr-defined]
+        assert early._place.vectors.count("chunks") == 2  # type: ignore[attr-defined]
     finally:
         early.close()
         relabels.close()
@@ -440,7 +440,7 @@ def test_entries_committed_while_another_process_sends_are_sent_by_it(
     try:
         holder.set_vector_backend(backend)
         writer.set_vector_backend(backend)
-        chroma = holder._chroma  # type: ignore[attr-defined]
+        chroma = holder._place.vectors  # type: ignore[attr-defined]
         send, wrote = chroma.send, []
 
         def send_then_another_writes() -> int:
@@ -473,7 +473,7 @@ def test_an_export_reads_a_source_again_when_it_changed_while_it_was_read(
         reader.set_vector_backend(backend)
         writer.set_vector_backend(backend)
         reader.add(_batch(embedder, "/docs/gym.md", ["The gym closes at ten."], None))
-        chroma = reader._chroma  # type: ignore[attr-defined]
+        chroma = reader._place.vectors  # type: ignore[attr-defined]
         get, changed = chroma.get, []
 
         def get_after_a_change(kind: str, rows: list[int]) -> object:
@@ -505,7 +505,7 @@ def test_searches_see_writes_not_sent_yet(tmp_path: Path, embedder: Embedder) ->
         iso.ingest_chunks(["The gym closes at ten in the evening."], source="gym",
                           questions="later")
         store = iso.store
-        chroma = store._chroma  # type: ignore[attr-defined]
+        chroma = store._place.vectors  # type: ignore[attr-defined]
         with store.writer():  # (held: nothing is sent while another holds it)
             other = stores.open(tmp_path / "index")
             other.delete_source("gym")  # (its row number is given to the pool's chunk)
@@ -545,7 +545,7 @@ def test_check_finds_vectors_missing_or_extra_in_chroma_and_repair_mends_them(
                                    "later", "--json"])
     assert ingested.exit_code == 0, ingested.output
     with Isotope.open(place, cache=False) as iso:
-        chroma = iso.store._chroma  # type: ignore[attr-defined]
+        chroma = iso.store._place.vectors  # type: ignore[attr-defined]
         collection = chroma._collection("chunks")
         held = collection.get(include=["embeddings", "metadatas"])
         collection.delete(ids=held["ids"][:2])  # lost
@@ -561,7 +561,7 @@ def test_check_finds_vectors_missing_or_extra_in_chroma_and_repair_mends_them(
     assert repaired.exit_code == 0, repaired.output
     assert runner.invoke(app, ["check", "--index", place]).exit_code == 0
     with Isotope.open(place, cache=False) as iso:
-        assert iso.store._chroma.count("chunks") == 3  # type: ignore[attr-defined]
+        assert iso.store._place.vectors.count("chunks") == 3  # type: ignore[attr-defined]
         top = iso.search("How long can I keep a book?", k=1, mode="chunks-dense").results[0]
         assert top.chunk.source.endswith("library.md")
 

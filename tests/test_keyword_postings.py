@@ -388,7 +388,7 @@ def test_postings_with_filters_and_access_rank_as_fts5_restricted(
                 for query in QUERIES:
                     saved = store.keyword_search(kind, query, 4, conds)  # type: ignore[arg-type]
                     with monkeypatch.context() as patch:
-                        patch.setattr(store._vectors, "keywords", lambda kind: None)
+                        patch.setattr(store._place.vectors, "keywords", lambda kind: None)
                         fts5 = store.keyword_search(kind, query, 4, conds)  # type: ignore[arg-type]
                     assert [(h.chunk_id, round(h.score, 9)) for h in saved] == [
                         (h.chunk_id, round(h.score, 9)) for h in fts5], (kind, conds, query)

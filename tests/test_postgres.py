@@ -365,7 +365,7 @@ def test_keyword_search_reads_the_rare_terms_first_and_ranks_exactly(
     """BM25 from isotope's postings with the query's common terms pruned (MaxScore) ranks
     and scores exactly as with every term read, and as the embedded store (FTS5) ranks,
     after writes and deletes kept each term's document frequency."""
-    import isotope.stores.postgres as postgres
+    from isotope.stores import postgres_keywords
 
     pg = pp
     docs = tmp_path / "notes"
@@ -384,9 +384,9 @@ def test_keyword_search_reads_the_rare_terms_first_and_ranks_exactly(
                "ferry harbour harbour boat", "cardamom"]
     for mode in ("chunks-bm25", "atoms-bm25", "questions-bm25"):
         for query in queries:
-            monkeypatch.setattr(postgres, "RARE_POSTINGS", 0)  # rarest term first
+            monkeypatch.setattr(postgres_keywords, "RARE_POSTINGS", 0)  # rarest term first
             pruned = [(r.chunk.id, r.score) for r in pg.search(query, k=5, mode=mode).results]
-            monkeypatch.setattr(postgres, "RARE_POSTINGS", 10**12)  # every term at once
+            monkeypatch.setattr(postgres_keywords, "RARE_POSTINGS", 10**12)  # every term at once
             whole = [(r.chunk.id, r.score) for r in pg.search(query, k=5, mode=mode).results]
             assert [c for c, _ in pruned] == [c for c, _ in whole], (mode, query)
             assert [s for _, s in pruned] == pytest.approx([s for _, s in whole])
@@ -566,7 +566,7 @@ def test_a_server_without_pgvector_says_how_to_get_it(server_without_pgvector: s
 def test_a_filtered_search_never_comes_back_short(
         pg: Isotope, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     from isotope.search.filters import parse
-    from isotope.stores import postgres
+    from isotope.stores import postgres_vectors
 
     pg.ingest_chunks([Chunk(text=f"Note {n}: the garage opens at {n % 12} o'clock.",
                             source=f"n{n}",
@@ -577,8 +577,8 @@ def test_a_filtered_search_never_comes_back_short(
     # an index scan (as on a large index) that gives up at once: the exact scan of the
     # matches takes over
     support.connection(pg).execute("SET enable_seqscan = off")
-    monkeypatch.setattr(postgres, "MAX_SCAN_TUPLES", 1)
-    monkeypatch.setattr(postgres, "EF_SEARCH", 10)
+    monkeypatch.setattr(postgres_vectors, "MAX_SCAN_TUPLES", 1)
+    monkeypatch.setattr(postgres_vectors, "EF_SEARCH", 10)
     hits = pg.store.search("chunks", query, 10, wanted)
     assert len(hits) == 5  # every match, not the few the index scan reached
     chunks = pg.store.get_chunks([h.chunk_id for h in hits])
@@ -843,7 +843,7 @@ def test_the_hnsw_build_of_a_bulk_load_takes_its_memory_and_workers_settings(
     setting to raise; `auto` sizes the memory from the rows."""
     import logging
 
-    from isotope.stores.postgres import build_memory
+    from isotope.stores.postgres_sql import build_memory
 
     assert build_memory("auto", 10, 384) == "64MB"
     assert build_memory("auto", 1_000_000, 384) == "1430MB"

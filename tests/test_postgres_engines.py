@@ -102,6 +102,7 @@ def test_filters_never_shorten_the_bm25_results(
     filter, or the scan may have stopped short (past BM25_CUT_OFF matches), the rows that
     meet it are scored exactly: the same top k every way, never fewer than k that match."""
     import isotope.stores.postgres as postgres
+    from isotope.stores import postgres_keywords, postgres_sql
 
     store = textsearch
     blue_chunks: set[str] = set()
@@ -130,18 +131,18 @@ def test_filters_never_shorten_the_bm25_results(
         return [(h.chunk_id, h.text, round(h.score, 3)) for h in store.keyword_search(
             kind, "notes ferries harbour", 6, filters)]  # type: ignore[arg-type]
 
-    monkeypatch.setattr(postgres, "BM25_FIRST", 4)  # (its least: 4 k rows first)
+    monkeypatch.setattr(postgres_keywords, "BM25_FIRST", 4)  # (its least: 4 k rows first)
     for kind in ("chunks", "atoms", "questions"):
-        monkeypatch.setattr(postgres, "EXACT_CHUNKS", 10**6)  # scored exactly
+        monkeypatch.setattr(postgres_sql, "EXACT_CHUNKS", 10**6)  # scored exactly
         exact = top(kind, blue)
         assert [w for w in ran if w] == ["exact"]
-        monkeypatch.setattr(postgres, "EXACT_CHUNKS", 2)  # the index scan reads on
+        monkeypatch.setattr(postgres_sql, "EXACT_CHUNKS", 2)  # the index scan reads on
         ranked = top(kind, blue)  # (24 rows, then 96: a tenth of them blue)
         assert [w for w in ran if w] == ["ranked", "ranked"], kind
-        monkeypatch.setattr(postgres, "BM25_CUT_OFF", 24)  # as if the scan stopped short
+        monkeypatch.setattr(postgres_keywords, "BM25_CUT_OFF", 24)  # as if the scan stopped short
         fallback = top(kind, blue)
         assert [w for w in ran if w] == ["ranked", "exact"], kind
-        monkeypatch.setattr(postgres, "BM25_CUT_OFF", 100_000)
+        monkeypatch.setattr(postgres_keywords, "BM25_CUT_OFF", 100_000)
         assert len(exact) == 6, (kind, exact)
         assert ranked == exact == fallback, kind
         assert {chunk for chunk, _, _ in exact} <= blue_chunks, kind
@@ -256,7 +257,7 @@ def test_question_vectors_in_diskann(postgres_url: str, embedder: Embedder,
                       pg_vector_index="diskann") as iso:
         iso.ingest(examples)
         store: Any = iso.store
-        assert store.question_index == "diskann"
+        assert store._place.question_index == "diskann"
         assert "questions_diskann" in _relations(iso) and "questions_hnsw" not in _relations(iso)
         assert support.connection(iso).execute(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
@@ -272,15 +273,15 @@ def test_question_vectors_in_diskann(postgres_url: str, embedder: Embedder,
                                       for b in best) >= 4, ([h.score for h in hits], best)
         faq = next(s.source.uri for s in iso.sources() if s.source.uri.endswith("faq.html"))
         held = {a.chunk_id for s in store.stored_chunks(faq).values() for a in s.atoms}
-        import isotope.stores.postgres as postgres
+        from isotope.stores import postgres_sql
 
         with pytest.MonkeyPatch.context() as patch:  # (the diskann scan, not the exact one)
-            patch.setattr(postgres, "EXACT_CHUNKS", 0)
+            patch.setattr(postgres_sql, "EXACT_CHUNKS", 0)
             filtered = store.search("questions", vector, 4, parse({"source": "*faq.html"}))
         assert len(filtered) == 4 and {h.chunk_id for h in filtered} <= held
         assert iso.check() == []
     with Isotope.open(postgres_url, embedder=embedder, llm=FakeLLM(), cache=False) as again:
-        assert again.store.question_index == "diskann"  # type: ignore[attr-defined]
+        assert again.store._place.question_index == "diskann"  # type: ignore[attr-defined]
         assert again.settings.pg_vector_index == "diskann"  # (the index's, unset here)
         assert again.origins["pg_vector_index"] == "index"
         assert again.search(query, k=1, mode="questions-dense").results[0].chunk.source \

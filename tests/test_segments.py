@@ -49,7 +49,7 @@ def _agree(found: dict[tuple[str, str], list[str]],
 
 def _counts_agree(iso: Isotope) -> None:
     """The meta's count of each kind is how many items its segments show."""
-    vectors = iso.store._vectors  # type: ignore[attr-defined]
+    vectors = iso.store._place.vectors  # type: ignore[attr-defined]
     for kind, info in vectors.bases().items():
         assert info["count"] == len(vectors._open_base(kind, info, writable=False)), kind
 
@@ -59,7 +59,7 @@ def _vectors_are_their_texts(iso: Isotope, embedder: Embedder) -> None:
     import numpy as np
 
     rows = support.connection(iso).execute("SELECT rowid, text FROM questions").fetchall()
-    ids, vectors = iso.store._vectors.index("questions").get(  # type: ignore[attr-defined]
+    ids, vectors = iso.store._place.vectors.index("questions").get(  # type: ignore[attr-defined]
         np.array([r[0] for r in rows], dtype=np.int64))
     texts = dict(rows)
     fresh = embedder.embed([texts[int(i)] for i in ids])
@@ -76,7 +76,7 @@ def _retire_now(iso: Isotope, monkeypatch: pytest.MonkeyPatch) -> None:
     """Delete the replaced files now (kept RETIRE_AFTER seconds for readers otherwise)."""
     iso.store.settle()
     monkeypatch.setattr(sqlite_vectors, "RETIRE_AFTER", 0.0)
-    iso.store._vectors.remove_stale()  # type: ignore[attr-defined]
+    iso.store._place.vectors.remove_stale()  # type: ignore[attr-defined]
 
 
 def _ingest_one_by_one(iso: Isotope, docs: Path, topics: list[str]) -> int:
@@ -299,7 +299,7 @@ def test_repair_of_a_damaged_newer_segment_never_shows_the_vectors_it_hid(
     monkeypatch.setattr(sqlite_vectors, "TAIL_SHARE", 100.0)  # a tail, never folded
     store = SQLiteStore(tmp_path / "index")
     store.set_meta("embedding", {"dim": 8})
-    vectors = store._vectors
+    vectors = store._place.vectors
     vectors.policy = "hnsw"
     rng = np.random.default_rng(7)
     current: dict[int, np.ndarray] = {}
@@ -359,7 +359,7 @@ def test_a_writer_waits_for_a_compaction_that_falls_behind(
     docs = _docs(tmp_path / "docs")
     most = 0
     with _open(tmp_path / "index", embedder, vector_index="hnsw") as iso:
-        vectors = iso.store._vectors  # type: ignore[attr-defined]
+        vectors = iso.store._place.vectors  # type: ignore[attr-defined]
         grown = []
         for topic in TOPICS:
             before = vectors.log_size("questions")

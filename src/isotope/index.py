@@ -142,8 +142,10 @@ def vector_backend(settings: Settings, origins: dict[str, str]) -> VectorBackend
     token = settings.chroma_token
     return VectorBackend(settings.vector_backend,
                          origins.get("vector_backend", "default") not in ("default", "index"),
-                         token.get_secret_value() if token else None, settings.chroma_tenant,
-                         settings.chroma_database, settings.chroma_timeout)
+                         {"chroma_token": token.get_secret_value() if token else None,
+                          "chroma_tenant": settings.chroma_tenant,
+                          "chroma_database": settings.chroma_database,
+                          "chroma_timeout": settings.chroma_timeout})
 
 
 FITTED_FOR = 10.0

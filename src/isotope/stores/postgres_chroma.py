@@ -1,6 +1,7 @@
 """An index in PostgreSQL whose vectors a Chroma server keeps
-(``vector_backend = chroma+http://HOST:PORT/PREFIX``): PostgreSQL's side, a
-:class:`isotope.stores.chroma_vectors.Rows`.
+(``vector_backend = chroma+http://HOST:PORT/PREFIX``): the place (:class:`PostgresChroma`,
+registered as the ``chroma`` place of ``postgres``) and PostgreSQL's rows as Chroma reads
+them (:class:`PostgresRows`, a :class:`isotope.stores.chroma_vectors.Rows`).
 
 As in the embedded store, the rows and their vectors are written in one transaction:
 the vectors into ``vector_log`` (float16), the rows' ``vector`` columns left NULL (no
@@ -13,21 +14,26 @@ live on one client machine while the rows live on the server."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from isotope.ann import Ids
+from isotope.embedders import Vectors
+from isotope.errors import IndexLocked, InvalidArgument
 from isotope.models import Condition
-from isotope.stores import KINDS, Kind
-from isotope.stores.chroma_vectors import about
+from isotope.stores import KINDS, Kind, VectorBackend
+from isotope.stores.chroma_place import Chroma
+from isotope.stores.chroma_vectors import Rows, about
 from isotope.stores.postgres_sql import where
+from isotope.stores.vector_place import Table
 
 if TYPE_CHECKING:
     import psycopg
 
-    from isotope.stores.postgres import PostgresStore
+    from isotope.stores.postgres_vectors import PostgresSide
 
 _JOIN: dict[Kind, tuple[str, str]] = {
     "questions": ("t.row", " JOIN questions t ON t.chunk_id = c.id"),
@@ -83,7 +89,7 @@ class PostgresRows:
     """What :class:`isotope.stores.chroma_vectors.ChromaVectors` reads of an index in
     PostgreSQL (always its primary: the log is what was just written)."""
 
-    def __init__(self, store: PostgresStore) -> None:
+    def __init__(self, store: PostgresSide) -> None:
         self._store = store
 
     def _read(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
@@ -135,3 +141,63 @@ class PostgresRows:
         return np.sort(np.fromiter((r[0] for r in self._read(
             f"SELECT c.row FROM sources s JOIN chunks c ON c.source = s.uri WHERE {clause}",
             values)), dtype=np.int64))
+
+
+class PostgresChroma(Chroma):
+    """The PostgreSQL store's vectors in a Chroma server (see the module's text): sent
+    by one process at a time, the holder of the index's send lock."""
+
+    def _rows(self) -> Rows:
+        return PostgresRows(self.side)
+
+    @classmethod
+    def new(cls, side: Any, backend: VectorBackend) -> dict[str, Any]:
+        if backend.name == cls.name:
+            raise InvalidArgument(
+                f"vector_backend = chroma keeps a Chroma folder inside an embedded index; "
+                f"{side.where} is on a server: give a Chroma server, "
+                "chroma+http://HOST:PORT/PREFIX (or leave vector_backend = usearch: "
+                "pgvector keeps the vectors)")
+        return super().new(side, backend)
+
+    def prepare(self, conn: Any) -> None:
+        prepare(conn, self.side.schema)
+
+    def add(self, conn: Any, kind: Kind, rows: Sequence[int],
+            groups: Sequence[int | None], vectors: Vectors) -> None:
+        log_rows(conn, kind, rows, groups, vectors)
+
+    def relabel(self, conn: Any, uris: Sequence[str]) -> None:
+        relabel(conn, uris)
+
+    def after_write(self, wait: float = 0.0) -> None:
+        """Send the pending vector writes to Chroma, holding the index's send lock (one
+        sender at a time). When another process holds it, that one sends these too: a
+        sender looks at the log again after letting the lock go, and takes it again while
+        entries wait (a writer commits before it tries the lock, so none is stranded)."""
+        while True:
+            try:
+                with self.still(wait):
+                    while self.send():
+                        pass
+            except IndexLocked:
+                return  # (the holder sends them)
+            if not self.side._rows("SELECT EXISTS (SELECT 1 FROM vector_log)")[0][0]:
+                return
+
+    def still(self, wait: float) -> AbstractContextManager[None]:
+        """The index's send lock: one process at a time sends to Chroma."""
+        side = self.side
+        lock: AbstractContextManager[None] = side._advisory(
+            f"isotope-chroma:{side.schema}", wait, shared=False, busy=(
+                f"{side.where}: another process is sending vectors to Chroma; try again "
+                "when it is done (or pass --wait SECONDS)"))
+        return lock
+
+    def repair(self, table_rows: Callable[[Kind], Table],
+               embed_rows: Callable[[Kind], Callable[[Ids], Vectors] | None]) -> None:
+        with self.still(60.0):  # (no other sender while Chroma is mended)
+            while self.send():
+                pass
+            for kind in KINDS:
+                self.rebuild(kind, table_rows(kind), embed_rows(kind))

@@ -34,6 +34,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from isotope.errors import StoreError
@@ -369,3 +370,59 @@ class Replicas:
                           and (replica.lag_s or 0.0) <= self.max_lag, "lag_s": replica.lag_s,
                           "error": error})
         return shown
+
+
+def _shared_file(key: tuple[str, str]) -> Path:
+    """The file that holds the WAL position of the last write to an index made by any
+    process of this user on this machine (``isotope serve --workers N``, an ingest beside
+    a server): read your writes across processes. Named by a hash of the URL and schema
+    (no password in a name), in a folder only this user may read."""
+    import hashlib
+    import stat
+    import tempfile
+
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    folder = Path(base) / f"isotope-writes-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    found = os.lstat(folder)  # (another user may have made it first: never theirs)
+    if (not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid()
+            or found.st_mode & 0o077):
+        raise OSError(f"{folder} is not a folder of this user's alone")
+    return folder / hashlib.sha256("\x00".join(key).encode()).hexdigest()[:32]
+
+
+def share(key: tuple[str, str], position: int) -> None:
+    """(read your writes, across processes) Raise the shared position of ``key`` to
+    ``position`` (never lower it)."""
+    try:
+        import fcntl
+
+        fd = os.open(_shared_file(key), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.pread(fd, 32, 0).strip()
+            if not held.isdigit() or int(held) < position:
+                os.pwrite(fd, str(position).rjust(20).encode(), 0)
+        finally:
+            os.close(fd)  # (the lock goes with it)
+    except (OSError, ImportError):  # (a read-only temporary folder, no fcntl: this
+        # process's own writes only)
+        log.debug("the write position could not be shared", exc_info=True)
+
+
+def shared(key: tuple[str, str]) -> int:
+    """The shared position of ``key`` (-1: none)."""
+    try:
+        import fcntl
+
+        fd = os.open(_shared_file(key), os.O_RDONLY | os.O_NOFOLLOW)
+    except (OSError, ImportError):
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        held = os.pread(fd, 32, 0).strip()
+        return int(held) if held.isdigit() else -1
+    except OSError:
+        return -1
+    finally:
+        os.close(fd)

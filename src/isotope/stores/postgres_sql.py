@@ -1,5 +1,7 @@
 """SQL of the PostgreSQL store: its spelling of filter conditions
-(:mod:`isotope.stores.sql_filters`), and BM25 computed from term statistics.
+(:mod:`isotope.stores.sql_filters`) and the restriction of a search to the items whose
+chunk meets them (:func:`restrict`, :func:`few`), the memory of an index build
+(:func:`build_memory`), and BM25 computed from term statistics.
 
 BM25 is computed the way the embedded store's FTS5 computes it, from the same terms
 (FTS5's own tokenizer, :class:`isotope.stores.keywords.Tokenizer`), so both engines
@@ -18,9 +20,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from isotope.models import Condition
 from isotope.stores.keywords import K1, MIN_IDF, B
 from isotope.stores.sql_filters import FilterSQL, Test
 
@@ -162,3 +165,54 @@ def bm25_pruned(kind: str, restrict: str = "") -> str:
         FROM c JOIN {kind}_terms p ON p.item = c.item JOIN w ON w.term = p.term
         GROUP BY p.item ORDER BY score DESC, p.item LIMIT %(k)s"""
 
+
+EXACT_CHUNKS = 1_000
+"""A filtered search whose conditions at most this many chunks meet scores their items
+exactly (at a million questions, a principal who sees 1% of the sources: 590 chunks)."""
+BUILD_BYTES_PER_VECTOR = 1_200
+"""About what one 384-dimension halfvec takes in an HNSW graph being built in memory
+(its vector, its neighbour lists, pgvector's element); scaled by the dimension."""
+BUILD_MEMORY = (64 << 20, 8 << 30)
+"""The least and the most memory an ``auto`` HNSW build asks for (a graph that fits
+builds several times faster than one pgvector has to spill to disk)."""
+
+
+def restrict(kind: str, filters: Sequence[Condition], params: dict[str, Any]
+             ) -> tuple[str, str]:
+    """(the WHERE clause that keeps the items of ``kind`` whose chunk meets
+    ``filters``, the query of those chunks' ids); their values go into ``params``."""
+    clause, values = where(filters)
+    # source first: a source's conditions (its access list) tested once per source
+    meeting = (f"SELECT c.id FROM sources s JOIN chunks c ON c.source = s.uri "
+               f"WHERE {named(clause, values, params)}")
+    return f"WHERE {ITEM_CHUNK[kind]} IN ({meeting})", meeting
+
+
+def few(rows: Callable[..., list[tuple[Any, ...]]], meeting: str, params: dict[str, Any]
+        ) -> bool:
+    """Whether at most :data:`EXACT_CHUNKS` chunks meet a search's conditions (``rows``:
+    the store's reads)."""
+    return bool(rows(f"SELECT count(*) FROM ({meeting} LIMIT {EXACT_CHUNKS + 1}) f",
+                     params)[0][0] <= EXACT_CHUNKS)
+
+
+def named(clause: str, values: list[Any], params: dict[str, Any]) -> str:
+    """``clause`` with its positional ``%s`` turned into named parameters in ``params``."""
+    parts = clause.split("%s")
+    out = [parts[0]]
+    for value, rest in zip(values, parts[1:], strict=True):
+        name = f"f{len(params)}"
+        params[name] = value
+        out.append(f"%({name})s{rest}")
+    return "".join(out)
+
+
+def build_memory(setting: str, rows: int, dim: int) -> str:
+    """The ``maintenance_work_mem`` of an index build over ``rows`` vectors: the
+    ``hnsw_build_memory`` setting, or for ``auto`` an HNSW graph's estimated size with a
+    quarter more (a graph that outgrows it is built on disk, many times slower), within
+    :data:`BUILD_MEMORY`."""
+    if setting != "auto":
+        return setting
+    wanted = rows * BUILD_BYTES_PER_VECTOR * max(dim, 1) / 384 * 1.25
+    return f"{int(min(max(wanted, BUILD_MEMORY[0]), BUILD_MEMORY[1])) >> 20}MB"

@@ -185,16 +185,15 @@ class SourceInfo:
 
 @dataclass(frozen=True)
 class VectorBackend:
-    """The ``vector_backend`` settings an index is opened with (see
-    :meth:`isotope.stores.parts.Upkeep.set_vector_backend`)."""
+    """The ``vector_backend`` setting an index is opened with (see
+    :meth:`isotope.stores.parts.Upkeep.set_vector_backend`) and the settings of the place
+    it names (:mod:`isotope.stores.vector_place`)."""
 
     name: str = "usearch"
-    """``usearch``, ``chroma`` (embedded) or ``chroma+http(s)://HOST:PORT/PREFIX``."""
+    """``usearch`` (the engine's own vectors), a registered place's name (``chroma``), or
+    a URL whose scheme a place registered (``chroma+http(s)://HOST:PORT/PREFIX``)."""
     explicit: bool = False
     """Set by the user (not the default): an index made with another backend warns."""
-    token: str | None = field(default=None, repr=False)
-    """The Chroma server's token (never shown)."""
-    tenant: str | None = None
-    database: str | None = None
-    timeout: float = 30.0
-    """Seconds a call to a Chroma server may take."""
+    options: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The place's own settings by name (``chroma_token``, ``chroma_timeout``...; never
+    shown: a token is among them); each place reads those it knows."""

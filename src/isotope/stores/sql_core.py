@@ -608,7 +608,7 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
             try:
                 return self._export(uri)
             except _VectorsLost as lost:
-                # (vectors kept outside the snapshot, a Chroma server, may have moved on
+                # (vectors kept outside the snapshot, by a place of their own, may have moved on
                 # to the source's next version: read again if it changed, else damaged)
                 now, before = self.get_source(uri), lost.source
                 if now is None:

@@ -1,18 +1,19 @@
 """The embedded default store: one directory holding a SQLite database (WAL mode).
 
 SQLite is the source of truth for sources, chunks, atoms, questions and their vectors;
-FTS5 tables (kept in step by triggers) serve keyword search. Vector search goes to one
-vector index per kind (``sqlite_vectors``). Its parts: connections, the writer lock and
+FTS5 tables (kept in step by triggers) serve keyword search. Vector search goes to the
+vector place the index names (:mod:`isotope.stores.vector_place`), handed each write's
+vectors in its transaction. Its parts: connections, the writer lock and
 errors (``sqlite_connection``), the schema's numbered steps (``sqlite_schema``), filters
 as SQL (``sqlite_sql``) and the integrity check (``sqlite_check``); the writes and reads
 it shares with the PostgreSQL store are :mod:`isotope.stores.sql_core`. What is left here
 is this engine's own: its transactions, rows numbered before they are written and their
-vectors logged, vector and keyword search, compaction and repair.
+vectors logged (``vector_log``, what a place reads its pending writes from), keyword
+search, and handing search, compaction and repair to its place.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sqlite3
 import threading
@@ -31,12 +32,10 @@ from isotope.embedders import Embedder, Vectors
 from isotope.errors import (
     IndexDamaged,
     IndexLocked,
-    InvalidArgument,
     InvalidIndex,
     StoreError,
 )
 from isotope.models import Condition
-from isotope.settings import is_vector_backend
 from isotope.stores import (
     KINDS,
     LOG_ONLY,
@@ -46,17 +45,16 @@ from isotope.stores import (
     Kind,
     VectorBackend,
 )
-from isotope.stores.chroma_vectors import ChromaPlace, ChromaVectors, place_of
 from isotope.stores.keywords import query_words
 from isotope.stores.sql_core import SQLStore
 from isotope.stores.sql_dialect import SQLITE
 from isotope.stores.sql_graph import GRAPH_TABLES
 from isotope.stores.sqlite_check import inspect
-from isotope.stores.sqlite_chroma import SQLiteRows
 from isotope.stores.sqlite_connection import (
     DB_NAME,
     connect,
     guarded,
+    release,
     store_error,
     writable,
     write_lock,
@@ -64,13 +62,13 @@ from isotope.stores.sqlite_connection import (
 from isotope.stores.sqlite_keywords import KeywordLayer
 from isotope.stores.sqlite_schema import schema_version, set_meta, upgrade
 from isotope.stores.sqlite_sql import where
-from isotope.stores.sqlite_vectors import KEYWORD_POLICIES, POLICIES, VectorStore, release
+from isotope.stores.vector_place import VectorPlace, chosen, is_default, open_place
 
 log = logging.getLogger(__name__)
 
 
 class SQLiteStore(SQLStore):
-    """An index in a directory: ``isotope.db`` plus the vector indexes in ``vectors/``."""
+    """An index in a directory: ``isotope.db`` plus its vector place."""
 
     dialect = SQLITE
     conditions_sql = staticmethod(where)
@@ -94,10 +92,8 @@ class SQLiteStore(SQLStore):
         self._local = threading.local()
         self._meeting: dict[tuple[Any, ...], tuple[Any, npt.NDArray[np.int64]]] = {}
         """Rows meeting some filters, with the index's state they were read at."""
-        self._vectors = VectorStore(self.directory / "vectors", self._conn, self.snapshot,
-                                    self.get_meta, self._dim)
-        self._chroma: ChromaVectors | None = None
-        """Where the vectors are kept when Chroma holds them (``vector_backend``)."""
+        self._tuned: dict[str, Any] = {}
+        """The settings given to the place (given again to a place chosen later)."""
         self._writing = False
         """This process holds the writer lock (writes may then compact the vectors)."""
         self.read_only = not writable(self.directory, db)
@@ -109,8 +105,6 @@ class SQLiteStore(SQLStore):
                 "give the right --index, or delete the file and ingest again")
         if (version or 0) < SCHEMA_VERSION and not self.read_only:
             upgrade(conn)  # a new index from step 1, an older one from its next step
-            if version:  # the vector cache files of schema 4 and before
-                self._vectors.remove_old_cache()
         elif version != SCHEMA_VERSION:
             raise InvalidIndex(
                 f"{self.directory} has index schema {version}; this isotope reads schema "
@@ -118,17 +112,18 @@ class SQLiteStore(SQLStore):
                 + (" (the index is read-only, so it cannot be migrated in place)"
                    if self.read_only and (version or 0) < SCHEMA_VERSION else "")
             )
-        if isinstance(made := self.get_meta("vector_backend"), dict):
-            # (an index made with Chroma reads it however it is opened: the setting's
-            # token and timeout come with set_vector_backend)
-            self._chroma = self._chroma_of(made, VectorBackend("chroma"))
+        made = self.get_meta("vector_backend")
+        # (an index made with another place reads it however it is opened: the place's
+        # settings come with set_vector_backend)
+        self._place: VectorPlace = open_place("sqlite", self, made if isinstance(made, dict)
+                                              else None)
         if not self.read_only and self.get_meta("state") is None:
             self.set_meta("state", uuid.uuid4().hex)
         if not self.read_only:
-            try:  # replaced vector files past their retirement, a crash's leftovers
-                self._vectors.remove_stale()
+            try:  # what the place left behind (a crash's leftovers, files past their use)
+                self._place.tidy()
             except OSError:
-                log.info("tidying %s failed", self.directory / "vectors", exc_info=True)
+                log.info("tidying %s failed", self.directory, exc_info=True)
 
     # -- connections -------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -218,9 +213,7 @@ class SQLiteStore(SQLStore):
                 self._writing = False
 
     def close(self) -> None:
-        self._vectors.wait()  # a background compaction finishes its work
-        if self._chroma is not None:
-            self._chroma.close()
+        self._place.close()  # (a background compaction finishes its work)
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -242,26 +235,30 @@ class SQLiteStore(SQLStore):
         marks = ", ".join("?" * len(columns.split(",")))
         conn.executemany(f"INSERT INTO {kind}(rowid, {columns}, vector) VALUES (?, {marks}, "
                          "X'')", [(r, *v) for r, v in zip(rows, values, strict=True)])
+        self._place.add(conn, kind, rows, chunk_rows, vectors)
+        return list(rows)
+
+    @staticmethod
+    def _log_vectors(conn: sqlite3.Connection, kind: Kind, rows: Sequence[int],
+                     chunk_rows: Sequence[int | None], vectors: Vectors) -> None:
+        """Log the vectors of rows just written (a place's pending writes: see
+        :meth:`isotope.stores.vector_place.VectorPlace.add`)."""
         conn.executemany(
             "INSERT INTO vector_log(kind, item, grp, vector) VALUES (?, ?, ?, ?)",
             [(kind, r, r if kind == "chunks" else grp, _blob(v))
              for r, grp, v in zip(rows, chunk_rows, vectors, strict=True)])
-        return list(rows)
 
     def _set_questions_text(self, conn: sqlite3.Connection,
                             changed: list[tuple[int, str, str | None, bool | None]], *,
                             logged: bool) -> None:
-        """FTS5's trigger indexes the new text; a chunk not written in this transaction
-        is logged with an empty vector (its text changed, not its vector), so that the
-        saved keyword postings score it from its text until the next compaction (not
-        with Chroma: FTS5 answers there, and Chroma would take it for new metadata)."""
+        """FTS5's trigger indexes the new text; the place is told of the chunks not
+        written in this transaction (its keyword postings, if it keeps some)."""
         texts = [(text, row) for row, text, keywords, _ in changed if keywords is not None]
         conn.executemany("UPDATE chunks SET questions_text = ? WHERE rowid = ?", texts)
         conn.executemany("UPDATE chunks SET enriched = ? WHERE rowid = ?",
                          [(flag, row) for row, _, _, flag in changed if flag is not None])
-        if not logged and self._chroma is None:
-            conn.executemany("INSERT INTO vector_log(kind, item, grp, vector) VALUES "
-                             "('chunks', ?, ?, X'')", [(row, row) for _, row in texts])
+        if not logged:
+            self._place.text_changed(conn, [row for _, row in texts])
 
     @staticmethod
     def _next_rowids(conn: sqlite3.Connection, table: str, count: int) -> range:
@@ -270,117 +267,77 @@ class SQLiteStore(SQLStore):
 
     @guarded
     def _after_write(self) -> None:
-        """Compact, in the background, the vectors of each kind whose log has grown, when
-        this process holds the writer lock (a write without it leaves that to the next
-        write, or to :meth:`compact`)."""
-        if self._chroma is not None:  # (sent under the writer lock: taken if free)
-            if self._writing:
-                self._send()
-            else:
-                with contextlib.suppress(IndexLocked), self.writer():
-                    self._send()
-            return
-        if self._writing:
-            for kind in KINDS:
-                self._vectors.compact_later(kind, self._write)
+        """The place's pending writes (a background compaction, a send)."""
+        self._place.after_write()
 
     def settle(self) -> None:
-        self._vectors.wait()
+        self._place.settle()
 
     # -- where the vectors are kept ----------------------------------------------------
     def set_vector_backend(self, backend: VectorBackend) -> str:
-        """Chroma (embedded or a server) for a new index whose setting says so, once its
-        collections are claimed (a prefix another index uses is refused before anything
-        is written); an index keeps the backend it was made with (:meth:`fixed_settings`).
-        Sends the vector writes a crash left pending when the writer lock is free."""
-        if not is_vector_backend(backend.name):
-            raise InvalidArgument(f"vector_backend {backend.name!r}: use usearch, chroma, or "
-                                  "a server as chroma+http://HOST:PORT/PREFIX")
+        """The place the setting names (:mod:`isotope.stores.vector_place`) for a new
+        index, once it has claimed what it holds (a collection another index uses is
+        refused before anything is written); an index keeps the place it was made with
+        (:meth:`fixed_settings`). Sends the vector writes a crash left pending when the
+        writer lock is free."""
+        place = chosen("sqlite", backend)
         made = self.get_meta("vector_backend")
-        if (made is None and backend.name != "usearch" and not self.read_only
+        if (made is None and not is_default("sqlite", place.name) and not self.read_only
                 and not self._rows("SELECT 1 FROM sources LIMIT 1")):
-            place = place_of(backend.name, default_prefix=f"isotope-{uuid.uuid4().hex[:12]}",
-                             tenant=backend.tenant, database=backend.database)
-            made = {"name": "chroma", "url": place.url, "prefix": place.prefix,
-                    "tenant": place.tenant, "database": place.database,
-                    "owner": uuid.uuid4().hex}
-            claimed = self._chroma_of(made, backend)
+            new = place.new(self, backend)
+            claimed = place(self, new, backend.options)
             try:
                 claimed.claim()
-                self.set_meta("vector_backend", made)
+                self.set_meta("vector_backend", new)
             except BaseException:
                 claimed.close()
                 raise
-            self._chroma = claimed
-        elif made is not None:
-            self._chroma = self._chroma_of(made, backend)
-        name = "usearch" if made is None else str(made.get("url") or made["name"])
-        chroma = self._chroma if made is not None else None
-        if chroma is not None and not self.read_only and any(chroma.log_size(k)
-                                                             for k in KINDS):
+            self._use(claimed)
+        elif isinstance(made, dict):
+            self._use(open_place("sqlite", self, made, backend.options))
+        if self._place.made and not self.read_only and any(self._place.pending(k)
+                                                           for k in KINDS):
             try:  # (what a crash left pending, when no other process writes)
                 with self.writer():
-                    self._send()
+                    self._place.send()
             except (StoreError, IndexLocked) as exc:
                 log.warning("%s", exc)
-        return name
+        return self._place.setting
+
+    def _use(self, place: VectorPlace) -> None:
+        """Hold ``place`` from now on (the settings given so far given to it)."""
+        self._place.close()
+        self._place = place
+        for setting, value in self._tuned.items():
+            place.tune(setting, value)
 
     def fixed_settings(self) -> dict[str, Any]:
-        made = self.get_meta("vector_backend")
-        if isinstance(made, dict):
-            return {"vector_backend": str(made.get("url") or made["name"])}
-        return {"vector_backend": "usearch"} if self._rows(
-            "SELECT 1 FROM sources LIMIT 1") else {}
-
-    def _chroma_of(self, made: dict[str, Any], backend: VectorBackend) -> ChromaVectors:
-        """The Chroma collections the index's meta names (``made``)."""
-        place = ChromaPlace(made.get("url"), str(made["prefix"]), made.get("tenant"),
-                            made.get("database"), made.get("owner"))
-        rows = SQLiteRows(self._conn, lambda: self._write(LOG_ONLY), self._chunks_meeting)
-        return ChromaVectors(place, self.directory / "chroma", rows, token=backend.token,
-                             timeout=backend.timeout)
-
-    def _send(self) -> None:
-        """Send the pending vector writes to Chroma (under the writer lock)."""
-        assert self._chroma is not None
-        self._chroma.send()
+        return self._place.fixed(bool(self._rows("SELECT 1 FROM sources LIMIT 1")))
 
     def _access_changed(self, conn: sqlite3.Connection, uris: Sequence[str]) -> None:
-        """With Chroma: the items of sources whose access list changed are logged again,
-        so that their metadata (who may see them) is sent with the next write."""
-        if self._chroma is not None:
-            SQLiteRows.relabel(conn, uris)
+        """The place is told (one that keeps who may see beside the vectors)."""
+        self._place.relabel(conn, uris)
 
     def set_vector_index(self, policy: str) -> None:
-        if policy not in POLICIES:
-            raise InvalidArgument(f"vector_index {policy!r}: use one of {', '.join(POLICIES)}")
-        self._vectors.policy = policy
+        self._place.tune("vector_index", policy)
+        self._tuned["vector_index"] = policy
 
     def set_keyword_index(self, policy: str) -> None:
-        if policy not in KEYWORD_POLICIES:
-            raise InvalidArgument(f"keyword_index {policy!r}: use one of "
-                                  f"{', '.join(KEYWORD_POLICIES)}")
-        self._vectors.keyword_policy = policy
+        self._place.tune("keyword_index", policy)
+        self._tuned["keyword_index"] = policy
 
     @guarded
     def compact(self) -> dict[str, str]:
-        """Fold each kind's vector log into a new base of the implementation the
-        ``vector_index`` policy wants, and give freed pages back. Returns each kind's base
-        implementation. Run it under the writer lock."""
-        done: dict[str, str] = {}
-        self._vectors.wait()
-        if self._chroma is not None:
-            self._send()
-            done = dict.fromkeys(KINDS, "chroma")
-        else:
-            for kind in KINDS:
-                self._vectors.compact(kind, self._write, force=True)
-                done[kind] = str(self._vectors.bases().get(kind, {}).get("impl", "exact"))
+        """Fold the pending vector writes into the place (new bases of the implementation
+        the ``vector_index`` policy wants), and give freed pages back. Returns what holds
+        each kind. Run it under the writer lock."""
+        self._place.settle()
+        done = self._place.compact()
         if not self.read_only:
             conn = self._conn()
             release(conn)
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            self._vectors.remove_stale()
+            self._place.tidy()
         return done
 
     def _dim(self) -> int | None:
@@ -391,11 +348,7 @@ class SQLiteStore(SQLStore):
     @guarded
     def search(self, kind: Kind, vector: Vectors, k: int,
                filters: Sequence[Condition] = ()) -> list[Hit]:
-        if self._chroma is not None:
-            found = self._chroma.search(kind, vector, k, filters)
-        else:
-            found = self._vectors.index(kind).search(vector, k, self._allowed(filters))
-        return self._hits(kind, [(item, score) for item, _, score in found])
+        return self._hits(kind, self._place.search(kind, vector, k, filters))
 
     @guarded
     def search_by_chunk(
@@ -404,12 +357,7 @@ class SQLiteStore(SQLStore):
     ) -> list[tuple[str, list[Hit]]]:
         if k <= 0:
             return []
-        if self._chroma is not None:
-            groups = search_groups(self._chroma.searching(kind, filters), vector, k,
-                                   per_chunk)
-        else:
-            groups = search_groups(self._vectors.index(kind), vector, k, per_chunk,
-                                   self._allowed(filters))
+        groups = search_groups(self._place.searchable(kind, filters), vector, k, per_chunk)
         hits = self._hits(kind, [hit for _, found in groups for hit in found])
         by_chunk: dict[str, list[Hit]] = {}
         for hit in hits:
@@ -417,12 +365,6 @@ class SQLiteStore(SQLStore):
         return list(by_chunk.items())
 
     def _chunks_meeting(self, filters: Sequence[Condition]) -> npt.NDArray[np.int64]:
-        return self._rows_meeting("chunks", filters)
-
-    def _allowed(self, filters: Sequence[Condition]) -> npt.NDArray[np.int64] | None:
-        """The rowids of the chunks meeting ``filters``, sorted (None: no filter)."""
-        if not filters:
-            return None
         return self._rows_meeting("chunks", filters)
 
     def _rows_meeting(self, kind: Kind, filters: Sequence[Condition]
@@ -455,7 +397,7 @@ class SQLiteStore(SQLStore):
         words = query_words(query)
         if not words or k <= 0:
             return []
-        postings = self._vectors.keywords(kind) if self._chroma is None else None
+        postings = self._place.keywords(kind)
         if postings is not None:  # the saved postings (large kinds): FTS5's ranking
             # (with filters, among the rows that meet them: a condition, not a cut)
             allowed = self._rows_meeting(kind, filters) if filters else None
@@ -478,7 +420,8 @@ class SQLiteStore(SQLStore):
 
     def keyword_layer(self, kind: Kind) -> KeywordLayer | None:
         """The saved keyword postings ``kind`` is searched with (None: FTS5 answers)."""
-        return self._vectors.keywords(kind)
+        keywords: KeywordLayer | None = self._place.keywords(kind)
+        return keywords
 
     @guarded
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -488,14 +431,11 @@ class SQLiteStore(SQLStore):
     def _vectors_of(self, kind: Kind, rows: list[int]) -> dict[int, Vectors]:
         if not rows:
             return {}  # (without loading the kind's vectors)
-        if self._chroma is not None:
-            return self._chroma.get(kind, rows)
-        ids, vectors = self._vectors.index(kind).get(np.array(rows, dtype=np.int64))
-        return dict(zip((int(i) for i in ids), vectors, strict=True))
+        return self._place.get(kind, rows)
 
     def inspect(self) -> Inspection:
         """See :func:`isotope.stores.sqlite_check.inspect`."""
-        found = inspect(self._conn(), self.snapshot, self._chroma or self._vectors,
+        found = inspect(self._conn(), self.snapshot, self._place,
                         self.table_rows, self._lost_rows, read_only=self.read_only,
                         db=self.directory / DB_NAME)
         if not found.storage_damaged:
@@ -504,7 +444,7 @@ class SQLiteStore(SQLStore):
 
     def repair(self, embed: Embedder | None = None) -> None:
         """Rebuild the keyword indexes (each chunk's questions' text written again from its
-        questions), drop orphan rows that no source owns, and rebuild
+        questions), drop orphan rows that no source owns, and have the place rebuild
         each kind's vectors to hold exactly its rows: those without a readable vector are
         embedded again from their text with ``embed`` (without it, they stay missing and
         `check` names them). Sources that lost rows are for the caller to ingest again or
@@ -519,14 +459,8 @@ class SQLiteStore(SQLStore):
             self._expand_all(conn)
             for kind in KINDS:
                 conn.execute(f"INSERT INTO {kind}_fts({kind}_fts) VALUES ('rebuild')")
-        if self._chroma is not None:
-            self._send()
-        for kind in KINDS:
-            embed_rows = None if embed is None else partial(self._embed_rows, kind, embed)
-            if self._chroma is not None:
-                self._chroma.rebuild(kind, self.table_rows(kind), embed_rows)
-            else:
-                self._vectors.rebuild(kind, self._write, self.table_rows(kind), embed_rows)
+        self._place.repair(self.table_rows, lambda kind: None if embed is None
+                           else partial(self._embed_rows, kind, embed))
 
     def disk_size(self) -> int:
         return sum(p.stat().st_size for p in self.directory.rglob("*") if p.is_file())

@@ -11,15 +11,14 @@ from pathlib import Path
 
 from isotope.ann import Ids
 from isotope.stores import KINDS, Inspection, Kind
-from isotope.stores.chroma_vectors import ChromaVectors
 from isotope.stores.sqlite_sql import CHUNK_ROWID, ORPHANS
-from isotope.stores.sqlite_vectors import VectorStore
+from isotope.stores.vector_place import VectorPlace
 
 log = logging.getLogger(__name__)
 
 
 def inspect(conn: sqlite3.Connection, snapshot: Callable[[], AbstractContextManager[None]],
-            vectors: VectorStore | ChromaVectors, table_rows: Callable[[Kind], tuple[Ids, Ids]],
+            vectors: VectorPlace, table_rows: Callable[[Kind], tuple[Ids, Ids]],
             lost_rows: Callable[[], list[tuple[str, str]]], *, read_only: bool, db: Path
             ) -> Inspection:
     """SQLite's own check, foreign keys, provenance (every question has its atom and

@@ -1,20 +1,27 @@
-"""The embedded store's side of vectors kept in Chroma (a
-:class:`isotope.stores.chroma_vectors.Rows`): its ``vector_log`` table, read and emptied,
-and the rows Chroma's metadata and the conditions it cannot say are read from."""
+"""The embedded store's vectors kept in Chroma (:class:`SQLiteChroma`, registered as the
+``chroma`` place of ``sqlite``): a Chroma folder inside the index, or a server. Its rows
+as Chroma reads them (:class:`SQLiteRows`, a :class:`isotope.stores.chroma_vectors.Rows`):
+the ``vector_log`` table, read and emptied, and the rows Chroma's metadata and the
+conditions it cannot say are read from. The pending writes are sent under the writer
+lock."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 from isotope.ann import Ids
+from isotope.errors import IndexLocked
 from isotope.models import Condition
-from isotope.stores import KINDS, Kind
-from isotope.stores.chroma_vectors import about
+from isotope.stores import KINDS, LOG_ONLY, Kind
+from isotope.stores.chroma_place import Chroma
+from isotope.stores.chroma_vectors import Rows, about
 from isotope.stores.sqlite_schema import set_meta
 from isotope.stores.sqlite_sql import ITEM_JOIN, where
 
@@ -96,3 +103,27 @@ class SQLiteRows:
             conn.execute(
                 f"INSERT INTO vector_log(kind, item, grp, vector) SELECT '{kind}', {item}, "
                 f"c.rowid, X'' FROM chunks c{join} WHERE c.source IN ({marks})", list(uris))
+
+
+class SQLiteChroma(Chroma):
+    """The embedded store's vectors in Chroma (see the module's text)."""
+
+    def _rows(self) -> Rows:
+        side = self.side
+        return SQLiteRows(side._conn, lambda: side._write(LOG_ONLY), side._chunks_meeting)
+
+    def _folder(self) -> Path:
+        return Path(self.side.directory) / "chroma"
+
+    def relabel(self, conn: Any, uris: Sequence[str]) -> None:
+        """The items of sources whose access list changed are logged again, so that their
+        metadata (who may see them) is sent with the next write."""
+        SQLiteRows.relabel(conn, uris)
+
+    def after_write(self) -> None:
+        """Send the pending writes under the writer lock (taken if free)."""
+        if self.side._writing:
+            self.send()
+        else:
+            with contextlib.suppress(IndexLocked), self.side.writer():
+                self.send()

@@ -144,3 +144,10 @@ def write_lock(directory: Path, wait: float = 0.0) -> Iterator[None]:
             fh.seek(0)
             fh.truncate()
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def release(conn: sqlite3.Connection) -> None:
+    """Give the database's free pages (the folded log's) back to the file system. Run as
+    a script: stepped once, as ``execute`` does, the pragma frees one page only."""
+    if not conn.in_transaction:
+        conn.executescript("PRAGMA incremental_vacuum;")

@@ -63,6 +63,7 @@ from isotope.embedders import Vectors
 from isotope.errors import IndexDamaged, StoreError
 from isotope.stores import KINDS, Kind, sqlite_keywords
 from isotope.stores.schema_steps import FTS_COLUMNS
+from isotope.stores.sqlite_connection import release
 from isotope.stores.sqlite_keywords import KeywordBase, KeywordLayer, row_texts
 from isotope.stores.sqlite_schema import set_meta
 
@@ -662,13 +663,6 @@ def _sizes_agree(files: list[Path], info: dict[str, Any]) -> bool:
         return sum(p.stat().st_size for p in files) == int(info["bytes"])
     except OSError:
         return False
-
-
-def release(conn: sqlite3.Connection) -> None:
-    """Give the database's free pages (the folded log's) back to the file system. Run as
-    a script: stepped once, as ``execute`` does, the pragma frees one page only."""
-    if not conn.in_transaction:
-        conn.executescript("PRAGMA incremental_vacuum;")
 
 
 def digest(files: list[Path]) -> str:
