@@ -237,3 +237,19 @@ def test_no_module_imports_itself_back() -> None:
                 seen.add(name)
                 todo += graph[name]
     assert circles == [], f"modules that import themselves back: {circles}"
+
+
+def test_the_facade_only_delegates_and_no_module_is_long() -> None:
+    """``Isotope.search`` and ``Isotope.answer`` build a request (or take the asker's
+    conditions) and hand it on to ``search/`` (issue 67): each under 25 lines, docstring
+    included; no module of the library is over 800 lines."""
+    import ast
+
+    tree = ast.parse((PACKAGE / "index.py").read_text())
+    facade = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Isotope")
+    lengths = {n.name: (n.end_lineno or n.lineno) - n.lineno + 1 for n in facade.body
+               if isinstance(n, ast.FunctionDef)}
+    assert lengths["search"] < 25 and lengths["answer"] < 25 and lengths["ask"] < 25, lengths
+    long = {str(path.relative_to(PACKAGE)): lines for path in sorted(PACKAGE.rglob("*.py"))
+            if (lines := len(path.read_text().splitlines())) > 800}
+    assert long == {}, long

@@ -603,9 +603,9 @@ def test_no_bridge_is_asked_past_the_passages_an_answer_reads(
         tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer reads ``MAX_PASSAGES`` passages: with ``answer_k`` at that, the bridges
     would be cut from its prompt, so none is asked for (nor shown as given)."""
-    import isotope.index
+    import isotope.search.answer
 
-    monkeypatch.setattr(isotope.index, "MAX_PASSAGES", 1)
+    monkeypatch.setattr(isotope.search.answer, "MAX_PASSAGES", 1)
     model = FakeLLM()
     with _open(tmp_path / "index", embedder, model, answer_k=1) as iso:
         iso.ingest(_docs(tmp_path / "docs"))
@@ -633,8 +633,8 @@ def test_the_search_for_an_answer_weighs_the_graph_in(
         assert graph_weight(for_answer=True) == 1.0
         assert graph_weight() == 0.0
         assert graph_weight(for_answer=True, weights={"graph": 0.5}) == 0.5
-        fitted = iso._fitted_weights() or {}
-        monkeypatch.setattr(iso, "_fitted_weights", lambda: {**fitted, "graph": 0.0})
+        fitted = iso._fitted.weights() or {}
+        monkeypatch.setattr(iso._fitted, "weights", lambda: {**fitted, "graph": 0.0})
         assert graph_weight(for_answer=True) == 1.0
         monkeypatch.undo()
         from isotope.server.mcp import create_mcp

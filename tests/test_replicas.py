@@ -350,7 +350,7 @@ def test_the_primary_restarted_during_an_ingest(replicated: Cluster, index: str,
         (folder / f"harbour{n}.md").write_text(
             f"# Harbour {n}\n\nBerth {n} of the harbour takes boats of {n + 3} metres. "
             f"Its crane lifts {n + 1} tonnes.\n")
-    import isotope.index
+    import isotope.search.fitted
 
     reader = _opened(index, embedder)
     reader.search("Which bakery sells buns?", k=1)
@@ -380,12 +380,12 @@ def test_the_primary_restarted_during_an_ingest(replicated: Cluster, index: str,
                    timeout=120)
     try:
         writer.join(timeout=120)
-        isotope.index.FITTED_FOR = 0.0  # (the fitted weights are read at every search)
+        isotope.search.fitted.FITTED_FOR = 0.0  # (the fitted weights are read at every search)
         for _ in range(5):  # the primary is away: searches go on
             found = reader.search("Which bakery sells buns?", k=1, mode="hybrid")
             assert found.results[0].chunk.source.endswith("bakery.md")
     finally:
-        isotope.index.FITTED_FOR = 10.0
+        isotope.search.fitted.FITTED_FOR = 10.0
         log = replicated.base / "primary-restarted.log"
         replicated._owned(log, folder=False)
         subprocess.run(replicated._as_server(replicated.bin / "pg_ctl", "-D", data, "-o",

@@ -27,7 +27,7 @@ from isotope.errors import (
     SyncRefused,
     UnsupportedFile,
 )
-from isotope.index import IndexStatus, Isotope
+from isotope.index import Isotope
 from isotope.ingest.pipeline import IngestReport, Progress
 from isotope.knowledge.facts import GraphEntity, GraphRelation, Neighbourhood
 from isotope.models import (
@@ -39,6 +39,7 @@ from isotope.models import (
     SearchResult,
     Source,
 )
+from isotope.reports import IndexStatus
 from isotope.settings import Settings
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -101,8 +101,8 @@ class Client:
         return [listed_source(item) for item in self._call("GET", "/sources")]
 
     def status(self) -> Any:
-        """As :meth:`Isotope.status` (an :class:`isotope.index.IndexStatus`)."""
-        from isotope.index import IndexStatus
+        """As :meth:`Isotope.status` (an :class:`isotope.IndexStatus`)."""
+        from isotope.reports import IndexStatus
 
         return IndexStatus.model_validate(self._call("GET", "/status"))
 

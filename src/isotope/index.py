@@ -1,82 +1,53 @@
-"""The ``Isotope`` class: one object for most users.
-
-Longer than the other modules on purpose: it is the public API, one class whose methods
-each check their arguments and hand the work to the module that holds it (``ingest``,
-``retrieval``, ``answer``, ``maintenance``, ``stores``); splitting it would split the
-API's documentation."""
+"""The ``Isotope`` class: one object for most users, the public API. Each method hands the
+work to the module that holds it (``opening``, ``ingest.runs``, ``search.request`` and
+``searching``, ``search.answering``, ``search.fitted``, ``learning``, ``maintenance``,
+``knowledge``, ``stores``) and keeps only what the call needs of the index."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-import shutil
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
-from isotope import access, embedders, projects, providers, stores
+from isotope import access, projects, stores
 from isotope import prompts as prompt_specs
 from isotope._version import __version__
-from isotope.access import (
-    Assigner,
-    Principal,
-    access_list,
-    mark_for,
-    principal_of,
-    rules_for,
-    set_for,
-)
+from isotope.access import Principal, principal_of
 from isotope.embedders import Embedder
-from isotope.errors import (
-    FixedSetting,
-    InvalidArgument,
-    InvalidIndex,
-    IsotopeError,
-    ModelMismatch,
-    SourceNotFound,
-    StoreError,
-)
+from isotope.errors import InvalidArgument, SourceNotFound
 from isotope.files import source_path
-from isotope.ingest import maintenance, planning
-from isotope.ingest.atomizers import Atomizer, LLMAtomizer, SentenceAtomizer
+from isotope.ingest import maintenance
+from isotope.ingest.atomizers import Atomizer
 from isotope.ingest.maintenance import RepairReport, source_state
-from isotope.ingest.pipeline import IngestPlan, IngestReport, Pipeline, ProgressCallback, Questions
-from isotope.ingest.questions import parse_questions
-from isotope.knowledge import memory
-from isotope.knowledge.facts import MAX_HOPS, GraphEntity, Neighbourhood
+from isotope.ingest.maintenance import inside as _inside
+from isotope.ingest.pipeline import IngestPlan, IngestReport, ProgressCallback, Questions
+from isotope.ingest.runs import Runs
+from isotope.knowledge import memory, reading
+from isotope.knowledge.facts import GraphEntity, Neighbourhood
 from isotope.models import (
     Chunk,
     ChunkQuestions,
     GeneratedQuestion,
     QueryResponse,
     SearchResult,
-    content_hash,
 )
+from isotope.opening import meta
+from isotope.opening.meta import check_embedding, on_scale
+from isotope.opening.settled import open_index
 from isotope.providers import LLM
 from isotope.providers.cache import Cache, CachedEmbedder, CachedLLM
+from isotope.providers.loaded import Models
+from isotope.reports import IndexStatus
 from isotope.search import adapter as query_adapter
-from isotope.search import learning, retrieval
+from isotope.search import learning
 from isotope.search import weights as weight_fit
-from isotope.search.answer import ANSWER_TOKENS, MAX_PASSAGES, PROMPT_CHARS, answer_prompt, judge
-from isotope.search.filters import parse as parse_filters
-from isotope.search.filters import shown_text
+from isotope.search.answering import Answering
+from isotope.search.fitted import Fitted
+from isotope.search.request import search_request, valid_k
 from isotope.search.searching import ChunkCounts, Search, hide_members
-from isotope.settings import (
-    FIXED,
-    INDEX_FIELDS,
-    REMAKE,
-    Settings,
-    index_settings,
-    keep_fixed,
-    resolve,
-    shown,
-)
+from isotope.settings import Settings, shown
 from isotope.stores import (
     SCHEMA_VERSION,
     Feedback,
@@ -86,54 +57,10 @@ from isotope.stores import (
     VectorBackend,
 )
 
-MAX_K = 10_000
-"""The most results a query may ask for."""
-MAX_QUERY = 10_000
-"""The most characters a query may have (on every surface: the API, the CLI, HTTP, MCP)."""
-HIDDEN_SINCE = ("The passages this answer was written from are no longer visible to you "
-               "(their access changed meanwhile).")
 Asker = Principal | str | dict[str, Any] | None
 """Who asks (``principal=``): a :class:`~isotope.access.Principal`, its text form
 ``user:NAME[,group:NAME...]``, a dict ``{"user": ..., "groups": [...]}``, or None: the
 index's owner, who sees everything."""
-
-
-
-class IndexStatus(BaseModel):
-    """What ``Isotope.status()`` returns."""
-
-    index: str
-    """The index's directory, absolute."""
-    project: str | None = None
-    """The project's name, when the index is a project."""
-    schema_version: int
-    isotope_version: str
-    created_at: str | None
-    counts: dict[str, int]
-    disk_bytes: int | None
-    embedding: dict[str, Any]
-    models: dict[str, str]
-    prompt_versions: dict[str, str]
-    settings: dict[str, Any]
-    vector_backend: str = "usearch"
-    """Where the vectors are kept: ``usearch`` (the index's own files), ``chroma`` (a
-    Chroma folder inside the index) or the Chroma server's URL."""
-    keyword_engine: str = "fts5"
-    """What ranks keyword search: ``fts5`` (embedded), ``pg_textsearch`` or ``postings``
-    (PostgreSQL; chosen when the index was made, from what the server has)."""
-    graph: bool = False
-    """Whether the index has a knowledge graph (the ``graph`` setting it was made with)."""
-    replicas: list[dict[str, Any]] = []
-    """Each read replica's ``url`` (password masked), ``healthy``, ``lag_s`` (seconds
-    behind the primary) and ``error`` (why it is not healthy)."""
-    query_adapter: dict[str, Any] = {}
-    """The query adapter (:mod:`isotope.search.adapter`): ``setting`` (``off`` or the
-    kind), ``in_use`` (searches apply it: the setting is on and its last fit beat none
-    on its held-out questions) and ``fit`` (that fit, as ``isotope adapter fit --json``
-    gives it; None: never fitted)."""
-
-
-log = logging.getLogger(__name__)
 
 
 def vector_backend(settings: Settings, origins: dict[str, str]) -> VectorBackend:
@@ -147,9 +74,6 @@ def vector_backend(settings: Settings, origins: dict[str, str]) -> VectorBackend
                           "chroma_database": settings.chroma_database,
                           "chroma_timeout": settings.chroma_timeout})
 
-
-FITTED_FOR = 10.0
-"""Seconds an open index keeps the fitted signal weights before reading them again."""
 
 class Isotope:
     """A question-indexed store of documents.
@@ -170,8 +94,8 @@ class Isotope:
         origins: dict[str, str] | None = None,
     ) -> None:
         self.store = store
-        self._scaled = _on_scale(settings, embedder, origins,
-                                 fresh=store.get_meta("embedding") is None)
+        self._scaled = on_scale(settings, embedder, origins,
+                                fresh=store.get_meta("embedding") is None)
         self.settings = settings = settings.model_copy(update=self._scaled)
         self.embedder = embedder
         self.prompts = prompt_specs.load(settings.prompts_dir)
@@ -187,50 +111,32 @@ class Isotope:
         store.set_vector_build(settings.pg_vector_index, settings.hnsw_build_memory,
                                settings.hnsw_build_workers)
         self.origins = origins or {}
-        self._llms: dict[str, CachedLLM] = {}
         self._counts = ChunkCounts()
         """The chunks each asker may see, for the confidence thresholds."""
-        self._fitted: tuple[float, dict[str, float] | None] = (-FITTED_FOR, None)
-        self._adapter: tuple[float, query_adapter.Adapter | None] = (-FITTED_FOR, None)
+        self._fitted = Fitted(store, settings)
+        """The fitted weights and query adapter searches read."""
         self.access_control = settings.access_control
         """Sources without an access list are seen by administrators only (the
         ``access_control`` setting; a server whose keys name users turns it on)."""
         self.query_log = bool(settings.query_log)
         """Searches are written to the query log (the ``query_log`` setting; a server
         turns it on unless the setting says otherwise)."""
-        if llm is not None:
-            self._llms[settings.question_model] = self._wrap(llm)
-            self._llms.setdefault(settings.atomizer_model, self._llms[settings.question_model])
-        self._answer_llm = self._wrap(answer_llm) if answer_llm is not None else None
-        """The answer model given to open() (only the answer model, even when the settings
-        name the same model for questions)."""
-        if answer_llm is None and llm is not None:
-            self._llms.setdefault(settings.answer_model, self._llms[settings.question_model])
-        self._check_embedder()
+        self._models = Models(settings, self.cache, llm=llm, answer_llm=answer_llm)
+        """The language models, each loaded once behind the reply cache."""
+        check_embedding(store, settings, embedder, self._scaled)
         if self.cache is not None:
             self.embedder = CachedEmbedder(embedder, self.cache)
-        self._remade: dict[str, Any] = {}
-        """The index-fixed settings given otherwise with ``remake`` (see :meth:`open`),
-        until a forced ingest makes them the index's."""
-
-    def _wrap(self, llm: LLM) -> CachedLLM:
-        return llm if isinstance(llm, CachedLLM) else CachedLLM(llm, self.cache,
-                                                                  seed=self.settings.seed)
+        self._runs = Runs(store, settings, self.embedder, self.prompts, self.llm,
+                          self._after_questions)
+        """The ingest runs (the settings given otherwise with ``remake``, see
+        :meth:`open`, kept there until a forced ingest makes them the index's)."""
 
     # -- construction ------------------------------------------------------------------
     @classmethod
-    def open(
-        cls,
-        path: str | Path | None = None,
-        *,
-        create: bool = True,
-        store: Store | None = None,
-        embedder: Embedder | None = None,
-        llm: LLM | None = None,
-        answer_llm: LLM | None = None,
-        remake: bool = False,
-        **settings: Any,
-    ) -> Isotope:
+    def open(cls, path: str | Path | None = None, *, create: bool = True,
+             store: Store | None = None, embedder: Embedder | None = None,
+             llm: LLM | None = None, answer_llm: LLM | None = None, remake: bool = False,
+             **settings: Any) -> Isotope:
         """Open (or create) the index at ``path``: a directory, or the name of a project
         (a bare name that is not an existing directory; see :mod:`isotope.projects`).
         Default: the ``index`` setting, else the ``project`` setting, else the default
@@ -249,71 +155,16 @@ class Isotope:
         (a source it does not make again is made again with them when next ingested), or
         a :meth:`plan`; any other ingest or enrichment refuses them.
         """
-        if isinstance(path, str) and projects.is_name(path):
-            settings["project"], path = path, None
-        base, origins = resolve(None, **settings)
-        if path is not None:
-            settings["index"] = str(path)
-        elif (create and origins["project"] == "argument" and base.project
-              and not projects.exists(base.project, base)):
-            settings["index"] = projects.create(base.project)
-        else:
-            settings["index"] = projects.index_path(base, origins)
-        base, _ = resolve(None, **settings)
-        opened = store is None
-        folder = Path(base.index).expanduser() if stores.scheme(base.index) is None else None
-        made_here = opened and folder is not None and not folder.exists()
-        if store is None:
-            store = stores.open(base.index, create=create)
-        try:
-            saved = store.get_meta("settings")
-            resolved, origins = resolve(saved, **settings)
-            resolved, origins = keep_fixed(resolved, origins, fixed_of(store),
-                                           stores.describe(base.index), remake=remake)
-            if embedder is None:
-                embedder = embeddings_for(resolved)
-            iso = cls(store, resolved, embedder, llm=llm, answer_llm=answer_llm,
-                      origins=origins)
-        except BaseException:
-            if opened:  # (an index folder this call made, still empty, is removed)
-                try:
-                    empty = made_here and not store.counts().get("sources")
-                except IsotopeError:
-                    empty = False
-                store.close()
-                if empty and folder is not None:
-                    shutil.rmtree(folder, ignore_errors=True)
-            raise
-        if remake and isinstance(saved, dict):
-            fields = Settings.model_fields
-            iso._remade = {name: getattr(resolved, name) for name in REMAKE
-                           if saved.get(name, fields[name].default) != getattr(resolved, name)}
-        return iso
 
-    def _check_embedder(self) -> None:
-        saved = self.store.get_meta("embedding")
-        if saved is None:
-            if self.store.get_meta("settings") is None:
-                self.store.set_meta("settings", index_settings(self.settings))
-                self.store.set_meta("created_at", datetime.now(UTC).isoformat())
-                self.store.set_meta("isotope_version", __version__)
-            elif self._scaled:  # (a project's settings, saved before its first open)
-                self.store.set_meta("settings", {**self.store.get_meta("settings"),
-                                                 **self._scaled})
-            self.store.set_meta(
-                "embedding",
-                {"model": self.settings.embedding_model, "model_id": self.embedder.model_id,
-                 "dim": self.embedder.dim},
-            )
-            return
-        if saved["model_id"] != self.embedder.model_id or saved["dim"] != self.embedder.dim:
-            raise ModelMismatch(
-                f"the index at {stores.describe(self.settings.index)} was built with "
-                f"embedding model "
-                f"{saved['model']!r} ({saved['model_id']}, {saved['dim']}-d), not "
-                f"{self.embedder.model_id!r} ({self.embedder.dim}-d). Use the same model "
-                f"(ISOTOPE_EMBEDDING_MODEL={saved['model']}) or ingest into a new index"
-            )
+        def make(store: Store, resolved: Settings, embedder: Embedder,
+                 origins: dict[str, str]) -> Isotope:
+            return cls(store, resolved, embedder, llm=llm, answer_llm=answer_llm,
+                       origins=origins)
+
+        iso, remade = open_index(make, path, settings, create=create, store=store,
+                                 embedder=embedder, remake=remake)
+        iso._runs.remade = remade
+        return iso
 
     def __enter__(self) -> Isotope:
         return self
@@ -322,8 +173,7 @@ class Isotope:
         self.close()
 
     def close(self) -> None:
-        for llm in {id(v): v for v in self._llms.values()}.values():
-            llm.close()
+        self._models.close()
         self.embedder.close()
         self.store.close()
         if self.cache is not None:
@@ -333,45 +183,16 @@ class Isotope:
     def llm(self, model: str | None = None) -> CachedLLM:
         """The language model named ``model`` (default: the question model), loaded once,
         behind the reply cache."""
-        model = model or self.settings.question_model
-        if model not in self._llms:
-            self._llms[model] = self._wrap(providers.create(model, self.settings))
-        return self._llms[model]
+        return self._models.llm(model)
 
     def answer_llm(self) -> CachedLLM:
         """The answer model (the one given to :meth:`open` as ``answer_llm``, else the one
         the ``answer_model`` setting names)."""
-        return self._answer_llm or self.llm(self.settings.answer_model)
+        return self._models.answer_llm()
 
     def atomizer(self) -> Atomizer:
-        if self.settings.atomizer == "llm":
-            return LLMAtomizer(
-                self.llm(self.settings.atomizer_model), min_words=self.settings.min_atom_words,
-                prompt=self.prompts["atomizer"])
-        return SentenceAtomizer(min_words=self.settings.min_atom_words)
-
-    def _pipeline(self, *, force: bool = False, allow: Sequence[str] | None = None,
-                  remaking: bool = False, plan_only: bool = False) -> Pipeline:
-        """The ingest pipeline. Settings given otherwise with ``remake`` (see
-        :meth:`open`) are saved as the index's by a forced ingest (``remaking``: under the
-        writer lock, before it stores anything), read by a plan (``plan_only``), refused
-        otherwise."""
-        if self._remade and not plan_only:
-            name, value = next(iter(self._remade.items()))
-            if not remaking:
-                raise FixedSetting(name, f"{name} = {json.dumps(value)} is not the index's "
-                                   "(opened with remake=True): only an ingest with "
-                                   "force=True makes it so, making the sources again")
-            self.store.set_meta("settings", {**self.store.get_meta("settings"),
-                                             **self._remade})
-            self._remade = {}
-        return Pipeline(self.settings, self.store, self.embedder, self.atomizer(),
-                        lambda: self.llm(self.settings.question_model), force=force,
-                        prompts=self.prompts, assign=self._assigner(allow))
-
-    def _assigner(self, allow: Sequence[str] | None) -> Assigner:
-        return Assigner(None if allow is None else tuple(access_list(allow)),
-                        self.settings.email_access)
+        """The atomizer the ``atomizer`` setting names."""
+        return self._runs.atomizer()
 
     def _conditions(self, principal: Asker) -> list[Any]:
         """The search conditions of ``principal`` (none for the owner or an
@@ -390,26 +211,15 @@ class Isotope:
     def project(self) -> str | None:
         """The project's name when the index is a project's (its own folder, or the
         location the project points at), else None."""
-        name = self.settings.project or self.store.get_meta("project")
-        if (isinstance(name, str) and projects.is_name(name, self.settings)
-                and projects.exists(name, self.settings)
-                and projects.location_of(name, self.settings) == str(self.settings.index)):
-            return name
-        return None
+        return projects.of_index(self.settings.project or self.store.get_meta("project"),
+                                 self.settings)
 
     # -- ingest ------------------------------------------------------------------------
-    def ingest(
-        self,
-        paths: str | Path | Iterable[str | Path],
-        *,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        progress: ProgressCallback | None = None,
-        force: bool = False,
-        questions: Questions = "now",
-        confine: Sequence[Path] | None = None,
-        allow: Sequence[str] | None = None,
-    ) -> IngestReport:
+    def ingest(self, paths: str | Path | Iterable[str | Path], *,
+               include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+               progress: ProgressCallback | None = None, force: bool = False,
+               questions: Questions = "now", confine: Sequence[Path] | None = None,
+               allow: Sequence[str] | None = None) -> IngestReport:
         """Ingest files and directories. Files that cannot be read are listed in the
         report's ``errors``; the rest are ingested. An unchanged file is skipped (with
         ``force``, it is ingested again, reusing nothing stored); a changed one replaces
@@ -427,15 +237,9 @@ class Isotope:
         ``group:NAME``; see :mod:`isotope.access`), unchanged ones included; without it,
         a source gets the list of the ``.isotope-access`` rules file of its folder, or
         keeps the one it had."""
-        if isinstance(paths, str | Path):
-            paths = [paths]
-        paths = _rules_read(paths)
-        with self.store.writer(self.settings.lock_wait):
-            report = self._pipeline(force=force, allow=allow, remaking=force).ingest_paths(
-                paths, include=include, exclude=exclude, progress=progress,
-                questions=questions, confine=confine)
-            self._after_questions(report)
-            return report
+        return self._runs.ingest(paths, force=force, allow=allow, include=include,
+                                 exclude=exclude, progress=progress, questions=questions,
+                                 confine=confine)
 
     def enrich(self, *, progress: ProgressCallback | None = None,
                sources: Sequence[str] | None = None) -> IngestReport:
@@ -444,23 +248,13 @@ class Isotope:
         Resumable: interrupted, the next call goes on from the chunks still waiting;
         answers the cache holds cost nothing. Searches meanwhile use the questions that
         exist."""
-        with self.store.writer(self.settings.lock_wait):
-            report = self._pipeline().enrich(progress=progress, sources=sources)
-            self._after_questions(report)
-            return report
+        return self._runs.enrich(progress=progress, sources=sources)
 
-    def sync(
-        self,
-        paths: str | Path | Iterable[str | Path],
-        *,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        progress: ProgressCallback | None = None,
-        force: bool = False,
-        questions: Questions = "now",
-        confine: Sequence[Path] | None = None,
-        allow: Sequence[str] | None = None,
-    ) -> IngestReport:
+    def sync(self, paths: str | Path | Iterable[str | Path], *,
+             include: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+             progress: ProgressCallback | None = None, force: bool = False,
+             questions: Questions = "now", confine: Sequence[Path] | None = None,
+             allow: Sequence[str] | None = None) -> IngestReport:
         """Make the index match ``paths``: ingest new and changed files (as
         :meth:`ingest`), and remove the sources below these paths whose files were
         deleted (``report.removed``). A path that does not exist is an error and removes
@@ -470,28 +264,14 @@ class Isotope:
         (:data:`isotope.ingest.maintenance.SYNC_MAX_REMOVED`), raises :class:`SyncRefused`
         before changing anything: an unmounted or emptied folder looks like that.
         ``force=True`` removes them. ``confine`` and ``allow``: as for :meth:`ingest`."""
-        paths = _rules_read([paths] if isinstance(paths, str | Path) else paths)
-        with self.store.writer(self.settings.lock_wait):
-            gone = ([] if self.settings.sync_strategy != "source_aware" else
-                    maintenance.deleted_sources(self.store, paths, force=force))
-            report = self._pipeline(allow=allow).ingest_paths(
-                paths, include=include, exclude=exclude, progress=progress,
-                questions=questions, confine=confine)
-            self._after_questions(report)
-            for uri in gone:
-                self.store.delete_source(uri)
-                report.removed.append(uri)
-        return report
+        return self._runs.sync(paths, force=force, allow=allow, include=include,
+                               exclude=exclude, progress=progress, questions=questions,
+                               confine=confine)
 
-    def ingest_chunks(
-        self,
-        chunks: Iterable[Chunk | str],
-        *,
-        source: str | None = None,
-        progress: ProgressCallback | None = None,
-        questions: Questions = "now",
-        allow: Sequence[str] | None = None,
-    ) -> IngestReport:
+    def ingest_chunks(self, chunks: Iterable[Chunk | str], *, source: str | None = None,
+                      progress: ProgressCallback | None = None,
+                      questions: Questions = "now",
+                      allow: Sequence[str] | None = None) -> IngestReport:
         """Ingest ready-made chunks (strings, or :class:`Chunk` objects with a ``source``).
 
         Chunks without a source of their own belong to ``source``; each source is stored
@@ -499,39 +279,21 @@ class Isotope:
         a new source named ``chunks-`` and a hash of their texts, so every batch is kept
         (and ingesting the same batch again changes nothing); pass ``source=`` to replace
         a batch later. ``allow``: the sources' access list (as for :meth:`ingest`)."""
-        items = [Chunk(text=c, source="") if isinstance(c, str) else c for c in chunks]
-        if source is None:
-            source = "chunks-" + content_hash("\x1f".join(c.text for c in items
-                                                          if not c.source))[:16]
-        with self.store.writer(self.settings.lock_wait):
-            report = self._pipeline(allow=allow).ingest_chunks(
-                items, source=source, progress=progress, questions=questions)
-            self._after_questions(report)
-            return report
+        return self._runs.chunks(chunks, source=source, allow=allow, progress=progress,
+                                 questions=questions)
 
-    def plan(
-        self,
-        paths: str | Path | Iterable[str | Path],
-        *,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-    ) -> IngestPlan:
+    def plan(self, paths: str | Path | Iterable[str | Path], *,
+             include: Sequence[str] | None = None,
+             exclude: Sequence[str] | None = None) -> IngestPlan:
         """What :meth:`ingest` would do, without calling a model: chunks, atoms, model
         calls needed and how many the cache covers, estimated tokens."""
-        if isinstance(paths, str | Path):
-            paths = [paths]
-        return planning.plan_paths(self._pipeline(plan_only=True), paths, include=include,
-                                   exclude=exclude)
+        return self._runs.plan(paths, include=include, exclude=exclude)
 
-    async def aingest_chunks(
-        self,
-        chunks: Iterable[Chunk | str],
-        *,
-        source: str | None = None,
-        progress: ProgressCallback | None = None,
-        questions: Questions = "now",
-        allow: Sequence[str] | None = None,
-    ) -> IngestReport:
+    async def aingest_chunks(self, chunks: Iterable[Chunk | str], *,
+                             source: str | None = None,
+                             progress: ProgressCallback | None = None,
+                             questions: Questions = "now",
+                             allow: Sequence[str] | None = None) -> IngestReport:
         """:meth:`ingest_chunks` without blocking the event loop (runs in a worker thread)."""
         items = list(chunks)
         return await asyncio.to_thread(self.ingest_chunks, items, source=source,
@@ -539,76 +301,38 @@ class Isotope:
 
     # -- query -------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,
-               transform: bool | None = None,
-               filters: dict[str, Any] | None = None,
-               weights: dict[str, float] | None = None,
-               for_answer: bool = False, principal: Asker = None,
-               explain: bool = False) -> QueryResponse:
-        """The ``k`` chunks whose generated questions best match ``query`` (``k``
-        defaults to the ``top_k`` setting; with ``for_answer``, a search an answer will
-        be made from, to ``answer_k``: the chunks the answer model is given; on an index
-        with a knowledge graph, a hybrid search weighs the graph signal in
-        (``answer_graph_weight``) and gives ``answer_bridges`` more passages after them,
-        :attr:`SearchResult.bridge` saying by which paths the graph reached each).
+               transform: bool | None = None, filters: dict[str, Any] | None = None,
+               weights: dict[str, float] | None = None, for_answer: bool = False,
+               principal: Asker = None, explain: bool = False) -> QueryResponse:
+        """The ``k`` chunks (default: the ``top_k`` setting) whose generated questions best
+        match ``query``, of the sources ``principal`` may see (a condition of every
+        signal's search: it gets ``k`` results where ``k`` are visible, and nothing it may
+        not see shapes a score; see :mod:`isotope.access`). ``filters`` only narrow that
+        (:mod:`isotope.search.filters`); ``weights``: hybrid's signal weights for this
+        search, over the ``weights`` setting; ``transform`` (default: the
+        ``query_transform`` setting): a query that is not a question is first rewritten by
+        the answer model into one to three questions, all searched and fused; ``explain``:
+        each result says how its score was made (per signal its rank, raw and standardised
+        score, weight and contribution; the questions and atoms that matched);
+        ``for_answer``: a search an answer is made from (``k``: ``answer_k``; with a graph,
+        the graph weighed in and ``answer_bridges`` more passages, each saying by which
+        paths the graph reached it: :class:`~isotope.search.request.SearchRequest`)."""
+        request = search_request(self.settings, self._fitted, query, k, mode=mode,
+                                 transform=transform, filters=filters, weights=weights,
+                                 for_answer=for_answer, explain=explain,
+                                 principal=principal, control=self.access_control)
+        return self._search().run(request)
 
-        With ``transform`` (default: the ``query_transform`` setting), a query that is not
-        already a question is first rewritten by the answer model into one to three
-        questions; all are searched and the results fused. ``filters`` keeps only chunks
-        whose source or metadata match (see :mod:`isotope.search.filters`). ``weights`` sets
-        hybrid signals' weights for this search, over the ``weights`` setting.
+    def _search(self) -> Search:
+        """The index's search, as its settings and attributes are now."""
+        return Search(self.store, self.embedder, self.settings, self._counts,
+                      log=bool(self.query_log or self.settings.audit_log),
+                      max_bytes=self._max_bytes, access_control=self.access_control,
+                      model=self.answer_llm, prompts=self.prompts)
 
-        ``explain``: each result says how its score was made (per signal its rank, raw
-        score, standardised score, weight and contribution to the fused score; the
-        questions and atoms that matched).
-
-        ``principal``: who asks; only the sources it may see are searched (a condition of
-        every signal's search, so it never gets fewer than ``k`` results where ``k`` are
-        visible, and nothing it may not see shapes a score); ``filters`` only narrow
-        that. See :mod:`isotope.access`."""
-        started = time.perf_counter()
-        query = _valid_query(query)
-        if k is None:
-            k = self.settings.answer_k if for_answer else self.settings.top_k
-        k = _valid_k(k)
-        asker = principal_of(principal)
-        conditions = access.conditions(asker, control=self.access_control)
-        fitted = self._fitted_weights()
-        if for_answer and self.settings.graph:  # (over the fitted weights, under the rest)
-            fitted = {**(fitted or {}), "graph": self.settings.answer_graph_weight}
-        options = {**retrieval.fusion_options(self.settings, weights, fitted),
-                   "filters": parse_filters(filters) + conditions, "explain": bool(explain),
-                   "adapter": self._query_adapter()}
-        mode = mode or self.settings.mode
-        if mode == "graph" and not self.settings.graph:
-            raise InvalidArgument("mode graph searches the knowledge graph, and this index has "
-                                  "none: it is made with the setting graph = true (a new "
-                                  "index, or `isotope ingest --force`)")
-        transform = self.settings.query_transform if transform is None else transform
-        search = Search(self.store, self.embedder, self.settings, asker, conditions,
-                        self._counts, log=bool(self.query_log or self.settings.audit_log),
-                        max_bytes=self._max_bytes, access_control=self.access_control)
-        rewrites: list[str] | None = None  # (None: not rewritten)
-        rewriting = time.perf_counter()
-        if transform and not query.rstrip().endswith("?"):
-            reply = self.answer_llm().complete(
-                retrieval.transform_prompt(query, self.prompts["transform"]),
-                max_tokens=120, temperature=0.0)
-            rewrites = parse_questions(reply, 3)
-        rewritten = time.perf_counter() - rewriting
-
-        # (an answer reads MAX_PASSAGES passages at most: no bridge past them)
-        bridges = min(self.settings.answer_bridges, max(0, MAX_PASSAGES - k)) \
-            if for_answer else 0
-
-        def run() -> QueryResponse:
-            response = search.run(query, k, mode, filters=filters, rewrites=rewrites,
-                                  options=options, started=started, bridges=bridges)
-            if rewrites is not None:
-                response.timings["transform"] = rewritten
-            return response
-
-        # (made again elsewhere if the read replica it read from stops answering)
-        return self.store.reading(run)
+    def _answering(self) -> Answering:
+        """The index's answer step."""
+        return Answering(self.store, self.settings, self.answer_llm, self.prompts)
 
     def log_by_default(self) -> None:
         """Log searches unless the ``query_log`` setting says otherwise (what a server,
@@ -621,7 +345,7 @@ class Isotope:
         ``audit_log`` setting), newest first: the id, when, who, the query, the mode, the
         chunks returned with their scores, the filters, the suggested action and the
         latency."""
-        return self.store.logged_queries(_valid_k(limit))
+        return self.store.logged_queries(valid_k(limit))
 
     def feedback(self, query_id: str, chunk_id: str, useful: bool = True, *,
                  principal: Asker = None, read_only: bool = False
@@ -659,8 +383,9 @@ class Isotope:
         chunk. Returns its id. A question the chunk has, an empty one, or one with
         control characters is an :class:`InvalidArgument`."""
         with self.store.writer(self.settings.lock_wait):
-            return learning.add_question(self.store, self.embedder,
-                                         self._chunk_at(source, chunk, chunk_id), text)
+            found = learning.chunk_at(self.store, lambda: self._stored_uri(source), chunk,
+                                      chunk_id)
+            return learning.add_question(self.store, self.embedder, found, text)
 
     def edit_question(self, question_id: str, text: str) -> str:
         """Change a question's text (it becomes ``manual``); returns its new id."""
@@ -683,22 +408,6 @@ class Isotope:
         with self.store.writer(self.settings.lock_wait):
             self.store.enable_question(question_id, vector)
 
-    def _chunk_at(self, source: str | Path, chunk: int | None, chunk_id: str | None) -> Chunk:
-        """The chunk ``chunk_id``, or number ``chunk`` of ``source``."""
-        if chunk_id is None:
-            if chunk is None:
-                raise InvalidArgument("give the chunk's number (--chunk N) or its id")
-            uri = self._stored_uri(source, None)
-            chunk_id = next((q.chunk_id for q in self.store.generated_questions(source=uri)
-                             if q.chunk_index == chunk), None)
-            if chunk_id is None:
-                raise SourceNotFound(f"{uri} has no chunk {chunk} with statements (`isotope "
-                                     "questions SOURCE` shows its chunks)")
-        found = self.store.get_chunks([chunk_id]).get(chunk_id)
-        if found is None:
-            raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
-        return found
-
     def orphaned_questions(self) -> list[dict[str, Any]]:
         """Manual and learned questions whose chunk changed and no new chunk covers its
         text: ``source``, ``chunk_text``, ``text``, ``origin``, ``at`` (kept, never
@@ -715,14 +424,8 @@ class Isotope:
         of the marks better than the weights in use (``adopted``). A weight goes to 0
         only with ``allow_zero``. The ``weights`` setting still wins, signal by signal.
         See :mod:`isotope.search.weights`."""
-        done = weight_fit.fit(self.store, self.embedder, self.settings, min_marks=min_marks,
-                              allow_zero=allow_zero, progress=progress,
-                              adapter=self._query_adapter())
-        if done.adopted:
-            with self.store.writer(self.settings.lock_wait):
-                weight_fit.keep(self.store, done)
-            self._fitted = (time.monotonic(), done.weights)
-        return done
+        return self._fitted.fit_weights(self.embedder, min_marks=min_marks,
+                                        allow_zero=allow_zero, progress=progress)
 
     def fitted_weights(self) -> weight_fit.WeightFit | None:
         """The last adopted fit of the signal weights (:meth:`fit_weights`), if any."""
@@ -731,23 +434,7 @@ class Isotope:
     def reset_weights(self) -> bool:
         """Forget the fitted weights: ``hybrid`` goes back to the defaults and the
         ``weights`` setting. False: there were none."""
-        with self.store.writer(self.settings.lock_wait):
-            done = weight_fit.reset(self.store)
-        self._fitted = (time.monotonic(), None)
-        return done
-
-    def _fitted_weights(self) -> dict[str, float] | None:
-        """The fitted weights, read again at most every :data:`FITTED_FOR` seconds (a
-        fit by another process reaches a running server within that)."""
-        at, known = self._fitted
-        if time.monotonic() - at >= FITTED_FOR:
-            try:
-                known = weight_fit.fitted_weights(self.store)
-            except (StoreError, InvalidIndex):  # (a PostgreSQL primary away: searches go
-                # on on its read replicas)
-                log.warning("the fitted weights could not be read; the last known are used")
-            self._fitted = (time.monotonic(), known)
-        return known
+        return self._fitted.reset_weights()
 
     def fit_adapter(self, *, min_questions: int = query_adapter.MIN_QUESTIONS
                     ) -> query_adapter.AdapterFit:
@@ -756,50 +443,23 @@ class Isotope:
         and keep it: searches apply it (with the ``query_adapter`` setting on) only when
         it beats none on those held-out questions (``used``). Refuses fewer than
         ``min_questions`` kept questions. See :mod:`isotope.search.adapter`."""
-        done, fitted = query_adapter.fit(self.store, self.embedder,
-                                         min_questions=min_questions)
-        with self.store.writer(self.settings.lock_wait):
-            query_adapter.keep(self.store, done, fitted)
-        self._adapter = (time.monotonic(), fitted if done.used else None)
-        return done
+        return self._fitted.fit_adapter(self.embedder, min_questions=min_questions)
 
     def adapter_fit(self) -> query_adapter.AdapterFit | None:
         """The last fit of the query adapter (:meth:`fit_adapter`), used or not, if any."""
         return query_adapter.fitted(self.store)
 
-    def _refit_adapter(self) -> None:
-        """The query adapter fitted again if due (:func:`query_adapter.refit`; inside a
-        write)."""
-        made = query_adapter.refit(self.store, self.embedder, self.settings.query_adapter)
-        if made is not None:
-            self._adapter = (time.monotonic(), made[1] if made[0].used else None)
-
     def _after_questions(self, report: IngestReport) -> None:
         """After an ingest or enrichment (inside its write): the marks that waited for
         their chunk's questions learned, the query adapter fitted again if due."""
         learning.learn_waiting(self.store, self.embedder, report)
-        self._refit_adapter()
-
-    def _query_adapter(self) -> query_adapter.Adapter | None:
-        """The query adapter searches apply (None: the setting is off, or none beat the
-        identity), read again at most every :data:`FITTED_FOR` seconds (its matrix only
-        when the fit changed)."""
-        if self.settings.query_adapter == "off":
-            return None
-        at, known = self._adapter
-        if time.monotonic() - at >= FITTED_FOR:
-            try:
-                known = query_adapter.load(self.store, known)
-            except (StoreError, InvalidIndex):  # (as the fitted weights)
-                log.warning("the query adapter could not be read; the last known is used")
-            self._adapter = (time.monotonic(), known)
-        return known
+        self._fitted.refit_adapter(self.embedder)
 
     def log_summary(self, days: float | None = None, top: int = 10) -> learning.LogSummary:
         """What the query log says: the most frequent queries, those probably not found
         (``refine_query``) or marked not useful, feedback per source, latency
         percentiles."""
-        return learning.summary(self.store, days, _valid_k(top))
+        return learning.summary(self.store, days, valid_k(top))
 
     def ask(self, query: str, k: int | None = None, *, mode: str | None = None,
             transform: bool | None = None,
@@ -808,9 +468,10 @@ class Isotope:
         Stale chunks (file references whose file changed) are not given to the model.
         ``principal``: as for :meth:`search` (the answer is made only from what it may
         see)."""
-        return self.answer(self.search(query, k, mode=mode, transform=transform,
-                                       filters=filters, for_answer=True,
-                                       principal=principal), principal=principal)
+        request = search_request(self.settings, self._fitted, query, k, mode=mode,
+                                 transform=transform, filters=filters, for_answer=True,
+                                 principal=principal, control=self.access_control)
+        return self._answering().run(self._search().run(request), request.conditions)
 
     def answer(self, response: QueryResponse, *,
                on_token: Callable[[str], None] | None = None,
@@ -828,53 +489,9 @@ class Isotope:
         model's reply as it is written (the answer finally set may differ); setting
         ``cancel`` stops the model at its next piece and leaves ``answer`` None. With
         ``principal``, results of chunks it may not see (or that are gone) are dropped
-        first."""
-        query = response.query
-        conditions = self._conditions(principal)
-        if conditions and response.results:
-            seen = self.store.visible_chunks([r.chunk.id for r in response.results],
-                                             conditions)
-            response.results = [r for r in response.results if r.chunk.id in seen]
-        readable = [r for r in response.results if not r.chunk.stale][:MAX_PASSAGES]
-        if not readable:
-            response.answer = ("The index is empty or nothing matched." if not response.results
-                               else "The matching chunks are stale: their files changed. "
-                               "Run `isotope sync` on them.")
-            response.answer_kind, response.answer_confidence = "declined", 0.0
-            return response
-        started = time.perf_counter()
-        pieces: list[str] = []
-        model = self.answer_llm()
-        # a local model's context holds about 3 characters a token, with room for the rest
-        room = 3 * self.settings.llm_context - 2_000 if model.local else PROMPT_CHARS
-        stream = model.stream(
-            answer_prompt(query, readable, self.prompts["answer"], max_chars=room),
-            max_tokens=ANSWER_TOKENS, temperature=0.0)
-        try:
-            for piece in stream:
-                if cancel is not None and cancel.is_set():
-                    return response
-                pieces.append(piece)
-                if on_token is not None:
-                    on_token(piece)
-        finally:
-            stream.close()  # type: ignore[attr-defined]
-        sure = response.suggested_action == "deliver" and readable[0] is response.results[0]
-        judged = judge("".join(pieces), query, readable, sure=sure,
-                       strictness=self.settings.answer_strictness,
-                       two_hop=self.settings.graph, check=model.yes_probability,
-                       check_spec=self.prompts["check"])
-        response.timings["answer"] = time.perf_counter() - started
-        response.answer, response.answer_kind = judged.text, judged.kind
-        response.answer_confidence = round(judged.confidence, 3)
-        response.citations = [readable[n - 1].rank for n in judged.cited]
-        if conditions:  # a list changed while the model wrote: what it may see now
-            seen = self.store.visible_chunks([r.chunk.id for r in readable], conditions)
-            if any(r.chunk.id not in seen for r in readable):
-                response.results = [r for r in response.results if r.chunk.id in seen]
-                response.answer, response.answer_kind = HIDDEN_SINCE, "declined"
-                response.citations, response.answer_confidence = [], 0.0
-        return response
+        first (:mod:`isotope.search.answering`)."""
+        return self._answering().run(response, self._conditions(principal),
+                                     on_token=on_token, cancel=cancel)
 
     def as_retriever(self, k: int | None = None, *, mode: str | None = None,
                      filters: dict[str, Any] | None = None, principal: Asker = None,
@@ -1036,13 +653,7 @@ class Isotope:
         folder is gone (unmounted?) is left alone (``report.kept``). Returns what was done
         and the problems left. A database file whose SQLite structures are damaged is not
         touched at all: it cannot be repaired in place."""
-        with self.store.writer(self.settings.lock_wait):
-            report = maintenance.repair(
-                self.store, lambda files: self._pipeline(force=True).ingest_files(files),
-                self.embedder)
-        if not report.problems:  # (a damaged database file was not touched)
-            report.problems = self.store.check()
-        return report
+        return self._runs.repair()
 
     def compact(self) -> dict[str, str]:
         """Fold the vectors written since the vector indexes were last saved into new
@@ -1052,7 +663,7 @@ class Isotope:
         searches never wait for it."""
         with self.store.writer(self.settings.lock_wait):
             done = self.store.compact()
-            self._refit_adapter()
+            self._fitted.refit_adapter(self.embedder)
             return done
 
     def counts(self, *, principal: Asker = None) -> dict[str, int]:
@@ -1077,17 +688,8 @@ class Isotope:
         """The entity ``entity`` names (by any of its names or aliases) and what is up to
         ``hops`` relations away (1 to 3), read from what ``principal`` may see.
         :class:`SourceNotFound` when no chunk it may see names that entity."""
-        if not 1 <= hops <= MAX_HOPS:
-            raise InvalidArgument(f"hops must be 1 to {MAX_HOPS}, not {hops}")
-        conditions = self._conditions(principal)
-        found = self.store.neighbourhood(entity, conditions, hops=hops)
-        if found is None:
-            close = self.store.closest_entities(entity, conditions)
-            raise SourceNotFound(f"no entity named {entity!r} in the index's graph" + (
-                f"; did you mean {_either(close)}?" if close else "") + " (`isotope "
-                "entities --match TEXT` finds them; the graph is made with the setting graph "
-                "= true)")
-        return found
+        return reading.neighbourhood(self.store, entity, self._conditions(principal),
+                                     hops=hops)
 
     def closest_entities(self, name: str, top: int = 5, *,
                          principal: Asker = None) -> list[str]:
@@ -1128,27 +730,8 @@ class Isotope:
         ``group:NAME``; None removes the list), at once for every search, without
         ingesting anything again. Returns the sources changed; :class:`SourceNotFound` if
         none matches."""
-        import fnmatch
-
-        from isotope.search.filters import source_globs
-
-        listed = None if allow is None else access_list(allow)
-        with self.store.writer(self.settings.lock_wait):
-            uris = [info.source.uri for info in self.store.sources()]
-            globs = source_globs(str(pattern))
-            exact = {str(pattern), str(source_path(pattern))}
-            matched = [u for u in uris if u in exact or any(
-                fnmatch.fnmatchcase(u, g) for g in globs)]
-            if not matched:
-                raise SourceNotFound(f"no source matches {str(pattern)!r}; `isotope list` "
-                                     "shows what is there")
-            # an email's attachments, a mailbox's messages: theirs too
-            matched += sorted(_inside(matched, maintenance.members_of(self.store))
-                              - set(matched))
-            marks = {u: mark_for(stored) if (stored := self.store.get_source(u)) else set_for(u)
-                     for u in matched}
-            self.store.set_access(matched, listed, by_hand=marks)
-        return matched
+        return maintenance.set_access(self.store, pattern, allow,
+                                      lock_wait=self.settings.lock_wait)
 
     def get_access(self, source: str | Path) -> list[str] | None:
         """The access list of ``source`` (its path or identifier; None: it has none)."""
@@ -1165,27 +748,14 @@ class Isotope:
         """The settings saved in the index at ``path`` when it was made (those that
         shape it: models, chunking, questions), or None where there is no index yet.
         Reads only the index's metadata: no model is loaded."""
-        if not stores.exists(str(path)):
-            return None
-        store = stores.open(str(path), create=False)
-        try:
-            saved = store.get_meta("settings")
-        finally:
-            store.close()
-        return saved if isinstance(saved, dict) else None
+        return meta.saved_settings(path)
 
     @staticmethod
     def fixed_settings(path: str | Path) -> dict[str, Any]:
         """The values of the settings the index at ``path`` fixed when it was made
         (:data:`isotope.settings.FIXED`; none where there is no index yet). Reads only
         the index's metadata: no model is loaded."""
-        if not stores.exists(str(path)):
-            return {}
-        store = stores.open(str(path), create=False)
-        try:
-            return fixed_of(store)
-        finally:
-            store.close()
+        return meta.fixed_settings(path)
 
     def status(self, *, principal: Asker = None) -> IndexStatus:
         """The index's description and counts (of what ``principal`` may see)."""
@@ -1215,80 +785,3 @@ class Isotope:
                                                self.adapter_fit()),
         )
 
-
-def _inside(uris: Iterable[str], members: dict[str, set[str]]) -> set[str]:
-    """Every source inside ``uris``, at every level."""
-    found: set[str] = set()
-    todo = list(uris)
-    while todo:
-        for inner in members.get(todo.pop(), ()):
-            if inner not in found:
-                found.add(inner)
-                todo.append(inner)
-    return found
-
-
-def _rules_read(paths: Iterable[str | Path]) -> list[str | Path]:
-    """``paths``, once the access rules file of each (where there is one) is read: a bad
-    one is an error before anything is ingested."""
-    paths = list(paths)
-    for path in paths:
-        rules_for(Path(path).expanduser())
-    return paths
-
-
-def _valid_query(query: str) -> str:
-    """The query, with undecodable bytes (lone surrogates from a terminal in another
-    encoding) shown as U+FFFD; an empty one is refused."""
-    if not isinstance(query, str):
-        raise InvalidArgument(f"a query is text, not {type(query).__name__}")
-    query = shown_text(query)
-    if not query.strip():
-        raise InvalidArgument("the query is empty: ask a question, or give some keywords")
-    if len(query) > MAX_QUERY:  # (as HTTP and MCP refuse it)
-        raise InvalidArgument(f"the query has {len(query):,} characters; at most "
-                              f"{MAX_QUERY:,}: ask a question, or give some keywords")
-    return query
-
-
-def _either(names: Sequence[str]) -> str:
-    """Names offered as alternatives: ``'A'``, ``'A' or 'B'``, ``'A', 'B' or 'C'``."""
-    quoted = [repr(n) for n in names]
-    return " or ".join(filter(None, [", ".join(quoted[:-1]), quoted[-1]]))
-
-
-def _valid_k(k: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise InvalidArgument(f"k = {k!r}: the number of results must be a whole number "
-                              f"from 1 to {MAX_K}")
-    return k
-
-
-def _on_scale(settings: Settings, embedder: Embedder, origins: dict[str, str] | None, *,
-              fresh: bool) -> dict[str, float]:
-    """The question filter's thresholds left at their defaults, put on the embedding
-    model's cosine scale (:attr:`Embedder.question_filter`; saved so in a new index's
-    settings). Left at its default: not set anywhere, or, in an index not built yet (a
-    project just created), saved with the default value."""
-    fields, origins = type(settings).model_fields, origins or {}
-    return {name: value for name, value in embedder.question_filter
-            if origins.get(name, "default") == "default"
-            or (fresh and origins.get(name) == "index"
-                and getattr(settings, name) == fields[name].default)}
-
-
-def fixed_of(store: Store) -> dict[str, Any]:
-    """The values of the settings the index at ``store`` has fixed
-    (:data:`isotope.settings.FIXED`): those saved with its settings when it was made (an
-    index made before one existed has its default), and those its store keeps
-    (:meth:`Store.fixed_settings`); none for an index not made yet."""
-    saved = store.get_meta("settings")
-    fields = Settings.model_fields
-    fixed = {name: saved.get(name, fields[name].default) for name in FIXED
-             if name in INDEX_FIELDS} if isinstance(saved, dict) else {}
-    return {**fixed, **{name: value for name, value in store.fixed_settings().items()
-                        if name in FIXED}}
-
-
-def embeddings_for(settings: Settings) -> Embedder:
-    return embedders.create(settings.embedding_model, settings)

@@ -106,6 +106,15 @@ def location_of(name: str, settings: Settings | None = None) -> str:
     return str(path)
 
 
+def of_index(name: object, settings: Settings) -> str | None:
+    """``name`` when it names a project whose location is the index ``settings`` open
+    (its own folder, or the location it points at), else None."""
+    if (isinstance(name, str) and is_name(name, settings) and exists(name, settings)
+            and location_of(name, settings) == str(settings.index)):
+        return name
+    return None
+
+
 def require(name: str, settings: Settings | None = None) -> Path:
     if not exists(name, settings):
         raise ProjectError(f"no project {name!r}; create it with `isotope project create "

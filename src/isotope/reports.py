@@ -1,5 +1,6 @@
 """What an ingest reports: the report of a finished run, the progress events of a
-running one, and the plan of a dry run."""
+running one, and the plan of a dry run; and what an index's status says
+(:class:`IndexStatus`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel
 
 STAGES = ("load", "chunk", "context", "atomize", "generate", "embed", "store")
 
@@ -163,3 +166,37 @@ def source_listing(info: Any) -> dict[str, Any]:
     it: the source's fields, its state and counts."""
     return {**info.source.model_dump(mode="json"), "state": info.state, "chunks": info.chunks,
             "atoms": info.atoms, "questions": info.questions, "chunks_waiting": info.pending}
+
+
+class IndexStatus(BaseModel):
+    """What ``Isotope.status()`` returns."""
+
+    index: str
+    """The index's directory, absolute."""
+    project: str | None = None
+    """The project's name, when the index is a project."""
+    schema_version: int
+    isotope_version: str
+    created_at: str | None
+    counts: dict[str, int]
+    disk_bytes: int | None
+    embedding: dict[str, Any]
+    models: dict[str, str]
+    prompt_versions: dict[str, str]
+    settings: dict[str, Any]
+    vector_backend: str = "usearch"
+    """Where the vectors are kept: ``usearch`` (the index's own files), ``chroma`` (a
+    Chroma folder inside the index) or the Chroma server's URL."""
+    keyword_engine: str = "fts5"
+    """What ranks keyword search: ``fts5`` (embedded), ``pg_textsearch`` or ``postings``
+    (PostgreSQL; chosen when the index was made, from what the server has)."""
+    graph: bool = False
+    """Whether the index has a knowledge graph (the ``graph`` setting it was made with)."""
+    replicas: list[dict[str, Any]] = []
+    """Each read replica's ``url`` (password masked), ``healthy``, ``lag_s`` (seconds
+    behind the primary) and ``error`` (why it is not healthy)."""
+    query_adapter: dict[str, Any] = {}
+    """The query adapter (:mod:`isotope.search.adapter`): ``setting`` (``off`` or the
+    kind), ``in_use`` (searches apply it: the setting is on and its last fit beat none
+    on its held-out questions) and ``fit`` (that fit, as ``isotope adapter fit --json``
+    gives it; None: never fitted)."""

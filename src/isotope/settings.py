@@ -49,7 +49,7 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
-from isotope.errors import FixedSetting, SettingsError
+from isotope.errors import SettingsError
 
 DEFAULT_LLM = "local/qwen2.5-coder-1.5b"
 DEFAULT_EMBEDDER = "local/all-minilm-l6-v2"
@@ -628,10 +628,10 @@ FIXED: dict[str, str] = {
 """The settings an index fixes when it is made (besides its embedding model, whose
 mismatch is :class:`isotope.errors.ModelMismatch`), each with how to change it. Opening
 the index takes its value; one given explicitly (an argument, the environment, ``.env``)
-with another value is refused (:func:`keep_fixed`). ``graph`` and ``questions_per_atom``
-are saved with the index's settings when it is made; ``vector_backend`` is fixed once it
-holds a source, ``pg_vector_index`` once it holds vectors (what the store says:
-:meth:`isotope.stores.Store.fixed_settings`)."""
+with another value is refused (:func:`isotope.opening.meta.keep_fixed`). ``graph`` and
+``questions_per_atom`` are saved with the index's settings when it is made;
+``vector_backend`` is fixed once it holds a source, ``pg_vector_index`` once it holds
+vectors (what the store says: :meth:`isotope.stores.Store.fixed_settings`)."""
 REMAKE = ("graph", "questions_per_atom")
 """The fixed settings that making the index's sources again changes (``remake``)."""
 EXPLICIT = ("argument", "env", ".env")
@@ -722,59 +722,6 @@ def _resolve(saved: dict[str, Any] | None, explicit: dict[str, Any]
     if values:
         base = Settings.model_validate({**base.model_dump(), **values})
     return base, origins
-
-
-def fixed_conflicts(settings: Settings, origins: Mapping[str, str],
-                    fixed: Mapping[str, Any], where: str) -> list[FixedSetting]:
-    """The index-fixed settings (:data:`FIXED`) given explicitly with a value other than
-    the index's (``fixed``: the index's values; ``where``: the index, as shown), each as
-    the error that refuses it."""
-    found = []
-    for name, theirs in fixed.items():
-        if name not in FIXED or origins.get(name) not in EXPLICIT:
-            continue
-        given = getattr(settings, name)
-        if _same(given, theirs):
-            continue
-        origin = origins[name]
-        said = ("an argument" if origin == "argument" else f"$ISOTOPE_{name.upper()}"
-                if origin == "env" else f"ISOTOPE_{name.upper()} in .env")
-        found.append(FixedSetting(
-            name, f"{name} = {_shown_value(given)} (from {said}): the index at {where} was "
-            f"made with {name} = {_shown_value(theirs)} and keeps it; to change it, "
-            f"{FIXED[name]}; or unset it to use the index's value"))
-    return found
-
-
-def keep_fixed(settings: Settings, origins: dict[str, str], fixed: Mapping[str, Any],
-               where: str, *, remake: bool = False, refuse: bool = True
-               ) -> tuple[Settings, dict[str, str]]:
-    """``settings`` and ``origins`` with each index-fixed setting at the index's value
-    (``fixed``), from ``index``. One given explicitly with another value is refused
-    (:class:`FixedSetting`; with ``refuse`` False, replaced silently: what ``isotope
-    config`` shows), unless ``remake`` and it is one that making the sources again
-    changes (:data:`REMAKE`): that one is kept."""
-    for problem in fixed_conflicts(settings, origins, fixed, where):
-        if refuse and not (remake and problem.setting in REMAKE):
-            raise problem
-    taken = {name: value for name, value in fixed.items() if name in FIXED
-             and not (remake and name in REMAKE and origins.get(name) in EXPLICIT)}
-    if not taken:
-        return settings, origins
-    return (settings.model_copy(update=taken),
-            {**origins, **dict.fromkeys(taken, "index")})
-
-
-def _same(given: Any, theirs: Any) -> bool:
-    if isinstance(given, str) and isinstance(theirs, str):
-        return given.rstrip("/") == theirs.rstrip("/")
-    return bool(given == theirs)
-
-
-def _shown_value(value: Any) -> str:
-    from isotope.redaction import mask_location
-
-    return mask_location(value) if isinstance(value, str) else json.dumps(value)
 
 
 def project_settings(settings: Settings, names: Any) -> dict[str, Any]:

@@ -133,11 +133,10 @@ def config(index: IndexOpt = None, project: ProjectOpt = None,
     """Show the resolved settings and where each value came from."""
     from isotope import Isotope, projects, stores
     from isotope import prompts as prompt_specs
+    from isotope.opening.meta import fixed_conflicts, keep_fixed
     from isotope.settings import (
         Settings,
-        fixed_conflicts,
         group_of,
-        keep_fixed,
         resolve,
         shown,
     )

@@ -1,15 +1,18 @@
 """Keeping an index in step with its files: which sources a sync removes (and when it
-refuses to), the state of a source's file, and repairing a damaged index."""
+refuses to), the state of a source's file, repairing a damaged index, and the access
+lists set by hand on the sources a pattern names (:func:`set_access`)."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from isotope.access import access_list, mark_for, set_for
 from isotope.embedders import Embedder
-from isotope.errors import LoaderError, SyncRefused
+from isotope.errors import LoaderError, SourceNotFound, SyncRefused
 from isotope.files import read_file, source_path
 from isotope.models import Source, content_hash
 from isotope.reports import FileError, IngestReport
@@ -37,6 +40,43 @@ def members_of(store: Store) -> dict[str, set[str]]:
         if container:
             found.setdefault(str(container), set()).add(info.source.uri)
     return found
+
+
+def inside(uris: Iterable[str], members: dict[str, set[str]]) -> set[str]:
+    """Every source inside ``uris`` (by :func:`members_of`), at every level."""
+    found: set[str] = set()
+    todo = list(uris)
+    while todo:
+        for inner in members.get(todo.pop(), ()):
+            if inner not in found:
+                found.add(inner)
+                todo.append(inner)
+    return found
+
+
+def set_access(store: Store, pattern: str | Path, allow: Sequence[str] | None, *,
+               lock_wait: float) -> list[str]:
+    """What :meth:`isotope.Isotope.set_access` does (as it documents it), under the
+    writer lock: the sources ``pattern`` names, and those inside them, given the access
+    list ``allow`` by hand; returns them."""
+    from isotope.search.filters import source_globs
+
+    listed = None if allow is None else access_list(allow)
+    with store.writer(lock_wait):
+        uris = [info.source.uri for info in store.sources()]
+        globs = source_globs(str(pattern))
+        exact = {str(pattern), str(source_path(pattern))}
+        matched = [u for u in uris if u in exact or any(
+            fnmatch.fnmatchcase(u, g) for g in globs)]
+        if not matched:
+            raise SourceNotFound(f"no source matches {str(pattern)!r}; `isotope list` "
+                                 "shows what is there")
+        # an email's attachments, a mailbox's messages: theirs too
+        matched += sorted(inside(matched, members_of(store)) - set(matched))
+        marks = {u: mark_for(stored) if (stored := store.get_source(u)) else set_for(u)
+                 for u in matched}
+        store.set_access(matched, listed, by_hand=marks)
+    return matched
 
 
 def drop(store: Store, uri: str, members: dict[str, set[str]]) -> list[str]:

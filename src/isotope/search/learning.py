@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -349,6 +349,25 @@ def question_text(text: str) -> str:
         raise InvalidArgument(f"the question has {len(text)} characters; at most "
                               f"{MAX_QUESTION}")
     return text
+
+
+def chunk_at(store: Store, source: Callable[[], str], chunk: int | None,
+             chunk_id: str | None) -> Chunk:
+    """The chunk ``chunk_id``, or number ``chunk`` of the source ``source`` gives the
+    stored name of (read only then)."""
+    if chunk_id is None:
+        if chunk is None:
+            raise InvalidArgument("give the chunk's number (--chunk N) or its id")
+        uri = source()
+        chunk_id = next((q.chunk_id for q in store.generated_questions(source=uri)
+                         if q.chunk_index == chunk), None)
+        if chunk_id is None:
+            raise SourceNotFound(f"{uri} has no chunk {chunk} with statements (`isotope "
+                                 "questions SOURCE` shows its chunks)")
+    found = store.get_chunks([chunk_id]).get(chunk_id)
+    if found is None:
+        raise SourceNotFound(f"no chunk {chunk_id!r} in the index")
+    return found
 
 
 def add_question(store: Store, embedder: Embedder, chunk: Chunk, text: str) -> str:

@@ -1,6 +1,10 @@
 """One search, from the query to the logged response, in one place and in order (issue
-43): what :meth:`isotope.Isotope.search` runs.
+43): what :meth:`isotope.Isotope.search` runs, for a
+:class:`~isotope.search.request.SearchRequest` settled before it (issue 67).
 
+0. **The rewrite** (``transform``): a query that is not a question, rewritten by the
+   answer model into one to three questions, once (outside the read: a search made again
+   on another replica is not rewritten again).
 1. **Retrieval** (:func:`isotope.search.retrieval.search`, or ``search_many`` for the
    questions a keyword query was rewritten into), under the asker's conditions.
 2. **File references read back** (``storage = "file-reference"``): each result's text
@@ -17,25 +21,30 @@
    setting), giving it its ``query_id``; a search that cannot be logged fails.
 
 A :class:`Search` takes what it reads as arguments (the store, the embedder, the
-settings, the asker and its conditions), never the :class:`~isotope.Isotope`, and
-imports nothing above ``search/``.
+settings, the answer model; the asker and its conditions come with the request), never
+the :class:`~isotope.Isotope`, and imports nothing above ``search/``. The answer step
+after it is :class:`~isotope.search.answering.Answering`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from isotope.access import Principal
 from isotope.embedders import Embedder
+from isotope.ingest.questions import parse_questions
 from isotope.models import ACCESS_BY_HAND, Condition, QueryResponse
+from isotope.prompts import PromptSpec
+from isotope.providers import LLM
 from isotope.search import learning, retrieval
 from isotope.search.filters import SPECIAL, FilterError, shown_text
 from isotope.stores import Store
 
 if TYPE_CHECKING:
+    from isotope.search.request import SearchRequest
     from isotope.settings import Settings
 
 CHUNK_KEYS = frozenset({"headings", "page", "pages", "cites", "cite_keys"})
@@ -83,67 +92,85 @@ class ChunkCounts:
 
 @dataclass
 class Search:
-    """A search of ``store`` by ``asker`` (None: the index's owner), whose ``conditions``
-    say what it may see (none: everything). ``counts``: the index's :class:`ChunkCounts`
-    (the chunks the asker may see, for the confidence thresholds); ``log``: write the search to
-    the query log; ``max_bytes``: the largest file a file reference is read back from;
-    ``access_control``: whether sources without a list are hidden from users."""
+    """A search of ``store``, run for a :class:`~isotope.search.request.SearchRequest`
+    (whose asker and conditions say who asks and what it may see). ``counts``: the
+    index's :class:`ChunkCounts` (the chunks the asker may see, for the confidence
+    thresholds); ``log``: write the search to the query log; ``max_bytes``: the largest
+    file a file reference is read back from; ``access_control``: whether sources without
+    a list are hidden from users; ``model``: the answer model, which rewrites a query
+    into questions (loaded only then), with the ``transform`` prompt of ``prompts``."""
 
     store: Store
     embedder: Embedder
     settings: Settings
-    asker: Principal | None
-    conditions: Sequence[Condition]
     counts: ChunkCounts
     log: bool = False
     max_bytes: int = 0
     access_control: bool = False
+    model: Callable[[], LLM] | None = None
+    prompts: Mapping[str, PromptSpec] = field(default_factory=dict)
 
-    def run(self, query: str, k: int, mode: str, *,
-            filters: dict[str, Any] | None = None, rewrites: Sequence[str] | None = None,
-            options: dict[str, Any] | None = None, started: float | None = None,
-            bridges: int = 0) -> QueryResponse:
-        """The search of ``query`` (and of the questions the model rewrote it into,
-        ``rewrites``, fused; None: not rewritten), ``k`` results in
-        ``mode``, through every step (see the module's text); on an index with a graph,
-        a hybrid search gives ``bridges`` more (a search for an answer), each the graph
-        reached saying by which paths (:attr:`SearchResult.bridge`). ``options``: fusion's and
-        retrieval's (:func:`retrieval.search`), the asker's conditions among its
-        ``filters`` already; ``started``: when the search began, for the latency logged
-        (default: now). Run inside ``store.reading`` (made again on another replica if
-        the one it read stops answering)."""
-        started = time.perf_counter() if started is None else started
-        given = {"confirmed_by": confirming(self.asker, self.settings.show_learned),
-                 **(options or {})}
+    def run(self, request: SearchRequest) -> QueryResponse:
+        """The search ``request`` asks, through every step (see the module's text): its
+        query rewritten first when it asks so (once: a search made again on another
+        replica, when the one it read stops answering, is not rewritten again), then
+        searched inside ``store.reading``."""
+        rewrites: list[str] | None = None  # (None: not rewritten)
+        rewriting = time.perf_counter()
+        if request.transform and self.model is not None:
+            reply = self.model().complete(
+                retrieval.transform_prompt(request.query, self.prompts["transform"]),
+                max_tokens=120, temperature=0.0)
+            rewrites = parse_questions(reply, 3)
+        rewritten = time.perf_counter() - rewriting
+
+        def run() -> QueryResponse:
+            response = self.searched(request, rewrites)
+            if rewrites is not None:
+                response.timings["transform"] = rewritten
+            return response
+
+        return self.store.reading(run)
+
+    def searched(self, request: SearchRequest, rewrites: Sequence[str] | None = None
+                 ) -> QueryResponse:
+        """The search of ``request``'s query (and of the questions the model rewrote it
+        into, ``rewrites``, fused; None: not rewritten), ``k`` results in its mode,
+        through every step; on an index with a graph, a hybrid search for an answer gives
+        the request's ``bridges`` more, each the graph reached saying by which paths
+        (:attr:`SearchResult.bridge`). Run inside ``store.reading``."""
+        asker, k, bridges = request.asker, request.k, request.bridges
+        given = {"confirmed_by": confirming(asker, self.settings.show_learned),
+                 **request.options}
         explain = bool(given.get("explain"))
-        bridges = bridges if self.settings.graph and mode == "hybrid" else 0
         if bridges:  # (the graph's paths read for the bridges)
             given["explain"] = True
         if rewrites is not None:
-            response = retrieval.search_many(self.store, self.embedder, query,
-                                             list(rewrites), k + bridges, mode, **given)
+            response = retrieval.search_many(self.store, self.embedder, request.query,
+                                             list(rewrites), k + bridges, request.mode,
+                                             **given)
         else:
-            response = retrieval.search(self.store, self.embedder, query, k + bridges, mode,
-                                        **given)
+            response = retrieval.search(self.store, self.embedder, request.query,
+                                        k + bridges, request.mode, **given)
         self._read_back(response)
-        if not response.results and filters:
-            self.known_keys(filters)
-        if self.conditions:
-            hide_members(self.store, self.asker, [(r.chunk.source, r.source_metadata)
-                                                  for r in response.results],
+        if not response.results and request.filters:
+            self.known_keys(request.filters, request.conditions)
+        if request.conditions:
+            hide_members(self.store, asker, [(r.chunk.source, r.source_metadata)
+                                             for r in response.results],
                          control=self.access_control)
-        marks = learning.marks_of(self.store, self.asker) if response.results else []
+        marks = learning.marks_of(self.store, asker) if response.results else []
         if marks:
             learning.demote(response, learning.not_first(
                 marks, self.embedder.embed_one(response.query)))
         if bridges:  # (after the marks: a result moved first is no bridge)
             mark_bridges(response, k, explain)
         retrieval.assess(response, self.settings.deliver_score, self.settings.refine_score,
-                         chunks=self.counts.of(self.store, self.asker, self.conditions))
+                         chunks=self.counts.of(self.store, asker, request.conditions))
         if not self.settings.show_learned:
             learning.hide_learned(response)
         if self.log:
-            learning.log(self.store, response, self.asker, filters, started,
+            learning.log(self.store, response, asker, request.filters, request.started,
                          time.perf_counter(), keep_days=self.settings.audit_days)
         return response
 
@@ -161,10 +188,11 @@ class Search:
         for result, chunk in zip(response.results, chunks, strict=True):
             result.chunk = chunk
 
-    def known_keys(self, filters: dict[str, Any]) -> None:
-        """:class:`FilterError` when a filter names a key no chunk or source the asker may
-        see has (``--where yaer>=2020``), naming the keys there are."""
-        infos = self.store.sources(self.conditions)
+    def known_keys(self, filters: dict[str, Any], conditions: Sequence[Condition]) -> None:
+        """:class:`FilterError` when a filter names a key no chunk or source the asker
+        (whose ``conditions`` they are) may see has (``--where yaer>=2020``), naming the
+        keys there are."""
+        infos = self.store.sources(conditions)
         if any(i.source.loader == "chunks" for i in infos):
             return  # (chunks given to ingest_chunks carry metadata of their own)
         known = SPECIAL | CHUNK_KEYS | {k for i in infos for k in i.source.metadata}
