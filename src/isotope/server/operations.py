@@ -111,12 +111,19 @@ def permit(name: str, principal: Principal | None, scope: str = "write") -> Oper
     """The operation ``name`` if a key of ``principal`` (None: no keys, the index's
     owner) and ``scope`` (``read`` or ``write``) may do it, else :class:`Forbidden`."""
     op = BY_NAME[name]
-    if op.writes and scope != "write":
+    if refused(op, scope):
         raise Forbidden(f"this API key may only read: {op.what} needs a read-write key")
     if op.admin and principal is not None and not principal.admin:
         raise Forbidden(f"{op.what} needs an administrator's API key (one that names no "
                         "user); this key is a user's")
     return op
+
+
+def refused(op: Operation | None, scope: str) -> bool:
+    """Whether a key of ``scope`` is refused ``op`` (None: no operation of the table) for
+    reading only: the read-only rule, asked by :func:`permit`, by the gate (of a
+    request: :func:`writes`) and by MCP's guard (of a tool call, before the tool runs)."""
+    return op is not None and op.writes and scope != "write"
 
 
 def route(method: str, path: str) -> Operation | None:
