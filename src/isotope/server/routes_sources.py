@@ -1,5 +1,8 @@
 """The HTTP routes of sources and of the index: list, delete, ingest (uploads), sync (of
-folders below ``serve_roots``), the status and the query log."""
+folders below ``serve_roots``), the status and the query log. A user's key is shown the
+sources without their access lists and the status without the index's details
+(:func:`user_status`), as the table's ``shapes`` of those operations say
+(:func:`isotope.access.entitled`)."""
 
 from __future__ import annotations
 
