@@ -153,11 +153,18 @@ names the rows each operation's reply or work is shaped by, and
 ``tests/test_operations.py`` checks them with every kind of key."""
 
 
+def sees_all(principal: Principal | None) -> bool:
+    """Whether ``principal`` is the owner (None) or an administrator: what an operation
+    needing an administrator (:func:`isotope.server.operations.permit`) and each row of
+    :data:`ENTITLED` (:func:`entitled`) ask."""
+    return principal is None or principal.admin
+
+
 def entitled(what: str, principal: Principal | None) -> bool:
     """Whether ``principal`` is given ``what`` (a row of :data:`ENTITLED`; a name not in
     it is a ``KeyError``): the owner (None) and administrators are, a user is not."""
     ENTITLED[what]
-    return principal is None or principal.admin
+    return sees_all(principal)
 
 
 def principal_of(value: Principal | str | dict[str, Any] | None) -> Principal | None:

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from isotope.access import Principal
+from isotope.access import Principal, sees_all
 from isotope.errors import IsotopeError
 
 
@@ -123,7 +123,7 @@ def permit(name: str, principal: Principal | None, scope: str = "write") -> Oper
     op = BY_NAME[name]
     if refused(op, scope):
         raise Forbidden(f"this API key may only read: {op.what} needs a read-write key")
-    if op.admin and principal is not None and not principal.admin:
+    if op.admin and not sees_all(principal):
         raise Forbidden(f"{op.what} needs an administrator's API key (one that names no "
                         "user); this key is a user's")
     return op
