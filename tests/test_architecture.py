@@ -91,7 +91,8 @@ def test_every_schema_step_is_named_in_both_spellings_and_the_document() -> None
 
 def test_the_table_of_operations_in_the_document_is_the_code_s() -> None:
     """docs/architecture.md's table of operations (writes, administrator, route, tool,
-    command, the library call) is ``server/operations.OPERATIONS``, row for row."""
+    command, the library call, what only administrators get) is
+    ``server/operations.OPERATIONS``, row for row."""
     from isotope.server.operations import OPERATIONS
 
     def cell(text: str) -> str:
@@ -101,7 +102,7 @@ def test_the_table_of_operations_in_the_document_is_the_code_s() -> None:
             for line in DOC.splitlines() if re.match(r"^\| [a-z_]+ \| (yes|no) \|", line)]
     expected = [[op.name, "yes" if op.writes else "no", "yes" if op.admin else "no",
                  "<br>".join(f"{m} {p}" for m, p in op.http), op.mcp or "", op.cli or "",
-                 op.call] for op in OPERATIONS]
+                 op.call, ", ".join(op.shapes)] for op in OPERATIONS]
     assert rows == expected
 
 

@@ -90,7 +90,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
     source = str((docs / "coffee.md").resolve())
     chunk = alpha.search("cardamom coffee", k=1).results[0].chunk.id
     with served_on_loopback(app) as url:
-        yield {"url": url, "app": app, "docs": docs, "chunk": chunk, "iso": alpha,
+        yield {"url": url, "app": app, "docs": docs, "chunk": chunk, "iso": alpha, "keys": keys,
                "source": source, "throwaway": tmp / "throwaway", "made": itertools.count()}
     alpha.close()
     beta.close()
@@ -142,6 +142,18 @@ def _expected(op: Operation, key: str | None) -> str | None:
     if key is None or key == "another project's":
         return key or "no key"
     return EXPECTED[op.name][key]
+
+
+# What of a reply (or of an operation's work) each key of the project is given, for
+# each row of isotope.access.ENTITLED, written here too: True, given (the owner's and an
+# administrator's, whatever the key's scope); False, left out (a user's key).
+SHOWN = {"admin": True, "admin read-only": True, "user": False, "user read-only": False}
+SHAPED = {"search": {"learned_questions"}, "ask": {"learned_questions"},
+          "questions": {"learned_questions"}, "chunk_questions": {"learned_questions"},
+          "feedback": {"learning_at_once"}, "sources": {"access_lists"},
+          "status": {"index_details"}, "delete": {"hidden_members"}}
+"""The operations whose reply or work is shaped by whether the key is an
+administrator's, and by what (the table's ``shapes``, written here)."""
 
 
 def test_the_walk_has_a_row_for_every_operation() -> None:
@@ -388,3 +400,78 @@ def test_every_shell_makes_the_call_the_table_names(
             missed.append(f"CLI {op.cli}: {made} ({done.exit_code}: {done.output[-300:]})")
     assert missed == []
     assert len({op.call for op in OPERATIONS}) >= 14
+
+
+def test_every_decision_for_administrators_is_a_row_of_the_table() -> None:
+    """Each "is this an administrator" decision of the library and the server is a row
+    of ``access.ENTITLED``, named by the operations it shapes (their ``shapes``), and
+    ``access.entitled`` answers it for every kind of key as :data:`SHOWN` says."""
+    from isotope.access import ENTITLED, entitled
+
+    assert {op.name: set(op.shapes) for op in OPERATIONS if op.shapes} == SHAPED
+    assert set().union(*SHAPED.values()) == set(ENTITLED)
+    with pytest.raises(KeyError):
+        entitled("no such decision", None)
+    assert all(entitled(what, None) for what in ENTITLED)  # (the owner: no key)
+
+
+@pytest.mark.parametrize("key", list(SHOWN))
+def test_every_shaped_reply_shows_what_the_key_may(server: dict[str, Any], key: str) -> None:
+    """Each key kind over HTTP: a source's access lists (``GET /sources``), the index's
+    details (``GET /status``), a chunk's learned questions (``GET /chunks/{id}/questions``,
+    ``GET /questions``) are shown as :data:`SHOWN` says; and what no route of this server
+    shows a user (it holds every mark for review, and deleting needs an administrator),
+    asked of the library with the principal and scope the server gives the key: whether
+    a learned question raises its chunk (``searching.confirming``) and a useful mark
+    learns at once (``learning.learn_mode``)."""
+    from isotope.search.learning import learn_mode
+    from isotope.search.searching import confirming
+
+    iso, n = server["iso"], next(server["made"])
+    made = server["throwaway"] / f"learned-{n}.md"
+    made.write_text(f"# Learned\n\nThe walk made file number {n} to learn from.\n")
+    iso.ingest(made, allow=["public"])
+    source = str(made.resolve())
+    chunk = iso.store.export_source(source).chunks[0].id  # type: ignore[union-attr]
+    asked = f"which file did walk {n} learn from"
+    found = iso.search(asked, k=1, filters={"source": source})
+    marked = iso.feedback(found.query_id or "", chunk, True)
+    if marked.learned == "pending":
+        iso.review_questions([f"{found.query_id}:{chunk}"])
+    assert any(q.text == asked for q in iso.chunk_questions(chunk).questions)
+
+    headers = {"Authorization": f"Bearer {KEYS[key]}"}
+
+    def got(path: str, **params: Any) -> Any:
+        reply = httpx.get(server["url"] + path, params=params, headers=headers, timeout=60)
+        assert reply.is_success, (path, key, reply.text)
+        return reply.json()
+
+    listed = got("/sources")
+    assert listed and all(("access" in s) is SHOWN[key] for s in listed), (key, listed)
+    assert bool(got("/status")["index"]) is SHOWN[key]
+    texts = [q["text"] for q in got(f"/chunks/{chunk}/questions")["questions"]]
+    assert (asked in texts) is SHOWN[key], (key, texts)
+    texts = [q["text"] for q in got("/questions", source=source)]
+    assert (asked in texts) is SHOWN[key], (key, texts)
+    _, principal, _ = server["keys"].lookup(KEYS[key])
+    assert ("user" in confirming(principal, show_learned=False)) is SHOWN[key]
+    assert (learn_mode(None, principal) == "auto") is SHOWN[key]
+
+
+def test_every_tool_is_made_from_its_row(server: dict[str, Any]) -> None:
+    """MCP's tools are the table's rows that name one (a server that may not write has
+    none that writes), each described by its method and taking its arguments, never
+    who asks (the check made for every tool gives it)."""
+    from isotope.server.mcp import INGEST, Tools
+
+    for writable in (True, False):
+        tools = anyio.run(create_mcp(server["iso"], writable=writable).list_tools)
+        assert [t.name for t in tools] == [op.mcp for op in OPERATIONS
+                                           if op.mcp and (writable or not op.writes)]
+        for tool in tools:
+            assert "who" not in tool.inputSchema["properties"]
+            assert "ctx" not in tool.inputSchema["properties"]
+            method = getattr(Tools, tool.name)
+            assert tool.description == (method.__doc__ or INGEST + tool.description[len(
+                INGEST):]), tool.name

@@ -132,6 +132,40 @@ class Principal:
 
 ADMIN = Principal(admin=True)
 
+ENTITLED: dict[str, str] = {
+    "access_lists": "the access lists of the sources it lists (the names of other users "
+                    "and groups)",
+    "index_details": "the index's location, size on disk, models, settings and replicas "
+                     "in its status",
+    "learned_questions": "learned questions (other users' queries): shown among a chunk's "
+                         "questions, and raising their chunk in a search (a user too with "
+                         "the show_learned setting)",
+    "hidden_members": "deleting a container (a mailbox) that holds sources it may not see",
+    "learning_at_once": "a useful mark learning its question at once (a user's waits for "
+                        "review; the learn setting, access control or a read-only key can "
+                        "hold anyone's)",
+}
+"""What only whoever sees everything (the owner, an administrator) is given: every
+decision of the library and the server that shapes what an operation shows or does by
+whether the asker is an administrator, one row each, asked through :func:`entitled`.
+The table of operations (:data:`isotope.server.operations.OPERATIONS`, its ``shapes``)
+names the rows each operation's reply or work is shaped by, and
+``tests/test_operations.py`` checks them with every kind of key."""
+
+
+def sees_all(principal: Principal | None) -> bool:
+    """Whether ``principal`` is the owner (None) or an administrator: what an operation
+    needing an administrator (:func:`isotope.server.operations.permit`) and each row of
+    :data:`ENTITLED` (:func:`entitled`) ask."""
+    return principal is None or principal.admin
+
+
+def entitled(what: str, principal: Principal | None) -> bool:
+    """Whether ``principal`` is given ``what`` (a row of :data:`ENTITLED`; a name not in
+    it is a ``KeyError``): the owner (None) and administrators are, a user is not."""
+    ENTITLED[what]
+    return sees_all(principal)
+
 
 def principal_of(value: Principal | str | dict[str, Any] | None) -> Principal | None:
     """A principal from what the API takes: a :class:`Principal`, its text form

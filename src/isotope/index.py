@@ -548,8 +548,8 @@ class Isotope:
                          ) -> Callable[[list[GeneratedQuestion]], list[GeneratedQuestion]]:
         """What of a chunk's questions ``principal`` is shown: learned ones (users'
         queries) only to the owner and administrators, unless ``show_learned``."""
-        asker = principal_of(principal)
-        if asker is None or asker.admin or self.settings.show_learned:
+        if access.entitled("learned_questions", principal_of(principal)) or \
+                self.settings.show_learned:
             return lambda found: found
         return lambda found: [q for q in found if q.origin != "user"]
 
@@ -608,7 +608,8 @@ class Isotope:
                                if stored is not None and stored.metadata.get("attachments")
                                else {})
                 uris = {uri}
-            if asker is not None:  # a member it may not see would go with its container
+            # a member it may not see would go with its container
+            if not access.entitled("hidden_members", asker):
                 inside = _inside(uris, members_map)
                 if any(not self.has_source(u, principal=asker) for u in inside):
                     raise InvalidArgument(f"{source} holds sources you may not see; an "

@@ -1,4 +1,5 @@
-"""``isotope access ...``: who may see each source."""
+"""``isotope access set`` and ``isotope access show`` (who may see each source) and
+``isotope audit`` (who searched what)."""
 
 from __future__ import annotations
 

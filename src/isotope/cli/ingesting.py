@@ -1,5 +1,5 @@
 """``isotope ingest``, ``isotope sync`` and ``isotope enrich``, with their progress and
-reports."""
+reports, and ``isotope sample`` (a folder of sample documents to ingest)."""
 
 from __future__ import annotations
 

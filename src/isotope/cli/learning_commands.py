@@ -1,7 +1,8 @@
-"""Learning from use: ``isotope feedback``, ``isotope log``, ``isotope questions review``
-and ``isotope questions orphaned`` (see :mod:`isotope.search.learning`), ``isotope
-weights`` (see :mod:`isotope.search.weights`), ``isotope adapter`` (see
-:mod:`isotope.search.adapter`)."""
+"""Learning from use, and questions by hand: ``isotope feedback``, ``isotope log``,
+``isotope questions review`` and ``isotope questions orphaned`` (see
+:mod:`isotope.search.learning`), ``isotope questions add``, ``edit``, ``disable`` and
+``enable``, ``isotope weights`` (see :mod:`isotope.search.weights`), ``isotope adapter``
+(see :mod:`isotope.search.adapter`)."""
 
 from __future__ import annotations
 

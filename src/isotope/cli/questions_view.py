@@ -1,7 +1,7 @@
-"""``isotope questions``: the questions of a source's chunks (generated, kept and dropped
-with why, manual and learned ones with their origin), or a random sample across the
-index; ``isotope questions review`` and ``orphaned`` (see
-:mod:`isotope.cli.learning_commands`)."""
+"""``isotope questions show``: the questions of a source's chunks (generated, kept and
+dropped with why, manual and learned ones with their origin), or a random sample across
+the index. The group's other commands (``review``, ``orphaned``, ``add``, ``edit``,
+``disable``, ``enable``) are in :mod:`isotope.cli.learning_commands`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``isotope serve``: the HTTP API over an index (isotope.server)."""
+"""``isotope serve`` (the HTTP API over an index, with the MCP tools at ``/mcp``:
+:mod:`isotope.server`) and ``isotope mcp`` (the MCP tools over stdio)."""
 
 from __future__ import annotations
 

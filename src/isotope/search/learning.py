@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from isotope.access import Principal
+from isotope.access import Principal, entitled
 from isotope.embedders import Embedder, Vectors
 from isotope.errors import InvalidArgument, SourceNotFound
 from isotope.models import Chunk, Condition, Origin, QueryResponse, Question
@@ -215,9 +215,9 @@ def learn_mode(setting: str | None, principal: Principal | None = None, *,
     """The ``learn`` ``setting``, else ``review`` where access control is on (the
     setting, or a user's key: its words would reach everyone's searches) or the mark
     comes with a key that may only read (learning writes to the index), else ``auto``."""
-    guarded = read_only or access_control or (principal is not None
-                                              and not principal.admin
-                                              and principal.strict)
+    guarded = read_only or access_control or (
+        principal is not None and principal.strict
+        and not entitled("learning_at_once", principal))
     return setting or ("review" if guarded else "auto")
 
 

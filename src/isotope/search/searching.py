@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from isotope.access import Principal
+from isotope.access import Principal, entitled
 from isotope.embedders import Embedder
 from isotope.ingest.questions import parse_questions
 from isotope.models import ACCESS_BY_HAND, Condition, QueryResponse
@@ -56,7 +56,7 @@ def confirming(asker: Principal | None, show_learned: bool) -> tuple[str, ...]:
     ones (other users' queries) only for whoever may see them (the owner, an
     administrator, or everyone with ``show_learned``): the raise, shown by ``explain`` and
     in the score, would otherwise tell whether someone asked a query."""
-    if asker is None or asker.admin or show_learned:
+    if entitled("learned_questions", asker) or show_learned:
         return retrieval.CONFIRMING
     return ("manual",)
 

@@ -1,5 +1,9 @@
-"""``isotope serve``: the HTTP API (``isotope.server.app``) and its API keys
-(``isotope.server.auth``). Needs the ``server`` extra: ``pip install 'isotopedb[server]'``."""
+"""``isotope serve`` and ``isotope mcp``: the HTTP API (``isotope.server.app``, its routes
+in ``routes_*``), the MCP tools (``isotope.server.mcp``), the gate every request passes
+(``isotope.server.gate``), its API keys (``isotope.server.auth``), the table of what each
+operation may do (``isotope.server.operations``) and the work both shells share
+(``isotope.server.work``). Needs the ``server`` extra: ``pip install
+'isotopedb[server]'``."""
 
 from __future__ import annotations
 

@@ -1,20 +1,20 @@
-"""The HTTP API of ``isotope serve``: a thin shell over :class:`isotope.Isotope`.
-
-Every request passes :class:`isotope.server.gate.Gate` first (Host, Origin, API key,
-body size and stalls), before a byte of its body is read. Endpoints that touch the index
-run the library in the thread pool, never on the event loop: searches side by side (one
-per core at a time), answers one per model slot, writes of this process one after
-another (queued, never refused as "locked" by the server itself). An answer whose client
-went away is stopped at the model's next token. Errors are JSON ``{"error": ...}`` with
-the status that fits, for every route (validation, 404, 405 included); never a traceback.
+"""The HTTP API of ``isotope serve``, built: :func:`create_app` puts together a thin
+shell over :class:`isotope.Isotope`. Its routes are the routers of
+:mod:`isotope.server.routes_search`, :mod:`~isotope.server.routes_questions`,
+:mod:`~isotope.server.routes_graph` and :mod:`~isotope.server.routes_sources`, each
+route checked through the table of operations (:mod:`isotope.server.operations`) and
+taking its turn (:class:`isotope.server.work.Turns`, one per served index, shared with
+the MCP tools); here are what the app adds around them: the gate
+(:class:`isotope.server.gate.Gate`: Host, Origin, API key, body size and stalls, before a
+byte of a body is read), errors as JSON ``{"error": ...}`` with the status that fits
+(:data:`STATUS`; validation, 404, 405 included; never a traceback), the search page,
+``/health``, ``/docs`` (from assets in the package), the MCP tools at ``/mcp``, and the
+other projects at ``/p/NAME/``. :func:`serving_app` is the factory each worker process of
+``isotope serve`` calls; :func:`uploads_folder` says where uploads are kept.
 
 Imported only by ``isotope serve`` (the ``server`` extra). Annotations are evaluated at
-definition (no ``from __future__ import annotations``): FastAPI reads the endpoints'
-parameter types, some of which are local to :func:`create_app`.
-
-Why one module of this size (about 600 lines): the routes are closures over one app's
-state (the index, the search and answer slots, the write queue), each a few lines over the
-library; the gate, the MCP tools and the page live in modules of their own."""
+definition (no ``from __future__ import annotations``), as FastAPI reads the endpoints'
+parameter types."""
 
 import contextlib
 import json

@@ -1,10 +1,15 @@
-"""isotope as an MCP server for agents (the official ``mcp`` SDK): the tools ``search``,
-``ask``, ``feedback``, ``list_sources``, the knowledge graph's ``graph`` (a walk from one
-entity) and ``read_graph``, ``search_nodes``, ``open_nodes`` (the MCP Memory server's), and,
-with write access, ``ingest`` (the table :data:`isotope.server.operations.OPERATIONS`
-names them; ``isotope mcp --help`` lists them from it). ``isotope mcp`` serves them over
-stdio; ``isotope serve`` also at ``/mcp`` (streamable HTTP), behind its gate (Host,
-Origin, API keys): a read-only key cannot call ``ingest``.
+"""isotope as an MCP server for agents (the official ``mcp`` SDK). Its tools are made
+from the table of operations (:data:`isotope.server.operations.OPERATIONS`) as the HTTP
+routes are: each row that names a tool gets one (:func:`declared`), the method of
+:class:`Tools` named for it, called only once :func:`isotope.server.operations.permit`
+lets the caller do the operation: ``search``, ``ask``, ``feedback``, ``list_sources``, the
+knowledge graph's ``graph`` (a walk from one entity) and ``read_graph``,
+``search_nodes``, ``open_nodes`` (the MCP Memory server's), and, with write access,
+``ingest`` (``isotope mcp --help`` lists them from the table). ``isotope mcp`` serves them
+over stdio; ``isotope serve`` also at ``/mcp`` (streamable HTTP), behind its gate (Host,
+Origin, API keys) and :func:`guard`, which refuses a read-only key's call of a tool that
+writes (``ingest``) before the tool runs, by the table's one read-only rule
+(:func:`isotope.server.operations.refused`).
 
 ``ingest`` reads paths of the machine the server runs on. Over HTTP it reads only below
 the ``serve_roots`` setting (none: it is off), never following a link out of them; over
@@ -17,6 +22,7 @@ library in a worker thread, never on the event loop."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
@@ -34,7 +40,7 @@ from isotope.knowledge.facts import MAX_HOPS
 from isotope.reports import source_listing
 from isotope.search.retrieval import Mode
 from isotope.server.gate import principal_in, scope_in
-from isotope.server.operations import BY_TOOL, permit
+from isotope.server.operations import BY_TOOL, OPERATIONS, Operation, permit, refused
 from isotope.server.work import Turns, below_roots, reported
 
 if TYPE_CHECKING:
@@ -139,12 +145,13 @@ def _reply(data: Any) -> CallToolResult:
 def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool = True,
                remote: bool = False, turns: Turns | None = None,
                principal: Principal | None = None) -> FastMCP:
-    """The MCP server over ``iso``. ``ingest`` only when ``writable``; it reads below
-    ``roots`` only (links out of them not followed), and with ``remote`` (HTTP) nothing
-    at all without ``roots``. ``turns``: the server's (searches, answers and writes in
-    turn, shared with its HTTP routes; default: this server's own); an ``ask`` whose call
-    is cancelled stops its model. Each tool answers for the request's API key over HTTP
-    (its principal), else for ``principal`` (stdio: None, the user who runs it, sees
+    """The MCP server over ``iso``: a tool for each operation of the table that names one
+    (:func:`declared`), ``ingest`` only when ``writable``; it reads below ``roots`` only
+    (links out of them not followed), and with ``remote`` (HTTP) nothing at all without
+    ``roots``. ``turns``: the server's (searches, answers and writes in turn, shared with
+    its HTTP routes; default: this server's own); an ``ask`` whose call is cancelled
+    stops its model. Each tool answers for the request's API key over HTTP (its
+    principal), else for ``principal`` (stdio: None, the user who runs it, sees
     everything). Over HTTP it sits behind the server's gate, which checks Host and
     Origin (the SDK's own check is off: it knew neither ``allowed_hosts`` nor
     ``allowed_origins`` and answered in plain text)."""
@@ -158,10 +165,65 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
     server = FastMCP("isotope", instructions=instructions(reads), streamable_http_path="/",
                      transport_security=security)
     server._mcp_server.version = __version__  # (serverInfo said the SDK's version)
-    turns = turns or Turns(iso)
+    tools = Tools(iso, turns or Turns(iso), principal=principal, remote=remote,
+                  confine=confine)
+    for op in OPERATIONS:
+        if op.mcp is not None and (writable or not op.writes):
+            server.add_tool(declared(tools, op), name=op.mcp, description=(
+                INGEST + (reads or "") if op.name == "ingest" else None))
+    return server
 
-    @server.tool()
-    async def search(ctx: Context,  # type: ignore[type-arg]
+
+INGEST = ("Add files or folders of the server's machine to the index (a changed file "
+          "replaces its old version; unchanged ones are skipped). Supported: .md .txt "
+          ".html .pdf .eml .mbox .tex .docx. ")
+"""The ``ingest`` tool's description, before what it reads on this transport."""
+
+
+def declared(tools: Tools, op: Operation) -> Callable[..., Awaitable[CallToolResult]]:
+    """The MCP tool of ``op``, its row of the table: the method of ``tools`` named for
+    its tool, called with who asks once :meth:`Tools.allowed` lets them do the
+    operation (the one check, made here for every tool: none can forget it). Its
+    arguments (the schema an agent reads) and description are the method's, ``who``
+    left out."""
+    assert op.mcp is not None
+    method = getattr(tools, op.mcp)
+    signature = inspect.signature(method, eval_str=True)
+    shown = [p for name, p in signature.parameters.items() if name != "who"]
+
+    async def tool(ctx: Context, **arguments: Any  # type: ignore[type-arg]
+                   ) -> CallToolResult:
+        return await method(ctx, tools.allowed(ctx, op.name), **arguments)  # type: ignore[no-any-return]
+
+    tool.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]
+    tool.__annotations__ = {p.name: p.annotation for p in shown} | {
+        "return": signature.return_annotation}
+    tool.__name__, tool.__doc__ = op.mcp, method.__doc__
+    return tool
+
+
+class Tools:
+    """The tools of one MCP server over ``iso``, each a method named for its tool (its
+    docstring: what the agent reads of it) that takes ``who`` asks (checked by
+    :func:`declared`); ``principal``, ``remote``: as :func:`create_mcp` takes them;
+    ``confine``: the folders ``ingest`` reads below (None: any)."""
+
+    def __init__(self, iso: Isotope, turns: Turns, *, principal: Principal | None,
+                 remote: bool, confine: list[Path] | None) -> None:
+        self.iso, self.turns, self.principal = iso, turns, principal
+        self.remote, self.confine = remote, confine
+
+    def allowed(self, ctx: Context, name: str  # type: ignore[type-arg]
+                ) -> Principal | None:
+        """Who calls a tool (:func:`_asker`), if the caller may do the operation ``name``
+        (:func:`isotope.server.operations.permit`, with its key's scope over HTTP; over
+        stdio the user who runs it writes, and a principal given with ``--as`` is held
+        to what the table lets a user do, as a user's key is)."""
+        who = _asker(ctx, self.principal, self.remote)
+        permit(name, who, _scope(ctx))
+        return who
+
+    async def search(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
                      query: Query, k: K = 5, mode: ModeField = None,
                      filters: Filters = None) -> CallToolResult:
         """Find the passages of the user's documents that answer a question, best first,
@@ -169,12 +231,11 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         it that matched. Fast (tens of milliseconds). Read `suggested_action`: deliver
         (the first passage is very likely right), query_more (read several, or search
         again), refine_query (probably not found: rephrase or add detail)."""
-        who, k = _allowed(ctx, "search", principal, remote), _within(k, 50)
-        found = await turns.search(query, k, mode=mode, filters=filters, principal=who)
+        found = await self.turns.search(query, _within(k, 50), mode=mode, filters=filters,
+                                        principal=who)
         return _reply(agent_view(found))
 
-    @server.tool()
-    async def ask(ctx: Context,  # type: ignore[type-arg]
+    async def ask(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
                   query: Query, k: Annotated[int, Field(
             description="Passages given to the model (1 to 20)",
             json_schema_extra={"minimum": 1, "maximum": 20})] = 3,
@@ -188,18 +249,17 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         documents do not hold it); `answer_confidence` (0 to 1) how likely the answer is
         right: act on a generated answer without reading the passage only when it is
         high."""
-        who, k = _allowed(ctx, "ask", principal, remote), _within(k, 20)
+        k = _within(k, 20)
         await _say(ctx, 0, 2, "searching the documents")
-        found = await turns.search(query, k, mode=mode, filters=filters, for_answer=True,
-                                   principal=who)
+        found = await self.turns.search(query, k, mode=mode, filters=filters,
+                                        for_answer=True, principal=who)
         await _say(ctx, 1, 2, f"writing the answer from {len(found.results)} passage(s)")
-        await turns.answer(found, who)  # (the call cancelled: the model stops too)
+        await self.turns.answer(found, who)  # (the call cancelled: the model stops too)
         await _say(ctx, 2, 2, f"answered ({found.answer_kind}, confidence "
                                  f"{found.answer_confidence or 0:.2f})")
         return _reply(agent_view(found))
 
-    @server.tool()
-    async def feedback(ctx: Context,  # type: ignore[type-arg]
+    async def feedback(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
                        query_id: Annotated[str, Field(
                            max_length=64, description="The search's query_id")],
                        chunk_id: Annotated[str, Field(
@@ -211,33 +271,28 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         question: a useful passage learns the question (it is found first next time), a
         passage that did not help is not ranked first again for that question. Use it
         when the user confirms or rejects an answer."""
-        who = _allowed(ctx, "feedback", principal, remote)
-        reads = _key_scope(ctx, who, remote) == "read"
-        done = await turns.write(lambda: iso.feedback(query_id, chunk_id, useful,
-                                                      principal=who, read_only=reads))
+        reads = _scope(ctx) == "read"
+        done = await self.turns.write(lambda: self.iso.feedback(
+            query_id, chunk_id, useful, principal=who, read_only=reads))
         return _reply(done.model_dump())
 
-    @server.tool()
-    async def list_sources(ctx: Context) -> CallToolResult:  # type: ignore[type-arg]
+    async def list_sources(self, ctx: Context,  # type: ignore[type-arg]
+                           who: Principal | None) -> CallToolResult:
         """The documents in the index: each one's name (its path), type, title, state
         and how many passages, statements and questions it holds."""
-        who = _allowed(ctx, "sources", principal, remote)
-        infos = await anyio.to_thread.run_sync(lambda: iso.sources(principal=who))
+        infos = await anyio.to_thread.run_sync(lambda: self.iso.sources(principal=who))
         return _reply([{k: v for k, v in source_listing(info).items()
                         if k in ("uri", "loader", "state", "chunks", "atoms", "questions",
                                  "chunks_waiting") or k == "metadata"} for info in infos])
 
     # The MCP Memory server's tools, names and shapes: an agent that reads that server
     # reads isotope's graph (setting graph) the same way.
-    async def graph_of(ctx: Context, name: str, **asked: Any  # type: ignore[type-arg]
-                       ) -> CallToolResult:
-        who = _allowed(ctx, name, principal, remote)
+    async def _graph(self, who: Principal | None, **asked: Any) -> CallToolResult:
         found = await anyio.to_thread.run_sync(
-            lambda: iso.memory_graph(principal=who, **asked))
+            lambda: self.iso.memory_graph(principal=who, **asked))
         return _reply(found)
 
-    @server.tool()
-    async def graph(ctx: Context,  # type: ignore[type-arg]
+    async def graph(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
                     entity: Annotated[str, Field(
                         min_length=1, max_length=200,
                         description="An entity's name (or one of its aliases)")],
@@ -251,17 +306,17 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         to, relationType), with `center` (the entity's name) and `truncated` (more
         relations were within reach than shown: lower hops). A name that names no
         entity is an error that names the closest ones."""
-        return await graph_of(ctx, "graph", entity=entity, hops=hops)
+        return await self._graph(who, entity=entity, hops=hops)
 
-    @server.tool()
-    async def read_graph(ctx: Context) -> CallToolResult:  # type: ignore[type-arg]
+    async def read_graph(self, ctx: Context,  # type: ignore[type-arg]
+                         who: Principal | None) -> CallToolResult:
         """Read the whole knowledge graph of the user's documents: entities (name,
         entityType, observations: the statements naming each) and relations (from, to,
         relationType), as the MCP Memory server's read_graph."""
-        return await graph_of(ctx, "read_graph")
+        return await self._graph(who)
 
-    @server.tool()
-    async def search_nodes(ctx: Context,  # type: ignore[type-arg]
+    async def search_nodes(self, ctx: Context,  # type: ignore[type-arg]
+                           who: Principal | None,
                            query: Annotated[str, Field(
                                min_length=1, max_length=200,
                                description="Text to find in entity names, types and "
@@ -269,49 +324,41 @@ def create_mcp(iso: Isotope, *, roots: list[Path] | None = None, writable: bool 
         """Find entities of the knowledge graph whose name, type or observations hold the
         query, with the relations that touch them (as the MCP Memory server's
         search_nodes)."""
-        return await graph_of(ctx, "search_nodes", query=query)
+        return await self._graph(who, query=query)
 
-    @server.tool()
-    async def open_nodes(ctx: Context,  # type: ignore[type-arg]
+    async def open_nodes(self, ctx: Context,  # type: ignore[type-arg]
+                         who: Principal | None,
                          names: Annotated[list[str], Field(
                              min_length=1, max_length=100,
                              description="Entity names (or aliases)")]) -> CallToolResult:
         """Open entities of the knowledge graph by name, with the relations that touch
         them (as the MCP Memory server's open_nodes), and `not_found`: each name that
         names no entity, with `did_you_mean` (the closest entity names)."""
-        return await graph_of(ctx, "open_nodes", names=names)
+        return await self._graph(who, names=names)
 
-    if writable:
-        @server.tool(description=(
-            "Add files or folders of the server's machine to the index (a changed file "
-            "replaces its old version; unchanged ones are skipped). Supported: .md .txt "
-            ".html .pdf .eml .mbox .tex .docx. " + (reads or "")))
-        async def ingest(ctx: Context,  # type: ignore[type-arg]
-                         paths: Annotated[list[str], Field(
-                min_length=1, max_length=100,
-                description="Files or folders on the server's machine (absolute paths)")],
-                ) -> CallToolResult:
-            # (its description, above, says which paths it reads on this transport)
-            _allowed(ctx, "ingest", principal, remote)
-            wanted = below_roots(paths, confine, what="ingest by path", remote=remote)
-            missing = [str(p) for p in wanted if not p.exists()]
-            if missing:
-                raise ValueError(f"no such file or folder: {', '.join(missing)}")
-            teller = _teller(ctx)
-            told = None if teller is None else _ingest_progress(teller.tell)
-            try:
-                report = await turns.write(lambda: iso.ingest(wanted, confine=confine,
-                                                              progress=told))
-            finally:
-                if teller is not None:  # (every notification before the result)
-                    await teller.sent()
-            done = reported(report, brief=True)
-            if not report.ok:
-                return CallToolResult(content=[TextContent(type="text", text=json.dumps(
-                    done, separators=(",", ":")))], structuredContent=done, isError=True)
-            return _reply(done)
-
-    return server
+    async def ingest(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
+                     paths: Annotated[list[str], Field(
+            min_length=1, max_length=100,
+            description="Files or folders on the server's machine (absolute paths)")],
+                     ) -> CallToolResult:
+        # (its description, :data:`INGEST`, says which paths it reads on this transport)
+        wanted = below_roots(paths, self.confine, what="ingest by path", remote=self.remote)
+        missing = [str(p) for p in wanted if not p.exists()]
+        if missing:
+            raise ValueError(f"no such file or folder: {', '.join(missing)}")
+        teller = _teller(ctx)
+        told = None if teller is None else _ingest_progress(teller.tell)
+        try:
+            report = await self.turns.write(lambda: self.iso.ingest(
+                wanted, confine=self.confine, progress=told))
+        finally:
+            if teller is not None:  # (every notification before the result)
+                await teller.sent()
+        done = reported(report, brief=True)
+        if not report.ok:
+            return CallToolResult(content=[TextContent(type="text", text=json.dumps(
+                done, separators=(",", ":")))], structuredContent=done, isError=True)
+        return _reply(done)
 
 
 Tell = Callable[[float, "float | None", str], None]
@@ -416,26 +463,6 @@ def _scope(ctx: Context) -> str:  # type: ignore[type-arg]
     return scope_in(_http_scope(ctx) or {})
 
 
-def _allowed(ctx: Context, name: str,  # type: ignore[type-arg]
-             default: Principal | None, remote: bool) -> Principal | None:
-    """Who calls a tool (:func:`_asker`), if the caller may do the operation ``name``
-    (:func:`isotope.server.operations.permit`: its key's scope over HTTP; over stdio,
-    writes are the user's who runs it, and a principal given with ``--as`` is held to
-    it as a key would be)."""
-    who = _asker(ctx, default, remote)
-    permit(name, who, _key_scope(ctx, who, remote))
-    return who
-
-
-def _key_scope(ctx: Context, who: Principal | None,  # type: ignore[type-arg]
-               remote: bool) -> str:
-    """``read`` or ``write``: the key's over HTTP; over stdio, ``read`` for a user given
-    with ``--as`` (held to what a user's read key may do), else ``write``."""
-    if remote or _http_scope(ctx) is not None:
-        return _scope(ctx)
-    return "read" if who is not None and not who.admin else "write"
-
-
 def _asker(ctx: Context, default: Principal | None,  # type: ignore[type-arg]
            remote: bool) -> Principal | None:
     """Who calls a tool: over HTTP (``remote``), the principal of the request's API key
@@ -508,11 +535,11 @@ def guard(inner: ASGI) -> ASGI:
                 "code": -32700, "message": "parse error: the body is not JSON, or is "
                 "nested too deep"}})
             return
-        for call in calls if access != "write" else []:
+        for call in calls:
             params = call.get("params") if isinstance(call, dict) else None
             tool = params.get("name") if isinstance(params, dict) else None
             if (isinstance(call, dict) and call.get("method") == "tools/call"
-                    and isinstance(tool, str) and tool in BY_TOOL and BY_TOOL[tool].writes):
+                    and isinstance(tool, str) and refused(BY_TOOL.get(tool), access)):
                 # a JSON-RPC error for that call, which the agent's client reports as such
                 ident = call.get("id")
                 await _send(send, 200, {

@@ -4,13 +4,18 @@ shell reads (issue 43).
 Each :class:`Operation` says whether it **writes** (a read-only key is refused, over
 HTTP by the gate before the request's body is read), whether it needs an
 **administrator** (a key that names no user: a user's key that wrote could reach
-sources it may not see, to replace, relabel or learn of them from the report), and
-where each shell offers it: its HTTP routes, its MCP tool, its CLI command.
-:func:`permit` is the one check; the gate asks :func:`writes` of a request, the HTTP
-routes and the MCP tools call :func:`permit` with the key's principal and scope, and
+sources it may not see, to replace, relabel or learn of them from the report), what of
+its reply or work only administrators are given (its **shapes**: rows of
+:data:`isotope.access.ENTITLED`, answered by :func:`isotope.access.entitled`), and where
+each shell offers it: its HTTP routes, its MCP tool, its CLI command. :func:`permit` is
+the one check, :func:`refused` its read-only rule; the gate asks :func:`writes` of a
+request and MCP's guard :func:`refused` of a tool call, the HTTP routes call
+:func:`permit` with the key's principal and scope, and the MCP tools are made from the
+rows that name one, each called through :func:`permit`.
 ``tests/test_operations.py`` walks the whole table with every kind of key over HTTP and
-MCP against what it says each key may do (a table of its own), so a route or tool that
-forgets its check, or a row changed here, fails a test.
+MCP against what it says each key may do and be shown (tables of its own), so a route or
+tool that forgets its check, a reply shaped for the wrong key, or a row changed here,
+fails a test.
 
 The CLI runs as the index's owner (it holds the files), so it checks nothing; its
 commands are named here so that each shell offers the same operations under one name.
@@ -22,7 +27,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from isotope.access import Principal
+from isotope.access import Principal, sees_all
 from isotope.errors import IsotopeError
 
 
@@ -49,26 +54,31 @@ class Operation:
     call: str = ""
     """The method of :class:`isotope.Isotope` that does it, whichever shell asks
     (``tests/test_operations.py`` watches each shell make the call)."""
+    shapes: tuple[str, ...] = ()
+    """What of its reply or its work only the owner and administrators are given: rows of
+    :data:`isotope.access.ENTITLED`, each decided by :func:`isotope.access.entitled`
+    (a user's key gets the reply without it)."""
 
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation("search", "searching", http=(("POST", "/search"),), mcp="search",
-              cli="query", call="search"),
+              cli="query", call="search", shapes=("learned_questions",)),
     Operation("ask", "asking", http=(("POST", "/ask"),), mcp="ask", cli="ask",
-              call="answer"),
+              call="answer", shapes=("learned_questions",)),
     Operation("answer", "answering a search", http=(("POST", "/answer"),), call="answer"),
     Operation("questions", "reading questions", http=(("GET", "/questions"),),
-              cli="questions show", call="questions"),
+              cli="questions show", call="questions", shapes=("learned_questions",)),
     Operation("chunk_questions", "reading a chunk's questions",
-              http=(("GET", "/chunks/{chunk_id}/questions"),), call="chunk_questions"),
+              http=(("GET", "/chunks/{chunk_id}/questions"),), call="chunk_questions",
+              shapes=("learned_questions",)),
     # (a mark writes to the query log's feedback, but a read-only key may give one: what
     # it would teach waits for an administrator's review)
     Operation("feedback", "marking a result", http=(("POST", "/feedback"),),
-              mcp="feedback", cli="feedback", call="feedback"),
+              mcp="feedback", cli="feedback", call="feedback", shapes=("learning_at_once",)),
     Operation("sources", "listing sources", http=(("GET", "/sources"),),
-              mcp="list_sources", cli="list", call="sources"),
+              mcp="list_sources", cli="list", call="sources", shapes=("access_lists",)),
     Operation("status", "reading the status", http=(("GET", "/status"),), cli="status",
-              call="status"),
+              call="status", shapes=("index_details",)),
     Operation("entities", "listing entities", http=(("GET", "/entities"),), cli="entities",
               call="entities"),
     Operation("graph", "reading an entity's neighbourhood", http=(("GET", "/graph"),),
@@ -85,7 +95,7 @@ OPERATIONS: tuple[Operation, ...] = (
               cli="log", call="log_summary"),
     Operation("delete", "deleting a source", writes=True, admin=True,
               http=(("DELETE", "/sources"), ("DELETE", "/sources/{source:path}")),
-              cli="delete", call="delete"),
+              cli="delete", call="delete", shapes=("hidden_members",)),
     Operation("add_question", "adding a question", writes=True, admin=True,
               http=(("POST", "/chunks/{chunk_id}/questions"),), cli="questions add",
               call="add_question"),
@@ -111,12 +121,19 @@ def permit(name: str, principal: Principal | None, scope: str = "write") -> Oper
     """The operation ``name`` if a key of ``principal`` (None: no keys, the index's
     owner) and ``scope`` (``read`` or ``write``) may do it, else :class:`Forbidden`."""
     op = BY_NAME[name]
-    if op.writes and scope != "write":
+    if refused(op, scope):
         raise Forbidden(f"this API key may only read: {op.what} needs a read-write key")
-    if op.admin and principal is not None and not principal.admin:
+    if op.admin and not sees_all(principal):
         raise Forbidden(f"{op.what} needs an administrator's API key (one that names no "
                         "user); this key is a user's")
     return op
+
+
+def refused(op: Operation | None, scope: str) -> bool:
+    """Whether a key of ``scope`` is refused ``op`` (None: no operation of the table) for
+    reading only: the read-only rule, asked by :func:`permit`, by the gate (of a
+    request: :func:`writes`) and by MCP's guard (of a tool call, before the tool runs)."""
+    return op is not None and op.writes and scope != "write"
 
 
 def route(method: str, path: str) -> Operation | None:

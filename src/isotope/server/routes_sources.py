@@ -1,5 +1,8 @@
 """The HTTP routes of sources and of the index: list, delete, ingest (uploads), sync (of
-folders below ``serve_roots``), the status and the query log."""
+folders below ``serve_roots``), the status and the query log. A user's key is shown the
+sources without their access lists and the status without the index's details
+(:func:`user_status`), as the table's ``shapes`` of those operations say
+(:func:`isotope.access.entitled`)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from isotope import errors
-from isotope.access import Principal
+from isotope.access import Principal, entitled
 from isotope.index import Isotope
 from isotope.reports import source_listing
 from isotope.server.http import allowed, disk_full
@@ -101,7 +104,7 @@ def router(iso: Isotope, turns: Turns, *, roots: list[Path], uploads: Path,
         groups)."""
         who = allowed(request, "sources")
         shown = [source_listing(info) for info in iso.sources(principal=who)]
-        if who is not None and not who.admin:
+        if not entitled("access_lists", who):
             for listing in shown:
                 listing.pop("access", None)
         return shown
@@ -142,7 +145,7 @@ def router(iso: Isotope, turns: Turns, *, roots: list[Path], uploads: Path,
         administrator's key, its size on disk)."""
         who = allowed(request, "status")
         shown = iso.status(principal=who).model_dump(mode="json")
-        if who is not None and not who.admin:
+        if not entitled("index_details", who):
             return user_status(shown)
         return shown
 
