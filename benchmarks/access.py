@@ -106,10 +106,10 @@ def measure(path: Path, location: Any, synthesis: scale.Synthesis, n_queries: in
             for mode, name in (("hybrid", "hybrid"), ("questions-dense", "dense")):
                 plain = scale.timed(lambda q, m=mode: iso.search(q, k=10, mode=m), queries)
                 result[f"{name}_p50_ms"] = scale.ms(plain, 50)
-                for share, who in principals.items():
+                for share, principal in principals.items():
                     shorts = 0
 
-                    def asked(q: str, m: str = mode, w: Principal = who) -> None:
+                    def asked(q: str, m: str = mode, w: Principal = principal) -> None:
                         nonlocal shorts
                         shorts += len(iso.search(q, k=10, mode=m, principal=w).results) < 10
 
@@ -146,13 +146,13 @@ def measure(path: Path, location: Any, synthesis: scale.Synthesis, n_queries: in
     return result
 
 
-def emails(iso: Any, queries: list[str], who: Principal) -> dict[str, Any]:
+def emails(iso: Any, queries: list[str], principal: Principal) -> dict[str, Any]:
     """A principal's hybrid search when every source shown is an email with attachments
     (their names in its metadata, as the email loader keeps them): the names of those it
     may not see are left out, which reads the members of the shown sources only
     (``Store.members``; it once read every source twice a search). p50 with every source
     so marked, against the same searches unmarked, in this run."""
-    plain = scale.timed(lambda q: iso.search(q, k=10, principal=who), queries)
+    plain = scale.timed(lambda q: iso.search(q, k=10, principal=principal), queries)
     marked = json.dumps(["minutes.txt", "budget.xlsx"])
     conn = iso.store._conn()
     with iso.store.writer(60):
@@ -160,9 +160,9 @@ def emails(iso: Any, queries: list[str], who: Principal) -> dict[str, Any]:
                      "json(?))", (marked,))
         conn.commit()
     try:
-        shown = iso.search(queries[0], k=10, principal=who).results
+        shown = iso.search(queries[0], k=10, principal=principal).results
         assert shown and all(r.source_metadata.get("attachments") for r in shown)
-        times = scale.timed(lambda q: iso.search(q, k=10, principal=who), queries)
+        times = scale.timed(lambda q: iso.search(q, k=10, principal=principal), queries)
     finally:
         with iso.store.writer(60):
             conn.execute("UPDATE sources SET metadata = json_remove(metadata, "
@@ -203,8 +203,8 @@ def principal_recall(store: Any, embedded: Any, synthesis: scale.Synthesis, quer
         return [said[r] for r in rows]
 
     said: dict[str, tuple[float, int]] = {}
-    for share, who in principals.items():
-        made = condition(who, control=True) if who is not None else None
+    for share, principal in principals.items():
+        made = condition(principal, control=True) if principal is not None else None
         allowed = embedded.store._allowed([made]) if made is not None else None
         found = []
         expected: dict[str, list[list[tuple[str, str]]]] = {tail: [] for tail in truths}

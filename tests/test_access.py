@@ -76,7 +76,7 @@ def _name(source: str) -> str:
     raise AssertionError(f"unknown source {source}")
 
 
-def _everything_seen(iso: Isotope, asker: Principal | None, mode: str) -> set[str]:
+def _everything_seen(iso: Isotope, principal: Principal | None, mode: str) -> set[str]:
     """Every source a principal's searches in ``mode`` reach, by any query, with every
     text a result carries (chunk, matched questions and atoms) checked for the secrets
     of the sources it may not see."""
@@ -84,7 +84,7 @@ def _everything_seen(iso: Isotope, asker: Principal | None, mode: str) -> set[st
     texts: list[str] = []
     for _, _, query in FACTS.values():
         for secret_query in [query, *SECRET.values()]:
-            response = iso.search(secret_query, k=20, mode=mode, principal=asker)
+            response = iso.search(secret_query, k=20, mode=mode, principal=principal)
             for result in response.results:
                 seen.add(_name(result.chunk.source))
                 texts.append(result.chunk.text)
@@ -115,12 +115,12 @@ def test_the_matrix_every_mode_sees_only_what_it_may(guarded: Isotope) -> None:
     assert lists["budget"] == ["group:finance"]
     assert lists["loose"] is None
     assert "user:bob@example.com" in (lists["mail"] or [])
-    for who, asker in ASKERS.items():
+    for principal, principal in ASKERS.items():
         for mode in MODES:
-            seen = _everything_seen(iso, asker, mode)
-            assert seen <= SEES[who], (who, mode, seen - SEES[who])
+            seen = _everything_seen(iso, principal, mode)
+            assert seen <= SEES[principal], (principal, mode, seen - SEES[principal])
             if mode.endswith("dense") or mode == "hybrid":
-                assert seen == SEES[who], (who, mode)  # nothing visible is lost either
+                assert seen == SEES[principal], (principal, mode)  # nothing visible is lost either
     # the list changes mid-test: at once, for every path, with no model call
     calls = iso.llm(iso.settings.question_model).usage.calls
     changed = iso.set_access("*/changing.md", ["group:hr"])
@@ -177,11 +177,11 @@ def test_the_ranked_keyword_scan_sees_only_what_it_may(
     a list changes."""
     iso, ran = ranked
     engine = iso.store.keyword_engine  # type: ignore[attr-defined]
-    for who, asker in ASKERS.items():
+    for principal, principal in ASKERS.items():
         for mode in KEYWORD_MODES:
-            seen = _everything_seen(iso, asker, mode)
-            assert seen <= SEES[who], (engine, who, mode, seen - SEES[who])
-            assert seen == SEES[who], (engine, who, mode)  # (each found by its words)
+            seen = _everything_seen(iso, principal, mode)
+            assert seen <= SEES[principal], (engine, principal, mode, seen - SEES[principal])
+            assert seen == SEES[principal], (engine, principal, mode)  # (each found by its words)
     iso.set_access("*/changing.md", ["group:hr"])
     for mode in KEYWORD_MODES:
         assert "changing" not in _everything_seen(iso, EVE, mode)
@@ -193,15 +193,15 @@ def test_the_ranked_keyword_scan_sees_only_what_it_may(
 
 
 def test_never_fewer_than_k_when_k_are_visible(guarded: Isotope) -> None:
-    visible = {name: sum(1 for s in guarded.sources(check_files=False, principal=asker)
-                         for _ in range(s.chunks)) for name, asker in ASKERS.items()}
-    for name, asker in ASKERS.items():
+    visible = {name: sum(1 for s in guarded.sources(check_files=False, principal=principal)
+                         for _ in range(s.chunks)) for name, principal in ASKERS.items()}
+    for name, principal in ASKERS.items():
         for mode in ("questions-dense", "atoms-dense", "chunks-dense", "hybrid"):
             found = guarded.search("anything at all", k=20, mode=mode,
-                                   principal=asker).results
+                                   principal=principal).results
             assert len(found) == visible[name], (name, mode)
             assert len(guarded.search("anything", k=2, mode=mode,
-                                      principal=asker).results) == 2
+                                      principal=principal).results) == 2
 
 
 def test_ask_answers_and_cites_only_what_the_asker_may_see(guarded: Isotope) -> None:
@@ -212,7 +212,7 @@ def test_ask_answers_and_cites_only_what_the_asker_may_see(guarded: Isotope) -> 
     eve = guarded.ask(query, principal=EVE)
     assert "zeppelin" not in (eve.answer or "").lower()
     assert all(_name(r.chunk.source) in SEES["eve"] for r in eve.results)
-    # an answer over given results drops those the asker may not see
+    # an answer over given results drops those the principal may not see
     given = guarded.search(query, principal=BOB)
     answered = guarded.answer(given, principal=EVE)
     assert "zeppelin" not in (answered.answer or "").lower()
@@ -223,40 +223,40 @@ def test_questions_sources_counts_and_chunks_by_id(guarded: Isotope) -> None:
     iso = guarded
     chunk_of = {_name(r.chunk.source): r.chunk.id for r in iso.search(
         "anything", k=20, mode="chunks-dense").results}
-    for who, asker in ASKERS.items():
+    for principal, principal in ASKERS.items():
         names = {_name(s.source.uri) for s in iso.sources(check_files=False,
-                                                          principal=asker)}
-        assert names == SEES[who]
-        infos = iso.sources(check_files=False, principal=asker)
-        counts = iso.counts(principal=asker)
+                                                          principal=principal)}
+        assert names == SEES[principal]
+        infos = iso.sources(check_files=False, principal=principal)
+        counts = iso.counts(principal=principal)
         assert counts["sources"] == sum(1 for s in infos if s.chunks)
         assert counts["chunks"] == sum(s.chunks for s in infos)
         assert counts["questions"] == sum(s.questions for s in infos) > 0
-        sample = iso.questions(sample=1_000, principal=asker)
-        assert {_name(q.source) for q in sample} <= SEES[who]
+        sample = iso.questions(sample=1_000, principal=principal)
+        assert {_name(q.source) for q in sample} <= SEES[principal]
         for name, chunk_id in chunk_of.items():
-            if name in SEES[who]:
-                assert iso.chunk_questions(chunk_id, principal=asker).chunk.id == chunk_id
-                assert iso.questions(chunk_id=chunk_id, principal=asker)
+            if name in SEES[principal]:
+                assert iso.chunk_questions(chunk_id, principal=principal).chunk.id == chunk_id
+                assert iso.questions(chunk_id=chunk_id, principal=principal)
             else:  # the same answer as an id that does not exist
-                assert _not_found(iso, chunk_id, asker) == _not_found(
-                    iso, "chunk-that-does-not-exist", asker).replace(
+                assert _not_found(iso, chunk_id, principal) == _not_found(
+                    iso, "chunk-that-does-not-exist", principal).replace(
                         "chunk-that-does-not-exist", chunk_id)
         for name, (path, _, _) in FACTS.items():
             uri = next(s.source.uri for s in iso.sources(check_files=False)
                        if s.source.uri.endswith(path))
-            assert iso.has_source(uri, principal=asker) == (name in SEES[who])
+            assert iso.has_source(uri, principal=principal) == (name in SEES[principal])
     # the owner sees how many sources have no list (fail closed: only administrators)
     assert iso.counts()["sources_without_access"] == 1
 
 
-def _not_found(iso: Isotope, chunk_id: str, asker: Principal) -> str:
+def _not_found(iso: Isotope, chunk_id: str, principal: Principal) -> str:
     """What the chunk view and the questions of a chunk say of ``chunk_id`` (both must
     refuse it, saying the same)."""
     with pytest.raises(SourceNotFound) as view:
-        iso.chunk_questions(chunk_id, principal=asker)
+        iso.chunk_questions(chunk_id, principal=principal)
     with pytest.raises(SourceNotFound) as questions:
-        iso.questions(chunk_id=chunk_id, principal=asker)
+        iso.questions(chunk_id=chunk_id, principal=principal)
     assert str(view.value) == str(questions.value)
     return str(view.value)
 

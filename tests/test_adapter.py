@@ -196,10 +196,10 @@ def test_users_confirmed_queries_join_the_fit_no_user_beyond_a_quarter(
         plain = iso.fit_adapter()
         assert plain.confirmed == 0 and plain.left_out == 0
 
-        def mark(who: str, query: str) -> None:
-            found = iso.search(query, 3, mode="hybrid", principal=who)
+        def mark(principal: str, query: str) -> None:
+            found = iso.search(query, 3, mode="hybrid", principal=principal)
             assert iso.feedback(found.query_id or "", found.results[0].chunk.id,
-                                principal=who).learned in ("learned", "duplicate")
+                                principal=principal).learned in ("learned", "duplicate")
 
         for i in range(30):
             mark("user:mallory", f"does animal number {i} of the zoo have a keeper")

@@ -241,7 +241,7 @@ def test_no_module_imports_itself_back() -> None:
 
 
 def test_the_facade_only_delegates_and_no_module_is_long() -> None:
-    """``Isotope.search`` and ``Isotope.answer`` build a request (or take the asker's
+    """``Isotope.search`` and ``Isotope.answer`` build a request (or take the principal's
     conditions) and hand it on to ``search/`` (issue 67): each under 25 lines, docstring
     included; no module of the library is over 800 lines."""
     import ast

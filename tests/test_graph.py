@@ -56,8 +56,8 @@ def _open(location: str | Path, embedder: Embedder, llm: FakeLLM | None = None,
                         graph=True, access_control=True, **settings)
 
 
-def _predicates(iso: Isotope, name: str, hops: int, who: Principal | None = None) -> set[str]:
-    return {r.predicate for r in iso.graph(name, hops=hops, principal=who).relations}
+def _predicates(iso: Isotope, name: str, hops: int, principal: Principal | None = None) -> set[str]:
+    return {r.predicate for r in iso.graph(name, hops=hops, principal=principal).relations}
 
 
 # -- reading the model's reply -----------------------------------------------------------
@@ -292,10 +292,10 @@ def test_the_memory_tools_over_http_read_the_graph_as_the_key_may(
         app = create_app(iso, keys=Keys.from_settings(Settings(api_keys_file=tmp_path / "keys")),
                          roots=[], max_bytes=1_000_000, uploads=tmp_path / "up")
         with served_on_loopback(app) as url:
-            for who, (key, _) in keys.items():
-                hr = who in ("ann of hr", "admin")
+            for principal, (key, _) in keys.items():
+                hr = principal in ("ann of hr", "admin")
                 for tool, arguments, graph in anyio.run(asked, url, key):
-                    said = (who, tool, arguments, graph)
+                    said = (principal, tool, arguments, graph)
                     names = {e["name"] for e in graph["entities"]}
                     kinds = {r["relationType"] for r in graph["relations"]}
                     notes = [n for e in graph["entities"] for n in e["observations"]]
@@ -332,7 +332,7 @@ def test_an_unknown_name_is_offered_the_closest_names_the_asker_may_see(
         location: str, tmp_path: Path, embedder: Embedder) -> None:
     """Issue 64: `isotope graph "Tidewater Instruments"` (the entity is "Tidewater") was an
     error with no suggestion, and open_nodes dropped the name without a word. The
-    suggestions are read under the asker's access conditions: an entity of an HR-only
+    suggestions are read under the principal's access conditions: an entity of an HR-only
     source is never offered to who is outside HR, not even when it is the closest."""
     from isotope.cli import app
 
@@ -501,7 +501,7 @@ def test_the_graph_signal_reaches_the_passage_that_shares_no_word_with_the_quest
         # in hybrid, with a weight: the answering passage among the first results
         mixed = iso.search(HOMETOWN, k=3, weights={"graph": 1.0}).results
         assert "utzon.md" in {Path(r.chunk.source).name for r in mixed}
-        # the walk never steps into what the asker may not see
+        # the walk never steps into what the principal may not see
         assert "utzon.md" not in {Path(r.chunk.source).name for r in iso.search(
             HOMETOWN, k=5, mode="graph", principal=EVE).results}
 
@@ -533,7 +533,7 @@ def test_the_walk_reads_the_mentions_of_what_it_weighs_most_first(
 def test_a_hub_is_counted_through_what_the_asker_may_see(location: str, tmp_path: Path,
                                                          embedder: Embedder) -> None:
     """The walk counts an entity only up to where it is too common to follow, and counts
-    only the chunks the asker may see: named in five hidden files and three it may see,
+    only the chunks the principal may see: named in five hidden files and three it may see,
     it leads somewhere for who sees three."""
     docs = _docs(tmp_path / "docs")
     for i in range(3):

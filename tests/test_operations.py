@@ -470,7 +470,7 @@ def test_every_tool_is_made_from_its_row(server: dict[str, Any]) -> None:
         assert [t.name for t in tools] == [op.mcp for op in OPERATIONS
                                            if op.mcp and (writable or not op.writes)]
         for tool in tools:
-            assert "who" not in tool.inputSchema["properties"]
+            assert "principal" not in tool.inputSchema["properties"]
             assert "ctx" not in tool.inputSchema["properties"]
             method = getattr(Tools, tool.name)
             assert tool.description == (method.__doc__ or INGEST + tool.description[len(

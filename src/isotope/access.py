@@ -147,7 +147,7 @@ ENTITLED: dict[str, str] = {
 }
 """What only whoever sees everything (the owner, an administrator) is given: every
 decision of the library and the server that shapes what an operation shows or does by
-whether the asker is an administrator, one row each, asked through :func:`entitled`.
+whether the principal is an administrator, one row each, asked through :func:`entitled`.
 The table of operations (:data:`isotope.server.operations.OPERATIONS`, its ``shapes``)
 names the rows each operation's reply or work is shaped by, and
 ``tests/test_operations.py`` checks them with every kind of key."""

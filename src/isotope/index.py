@@ -57,7 +57,7 @@ from isotope.stores import (
     VectorBackend,
 )
 
-Asker = Principal | str | dict[str, Any] | None
+PrincipalGiven = Principal | str | dict[str, Any] | None
 """Who asks (``principal=``): a :class:`~isotope.access.Principal`, its text form
 ``user:NAME[,group:NAME...]``, a dict ``{"user": ..., "groups": [...]}``, or None: the
 index's owner, who sees everything."""
@@ -112,7 +112,7 @@ class Isotope:
                                settings.hnsw_build_workers)
         self.origins = origins or {}
         self._counts = ChunkCounts()
-        """The chunks each asker may see, for the confidence thresholds."""
+        """The chunks each principal may see, for the confidence thresholds."""
         self._fitted = Fitted(store, settings)
         """The fitted weights and query adapter searches read."""
         self.access_control = settings.access_control
@@ -194,7 +194,7 @@ class Isotope:
         """The atomizer the ``atomizer`` setting names."""
         return self._runs.atomizer()
 
-    def _conditions(self, principal: Asker) -> list[Any]:
+    def _conditions(self, principal: PrincipalGiven) -> list[Any]:
         """The search conditions of ``principal`` (none for the owner or an
         administrator)."""
         return access.conditions(principal_of(principal), control=self.access_control)
@@ -303,7 +303,7 @@ class Isotope:
     def search(self, query: str, k: int | None = None, *, mode: str | None = None,
                transform: bool | None = None, filters: dict[str, Any] | None = None,
                weights: dict[str, float] | None = None, for_answer: bool = False,
-               principal: Asker = None, explain: bool = False) -> QueryResponse:
+               principal: PrincipalGiven = None, explain: bool = False) -> QueryResponse:
         """The ``k`` chunks (default: the ``top_k`` setting) whose generated questions best
         match ``query``, of the sources ``principal`` may see (a condition of every
         signal's search: it gets ``k`` results where ``k`` are visible, and nothing it may
@@ -348,7 +348,7 @@ class Isotope:
         return self.store.logged_queries(valid_k(limit))
 
     def feedback(self, query_id: str, chunk_id: str, useful: bool = True, *,
-                 principal: Asker = None, read_only: bool = False
+                 principal: PrincipalGiven = None, read_only: bool = False
                  ) -> learning.FeedbackResult:
         """Mark result ``chunk_id`` of the logged search ``query_id`` (its
         ``QueryResponse.query_id``) useful or not. A useful mark teaches the chunk the
@@ -358,10 +358,10 @@ class Isotope:
         comes with a key that may only read (a server's), so what it teaches waits for
         review unless the ``learn`` setting says otherwise. See :mod:`isotope.search.learning`."""
         with self.store.writer(self.settings.lock_wait):
-            asker = principal_of(principal)
+            principal = principal_of(principal)
             return learning.feedback(
-                self.store, self.embedder, query_id, chunk_id, bool(useful), asker,
-                conditions=self._conditions(asker), learn_setting=self.settings.learn,
+                self.store, self.embedder, query_id, chunk_id, bool(useful), principal,
+                conditions=self._conditions(principal), learn_setting=self.settings.learn,
                 access_control=self.access_control, read_only=read_only)
 
     def pending_questions(self) -> list[Feedback]:
@@ -463,7 +463,8 @@ class Isotope:
 
     def ask(self, query: str, k: int | None = None, *, mode: str | None = None,
             transform: bool | None = None,
-            filters: dict[str, Any] | None = None, principal: Asker = None) -> QueryResponse:
+            filters: dict[str, Any] | None = None, principal: PrincipalGiven = None
+            ) -> QueryResponse:
         """Search, then have the answer model answer from the chunks found, citing them.
         Stale chunks (file references whose file changed) are not given to the model.
         ``principal``: as for :meth:`search` (the answer is made only from what it may
@@ -476,7 +477,7 @@ class Isotope:
     def answer(self, response: QueryResponse, *,
                on_token: Callable[[str], None] | None = None,
                cancel: threading.Event | None = None,
-               principal: Asker = None) -> QueryResponse:
+               principal: PrincipalGiven = None) -> QueryResponse:
         """Have the answer model answer ``response``'s query from its results (a search
         already made, e.g. one whose results were already shown), citing them; returns
         ``response`` with ``answer``, ``answer_kind`` and ``citations`` set.
@@ -494,16 +495,16 @@ class Isotope:
                                      on_token=on_token, cancel=cancel)
 
     def as_retriever(self, k: int | None = None, *, mode: str | None = None,
-                     filters: dict[str, Any] | None = None, principal: Asker = None,
+                     filters: dict[str, Any] | None = None, principal: PrincipalGiven = None,
                      ) -> Callable[[str], list[SearchResult]]:
         """A plain callable ``query -> list[SearchResult]`` for agent frameworks (searching
         as ``principal``, fixed when it is made)."""
-        asker = principal_of(principal)
+        principal = principal_of(principal)
         return lambda query: self.search(query, k, mode=mode, filters=filters,
-                                         principal=asker).results
+                                         principal=principal).results
 
     # -- bookkeeping -------------------------------------------------------------------
-    def _stored_uri(self, source: str | Path, principal: Asker = None) -> str:
+    def _stored_uri(self, source: str | Path, principal: PrincipalGiven = None) -> str:
         """The stored name of a source given by its path or identifier (one ``principal``
         may not see is not there for it)."""
         uri = str(source)
@@ -511,8 +512,8 @@ class Isotope:
         if found is None:
             uri = str(source_path(source))
             found = self.store.get_source(uri)
-        asker = principal_of(principal)
-        if found is None or (asker is not None and not asker.sees(
+        principal = principal_of(principal)
+        if found is None or (principal is not None and not principal.sees(
                 found.access, control=self.access_control)):
             raise SourceNotFound(
                 f"no source {str(source)!r} in the index; `isotope list` shows what is there")
@@ -520,7 +521,7 @@ class Isotope:
 
     def questions(self, source: str | Path | None = None, *, chunk: int | None = None,
                   chunk_id: str | None = None, sample: int | None = None,
-                  seed: int | None = None, principal: Asker = None
+                  seed: int | None = None, principal: PrincipalGiven = None
                   ) -> list[GeneratedQuestion]:
         """The generated questions with their atoms, kept and dropped (each dropped one
         with why): of a ``source`` (its path or identifier; only its chunk number
@@ -544,7 +545,7 @@ class Isotope:
             found = [q for q in found if q.chunk_index == chunk]
         return shown(found)
 
-    def _shown_questions(self, principal: Asker
+    def _shown_questions(self, principal: PrincipalGiven
                          ) -> Callable[[list[GeneratedQuestion]], list[GeneratedQuestion]]:
         """What of a chunk's questions ``principal`` is shown: learned ones (users'
         queries) only to the owner and administrators, unless ``show_learned``."""
@@ -553,7 +554,7 @@ class Isotope:
             return lambda found: found
         return lambda found: [q for q in found if q.origin != "user"]
 
-    def has_source(self, source: str | Path, *, principal: Asker = None) -> bool:
+    def has_source(self, source: str | Path, *, principal: PrincipalGiven = None) -> bool:
         """Whether ``source`` (its path or identifier) is stored (and ``principal`` may
         see it)."""
         try:
@@ -562,7 +563,7 @@ class Isotope:
             return False
         return True
 
-    def chunk_questions(self, chunk_id: str, *, principal: Asker = None) -> ChunkQuestions:
+    def chunk_questions(self, chunk_id: str, *, principal: PrincipalGiven = None) -> ChunkQuestions:
         """A chunk by id with every question generated for it, kept and dropped (each
         dropped one with why), and whether it still waits for them;
         :class:`SourceNotFound` if there is no such chunk (or ``principal`` may not see
@@ -577,22 +578,22 @@ class Isotope:
                                   self.store.generated_questions(chunk_id=chunk_id)))
 
     def delete(self, source: str | Path, *, members: bool = True,
-               principal: Asker = None) -> list[str]:
+               principal: PrincipalGiven = None) -> list[str]:
         """Remove a source (its path or identifier) and everything derived from it; a
         container file (a mailbox) removes all its members, unless ``members`` is False:
         then naming a container is an :class:`InvalidArgument` (a member's name cut at
         its ``#`` must not remove the whole mailbox). Returns the sources removed.
         ``principal``: a source it may not see is not found (nor are such members)."""
-        asker = principal_of(principal)
+        principal = principal_of(principal)
         with self.store.writer(self.settings.lock_wait):
             try:
-                uri = self._stored_uri(source, asker)
+                uri = self._stored_uri(source, principal)
             except SourceNotFound:  # a mailbox: its messages (and theirs)
                 held = maintenance.members_of(self.store)
                 uris = held.get(str(source), set()) | held.get(
                     str(source_path(source)), set())
-                if asker is not None:
-                    uris = {u for u in uris if self.has_source(u, principal=asker)}
+                if principal is not None:
+                    uris = {u for u in uris if self.has_source(u, principal=principal)}
                 if not uris:
                     raise
                 if not members:
@@ -609,9 +610,9 @@ class Isotope:
                                else {})
                 uris = {uri}
             # a member it may not see would go with its container
-            if not access.entitled("hidden_members", asker):
+            if not access.entitled("hidden_members", principal):
                 inside = _inside(uris, members_map)
-                if any(not self.has_source(u, principal=asker) for u in inside):
+                if any(not self.has_source(u, principal=principal) for u in inside):
                     raise InvalidArgument(f"{source} holds sources you may not see; an "
                                           "administrator can delete it")
             gone: list[str] = []
@@ -620,7 +621,7 @@ class Isotope:
             return gone
 
     def sources(self, *, check_files: bool = True,
-                principal: Asker = None) -> list[SourceInfo]:
+                principal: PrincipalGiven = None) -> list[SourceInfo]:
         """The sources (those ``principal`` may see), each with its ``state`` when
         ``check_files``: ``current``, ``changed`` (the file on disk differs from what was
         ingested), ``missing`` (the file is gone), ``incomplete`` (some atoms still lack
@@ -667,7 +668,7 @@ class Isotope:
             self._fitted.refit_adapter(self.embedder)
             return done
 
-    def counts(self, *, principal: Asker = None) -> dict[str, int]:
+    def counts(self, *, principal: PrincipalGiven = None) -> dict[str, int]:
         """What the index holds (sources, chunks, atoms, questions, and the chunks and
         sources still waiting for their questions): :meth:`status` without the walk of
         the disk; of what ``principal`` may see only."""
@@ -675,7 +676,7 @@ class Isotope:
 
     # -- the knowledge graph -----------------------------------------------------------
     def entities(self, top: int = 20, *, match: str | None = None, chunk: str | None = None,
-                 principal: Asker = None) -> list[GraphEntity]:
+                 principal: PrincipalGiven = None) -> list[GraphEntity]:
         """The entities named in the atoms (setting ``graph``), most chunks first, of
         what ``principal`` may see only; ``match``: only those whose name, type or a
         statement naming them holds it (case ignored); ``chunk``: only those that chunk
@@ -685,7 +686,8 @@ class Isotope:
         return self.store.entities(self._conditions(principal), top=top, match=match,
                                    chunk=chunk)
 
-    def graph(self, entity: str, *, hops: int = 1, principal: Asker = None) -> Neighbourhood:
+    def graph(self, entity: str, *, hops: int = 1, principal: PrincipalGiven = None
+              ) -> Neighbourhood:
         """The entity ``entity`` names (by any of its names or aliases) and what is up to
         ``hops`` relations away (1 to 3), read from what ``principal`` may see.
         :class:`SourceNotFound` when no chunk it may see names that entity."""
@@ -693,7 +695,7 @@ class Isotope:
                                      hops=hops)
 
     def closest_entities(self, name: str, top: int = 5, *,
-                         principal: Asker = None) -> list[str]:
+                         principal: PrincipalGiven = None) -> list[str]:
         """The names of up to ``top`` entities of the graph closest to ``name`` (one of
         its words, a typo of it), closest first: what "did you mean" offers when no
         entity is named ``name``. Only entities ``principal`` may see, by the names it
@@ -705,7 +707,7 @@ class Isotope:
 
     def memory_graph(self, *, query: str | None = None, names: Sequence[str] | None = None,
                      entity: str | None = None, hops: int = 1,
-                     principal: Asker = None) -> memory.MemoryGraph:
+                     principal: PrincipalGiven = None) -> memory.MemoryGraph:
         """The graph in the MCP Memory server's shapes (what its ``read_graph``,
         ``search_nodes`` with ``query`` or ``open_nodes`` with ``names`` reply; to
         ``open_nodes`` isotope adds ``not_found``: each name that names no entity, with
@@ -758,7 +760,7 @@ class Isotope:
         the index's metadata: no model is loaded."""
         return meta.fixed_settings(path)
 
-    def status(self, *, principal: Asker = None) -> IndexStatus:
+    def status(self, *, principal: PrincipalGiven = None) -> IndexStatus:
         """The index's description and counts (of what ``principal`` may see)."""
         return IndexStatus(
             index=stores.describe(self.settings.index),

@@ -9,7 +9,7 @@ for each side (:meth:`Embedder.embed_documents`).
 Against the bundled MiniLM on the first 300 SQuAD dev passages it finds the right chunk
 first more often on every dense signal (chunks +8.5 R@1, statements +7.9, questions +1.8)
 and lifts hybrid from 79.7 to 81.1, for about five times MiniLM's embedding time
-(benchmarks/RESULTS.md, issue 47). Its cosines sit in a narrower, higher band than
+(benchmarks/history/2026-11.md, issue 47). Its cosines sit in a narrower, higher band than
 MiniLM's (see :attr:`question_filter`)."""
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class E5Embedder(Embedder):
     pairs under 0.3 with MiniLM, under 0.80 with e5; 4.4% of the pairs of one chunk's
     questions over 0.85 with MiniLM, over 0.95 with e5: measured by an ad hoc script over
     both models' vectors of the same questions). With MiniLM's own values e5 kept 1,550
-    of 6,203 questions; with these, 4,233 (MiniLM: 4,297; RESULTS.md, issue 47)."""
+    of 6,203 questions; with these, 4,233 (MiniLM: 4,297; benchmarks/history/2026-11.md,
+    issue 47)."""
 
     def __init__(self, name: str = "local/multilingual-e5-small", *, threads: int = 1) -> None:
         self.name = name

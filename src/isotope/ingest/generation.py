@@ -20,7 +20,7 @@ With ``graph``, each chunk also gets one prompt for its entities and relations
 is one more sequence of the same call, sharing the chunk's evaluated prefix (its system
 text is the numbered question prompts'). Each entity and relation goes to the atoms that
 name it. Asking every atom's call for its facts as well was tried first: the local model
-listed the whole passage's entities in every reply (``benchmarks/RESULTS.md``).
+listed the whole passage's entities in every reply (``benchmarks/history/``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Asked in English about a German passage, the offline model writes English questions
 (all 198 for the 12 German passages of benchmarks/multilingual.py); told the language, it
-writes them in German (RESULTS.md, "German documents"). A passage in one of
+writes them in German (benchmarks/history/2026-11.md, "German documents"). A passage in one of
 :data:`LANGUAGES` therefore gets one more sentence at the end of its question prompts; an
 English passage (or one this cannot tell) gets the prompts unchanged, so English indexes
 keep their fingerprints and cached replies.

@@ -1,4 +1,4 @@
-"""The graph as one asker reads it (under its access conditions): an entity's
+"""The graph as one principal reads it (under its access conditions): an entity's
 neighbourhood, or, where no entity it may see is named so, the closest names it may see
 offered instead (:func:`neighbourhood`)."""
 

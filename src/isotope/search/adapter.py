@@ -20,7 +20,7 @@ The fit is kept in the index (meta ``query_adapter``: when, on how many question
 held-out R@1; ``query_adapter_matrix``: the matrix, float32 in base64) and made again
 when the index's kept questions grew by :data:`GROWTH` since (after ``ingest``, ``enrich``
 or ``compact``, with the ``query_adapter`` setting on), or by ``isotope adapter fit``.
-Measured in benchmarks/RESULTS.md ("Query adapter (issue 66)")."""
+Measured in benchmarks/history/2026-12.md ("Query adapter (issue 66)")."""
 
 from __future__ import annotations
 

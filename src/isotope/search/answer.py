@@ -36,7 +36,7 @@ judged by what the passages support, not by its marks (:func:`judge`):
   often "sure" as the others);
 - ``declined``: otherwise, :data:`NOT_FOUND`.
 
-Measured on SQuAD (benchmarks/RESULTS.md, "Answers"): the check this replaced declined
+Measured on SQuAD (benchmarks/history/2026-11.md, "Answers"): the check this replaced declined
 77% of answerable questions (the model had answered 74% of them rightly).
 """
 
@@ -146,7 +146,7 @@ def passage_note(result: SearchResult, size: int) -> str:
     size. Moved, not
     repeated: on the development set the model answered as well as with the statement
     repeated before the passage (78 and 79 of 100 replies right, 76 without it), with a
-    prompt of today's size (RESULTS.md, "Answers")."""
+    prompt of today's size (benchmarks/history/2026-11.md, "Answers")."""
     statement = " ".join(best_statement(result).split())
     text = _around(result.chunk.text, statement, size)
     if not statement or len(statement) >= size // 2:

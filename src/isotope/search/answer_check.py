@@ -102,9 +102,9 @@ LEVELS: dict[AnswerStrictness, Level] = {
     "balanced": Level(generate=0.87, quote=0.5, words_generate=0.84, words_quote=0.73),
     "strict": Level(generate=0.93, quote=0.56, words_generate=0.85, words_quote=0.83),
 }
-"""Chosen on the development set by benchmarks/answer_fit.py (RESULTS.md, "Answers that
-know when they are unsupported"): there, generated answers are right 85 / 92 / 95 times
-in 100 and 80 / 90 / 95 % of the questions no passage answers are declined."""
+"""Chosen on the development set by benchmarks/answer_fit.py (benchmarks/history/2026-12.md,
+"Answers that know when they are unsupported"): there, generated answers are right 85 /
+92 / 95 times in 100 and 80 / 90 / 95 % of the questions no passage answers are declined."""
 
 
 def confidence(signals: Signals) -> float:

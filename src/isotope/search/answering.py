@@ -1,7 +1,7 @@
 """The answer step, after a :class:`~isotope.search.searching.Search`: what
 :meth:`isotope.Isotope.answer` (and ``ask``) runs on a search's response.
 
-1. **What the asker may see**: results of chunks its conditions hide now (or that are
+1. **What the principal may see**: results of chunks its conditions hide now (or that are
    gone) are dropped; the passages are the rest that are not stale (file references
    whose file changed), :data:`~isotope.search.answer.MAX_PASSAGES` at most. None: the
    answer is declined, and no model is loaded.
@@ -12,10 +12,10 @@
 3. **Judged** against the passages (:func:`~isotope.search.answer.judge`, by the
    ``answer_strictness`` setting): ``answer``, ``answer_kind``, ``answer_confidence``
    and the ranks of the passages it cites.
-4. **Access checked again**: a list changed while the model wrote, so that the asker no
+4. **Access checked again**: a list changed while the model wrote, so that the principal no
    longer sees a passage it was made from: the answer is withdrawn (:data:`HIDDEN_SINCE`).
 
-The asker's conditions are given (worked out once per call, by the caller); an
+The principal's conditions are given (worked out once per call, by the caller); an
 :class:`Answering` takes what it reads as arguments, never the
 :class:`~isotope.Isotope`.
 """
@@ -55,7 +55,7 @@ class Answering:
     def run(self, response: QueryResponse, conditions: Sequence[Condition], *,
             on_token: Callable[[str], None] | None = None,
             cancel: threading.Event | None = None) -> QueryResponse:
-        """``response`` answered from its results, as the asker whose ``conditions`` they
+        """``response`` answered from its results, as the principal whose ``conditions`` they
         are (see the module's text); returns ``response`` with ``answer``,
         ``answer_kind``, ``answer_confidence`` and ``citations`` set."""
         self._visible(response, conditions)
@@ -110,7 +110,7 @@ class Answering:
 
     def _hidden_since(self, response: QueryResponse, readable: list[SearchResult],
                       conditions: Sequence[Condition]) -> None:
-        """A list changed while the model wrote: what the asker may see now, and the
+        """A list changed while the model wrote: what the principal may see now, and the
         answer withdrawn if a passage it was made from is hidden."""
         if not conditions:
             return

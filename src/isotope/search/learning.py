@@ -80,16 +80,16 @@ class LogSummary(BaseModel):
     actions: dict[str, int] = Field(default_factory=dict)
 
 
-def who(principal: Principal | None) -> str:
+def logged_as(principal: Principal | None) -> str:
     """The name a search is logged under: ``owner`` (no principal), ``administrator``,
     or the principal's text form."""
     return "owner" if principal is None else str(principal)
 
 
-def same_asker(logged: str, principal: Principal | None) -> bool:
+def same_principal(logged: str, principal: Principal | None) -> bool:
     """Whether ``principal`` is who made a search logged under ``logged``: the same user
     (whose groups may have changed since), else the same text."""
-    now = who(principal)
+    now = logged_as(principal)
     if principal is not None and principal.user:
         return logged.split(",")[0] == now.split(",")[0]
     return logged == now
@@ -108,7 +108,7 @@ def log(store: Store, response: QueryResponse, principal: Principal | None,
     response.query_id = uuid.uuid4().hex
     store.log_query(LoggedQuery(
         query_id=response.query_id, at=datetime.now(UTC).isoformat(),
-        principal=who(principal), query=response.query, mode=response.mode,
+        principal=logged_as(principal), query=response.query, mode=response.mode,
         chunk_ids=[r.chunk.id for r in response.results],
         scores=[r.score for r in response.results], filters=filters or None,
         action=response.suggested_action, latency_ms=round((now - started) * 1000, 3)),
@@ -167,7 +167,7 @@ def marks_of(store: Store, principal: Principal | None) -> list[Feedback]:
     with any groups), with vectors (a read of the search: on a read replica where there
     are some)."""
     with store.snapshot():
-        return [m for m in store.feedback(useful=False, principal=who(principal),
+        return [m for m in store.feedback(useful=False, principal=logged_as(principal),
                                           user=principal.user if principal else None,
                                           limit=NOT_USEFUL_READ)
                 if m.vector]
@@ -231,7 +231,7 @@ def feedback(store: Store, embedder: Embedder, query_id: str, chunk_id: str,
     ``read_only``: as :func:`learn_mode` takes them."""
     query_id, chunk_id = str(query_id).strip(), str(chunk_id).strip()
     entry = store.logged_query(query_id) if query_id else None
-    if entry is None or not same_asker(entry.principal, principal):
+    if entry is None or not same_principal(entry.principal, principal):
         raise SourceNotFound(f"no search {query_id!r} in the query log (searches are "
                              "logged with the query_log setting, and kept audit_days)")
     if chunk_id not in entry.chunk_ids:

@@ -9,7 +9,7 @@ is searched:
   (:class:`~isotope.search.fitted.Fitted`), the call's own weights over both, and, for an
   answer's search on an index with a graph, the graph signal at ``answer_graph_weight``
   (over the fitted weights, under the rest); the query adapter in use;
-- the filters, parsed, with the asker's conditions among them (who asks and what it may
+- the filters, parsed, with the principal's conditions among them (who asks and what it may
   see, worked out once here: the search and the answer made from it use these);
 - whether the query is rewritten into questions first (``transform``: the
   ``query_transform`` setting by default; a query already a question is not);
@@ -48,9 +48,9 @@ class SearchRequest:
     """One search, settled (see the module's text): ``query`` searched for ``k`` results
     in ``mode``; ``filters`` as the caller gave them (for the query log and the check of
     their keys); ``options``: fusion's and retrieval's (:func:`retrieval.search`: the
-    weights, the parsed filters with the asker's conditions, ``explain``, the query
+    weights, the parsed filters with the principal's conditions, ``explain``, the query
     adapter); ``transform``: the query is rewritten into questions first; ``bridges``:
-    the graph's bridges given past ``k``; ``asker`` (None: the index's owner) and its
+    the graph's bridges given past ``k``; ``principal`` (None: the index's owner) and its
     ``conditions`` (none: it sees everything); ``started``: when the call began (the
     latency logged)."""
 
@@ -61,7 +61,7 @@ class SearchRequest:
     options: dict[str, Any]
     transform: bool
     bridges: int
-    asker: Principal | None
+    principal: Principal | None
     conditions: list[Condition]
     started: float = field(default_factory=time.perf_counter)
 
@@ -82,8 +82,8 @@ def search_request(settings: Settings, fitted: Fitted, query: str, k: int | None
     started = time.perf_counter()
     query = valid_query(query)
     k = valid_k(k if k is not None else settings.answer_k if for_answer else settings.top_k)
-    asker = access.principal_of(principal)
-    conditions = access.conditions(asker, control=control)
+    principal = access.principal_of(principal)
+    conditions = access.conditions(principal, control=control)
     weighed = fitted.weights()
     if for_answer and settings.graph:  # (over the fitted weights, under the rest)
         weighed = {**(weighed or {}), "graph": settings.answer_graph_weight}
@@ -98,7 +98,7 @@ def search_request(settings: Settings, fitted: Fitted, query: str, k: int | None
     transform = settings.query_transform if transform is None else transform
     return SearchRequest(query, k, mode, filters, options,
                          bool(transform) and not query.rstrip().endswith("?"),
-                         _bridges(settings, k, mode) if for_answer else 0, asker,
+                         _bridges(settings, k, mode) if for_answer else 0, principal,
                          conditions, started)
 
 

@@ -443,7 +443,7 @@ def _similar(similar: dict[str, float], result: SearchResult) -> SearchResult:
 def _seen(found: list[Candidate], mode: str, aggregate: Aggregate,
           confirmed_by: tuple[str, ...]) -> list[Candidate]:
     """A question signal's candidates without the learned questions (other users'
-    queries) when the asker may not see them (``user`` not in ``confirmed_by``): their
+    queries) when the principal may not see them (``user`` not in ``confirmed_by``): their
     match would tell whether someone asked the query (a repeated query scores 1.0)."""
     if "user" in confirmed_by or not mode.startswith("questions"):
         return found
@@ -460,7 +460,7 @@ def _seen(found: list[Candidate], mode: str, aggregate: Aggregate,
 def unfiltered(store: Store, query: str, vector: Vectors, pool: int, aggregate: Aggregate,
                filters: Sequence[Condition], used: dict[str, float],
                adapted: Vectors | None = None) -> dict[str, list[Candidate]] | None:
-    """For a search narrowed by filters, each signal's candidates among all the asker
+    """For a search narrowed by filters, each signal's candidates among all the principal
     may see (its access condition kept: nothing it may not see shapes a score): their
     spread standardises the narrowed candidates' scores as the search without filters
     would (a filter that leaves two chunks gave them z-scores of +1 and -1, and so fixed
@@ -483,7 +483,8 @@ have confirmed."""
 CONFIRMED_GAIN = 4.8
 """The raise, per unit of cosine above :data:`CONFIRMED_MATCH`, per unit of the signals'
 total weight (so it keeps its strength whatever the weights). Chosen on
-benchmarks/learning.py with :data:`CONFIRMED_MATCH` (RESULTS.md, "Learning from use"):
+benchmarks/learning.py with :data:`CONFIRMED_MATCH` (benchmarks/history/2026-11.md,
+"Learning from use"):
 reworded questions reach R@1 >= 90 after their originals were learned (67.0 before), a
 learned query asked again is first every time, and the held-out half gains 2 points or
 more with the weights fitted from the marks (:mod:`isotope.search.weights`)."""
@@ -581,7 +582,7 @@ CONFIDENCE: dict[str, tuple[float, float]] = {
     # index). From `deliver` on, the first result was right for 90% of the questions; just
     # under `refine`, the right passage was among the first five for fewer than half.
     # Under hybrid's `refine` fall 79% of the unanswerable questions and 18% of the
-    # answerable ones (benchmarks/RESULTS.md). BM25 and hybrid scores depend on the
+    # answerable ones (benchmarks/history/). BM25 and hybrid scores depend on the
     # index's size: `isotope eval` suggests thresholds for your own data.
     "questions-dense": (0.94, 0.64),
     "questions-bm25": (0.83, 0.71),
@@ -600,7 +601,7 @@ HYBRID_BY_SIZE: tuple[tuple[int, float, float], ...] = (
 are standardised over a query's candidates, so a small index's right chunk scores lower.
 Calibrated on the 300-passage index cut to its first N passages, each cut queried with
 its passages' questions and as many whose answer is not in it (benchmarks/calibrate.py
---sizes; RESULTS.md, "Confidence by index size"), with
+--sizes; benchmarks/history/2026-11.md, "Confidence by index size"), with
 :func:`isotope.search.evaluation.calibrate`. ``deliver`` (from 5 passages): the first
 result is right for 90% of the questions scoring as high; below 5 chunks the value at 5
 (measured 0.692 at 3 and 0.715 at 4, but on three of the example files, questions on

@@ -6,14 +6,14 @@
    answer model into one to three questions, once (outside the read: a search made again
    on another replica is not rewritten again).
 1. **Retrieval** (:func:`isotope.search.retrieval.search`, or ``search_many`` for the
-   questions a keyword query was rewritten into), under the asker's conditions.
+   questions a keyword query was rewritten into), under the principal's conditions.
 2. **File references read back** (``storage = "file-reference"``): each result's text
    from its file as it is now.
-3. **A filter naming no key** the asker's sources have, when nothing was found: an error
+3. **A filter naming no key** the principal's sources have, when nothing was found: an error
    naming the keys there are.
-4. **Hidden members**: an email's attachment the asker may not see is not named in the
+4. **Hidden members**: an email's attachment the principal may not see is not named in the
    email's ``attachments``.
-5. **Not-useful marks**: a first result the asker marked not useful for this query (or
+5. **Not-useful marks**: a first result the principal marked not useful for this query (or
    a very close one) moves down.
 6. **Assessment**, once, of the final order: ``top_score``, ``suggested_action``.
 7. **Learned questions hidden** (unless ``show_learned``).
@@ -21,7 +21,7 @@
    setting), giving it its ``query_id``; a search that cannot be logged fails.
 
 A :class:`Search` takes what it reads as arguments (the store, the embedder, the
-settings, the answer model; the asker and its conditions come with the request), never
+settings, the answer model; the principal and its conditions come with the request), never
 the :class:`~isotope.Isotope`, and imports nothing above ``search/``. The answer step
 after it is :class:`~isotope.search.answering.Answering`.
 """
@@ -51,34 +51,34 @@ CHUNK_KEYS = frozenset({"headings", "page", "pages", "cites", "cite_keys"})
 """The metadata keys a chunk of a loaded file may have (the rest are its source's)."""
 
 
-def confirming(asker: Principal | None, show_learned: bool) -> tuple[str, ...]:
-    """The origins of the questions whose match raises their chunk for ``asker``: learned
+def confirming(principal: Principal | None, show_learned: bool) -> tuple[str, ...]:
+    """The origins of the questions whose match raises their chunk for ``principal``: learned
     ones (other users' queries) only for whoever may see them (the owner, an
     administrator, or everyone with ``show_learned``): the raise, shown by ``explain`` and
     in the score, would otherwise tell whether someone asked a query."""
-    if entitled("learned_questions", asker) or show_learned:
+    if entitled("learned_questions", principal) or show_learned:
         return retrieval.CONFIRMING
     return ("manual",)
 
 
 class ChunkCounts:
-    """How many chunks each asker may see (the confidence thresholds' index size: nothing
+    """How many chunks each principal may see (the confidence thresholds' index size: nothing
     hidden shapes them), read from the store at most every :attr:`EVERY` seconds; one per
     open index."""
 
     EVERY = 30.0
     KEEP = 1_000
-    """Askers remembered at most (then forgotten all at once)."""
+    """Principals remembered at most (then forgotten all at once)."""
 
     def __init__(self) -> None:
         self._known: dict[Principal | None, tuple[float, int]] = {}
 
-    def of(self, store: Store, asker: Principal | None, conditions: Sequence[Condition]
+    def of(self, store: Store, principal: Principal | None, conditions: Sequence[Condition]
            ) -> int | None:
-        """The chunks meeting ``conditions`` (``asker``'s), None when the store cannot
+        """The chunks meeting ``conditions`` (``principal``'s), None when the store cannot
         say (a count is a nicety here, never a failed search)."""
         now = time.monotonic()
-        known = self._known.get(asker)
+        known = self._known.get(principal)
         if known is None or now - known[0] > self.EVERY:
             try:
                 known = (now, int(store.counts(conditions)["chunks"]))
@@ -86,15 +86,15 @@ class ChunkCounts:
                 return None
             if len(self._known) > self.KEEP:
                 self._known.clear()
-            self._known[asker] = known
+            self._known[principal] = known
         return known[1]
 
 
 @dataclass
 class Search:
     """A search of ``store``, run for a :class:`~isotope.search.request.SearchRequest`
-    (whose asker and conditions say who asks and what it may see). ``counts``: the
-    index's :class:`ChunkCounts` (the chunks the asker may see, for the confidence
+    (whose principal and conditions say who asks and what it may see). ``counts``: the
+    index's :class:`ChunkCounts` (the chunks the principal may see, for the confidence
     thresholds); ``log``: write the search to the query log; ``max_bytes``: the largest
     file a file reference is read back from; ``access_control``: whether sources without
     a list are hidden from users; ``model``: the answer model, which rewrites a query
@@ -139,8 +139,8 @@ class Search:
         through every step; on an index with a graph, a hybrid search for an answer gives
         the request's ``bridges`` more, each the graph reached saying by which paths
         (:attr:`SearchResult.bridge`). Run inside ``store.reading``."""
-        asker, k, bridges = request.asker, request.k, request.bridges
-        given = {"confirmed_by": confirming(asker, self.settings.show_learned),
+        principal, k, bridges = request.principal, request.k, request.bridges
+        given = {"confirmed_by": confirming(principal, self.settings.show_learned),
                  **request.options}
         explain = bool(given.get("explain"))
         if bridges:  # (the graph's paths read for the bridges)
@@ -156,21 +156,21 @@ class Search:
         if not response.results and request.filters:
             self.known_keys(request.filters, request.conditions)
         if request.conditions:
-            hide_members(self.store, asker, [(r.chunk.source, r.source_metadata)
+            hide_members(self.store, principal, [(r.chunk.source, r.source_metadata)
                                              for r in response.results],
                          control=self.access_control)
-        marks = learning.marks_of(self.store, asker) if response.results else []
+        marks = learning.marks_of(self.store, principal) if response.results else []
         if marks:
             learning.demote(response, learning.not_first(
                 marks, self.embedder.embed_one(response.query)))
         if bridges:  # (after the marks: a result moved first is no bridge)
             mark_bridges(response, k, explain)
         retrieval.assess(response, self.settings.deliver_score, self.settings.refine_score,
-                         chunks=self.counts.of(self.store, asker, request.conditions))
+                         chunks=self.counts.of(self.store, principal, request.conditions))
         if not self.settings.show_learned:
             learning.hide_learned(response)
         if self.log:
-            learning.log(self.store, response, asker, request.filters, request.started,
+            learning.log(self.store, response, principal, request.filters, request.started,
                          time.perf_counter(), keep_days=self.settings.audit_days)
         return response
 
@@ -189,7 +189,7 @@ class Search:
             result.chunk = chunk
 
     def known_keys(self, filters: dict[str, Any], conditions: Sequence[Condition]) -> None:
-        """:class:`FilterError` when a filter names a key no chunk or source the asker
+        """:class:`FilterError` when a filter names a key no chunk or source the principal
         (whose ``conditions`` they are) may see has (``--where yaer>=2020``), naming the
         keys there are."""
         infos = self.store.sources(conditions)
@@ -216,16 +216,16 @@ def mark_bridges(response: QueryResponse, k: int, shown: bool) -> None:
             result.explain = None
 
 
-def hide_members(store: Store, asker: Principal | None,
+def hide_members(store: Store, principal: Principal | None,
                  shown: Sequence[tuple[str, dict[str, Any]]], *, control: bool) -> None:
     """Leave out of each shown source's ``attachments`` (an email's metadata: the names of
-    its attachments) those stored as sources of their own that ``asker`` may not see (a
+    its attachments) those stored as sources of their own that ``principal`` may not see (a
     list set on an attachment alone; ``control``: access control is on); reads the
     members of the shown emails only."""
     from isotope.loaders.mail import _member_name
 
     having = [uri for uri, m in shown if m.get("attachments")]
-    if asker is None or not having:
+    if principal is None or not having:
         return
     members = store.members(having)
     for uri, metadata in shown:
@@ -233,7 +233,7 @@ def hide_members(store: Store, asker: Principal | None,
         # (a member is CONTAINER#NAME, NAME made unique with leading "_"s; a mailbox
         # message's attachment is BOX#MESSAGE#NAME, its container BOX#MESSAGE)
         hidden = {m.uri[len(uri) + 1:] for m in members.get(uri, ())
-                  if not asker.sees(m.access, control=control)}
+                  if not principal.sees(m.access, control=control)}
         if isinstance(names, list) and hidden:
             metadata["attachments"] = [n for n in names if not any(
                 h.lstrip("_") == _member_name(str(n)).lstrip("_") or h == str(n)

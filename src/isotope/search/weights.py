@@ -13,14 +13,14 @@ a search's own ``weights``.
 
 On the first 300 passages of SQuAD dev (benchmarks/learning.py), the weights fitted from
 half of each passage's questions raise the other half's hybrid R@1 beyond what the learned
-questions alone give (RESULTS.md, "Learning from use").
+questions alone give (benchmarks/history/2026-11.md, "Learning from use").
 
 With ``questions``, the queries are a sample of the index's own kept questions instead,
 each searched with its own question left out of the question signals, its chunk the one
 to come first (issue 66). Measured by benchmarks/quality.py --adapter, and not offered by
 ``isotope weights fit``: the weights so fitted lowered hybrid's R@1 on real questions (a
 chunk's keyword text holds its questions' words, so its own question finds it by
-keywords and the fit leans on ``chunks-bm25``; RESULTS.md, "Query adapter (issue
+keywords and the fit leans on ``chunks-bm25``; benchmarks/history/2026-12.md, "Query adapter (issue
 66)")."""
 
 from __future__ import annotations

@@ -19,12 +19,12 @@ from isotope.server.operations import permit
 def allowed(request: Request, name: str) -> Principal | None:
     """The request's principal, if its key may do the operation ``name`` (see
     :mod:`isotope.server.operations`); else 403."""
-    who = asker(request)
-    permit(name, who, scope_in(request.scope))
-    return who
+    principal = request_principal(request)
+    permit(name, principal, scope_in(request.scope))
+    return principal
 
 
-def asker(request: Request) -> Principal | None:
+def request_principal(request: Request) -> Principal | None:
     """Who sent ``request``: its API key's principal (None: a server without keys, whose
     caller is the index's owner)."""
     return principal_in(request.scope)

@@ -184,12 +184,12 @@ def declared(tools: Tools, op: Operation) -> Callable[..., Awaitable[CallToolRes
     """The MCP tool of ``op``, its row of the table: the method of ``tools`` named for
     its tool, called with who asks once :meth:`Tools.allowed` lets them do the
     operation (the one check, made here for every tool: none can forget it). Its
-    arguments (the schema an agent reads) and description are the method's, ``who``
+    arguments (the schema an agent reads) and description are the method's, ``principal``
     left out."""
     assert op.mcp is not None
     method = getattr(tools, op.mcp)
     signature = inspect.signature(method, eval_str=True)
-    shown = [p for name, p in signature.parameters.items() if name != "who"]
+    shown = [p for name, p in signature.parameters.items() if name != "principal"]
 
     async def tool(ctx: Context, **arguments: Any  # type: ignore[type-arg]
                    ) -> CallToolResult:
@@ -204,7 +204,7 @@ def declared(tools: Tools, op: Operation) -> Callable[..., Awaitable[CallToolRes
 
 class Tools:
     """The tools of one MCP server over ``iso``, each a method named for its tool (its
-    docstring: what the agent reads of it) that takes ``who`` asks (checked by
+    docstring: what the agent reads of it) that takes the ``principal`` who asks (checked by
     :func:`declared`); ``principal``, ``remote``: as :func:`create_mcp` takes them;
     ``confine``: the folders ``ingest`` reads below (None: any)."""
 
@@ -215,15 +215,15 @@ class Tools:
 
     def allowed(self, ctx: Context, name: str  # type: ignore[type-arg]
                 ) -> Principal | None:
-        """Who calls a tool (:func:`_asker`), if the caller may do the operation ``name``
+        """Who calls a tool (:func:`_caller_principal`), if the caller may do the operation ``name``
         (:func:`isotope.server.operations.permit`, with its key's scope over HTTP; over
         stdio the user who runs it writes, and a principal given with ``--as`` is held
         to what the table lets a user do, as a user's key is)."""
-        who = _asker(ctx, self.principal, self.remote)
-        permit(name, who, _scope(ctx))
-        return who
+        principal = _caller_principal(ctx, self.principal, self.remote)
+        permit(name, principal, _scope(ctx))
+        return principal
 
-    async def search(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
+    async def search(self, ctx: Context, principal: Principal | None,  # type: ignore[type-arg]
                      query: Query, k: K = 5, mode: ModeField = None,
                      filters: Filters = None) -> CallToolResult:
         """Find the passages of the user's documents that answer a question, best first,
@@ -232,10 +232,10 @@ class Tools:
         (the first passage is very likely right), query_more (read several, or search
         again), refine_query (probably not found: rephrase or add detail)."""
         found = await self.turns.search(query, _within(k, 50), mode=mode, filters=filters,
-                                        principal=who)
+                                        principal=principal)
         return _reply(agent_view(found))
 
-    async def ask(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
+    async def ask(self, ctx: Context, principal: Principal | None,  # type: ignore[type-arg]
                   query: Query, k: Annotated[int, Field(
             description="Passages given to the model (1 to 20)",
             json_schema_extra={"minimum": 1, "maximum": 20})] = 3,
@@ -252,14 +252,14 @@ class Tools:
         k = _within(k, 20)
         await _say(ctx, 0, 2, "searching the documents")
         found = await self.turns.search(query, k, mode=mode, filters=filters,
-                                        for_answer=True, principal=who)
+                                        for_answer=True, principal=principal)
         await _say(ctx, 1, 2, f"writing the answer from {len(found.results)} passage(s)")
-        await self.turns.answer(found, who)  # (the call cancelled: the model stops too)
+        await self.turns.answer(found, principal)  # (the call cancelled: the model stops too)
         await _say(ctx, 2, 2, f"answered ({found.answer_kind}, confidence "
                                  f"{found.answer_confidence or 0:.2f})")
         return _reply(agent_view(found))
 
-    async def feedback(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
+    async def feedback(self, ctx: Context, principal: Principal | None,  # type: ignore[type-arg]
                        query_id: Annotated[str, Field(
                            max_length=64, description="The search's query_id")],
                        chunk_id: Annotated[str, Field(
@@ -273,26 +273,26 @@ class Tools:
         when the user confirms or rejects an answer."""
         reads = _scope(ctx) == "read"
         done = await self.turns.write(lambda: self.iso.feedback(
-            query_id, chunk_id, useful, principal=who, read_only=reads))
+            query_id, chunk_id, useful, principal=principal, read_only=reads))
         return _reply(done.model_dump())
 
     async def list_sources(self, ctx: Context,  # type: ignore[type-arg]
-                           who: Principal | None) -> CallToolResult:
+                           principal: Principal | None) -> CallToolResult:
         """The documents in the index: each one's name (its path), type, title, state
         and how many passages, statements and questions it holds."""
-        infos = await anyio.to_thread.run_sync(lambda: self.iso.sources(principal=who))
+        infos = await anyio.to_thread.run_sync(lambda: self.iso.sources(principal=principal))
         return _reply([{k: v for k, v in source_listing(info).items()
                         if k in ("uri", "loader", "state", "chunks", "atoms", "questions",
                                  "chunks_waiting") or k == "metadata"} for info in infos])
 
     # The MCP Memory server's tools, names and shapes: an agent that reads that server
     # reads isotope's graph (setting graph) the same way.
-    async def _graph(self, who: Principal | None, **asked: Any) -> CallToolResult:
+    async def _graph(self, principal: Principal | None, **asked: Any) -> CallToolResult:
         found = await anyio.to_thread.run_sync(
-            lambda: self.iso.memory_graph(principal=who, **asked))
+            lambda: self.iso.memory_graph(principal=principal, **asked))
         return _reply(found)
 
-    async def graph(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
+    async def graph(self, ctx: Context, principal: Principal | None,  # type: ignore[type-arg]
                     entity: Annotated[str, Field(
                         min_length=1, max_length=200,
                         description="An entity's name (or one of its aliases)")],
@@ -306,17 +306,17 @@ class Tools:
         to, relationType), with `center` (the entity's name) and `truncated` (more
         relations were within reach than shown: lower hops). A name that names no
         entity is an error that names the closest ones."""
-        return await self._graph(who, entity=entity, hops=hops)
+        return await self._graph(principal, entity=entity, hops=hops)
 
     async def read_graph(self, ctx: Context,  # type: ignore[type-arg]
-                         who: Principal | None) -> CallToolResult:
+                         principal: Principal | None) -> CallToolResult:
         """Read the whole knowledge graph of the user's documents: entities (name,
         entityType, observations: the statements naming each) and relations (from, to,
         relationType), as the MCP Memory server's read_graph."""
-        return await self._graph(who)
+        return await self._graph(principal)
 
     async def search_nodes(self, ctx: Context,  # type: ignore[type-arg]
-                           who: Principal | None,
+                           principal: Principal | None,
                            query: Annotated[str, Field(
                                min_length=1, max_length=200,
                                description="Text to find in entity names, types and "
@@ -324,19 +324,19 @@ class Tools:
         """Find entities of the knowledge graph whose name, type or observations hold the
         query, with the relations that touch them (as the MCP Memory server's
         search_nodes)."""
-        return await self._graph(who, query=query)
+        return await self._graph(principal, query=query)
 
     async def open_nodes(self, ctx: Context,  # type: ignore[type-arg]
-                         who: Principal | None,
+                         principal: Principal | None,
                          names: Annotated[list[str], Field(
                              min_length=1, max_length=100,
                              description="Entity names (or aliases)")]) -> CallToolResult:
         """Open entities of the knowledge graph by name, with the relations that touch
         them (as the MCP Memory server's open_nodes), and `not_found`: each name that
         names no entity, with `did_you_mean` (the closest entity names)."""
-        return await self._graph(who, names=names)
+        return await self._graph(principal, names=names)
 
-    async def ingest(self, ctx: Context, who: Principal | None,  # type: ignore[type-arg]
+    async def ingest(self, ctx: Context, principal: Principal | None,  # type: ignore[type-arg]
                      paths: Annotated[list[str], Field(
             min_length=1, max_length=100,
             description="Files or folders on the server's machine (absolute paths)")],
@@ -463,7 +463,7 @@ def _scope(ctx: Context) -> str:  # type: ignore[type-arg]
     return scope_in(_http_scope(ctx) or {})
 
 
-def _asker(ctx: Context, default: Principal | None,  # type: ignore[type-arg]
+def _caller_principal(ctx: Context, default: Principal | None,  # type: ignore[type-arg]
            remote: bool) -> Principal | None:
     """Who calls a tool: over HTTP (``remote``), the principal of the request's API key
     (the gate put it in the request's state; a call whose request cannot be found is

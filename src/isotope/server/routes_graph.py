@@ -30,9 +30,9 @@ def router(iso: Isotope) -> APIRouter:
                  ) -> list[dict[str, Any]]:
         """The entities named in the atoms (setting graph), most chunks first, with
         their type and counts (as ``isotope entities``)."""
-        who = allowed(request, "entities")
+        principal = allowed(request, "entities")
         return [dataclasses.asdict(e)
-                for e in iso.entities(top, match=match, chunk=chunk, principal=who)]
+                for e in iso.entities(top, match=match, chunk=chunk, principal=principal)]
 
     @api.get("/graph")
     def graph(request: Request,
@@ -63,8 +63,8 @@ def router(iso: Isotope) -> APIRouter:
         the names that name no entity, each with the closest names) give it, or an
         entity's neighbourhood up to ``hops`` away (``entity``; with ``center``, ``hops``
         and ``truncated``; 404 when no chunk the key may see names it)."""
-        who = allowed(request, "read_graph")
+        principal = allowed(request, "read_graph")
         return iso.memory_graph(query=query, names=names, entity=entity, hops=hops,
-                                principal=who)
+                                principal=principal)
 
     return api

@@ -55,8 +55,8 @@ def router(iso: Isotope, turns: Turns) -> APIRouter:
         """Every generated question of a chunk with the atom it was written for: kept
         (searched) and dropped, each dropped one with why (as ``isotope questions``). A
         chunk the key may not see answers 404, as one that does not exist."""
-        who = allowed(request, "chunk_questions")
-        return iso.chunk_questions(chunk_id, principal=who).model_dump(mode="json")
+        principal = allowed(request, "chunk_questions")
+        return iso.chunk_questions(chunk_id, principal=principal).model_dump(mode="json")
 
     @api.post("/chunks/{chunk_id}/questions")
     async def add_question(chunk_id: ChunkId,

@@ -17,7 +17,7 @@ from isotope import errors
 from isotope.index import Isotope
 from isotope.models import QueryResponse
 from isotope.server.gate import scope_in
-from isotope.server.http import allowed, asker, json_response, plain_text
+from isotope.server.http import allowed, json_response, plain_text, request_principal
 from isotope.server.work import Turns
 
 
@@ -98,9 +98,9 @@ def router(iso: Isotope, turns: Turns) -> APIRouter:
         ``learn`` setting), a not-useful one keeps the chunk from ranking first again for
         that query or a very close one. A query id of another key's user, or of another
         project, answers 404; a chunk the search did not return, 400."""
-        who, reads = allowed(request, "feedback"), scope_in(request.scope) == "read"
+        principal, reads = allowed(request, "feedback"), scope_in(request.scope) == "read"
         done = await turns.write(lambda: iso.feedback(body.query_id, body.chunk_id,
-                                                      body.useful, principal=who,
+                                                      body.useful, principal=principal,
                                                       read_only=reads))
         return dict(done.model_dump())
 
@@ -112,7 +112,7 @@ async def _answer(turns: Turns, found: QueryResponse, request: Request,
     """Have the model answer ``found``, in turn; stops the model when the client goes
     away (then returns False), or when a streamed reply whose client left is cancelled
     by Starlette."""
-    return await turns.answer(found, asker(request), gone=request.is_disconnected,
+    return await turns.answer(found, request_principal(request), gone=request.is_disconnected,
                               on_token=on_token)
 
 

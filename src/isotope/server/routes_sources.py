@@ -102,9 +102,9 @@ def router(iso: Isotope, turns: Turns, *, roots: list[Path], uploads: Path,
         """The sources the key may see, with their counts (and access lists, for an
         administrator's key: a user's does not learn the names of other users and
         groups)."""
-        who = allowed(request, "sources")
-        shown = [source_listing(info) for info in iso.sources(principal=who)]
-        if not entitled("access_lists", who):
+        principal = allowed(request, "sources")
+        shown = [source_listing(info) for info in iso.sources(principal=principal)]
+        if not entitled("access_lists", principal):
             for listing in shown:
                 listing.pop("access", None)
         return shown
@@ -122,15 +122,15 @@ def router(iso: Isotope, turns: Turns, *, roots: list[Path], uploads: Path,
         """Remove a source named in the path (``#`` sent as ``%23``); a container (a
         mailbox) only with ``?members=true``. ``DELETE /sources?source=NAME`` is the
         unambiguous form. Needs an administrator's key."""
-        who = allowed(request, "delete")
+        principal = allowed(request, "delete")
         named = source if source.startswith("/") or "://" in source else (
-            source if await run_in_threadpool(lambda: iso.has_source(source, principal=who))
+            source if await run_in_threadpool(lambda: iso.has_source(source, principal=principal))
             else "/" + source)
-        return await _delete(named, members, who)
+        return await _delete(named, members, principal)
 
-    async def _delete(source: str, members: bool, who: Principal | None) -> Response:
+    async def _delete(source: str, members: bool, principal: Principal | None) -> Response:
         def delete() -> None:
-            gone = iso.delete(source, members=members, principal=who)
+            gone = iso.delete(source, members=members, principal=principal)
             folder = os.path.realpath(uploads)
             for uri in gone:  # an upload's file goes with its source
                 if os.path.dirname(os.path.realpath(uri)) == folder:
@@ -143,9 +143,9 @@ def router(iso: Isotope, turns: Turns, *, roots: list[Path], uploads: Path,
     def status(request: Request) -> dict[str, Any]:
         """The index's description, with the counts of what the key may see (and, for an
         administrator's key, its size on disk)."""
-        who = allowed(request, "status")
-        shown = iso.status(principal=who).model_dump(mode="json")
-        if not entitled("index_details", who):
+        principal = allowed(request, "status")
+        shown = iso.status(principal=principal).model_dump(mode="json")
+        if not entitled("index_details", principal):
             return user_status(shown)
         return shown
 

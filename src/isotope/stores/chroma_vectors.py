@@ -701,7 +701,7 @@ class _Searched:
 
 
 NOTHING_SAID: dict[str, Any] = {"\x00nothing": True}
-"""The clause of a condition nothing meets (an asker with no entry and no unlisted)."""
+"""The clause of a condition nothing meets (a principal with no entry and no unlisted)."""
 
 
 def _said(cond: Condition) -> dict[str, Any] | None:
