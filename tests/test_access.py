@@ -53,7 +53,7 @@ SEES = {
     "bob": {"handbook", "budget", "mail", "changing"},
     "eve": {"handbook", "changing"},
 }
-ASKERS = {"admin": ADMIN, "bob": BOB, "eve": EVE}
+PRINCIPALS = {"admin": ADMIN, "bob": BOB, "eve": EVE}
 
 
 def _docs(folder: Path) -> Path:
@@ -115,12 +115,12 @@ def test_the_matrix_every_mode_sees_only_what_it_may(guarded: Isotope) -> None:
     assert lists["budget"] == ["group:finance"]
     assert lists["loose"] is None
     assert "user:bob@example.com" in (lists["mail"] or [])
-    for principal, principal in ASKERS.items():
+    for name, principal in PRINCIPALS.items():
         for mode in MODES:
             seen = _everything_seen(iso, principal, mode)
-            assert seen <= SEES[principal], (principal, mode, seen - SEES[principal])
+            assert seen <= SEES[name], (name, mode, seen - SEES[name])
             if mode.endswith("dense") or mode == "hybrid":
-                assert seen == SEES[principal], (principal, mode)  # nothing visible is lost either
+                assert seen == SEES[name], (name, mode)  # nothing visible is lost either
     # the list changes mid-test: at once, for every path, with no model call
     calls = iso.llm(iso.settings.question_model).usage.calls
     changed = iso.set_access("*/changing.md", ["group:hr"])
@@ -177,11 +177,11 @@ def test_the_ranked_keyword_scan_sees_only_what_it_may(
     a list changes."""
     iso, ran = ranked
     engine = iso.store.keyword_engine  # type: ignore[attr-defined]
-    for principal, principal in ASKERS.items():
+    for name, principal in PRINCIPALS.items():
         for mode in KEYWORD_MODES:
             seen = _everything_seen(iso, principal, mode)
-            assert seen <= SEES[principal], (engine, principal, mode, seen - SEES[principal])
-            assert seen == SEES[principal], (engine, principal, mode)  # (each found by its words)
+            assert seen <= SEES[name], (engine, name, mode, seen - SEES[name])
+            assert seen == SEES[name], (engine, name, mode)  # (each found by its words)
     iso.set_access("*/changing.md", ["group:hr"])
     for mode in KEYWORD_MODES:
         assert "changing" not in _everything_seen(iso, EVE, mode)
@@ -194,8 +194,8 @@ def test_the_ranked_keyword_scan_sees_only_what_it_may(
 
 def test_never_fewer_than_k_when_k_are_visible(guarded: Isotope) -> None:
     visible = {name: sum(1 for s in guarded.sources(check_files=False, principal=principal)
-                         for _ in range(s.chunks)) for name, principal in ASKERS.items()}
-    for name, principal in ASKERS.items():
+                         for _ in range(s.chunks)) for name, principal in PRINCIPALS.items()}
+    for name, principal in PRINCIPALS.items():
         for mode in ("questions-dense", "atoms-dense", "chunks-dense", "hybrid"):
             found = guarded.search("anything at all", k=20, mode=mode,
                                    principal=principal).results
@@ -223,19 +223,19 @@ def test_questions_sources_counts_and_chunks_by_id(guarded: Isotope) -> None:
     iso = guarded
     chunk_of = {_name(r.chunk.source): r.chunk.id for r in iso.search(
         "anything", k=20, mode="chunks-dense").results}
-    for principal, principal in ASKERS.items():
+    for person, principal in PRINCIPALS.items():
         names = {_name(s.source.uri) for s in iso.sources(check_files=False,
                                                           principal=principal)}
-        assert names == SEES[principal]
+        assert names == SEES[person]
         infos = iso.sources(check_files=False, principal=principal)
         counts = iso.counts(principal=principal)
         assert counts["sources"] == sum(1 for s in infos if s.chunks)
         assert counts["chunks"] == sum(s.chunks for s in infos)
         assert counts["questions"] == sum(s.questions for s in infos) > 0
         sample = iso.questions(sample=1_000, principal=principal)
-        assert {_name(q.source) for q in sample} <= SEES[principal]
+        assert {_name(q.source) for q in sample} <= SEES[person]
         for name, chunk_id in chunk_of.items():
-            if name in SEES[principal]:
+            if name in SEES[person]:
                 assert iso.chunk_questions(chunk_id, principal=principal).chunk.id == chunk_id
                 assert iso.questions(chunk_id=chunk_id, principal=principal)
             else:  # the same answer as an id that does not exist
@@ -245,7 +245,7 @@ def test_questions_sources_counts_and_chunks_by_id(guarded: Isotope) -> None:
         for name, (path, _, _) in FACTS.items():
             uri = next(s.source.uri for s in iso.sources(check_files=False)
                        if s.source.uri.endswith(path))
-            assert iso.has_source(uri, principal=principal) == (name in SEES[principal])
+            assert iso.has_source(uri, principal=principal) == (name in SEES[person])
     # the owner sees how many sources have no list (fail closed: only administrators)
     assert iso.counts()["sources_without_access"] == 1
 
