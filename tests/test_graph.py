@@ -292,10 +292,10 @@ def test_the_memory_tools_over_http_read_the_graph_as_the_key_may(
         app = create_app(iso, keys=Keys.from_settings(Settings(api_keys_file=tmp_path / "keys")),
                          roots=[], max_bytes=1_000_000, uploads=tmp_path / "up")
         with served_on_loopback(app) as url:
-            for principal, (key, _) in keys.items():
-                hr = principal in ("ann of hr", "admin")
+            for name, (key, _) in keys.items():
+                hr = name in ("ann of hr", "admin")
                 for tool, arguments, graph in anyio.run(asked, url, key):
-                    said = (principal, tool, arguments, graph)
+                    said = (name, tool, arguments, graph)
                     names = {e["name"] for e in graph["entities"]}
                     kinds = {r["relationType"] for r in graph["relations"]}
                     notes = [n for e in graph["entities"] for n in e["observations"]]

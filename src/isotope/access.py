@@ -194,7 +194,7 @@ def served(principal: Principal | None) -> Principal | None:
     (sources without a list are hidden from it, access control on or off) and reads
     only: its marks wait for review unless the ``learn`` setting says otherwise, and it
     cannot ingest. None or an administrator: the owner."""
-    if principal is None or principal.admin:
+    if principal is None or sees_all(principal):
         return principal
     return Principal(principal.user, principal.groups, strict=True)
 
@@ -203,7 +203,7 @@ def condition(principal: Principal | None, *, control: bool) -> Condition | None
     """The search condition for ``principal`` (None: sees everything): the source's list
     holds one of its entries, or (access control off) the source has no list. Its first
     value says whether sources without a list are seen."""
-    if principal is None or principal.admin:
+    if principal is None or sees_all(principal):
         return None
     return Condition(ACCESS_KEY, "eq", (not (control or principal.strict),
                                         *principal.entries()))

@@ -205,7 +205,8 @@ def declared(tools: Tools, op: Operation) -> Callable[..., Awaitable[CallToolRes
 class Tools:
     """The tools of one MCP server over ``iso``, each a method named for its tool (its
     docstring: what the agent reads of it) that takes the ``principal`` who asks (checked by
-    :func:`declared`); ``principal``, ``remote``: as :func:`create_mcp` takes them;
+    :func:`declared`); ``principal`` given here (the default one: who runs a stdio server,
+    or ``--as``) and ``remote``: as :func:`create_mcp` takes them;
     ``confine``: the folders ``ingest`` reads below (None: any)."""
 
     def __init__(self, iso: Isotope, turns: Turns, *, principal: Principal | None,
