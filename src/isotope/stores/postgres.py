@@ -476,16 +476,6 @@ class PostgresStore(KeywordSearch, SQLStore):
                     log.warning("%s", exc)
         return self._place.setting
 
-    def _use(self, place: VectorPlace) -> None:
-        """Hold ``place`` from now on (the settings given so far given to it)."""
-        self._place.close()
-        self._place = place
-        for setting, value in self._tuned.items():
-            place.tune(setting, value)
-
-    def fixed_settings(self) -> dict[str, Any]:
-        return self._place.fixed(bool(self._rows("SELECT 1 FROM sources LIMIT 1")))
-
     def _after_write(self) -> None:
         self._place.after_write()
 

@@ -63,6 +63,7 @@ from isotope.stores.sql_dialect import Dialect
 from isotope.stores.sql_graph import SQLGraph
 from isotope.stores.sql_questions import DISABLED, SQLQuestions, keyword_text, of_chunk
 from isotope.stores.sql_usage import SQLUsage
+from isotope.stores.vector_place import VectorPlace
 
 _T = TypeVar("_T")
 
@@ -82,6 +83,20 @@ class SQLStore(SQLQuestions, SQLUsage, SQLGraph, Store):
     (:mod:`isotope.stores.sql_filters`)."""
     where: str
     """Where the index is, as messages name it (a folder, a URL without its password)."""
+    _place: VectorPlace
+    """Where the index's vectors live (:mod:`isotope.stores.vector_place`)."""
+    _tuned: dict[str, Any]
+    """The settings given to the place (given again to a place chosen later)."""
+
+    def _use(self, place: VectorPlace) -> None:
+        """Hold ``place`` from now on (the settings given so far given to it)."""
+        self._place.close()
+        self._place = place
+        for setting, value in self._tuned.items():
+            place.tune(setting, value)
+
+    def fixed_settings(self) -> dict[str, Any]:
+        return self._place.fixed(bool(self._rows("SELECT 1 FROM sources LIMIT 1")))
 
     @abstractmethod
     def _conn(self) -> Any:
