@@ -193,6 +193,23 @@ def commit(dirty_ok: bool) -> str:
     return head + ("+changes" if changed else "")
 
 
+def output_of(stdout: str, area: Area, shown: str) -> Any:
+    """A benchmark's ``--json`` output: the JSON value its stdout ends with (lines it
+    printed before it go to stderr). What cannot be read is kept in benchmarks/out/, so
+    that a long run is not lost."""
+    lines = stdout.splitlines(keepends=True)
+    start = next((n for n, line in enumerate(lines) if line[:1] in "{["), len(lines))
+    sys.stderr.write("".join(lines[:start]))
+    try:
+        return json.loads("".join(lines[start:]))
+    except json.JSONDecodeError as exc:
+        unread = ROOT / "benchmarks" / "out" / f"current-{area.name}.unread.txt"
+        unread.parent.mkdir(exist_ok=True)
+        unread.write_text(stdout)
+        sys.exit(f"[{area.name}] {shown} printed no JSON to read ({exc}); its output is "
+                 f"in {unread}; nothing kept")
+
+
 def run(area: Area, dirty_ok: bool) -> None:
     at = commit(dirty_ok)
     outputs, commands, seconds = [], [], []
@@ -204,7 +221,7 @@ def run(area: Area, dirty_ok: bool) -> None:
         done = subprocess.run(argv, cwd=ROOT, text=True, stdout=subprocess.PIPE)
         if done.returncode != 0:
             sys.exit(f"[{area.name}] {shown} failed (exit {done.returncode}); nothing kept")
-        outputs.append(json.loads(done.stdout))
+        outputs.append(output_of(done.stdout, area, shown))
         commands.append(shown)
         seconds.append(round(time.perf_counter() - started, 1))
     KEPT.mkdir(exist_ok=True)

@@ -149,10 +149,11 @@ def check(passages: list[dict[str, Any]], items: list[dict[str, Any]]) -> int:
     for item in items:
         broken = problems(item, by_pid)
         for problem in broken:
-            print(f"{item['id']}: {problem}")
+            print(f"{item['id']}: {problem}", file=sys.stderr)
         bad += bool(broken)
     cross = sum(bool(i["cross_article"]) for i in items)
-    print(f"{len(items)} questions ({cross} joining two articles), {bad} breaking a rule")
+    print(f"{len(items)} questions ({cross} joining two articles), {bad} breaking a rule",
+          file=sys.stderr)
     return bad
 
 
