@@ -134,6 +134,20 @@ def answers_tables(outputs: list[Any]) -> list[tuple[str, Table]]:
     return [("ask on SQuAD passages (shares are fractions)", (header, rows))]
 
 
+def graph_tables(outputs: list[Any]) -> list[tuple[str, Table]]:
+    """One row per mode (both passages, the answering one and the first in the top 5,
+    p50), then the index's size and what ``ask`` answered."""
+    output = outputs[0]
+    modes = {k: v for k, v in output.items() if isinstance(v, dict) and "both_at_5" in v}
+    rows = [[mode, m["both_at_5"], m["answering_at_5"], m["first_at_5"], m["p50_ms"]]
+            for mode, m in modes.items()]
+    rest = {k: v for k, v in flat(output).items() if k.split(".")[0] not in modes}
+    return [("two-hop questions: % with the passages in the top 5",
+             (["mode", "both", "answering", "first", "p50 ms"], rows)),
+            ("the index and `ask` (% of the questions; kinds in answers)",
+             (["figure", "value"], [[k, v] for k, v in rest.items()]))]
+
+
 AREAS: tuple[Area, ...] = (
     Area("quality", "Retrieval quality",
          "R@k and MRR of every retrieval mode on SQuAD dev's first 300 passages and 150 "
@@ -163,7 +177,9 @@ AREAS: tuple[Area, ...] = (
          "passages in the top 5 per mode, and `ask`'s answers.",
          (("graph.py", "--questions", "later", "--graph", "--passages", "40",
            "--reuse-index", "--ask", "--graph-weights", "1"),),
-         "2026-11.md, \"Two-hop questions (issue 46)\" and \"Knowledge graph\""),
+         "2026-11.md, \"Two-hop questions (issue 46)\" and \"Knowledge graph\"; "
+         "2026-12.md, \"Answers that know when they are unsupported (issue 65)\"",
+         graph_tables),
     Area("remote", "Remote model server",
          "A folder ingested at a model server's pace.", (("remote.py",),),
          "2026-11.md, \"Remote model server (issue 27)\", \"A folder at the model "
