@@ -263,7 +263,8 @@ def main() -> None:
     started = time.perf_counter()
     progress = passages_done(50)
     with Isotope.open(index, cache_dir=OUT / "cache-graph", graph=args.graph) as iso:
-        if not args.reuse_index:
+        built = not (args.reuse_index and iso.store.counts()["chunks"])
+        if built:  # (--reuse-index with no index there yet builds it)
             iso.ingest_chunks(evaluation.chunks_of(passages), progress=progress,
                               questions=args.questions)
             if args.graph and args.questions == "later":
@@ -280,7 +281,7 @@ def main() -> None:
                 "generated_questions": iso.store.counts()["questions"],
                 "entities": len(iso.entities(1_000_000)) if args.graph else None,
                 "relations": len(iso.store.relations()) if args.graph else None,
-                "ingest_s": None if args.reuse_index else ingest_s,
+                "ingest_s": ingest_s if built else None,
                 **measure(iso, items, modes, args.ask)}
     (OUT / f"graph-{len(passages)}-{name}.json").write_text(json.dumps(said, indent=1))
     if args.json:

@@ -72,7 +72,8 @@ def main() -> None:
     parser.add_argument("--generation", default="batched")
     parser.add_argument("--keyword-modes", default="questions-dense,chunks-bm25,hybrid")
     parser.add_argument("--reuse-index", action="store_true",
-                        help="search the index a previous run built, without ingesting")
+                        help="search the index a previous run built, without ingesting "
+                        "(built first where there is none)")
     parser.add_argument("--transform-queries", type=int, default=0, metavar="N",
                         help="also score the first N keyword queries with query "
                         "transformation (one model call each; cached)")
@@ -114,9 +115,10 @@ def main() -> None:
     progress = passages_done(10)
     with Isotope.open(index, cache_dir=args.cache, generation=args.generation,
                       graph=args.graph, **models) as iso:
-        if args.reuse_index:
-            print(f"reusing {index}: {iso.status().counts}", file=sys.stderr)
-        else:
+        counts = iso.status().counts
+        if args.reuse_index and counts["chunks"]:
+            print(f"reusing {index}: {counts}", file=sys.stderr)
+        else:  # (--reuse-index with no index there yet builds it)
             report = iso.ingest_chunks(evaluation.chunks_of(passages), progress=progress)
             print(f"ingest: {len(report.added)} added, {report.llm_calls} model calls, "
                   f"{report.llm_cache_hits} cache hits, {time.perf_counter() - started:.0f} s",
@@ -143,7 +145,7 @@ def main() -> None:
     bare_index = OUT / f"{index.name}-no-questions"
     with Isotope.open(bare_index, cache_dir=args.cache, generation=args.generation,
                       **models) as bare:
-        if not args.reuse_index:
+        if not (args.reuse_index and bare.status().counts["chunks"]):
             bare.ingest_chunks(evaluation.chunks_of(passages), questions="later")
         assert bare.status().counts["questions"] == 0
         without = evaluation.evaluate(evaluation.searcher(bare), queries, ["hybrid"])[0]
