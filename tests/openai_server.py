@@ -56,6 +56,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
         def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
                   ) -> None:
             data = json.dumps(body).encode()
+            self._answered()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -63,6 +64,18 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 self.send_header(key, value)
             self.end_headers()
             self.wfile.write(data)
+
+        counted = False
+        """This chat request is counted in ``in_flight``."""
+
+        def _answered(self) -> None:
+            """The request stops counting as in flight before its reply goes: the
+            client may send its next one as soon as the reply is read, before this thread
+            runs again."""
+            if self.counted:
+                with script.lock:
+                    script.in_flight -= 1
+                self.counted = False
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
@@ -85,6 +98,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 script.requests.append(request)
                 script.in_flight += 1
                 script.max_in_flight = max(script.max_in_flight, script.in_flight)
+                self.counted = True
                 fault = script.faults.pop(0) if script.faults else None
             try:
                 user = request["messages"][1]["content"]  # the task, also under a repair
@@ -93,8 +107,8 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 time.sleep(script.delay)
                 self._answer(fault, request, user)
             finally:
+                self._answered()
                 with script.lock:
-                    script.in_flight -= 1
                     script.spans.append((arrived, time.monotonic()))
 
         def _answer(self, fault: Fault, request: dict[str, Any], user: str) -> None:
