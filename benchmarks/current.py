@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,6 @@ class Area:
     is (:func:`flat`)."""
     needs: str = ""
     """What a run needs beyond this box's CPU (a model server, a GPU)."""
-    notes: tuple[str, ...] = field(default=())
 
 
 def flat(value: Any, prefix: str = "") -> dict[str, Any]:
